@@ -1,0 +1,32 @@
+#!/bin/sh
+# Installs the Debian 12 packages vgpud needs to build, test and demo. Idempotent, and silent
+# when everything is already present.
+set -eu
+
+packages="
+  gcc clang lld libclang-rt-14-dev meson ninja-build pkg-config clang-format
+  libjansson-dev libyaml-dev libfuse3-dev fuse3 libsystemd-dev libmicrohttpd-dev libjwt-dev
+  libcurl4-openssl-dev libcmocka-dev libsqlite3-dev sqlite3
+  util-linux psmisc python3 strace
+"
+
+missing=""
+for p in $packages; do
+        status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+        [ "$status" = "install ok installed" ] || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+                exec sudo "$0" "$@"
+        fi
+        echo "deps: missing packages:$missing (run as root to install them)" >&2
+        exit 1
+fi
+
+echo "deps: installing$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * base: the house conventions every other module stands on.
+ *
+ * Promises:
+ *  - functions returning int return >= 0 on success and -errno on failure;
+ *  - out-parameters (ret, ret_<name>) are written only on success;
+ *  - parsers are strict: no leading/trailing garbage, no sign, no whitespace, no overflow;
+ *  - file reads are bounded and report -EFBIG instead of truncating;
+ *  - atomic writes leave either the old or the new file, never a mix, and no temp file.
+ */
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- compiler helpers and cleanup ---------------------------------------------------------- */
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _unused_ __attribute__((unused))
+#define _printf_(a, b) __attribute__((format(printf, a, b)))
+#define _sentinel_ __attribute__((sentinel))
+#define _warn_unused_result_ __attribute__((warn_unused_result))
+
+#define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
+
+static inline void freep(void *p)
+{
+        free(*(void **)p);
+}
+
+static inline void closep(int *fd)
+{
+        if (*fd >= 0) {
+                int saved = errno;
+                close(*fd);
+                errno = saved;
+        }
+}
+
+static inline void fclosep(FILE **f)
+{
+        if (*f)
+                fclose(*f);
+}
+
+static inline void closedirp(DIR **d)
+{
+        if (*d)
+                closedir(*d);
+}
+
+static inline void strv_freep(char ***strv)
+{
+        if (*strv) {
+                for (char **s = *strv; *s; s++)
+                        free(*s);
+                free(*strv);
+        }
+}
+
+#define _cleanup_free_ _cleanup_(freep)
+#define _cleanup_close_ _cleanup_(closep)
+#define _cleanup_fclose_ _cleanup_(fclosep)
+#define _cleanup_closedir_ _cleanup_(closedirp)
+#define _cleanup_strv_free_ _cleanup_(strv_freep)
+
+/* Hands ownership on: returns the value and leaves the cleanup variable empty. */
+#define TAKE_PTR(p)                                                                                \
+        ({                                                                                         \
+                __typeof__(p) _taken = (p);                                                        \
+                (p) = NULL;                                                                        \
+                _taken;                                                                            \
+        })
+#define TAKE_FD(fd)                                                                                \
+        ({                                                                                         \
+                int _taken = (fd);                                                                 \
+                (fd) = -1;                                                                         \
+                _taken;                                                                            \
+        })
+
+/* errno as a negative return, never 0 even if libc forgot to set it. */
+static inline int negative_errno(void)
+{
+        return errno > 0 ? -errno : -EIO;
+}
+
+static inline bool streq(const char *a, const char *b)
+{
+        return strcmp(a, b) == 0;
+}
+
+static inline bool streq_ptr(const char *a, const char *b)
+{
+        if (!a || !b)
+                return a == b;
+        return streq(a, b);
+}
+
+/* Returns the rest of s after prefix, or NULL when s does not start with it. */
+static inline const char *startswith(const char *s, const char *prefix)
+{
+        size_t n = strlen(prefix);
+        return strncmp(s, prefix, n) == 0 ? s + n : NULL;
+}
+
+/* ---- strings ------------------------------------------------------------------------------- */
+
+/* Like asprintf(), but -ENOMEM on failure and the result only on success. */
+int strprintf(char **ret, const char *fmt, ...) _printf_(2, 3);
+
+/* Appends to a malloc'd string; *s may be NULL. */
+int strextend(char **s, const char *fmt, ...) _printf_(2, 3);
+
+/* Removes one trailing "\n" in place, and returns s. */
+char *strchomp(char *s);
+
+/* Removes leading and trailing ASCII white space in place; returns the start. */
+char *strstrip(char *s);
+
+/* Number of strings in a NULL-terminated vector. */
+size_t strv_length(char *const *strv);
+
+/* Appends a copy of s; *strv may be NULL. */
+int strv_push(char ***strv, const char *s);
+
+/* ---- failure messages --------------------------------------------------------------------- */
+
+/*
+ * Functions whose failures need more than an errno (SPEC error texts) take `char **error` as
+ * their last parameter. On failure they store a malloc'd message naming the object and the
+ * cause, which the caller frees; on success they leave it untouched. error may be NULL.
+ */
+
+/* Stores the formatted message in *error (replacing any old one) and returns r (< 0). */
+int error_set(char **error, int r, const char *fmt, ...) _printf_(3, 4);
+
+/* Rewrites *error as "<prefix>: <old message>" and returns r; with no old message, the
+ * message is strerror(-r). */
+int error_prefix(char **error, int r, const char *fmt, ...) _printf_(3, 4);
+
+/* ---- logging (OPS-4) ----------------------------------------------------------------------- */
+
+enum {
+        LOG_LEVEL_ERR = 3,
+        LOG_LEVEL_WARNING = 4,
+        LOG_LEVEL_NOTICE = 5,
+        LOG_LEVEL_INFO = 6,
+        LOG_LEVEL_DEBUG = 7,
+};
+
+#define LOG_LINE_MAX 4096
+
+void log_set_max_level(int level);
+int log_get_max_level(void);
+/* Maps "err", "warning", "notice", "info", "debug" to a level. */
+int log_level_from_string(const char *s, int *ret);
+/* Where log lines go; stderr by default. Tests point it at a memory stream. */
+void log_set_stream(FILE *f);
+
+/*
+ * Writes "<N>message key=value ..." as one line of at most LOG_LINE_MAX bytes. The key/value
+ * pairs are (const char *key, const char *value) and end with NULL; a NULL value skips the pair.
+ * Values that need it are quoted logfmt-style. error, when non-zero, is the -errno that "%m" in
+ * the message expands to. Returns -abs(error) so callers can "return log_...".
+ */
+int log_kv(int level, int error, const char *fmt, ...) _printf_(3, 4);
+int log_kvv(int level, int error, const char *message, va_list pairs);
+int log_line(int level, int error, const char *message, ...) _sentinel_;
+
+/* Appends one " key=value" pair, quoted as OPS-4 says, to buf (capacity size); truncates. */
+void logfmt_append(char *buf, size_t size, const char *key, const char *value);
+
+#define log_full_errno(level, error, ...) log_kv(level, error, __VA_ARGS__)
+#define log_error_errno(error, ...) log_kv(LOG_LEVEL_ERR, error, __VA_ARGS__)
+#define log_warning_errno(error, ...) log_kv(LOG_LEVEL_WARNING, error, __VA_ARGS__)
+#define log_error(...) log_kv(LOG_LEVEL_ERR, 0, __VA_ARGS__)
+#define log_warning(...) log_kv(LOG_LEVEL_WARNING, 0, __VA_ARGS__)
+#define log_notice(...) log_kv(LOG_LEVEL_NOTICE, 0, __VA_ARGS__)
+#define log_info(...) log_kv(LOG_LEVEL_INFO, 0, __VA_ARGS__)
+#define log_debug(...) log_kv(LOG_LEVEL_DEBUG, 0, __VA_ARGS__)
+
+/* ---- strict parsers ------------------------------------------------------------------------ */
+
+/* Unsigned decimal: one or more ASCII digits and nothing else. -EINVAL, or -ERANGE on overflow. */
+int parse_uint64(const char *s, uint64_t *ret);
+/* As parse_uint64, and the value must lie in [min, max] (-ERANGE otherwise). */
+int parse_uint64_range(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
+int parse_uint32(const char *s, uint32_t *ret);
+
+/* A PCI address "dddd:bb:dd.f", lowercase hex, function 0-7. */
+typedef struct PciAddress {
+        uint16_t domain;
+        uint8_t bus;
+        uint8_t device;
+        uint8_t function;
+} PciAddress;
+
+#define PCI_ADDRESS_STRLEN 13 /* "dddd:bb:dd.f" plus NUL */
+
+bool pci_address_is_valid(const char *s);
+int parse_pci_address(const char *s, PciAddress *ret);
+/* Writes the canonical form into buf. */
+char *pci_address_format(const PciAddress *a, char buf[static PCI_ADDRESS_STRLEN]);
+
+/* Durations in nanoseconds. */
+typedef uint64_t nsec_t;
+#define NSEC_PER_USEC ((nsec_t)1000)
+#define NSEC_PER_MSEC ((nsec_t)1000000)
+#define NSEC_PER_SEC ((nsec_t)1000000000)
+#define NSEC_PER_MIN (60 * NSEC_PER_SEC)
+#define NSEC_PER_HOUR (60 * NSEC_PER_MIN)
+
+/*
+ * "<digits><unit>" with unit ms, s, m or h, concatenable ("1m30s", "1h0m0s"). At least one
+ * component; no sign, no fraction, no white space; -ERANGE beyond UINT64_MAX nanoseconds.
+ */
+int parse_duration(const char *s, nsec_t *ret);
+
+/* Go's time.Duration.String(): "100ms", "30s", "1m30s", "1h0m0s", "1.5s", "0s" (GEN-12). */
+#define DURATION_STRLEN 40
+char *format_duration(nsec_t d, char buf[static DURATION_STRLEN]);
+
+/*
+ * Timestamps (GEN-8, GEN-9). Parsing accepts RFC 3339 with "Z" or a numeric offset and 0-9
+ * fractional digits, and yields UTC. Formatting writes UTC with trailing fractional zeros
+ * removed. The zero value (0001-01-01T00:00:00Z) means "missing".
+ */
+typedef struct Timestamp {
+        int64_t sec; /* seconds since the Unix epoch, UTC */
+        uint32_t nsec;
+} Timestamp;
+
+#define TIMESTAMP_STRLEN 40
+#define TIMESTAMP_ZERO_SEC INT64_C(-62135596800) /* 0001-01-01T00:00:00Z */
+
+int parse_timestamp(const char *s, Timestamp *ret);
+char *format_timestamp(Timestamp t, char buf[static TIMESTAMP_STRLEN]);
+bool timestamp_is_zero(Timestamp t);
+int timestamp_compare(Timestamp a, Timestamp b);
+Timestamp timestamp_from_timespec(struct timespec ts);
+
+/* An injectable clock: production uses clock_realtime(); tests pass their own. */
+typedef struct Clock {
+        Timestamp (*now)(void *userdata);
+        void *userdata;
+} Clock;
+
+Timestamp clock_now(const Clock *c);
+extern const Clock clock_realtime;
+
+/* ---- files --------------------------------------------------------------------------------- */
+
+/*
+ * Reads a whole file relative to dirfd (or AT_FDCWD) into a NUL-terminated buffer. More than
+ * max bytes gives -EFBIG; the file is read until EOF whatever its stat size says (sysfs).
+ */
+int read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_size);
+
+/* Writes all of buf, retrying short writes and EINTR. */
+int write_all(int fd, const void *buf, size_t size);
+
+/* fsync() of a directory relative to dirfd ("." for dirfd itself). */
+int fsync_directory_at(int dirfd, const char *path);
+
+/* The steps of write_file_atomic_at, so callers can name the one that failed. */
+typedef enum WriteStep {
+        WRITE_STEP_CREATE,   /* open the temp file */
+        WRITE_STEP_WRITE,    /* write its contents */
+        WRITE_STEP_SYNC,     /* fsync it */
+        WRITE_STEP_CLOSE,    /* close it */
+        WRITE_STEP_RENAME,   /* rename it over the target */
+        WRITE_STEP_SYNC_DIR, /* fsync the directory */
+} WriteStep;
+
+/*
+ * Crash-safe replace of dirfd/name: writes "<name>.tmp" (O_TRUNC, mode), fsyncs and closes it,
+ * renames it over name, fsyncs dirfd. On failure the temp file is removed, *failed_step (if
+ * non-NULL) names the step, and the result is -errno. This is a failure report rather than an
+ * out-parameter: it is the one value a caller needs exactly when the call fails.
+ */
+int write_file_atomic_at(int dirfd, const char *name, const void *buf, size_t size, mode_t mode,
+                         WriteStep *failed_step);

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#include "base.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+int read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_size)
+{
+        _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return negative_errno();
+
+        /* Read one byte past max so an oversize file is detected, never truncated. */
+        size_t cap = max < 4096 ? max + 1 : 4096, used = 0;
+        _cleanup_free_ char *buf = malloc(cap + 1);
+        if (!buf)
+                return -ENOMEM;
+
+        for (;;) {
+                if (used == cap) {
+                        if (cap > max)
+                                return -EFBIG;
+                        size_t next = cap * 2 > max + 1 ? max + 1 : cap * 2;
+                        char *grown = realloc(buf, next + 1);
+                        if (!grown)
+                                return -ENOMEM;
+                        buf = grown;
+                        cap = next;
+                }
+                ssize_t n = read(fd, buf + used, cap - used);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                if (n == 0)
+                        break;
+                used += (size_t)n;
+        }
+        if (used > max)
+                return -EFBIG;
+
+        buf[used] = 0;
+        if (ret_size)
+                *ret_size = used;
+        *ret = TAKE_PTR(buf);
+        return 0;
+}
+
+int write_all(int fd, const void *buf, size_t size)
+{
+        const char *p = buf;
+        while (size > 0) {
+                ssize_t n = write(fd, p, size);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                if (n == 0)
+                        return -EIO;
+                p += n;
+                size -= (size_t)n;
+        }
+        return 0;
+}
+
+int fsync_directory_at(int dirfd, const char *path)
+{
+        _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        if (fsync(fd) < 0)
+                return negative_errno();
+        return 0;
+}
+
+static int fail_at(WriteStep step, WriteStep *failed_step, int error)
+{
+        if (failed_step)
+                *failed_step = step;
+        return error;
+}
+
+int write_file_atomic_at(int dirfd, const char *name, const void *buf, size_t size, mode_t mode,
+                         WriteStep *failed_step)
+{
+        _cleanup_free_ char *tmp = NULL;
+        int r = strprintf(&tmp, "%s.tmp", name);
+        if (r < 0)
+                return fail_at(WRITE_STEP_CREATE, failed_step, r);
+
+        int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0)
+                return fail_at(WRITE_STEP_CREATE, failed_step, negative_errno());
+
+        WriteStep step = WRITE_STEP_WRITE;
+        r = fchmod(fd, mode) < 0 ? negative_errno() : 0; /* the umask must not narrow it */
+        if (r >= 0)
+                r = write_all(fd, buf, size);
+        if (r >= 0) {
+                step = WRITE_STEP_SYNC;
+                r = fsync(fd) < 0 ? negative_errno() : 0;
+        }
+        if (r < 0) {
+                close(fd);
+                unlinkat(dirfd, tmp, 0);
+                return fail_at(step, failed_step, r);
+        }
+        if (close(fd) < 0) {
+                r = negative_errno();
+                unlinkat(dirfd, tmp, 0);
+                return fail_at(WRITE_STEP_CLOSE, failed_step, r);
+        }
+        if (renameat(dirfd, tmp, dirfd, name) < 0) {
+                r = negative_errno();
+                unlinkat(dirfd, tmp, 0);
+                return fail_at(WRITE_STEP_RENAME, failed_step, r);
+        }
+        r = fsync_directory_at(dirfd, ".");
+        if (r < 0)
+                return fail_at(WRITE_STEP_SYNC_DIR, failed_step, r);
+        return 0;
+}

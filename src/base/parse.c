@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#include "base.h"
+
+static bool is_digit(char c)
+{
+        return c >= '0' && c <= '9';
+}
+
+/* Reads a run of digits at *p, advancing it; -EINVAL when there is none. */
+static int take_digits(const char **p, uint64_t *ret)
+{
+        const char *s = *p;
+        uint64_t v = 0;
+
+        if (!is_digit(*s))
+                return -EINVAL;
+        for (; is_digit(*s); s++) {
+                unsigned d = (unsigned)(*s - '0');
+                if (v > (UINT64_MAX - d) / 10)
+                        return -ERANGE;
+                v = v * 10 + d;
+        }
+        *p = s;
+        *ret = v;
+        return 0;
+}
+
+int parse_uint64(const char *s, uint64_t *ret)
+{
+        uint64_t v;
+
+        if (!s)
+                return -EINVAL;
+        int r = take_digits(&s, &v);
+        if (r < 0)
+                return r;
+        if (*s)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
+int parse_uint64_range(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
+{
+        uint64_t v;
+        int r = parse_uint64(s, &v);
+        if (r < 0)
+                return r;
+        if (v < min || v > max)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+int parse_uint32(const char *s, uint32_t *ret)
+{
+        uint64_t v;
+        int r = parse_uint64_range(s, 0, UINT32_MAX, &v);
+        if (r < 0)
+                return r;
+        *ret = (uint32_t)v;
+        return 0;
+}
+
+static int hex_value(char c)
+{
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        return -1; /* uppercase is not canonical and is refused */
+}
+
+/* Reads exactly n lowercase hex digits. */
+static int take_hex(const char **p, size_t n, unsigned *ret)
+{
+        unsigned v = 0;
+        for (size_t i = 0; i < n; i++) {
+                int d = hex_value((*p)[i]);
+                if (d < 0)
+                        return -EINVAL;
+                v = v * 16 + (unsigned)d;
+        }
+        *p += n;
+        *ret = v;
+        return 0;
+}
+
+int parse_pci_address(const char *s, PciAddress *ret)
+{
+        unsigned domain, bus, device;
+
+        if (!s || strlen(s) != PCI_ADDRESS_STRLEN - 1)
+                return -EINVAL;
+        if (take_hex(&s, 4, &domain) < 0 || *s++ != ':' || take_hex(&s, 2, &bus) < 0 ||
+            *s++ != ':' || take_hex(&s, 2, &device) < 0 || *s++ != '.')
+                return -EINVAL;
+        if (*s < '0' || *s > '7')
+                return -EINVAL;
+        /* The regex allows any two hex digits for the device, as Linux names them. */
+        *ret = (PciAddress){
+                .domain = (uint16_t)domain,
+                .bus = (uint8_t)bus,
+                .device = (uint8_t)device,
+                .function = (uint8_t)(*s - '0'),
+        };
+        return 0;
+}
+
+bool pci_address_is_valid(const char *s)
+{
+        PciAddress a;
+        return parse_pci_address(s, &a) >= 0;
+}
+
+char *pci_address_format(const PciAddress *a, char buf[static PCI_ADDRESS_STRLEN])
+{
+        snprintf(buf, PCI_ADDRESS_STRLEN, "%04x:%02x:%02x.%u", a->domain, a->bus, a->device,
+                 a->function & 7u);
+        return buf;
+}
+
+int parse_duration(const char *s, nsec_t *ret)
+{
+        static const struct {
+                const char *suffix;
+                nsec_t unit;
+        } units[] = {
+                /* "ms" before "m", so the longer suffix wins */
+                {"ms", NSEC_PER_MSEC},
+                {"s", NSEC_PER_SEC},
+                {"m", NSEC_PER_MIN},
+                {"h", NSEC_PER_HOUR},
+        };
+        nsec_t total = 0;
+
+        if (!s || !*s)
+                return -EINVAL;
+        while (*s) {
+                uint64_t v;
+                int r = take_digits(&s, &v);
+                if (r < 0)
+                        return r;
+
+                size_t i;
+                for (i = 0; i < ELEMENTSOF(units); i++)
+                        if (startswith(s, units[i].suffix))
+                                break;
+                if (i == ELEMENTSOF(units))
+                        return -EINVAL;
+                s += strlen(units[i].suffix);
+
+                if (v > UINT64_MAX / units[i].unit || total > UINT64_MAX - v * units[i].unit)
+                        return -ERANGE;
+                total += v * units[i].unit;
+        }
+        *ret = total;
+        return 0;
+}
+
+/* Writes v's decimal digits ending just before buf[w]; returns the new start. */
+static size_t put_int(char *buf, size_t w, uint64_t v)
+{
+        do {
+                buf[--w] = (char)('0' + v % 10);
+                v /= 10;
+        } while (v > 0);
+        return w;
+}
+
+/* Writes the prec-digit fraction of v without trailing zeros (and no dot when it is zero). */
+static size_t put_frac(char *buf, size_t w, uint64_t *v, int prec)
+{
+        bool print = false;
+        for (int i = 0; i < prec; i++) {
+                unsigned digit = (unsigned)(*v % 10);
+                print = print || digit != 0;
+                if (print)
+                        buf[--w] = (char)('0' + digit);
+                *v /= 10;
+        }
+        if (print)
+                buf[--w] = '.';
+        return w;
+}
+
+char *format_duration(nsec_t d, char buf[static DURATION_STRLEN])
+{
+        char tmp[DURATION_STRLEN];
+        size_t w = sizeof tmp;
+        uint64_t u = d;
+
+        tmp[--w] = 0;
+        tmp[--w] = 's';
+        if (u < NSEC_PER_SEC) {
+                int prec;
+                if (u == 0) {
+                        tmp[--w] = '0';
+                        return memcpy(buf, tmp + w, sizeof tmp - w);
+                } else if (u < NSEC_PER_USEC) {
+                        prec = 0;
+                        tmp[--w] = 'n';
+                } else if (u < NSEC_PER_MSEC) {
+                        prec = 3;
+                        tmp[--w] = (char)0xb5; /* U+00B5 MICRO SIGN in UTF-8 */
+                        tmp[--w] = (char)0xc2;
+                } else {
+                        prec = 6;
+                        tmp[--w] = 'm';
+                }
+                w = put_frac(tmp, w, &u, prec);
+                w = put_int(tmp, w, u);
+        } else {
+                w = put_frac(tmp, w, &u, 9);
+                w = put_int(tmp, w, u % 60);
+                u /= 60;
+                if (u > 0) {
+                        tmp[--w] = 'm';
+                        w = put_int(tmp, w, u % 60);
+                        u /= 60;
+                        if (u > 0) {
+                                tmp[--w] = 'h';
+                                w = put_int(tmp, w, u);
+                        }
+                }
+        }
+        return memcpy(buf, tmp + w, sizeof tmp - w);
+}

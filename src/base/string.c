@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#include "base.h"
+
+#include <ctype.h>
+
+int strprintf(char **ret, const char *fmt, ...)
+{
+        va_list ap;
+        char *s;
+
+        va_start(ap, fmt);
+        int n = vasprintf(&s, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                return -ENOMEM;
+        *ret = s;
+        return 0;
+}
+
+int strextend(char **s, const char *fmt, ...)
+{
+        _cleanup_free_ char *tail = NULL;
+        va_list ap;
+
+        va_start(ap, fmt);
+        int n = vasprintf(&tail, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                return -ENOMEM;
+
+        size_t old = *s ? strlen(*s) : 0;
+        char *joined = realloc(*s, old + (size_t)n + 1);
+        if (!joined)
+                return -ENOMEM;
+        memcpy(joined + old, tail, (size_t)n + 1);
+        *s = joined;
+        return 0;
+}
+
+char *strchomp(char *s)
+{
+        size_t n = strlen(s);
+        if (n > 0 && s[n - 1] == '\n')
+                s[n - 1] = 0;
+        return s;
+}
+
+char *strstrip(char *s)
+{
+        while (*s && isspace((unsigned char)*s))
+                s++;
+        size_t n = strlen(s);
+        while (n > 0 && isspace((unsigned char)s[n - 1]))
+                s[--n] = 0;
+        return s;
+}
+
+size_t strv_length(char *const *strv)
+{
+        size_t n = 0;
+        while (strv && strv[n])
+                n++;
+        return n;
+}
+
+int strv_push(char ***strv, const char *s)
+{
+        size_t n = strv_length(*strv);
+        _cleanup_free_ char *copy = strdup(s);
+        if (!copy)
+                return -ENOMEM;
+        char **grown = realloc(*strv, (n + 2) * sizeof(char *));
+        if (!grown)
+                return -ENOMEM;
+        grown[n] = TAKE_PTR(copy);
+        grown[n + 1] = NULL;
+        *strv = grown;
+        return 0;
+}
+
+int error_set(char **error, int r, const char *fmt, ...)
+{
+        char *msg;
+        va_list ap;
+
+        if (!error)
+                return r;
+        va_start(ap, fmt);
+        int n = vasprintf(&msg, fmt, ap);
+        va_end(ap);
+        free(*error);
+        *error = n < 0 ? NULL : msg; /* out of memory: the errno still tells the story */
+        return r;
+}
+
+int error_prefix(char **error, int r, const char *fmt, ...)
+{
+        _cleanup_free_ char *prefix = NULL;
+        va_list ap;
+
+        if (!error)
+                return r;
+        va_start(ap, fmt);
+        int n = vasprintf(&prefix, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                return r;
+        return error_set(error, r, "%s: %s", prefix, *error ? *error : strerror(r < 0 ? -r : r));
+}

@@ -1,0 +1,10 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * The offline subcommands of vgpud. Each takes the arguments after its name (argv[0] is the
+ * subcommand) and returns the process exit status.
+ */
+
+int cmd_inventory(int argc, char **argv);
+int cmd_health_check(int argc, char **argv);

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#include <stdio.h>
+
+#include "base/base.h"
+#include "commands.h"
+#include "config.h"
+
+typedef struct Command {
+        const char *name;
+        int (*run)(int argc, char **argv);
+        const char *usage;
+} Command;
+
+static const Command commands[] = {
+#ifdef HAVE_CMD_INVENTORY
+        {"inventory", cmd_inventory, "inventory [--sysfs-root DIR] [--json]"},
+#endif
+#ifdef HAVE_CMD_HEALTH_CHECK
+        {"health-check", cmd_health_check, "health-check FILE [--threshold N]"},
+#endif
+};
+
+static void usage(FILE *f)
+{
+        fprintf(f, "usage: vgpud --version\n");
+        for (size_t i = 0; i < ELEMENTSOF(commands); i++)
+                fprintf(f, "       vgpud %s\n", commands[i].usage);
+}
+
+int main(int argc, char **argv)
+{
+        if (argc >= 2 && streq(argv[1], "--version")) {
+                printf("vgpud %s\n", VGPUD_VERSION);
+                return 0;
+        }
+        if (argc >= 2 && streq(argv[1], "--help")) {
+                usage(stdout);
+                return 0;
+        }
+        for (size_t i = 0; argc >= 2 && i < ELEMENTSOF(commands); i++)
+                if (streq(argv[1], commands[i].name))
+                        return commands[i].run(argc - 1, argv + 1);
+
+        usage(stderr);
+        return 2;
+}
