@@ -77,17 +77,17 @@ static inline void strv_freep(char ***strv)
 #define _cleanup_strv_free_ _cleanup_(strv_freep)
 
 /* Hands ownership on: returns the value and leaves the cleanup variable empty. */
-#define TAKE_PTR(p)                                                                                \
-        ({                                                                                         \
-                __typeof__(p) _taken = (p);                                                        \
-                (p) = NULL;                                                                        \
-                _taken;                                                                            \
+#define TAKE_PTR(p)                         \
+        ({                                  \
+                __typeof__(p) _taken = (p); \
+                (p) = NULL;                 \
+                _taken;                     \
         })
-#define TAKE_FD(fd)                                                                                \
-        ({                                                                                         \
-                int _taken = (fd);                                                                 \
-                (fd) = -1;                                                                         \
-                _taken;                                                                            \
+#define TAKE_FD(fd)                \
+        ({                         \
+                int _taken = (fd); \
+                (fd) = -1;         \
+                _taken;            \
         })
 
 /* errno as a negative return, never 0 even if libc forgot to set it. */

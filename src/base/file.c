@@ -10,17 +10,22 @@ int read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *re
         if (fd < 0)
                 return negative_errno();
 
-        /* Read one byte past max so an oversize file is detected, never truncated. */
-        size_t cap = max < 4096 ? max + 1 : 4096, used = 0;
+        /*
+         * Read one byte past max so an oversize file is detected, never truncated. The limit
+         * stays below SIZE_MAX so that neither max + 1 nor the terminator can wrap around when
+         * a caller passes SIZE_MAX for "no limit".
+         */
+        size_t limit = max < SIZE_MAX - 1 ? max + 1 : SIZE_MAX - 1;
+        size_t cap = limit < 4096 ? limit : 4096, used = 0;
         _cleanup_free_ char *buf = malloc(cap + 1);
         if (!buf)
                 return -ENOMEM;
 
         for (;;) {
                 if (used == cap) {
-                        if (cap > max)
+                        if (cap == limit)
                                 return -EFBIG;
-                        size_t next = cap * 2 > max + 1 ? max + 1 : cap * 2;
+                        size_t next = cap > limit / 2 ? limit : cap * 2;
                         char *grown = realloc(buf, next + 1);
                         if (!grown)
                                 return -ENOMEM;
@@ -94,10 +99,13 @@ int write_file_atomic_at(int dirfd, const char *name, const void *buf, size_t si
         if (fd < 0)
                 return fail_at(WRITE_STEP_CREATE, failed_step, negative_errno());
 
-        WriteStep step = WRITE_STEP_WRITE;
-        r = fchmod(fd, mode) < 0 ? negative_errno() : 0; /* the umask must not narrow it */
-        if (r >= 0)
+        /* The umask must not narrow the mode; a failure here belongs to creating the file. */
+        WriteStep step = WRITE_STEP_CREATE;
+        r = fchmod(fd, mode) < 0 ? negative_errno() : 0;
+        if (r >= 0) {
+                step = WRITE_STEP_WRITE;
                 r = write_all(fd, buf, size);
+        }
         if (r >= 0) {
                 step = WRITE_STEP_SYNC;
                 r = fsync(fd) < 0 ? negative_errno() : 0;

@@ -28,9 +28,8 @@ int log_level_from_string(const char *s, int *ret)
                 const char *name;
                 int level;
         } table[] = {
-                {"err", LOG_LEVEL_ERR},       {"warning", LOG_LEVEL_WARNING},
-                {"notice", LOG_LEVEL_NOTICE}, {"info", LOG_LEVEL_INFO},
-                {"debug", LOG_LEVEL_DEBUG},
+            {"err", LOG_LEVEL_ERR},   {"warning", LOG_LEVEL_WARNING}, {"notice", LOG_LEVEL_NOTICE},
+            {"info", LOG_LEVEL_INFO}, {"debug", LOG_LEVEL_DEBUG},
         };
 
         for (size_t i = 0; i < ELEMENTSOF(table); i++)

@@ -99,10 +99,10 @@ int parse_pci_address(const char *s, PciAddress *ret)
                 return -EINVAL;
         /* The regex allows any two hex digits for the device, as Linux names them. */
         *ret = (PciAddress){
-                .domain = (uint16_t)domain,
-                .bus = (uint8_t)bus,
-                .device = (uint8_t)device,
-                .function = (uint8_t)(*s - '0'),
+            .domain = (uint16_t)domain,
+            .bus = (uint8_t)bus,
+            .device = (uint8_t)device,
+            .function = (uint8_t)(*s - '0'),
         };
         return 0;
 }
@@ -126,11 +126,11 @@ int parse_duration(const char *s, nsec_t *ret)
                 const char *suffix;
                 nsec_t unit;
         } units[] = {
-                /* "ms" before "m", so the longer suffix wins */
-                {"ms", NSEC_PER_MSEC},
-                {"s", NSEC_PER_SEC},
-                {"m", NSEC_PER_MIN},
-                {"h", NSEC_PER_HOUR},
+            /* "ms" before "m", so the longer suffix wins */
+            {"ms", NSEC_PER_MSEC},
+            {"s", NSEC_PER_SEC},
+            {"m", NSEC_PER_MIN},
+            {"h", NSEC_PER_HOUR},
         };
         nsec_t total = 0;
 

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 #include "base.h"
 
+#define TIMESTAMP_LAST_SEC INT64_C(253402300799) /* 9999-12-31T23:59:59Z */
+
 /* Days since 1970-01-01 of a proleptic Gregorian date (valid for any year >= 1). */
 static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
 {
@@ -108,11 +110,12 @@ int parse_timestamp(const char *s, Timestamp *ret)
         if (*s)
                 return -EINVAL;
 
-        int64_t days = days_from_civil(year, month, day);
-        *ret = (Timestamp){
-                .sec = days * 86400 + hour * 3600 + minute * 60 + second - offset,
-                .nsec = nsec,
-        };
+        int64_t sec =
+            days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second - offset;
+        /* An offset can carry the instant out of years 1..9999, which UTC RFC 3339 cannot write. */
+        if (sec < TIMESTAMP_ZERO_SEC || sec > TIMESTAMP_LAST_SEC)
+                return -ERANGE;
+        *ret = (Timestamp){.sec = sec, .nsec = nsec};
         return 0;
 }
 
@@ -127,9 +130,9 @@ char *format_timestamp(Timestamp t, char buf[static TIMESTAMP_STRLEN])
         unsigned m, d;
         civil_from_days(days, &y, &m, &d);
 
-        int n = snprintf(buf, TIMESTAMP_STRLEN, "%04lld-%02u-%02uT%02u:%02u:%02u", (long long)y,
-                         m, d, (unsigned)(rem / 3600), (unsigned)(rem / 60 % 60),
-                         (unsigned)(rem % 60));
+        int n =
+            snprintf(buf, TIMESTAMP_STRLEN, "%04lld-%02u-%02uT%02u:%02u:%02u", (long long)y, m, d,
+                     (unsigned)(rem / 3600), (unsigned)(rem / 60 % 60), (unsigned)(rem % 60));
         if (t.nsec > 0) {
                 char frac[11];
                 snprintf(frac, sizeof frac, ".%09u", (unsigned)(t.nsec % NSEC_PER_SEC));

@@ -13,10 +13,10 @@ typedef struct Command {
 
 static const Command commands[] = {
 #ifdef HAVE_CMD_INVENTORY
-        {"inventory", cmd_inventory, "inventory [--sysfs-root DIR] [--json]"},
+    {"inventory", cmd_inventory, "inventory [--sysfs-root DIR] [--json]"},
 #endif
 #ifdef HAVE_CMD_HEALTH_CHECK
-        {"health-check", cmd_health_check, "health-check FILE [--threshold N]"},
+    {"health-check", cmd_health_check, "health-check FILE [--threshold N]"},
 #endif
 };
 
