@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * worker: blocking work off the event loop (GEN-2, GEN-3, GEN-4, NVML-9, NVML-10).
+ *
+ * A WorkerPool runs jobs on its own threads and posts each result back to its owner, the one
+ * thread that created it (the event loop). Every function below is called on that thread only;
+ * completions run there too, from worker_pool_dispatch_completions(), never on a worker.
+ *
+ * The owner polls one descriptor, worker_pool_get_fd(): it becomes readable (EPOLLIN) when a
+ * completion is ready or the earliest deadline has passed, so a single sd-event IO source that
+ * calls worker_pool_dispatch_completions() drives the pool. The pool has no sd-event dependency.
+ * The descriptor's timer runs on CLOCK_MONOTONIC; a pool built with an injected clock (tests)
+ * checks deadlines against that clock whenever the owner dispatches, and the owner decides when.
+ *
+ * Two kinds of pool, one engine:
+ *
+ *  - the sysfs pool (GEN-2, GEN-4): 4 threads. A call still running at its deadline is
+ *    abandoned: its completion runs with -ETIMEDOUT and `timed out after <d>`, its key becomes
+ *    uncertain until the call returns, and the pool adds one thread per stuck call, at most 16.
+ *    With 16 calls stuck, new work fails at once with -EAGAIN and
+ *    `sysfs worker pool exhausted (16 calls stuck)`.
+ *
+ *  - the NVML slot (NVML-9, NVML-10): 1 thread, one job at a time. A call still running at its
+ *    deadline is abandoned with -ETIMEDOUT and the slot is stuck: every queued job fails at once
+ *    with -EBUSY, and until the call returns so does every new one; the late result is
+ *    discarded.
+ *
+ * In both, a job's deadline counts from its submission, so time spent queued counts, and a job
+ * whose deadline passes while it waits fails with -ETIMEDOUT without ever running.
+ *
+ * Jobs that share a key (a VF address) never overlap: a later one waits until the earlier one
+ * has returned, even when the earlier one was abandoned (DEV-11).
+ */
+
+#include <stdbool.h>
+
+#include "base/base.h"
+
+/* ---- a monotonic clock that tests can replace ---------------------------------------------- */
+
+typedef struct MonoClock {
+        nsec_t (*now)(void *userdata); /* must be callable from any thread */
+        void *userdata;
+} MonoClock;
+
+/* CLOCK_MONOTONIC. */
+extern const MonoClock mono_clock_system;
+nsec_t mono_clock_now(const MonoClock *c);
+
+/* ---- jobs ---------------------------------------------------------------------------------- */
+
+/*
+ * Runs on a worker thread. Returns >= 0 or -errno; on failure it may store a malloc'd message
+ * in *error (which starts out NULL).
+ */
+typedef int (*WorkerRunFunc)(void *data, char **error);
+
+/*
+ * Runs on the owner's thread with the job's result r and message (NULL when the job gave none;
+ * valid only during the call). data is the job's data when run() returned in time, and NULL
+ * when the pool ended the job itself (r is -ETIMEDOUT or -EBUSY): an abandoned run() may still
+ * be using its data then.
+ */
+typedef void (*WorkerDoneFunc)(int r, void *data, const char *error, void *userdata);
+
+typedef struct WorkerJob {
+        const char *key; /* jobs with equal keys never overlap; NULL for none; copied */
+        nsec_t timeout;  /* from submission; 0 for no deadline */
+        WorkerRunFunc run;
+        WorkerDoneFunc done; /* may be NULL */
+        void *data;          /* handed to run() and done() */
+        /*
+         * Frees data once nothing uses it any more: after done(), or after an abandoned run()
+         * finally returns. Called on the owner's thread, except for a call still running when
+         * the pool is freed, whose data is freed by its own thread when it returns. May be NULL.
+         */
+        void (*free_data)(void *data);
+        void *userdata; /* handed to done() only */
+} WorkerJob;
+
+/*
+ * Called on the owner's thread when an abandoned call returns at last: its key (NULL when it
+ * had none) is certain again, and r is what the call returned (its result is otherwise
+ * discarded).
+ */
+typedef void (*WorkerRecoveredFunc)(const char *key, int r, void *userdata);
+
+typedef struct WorkerPoolConfig {
+        unsigned threads;       /* threads that always run (>= 1) */
+        unsigned max_extra;     /* one thread added per stuck call, at most this many */
+        bool single_slot;       /* the NVML slot: a stuck call fails every job until it returns */
+        const MonoClock *clock; /* NULL for mono_clock_system */
+        WorkerRecoveredFunc recovered; /* may be NULL */
+        void *userdata;                /* for recovered() */
+} WorkerPoolConfig;
+
+#define WORKER_POOL_THREADS 4
+#define WORKER_POOL_MAX_EXTRA 16
+
+#define WORKER_POOL_CONFIG_SYSFS \
+        ((WorkerPoolConfig){.threads = WORKER_POOL_THREADS, .max_extra = WORKER_POOL_MAX_EXTRA})
+#define WORKER_POOL_CONFIG_NVML ((WorkerPoolConfig){.threads = 1, .single_slot = true})
+
+typedef struct WorkerPool WorkerPool;
+
+/* Starts the threads. -EINVAL for a config without threads, or a slot with extra threads. */
+int worker_pool_new(const WorkerPoolConfig *config, WorkerPool **ret);
+
+/*
+ * Stops the pool without running any completion. Queued jobs are dropped (their data freed);
+ * idle threads are joined; a thread still inside a call is detached and frees its job's data
+ * and the last of the pool's memory when the call returns, so freeing never waits on a hung
+ * call. Returns NULL.
+ */
+WorkerPool *worker_pool_free(WorkerPool *p);
+static inline void worker_pool_freep(WorkerPool **p)
+{
+        if (*p)
+                worker_pool_free(*p);
+}
+#define _cleanup_worker_pool_ _cleanup_(worker_pool_freep)
+
+/*
+ * Queues a job. On success the pool owns job->data; on failure the caller keeps it, no
+ * completion runs, and *error says why: -EAGAIN `sysfs worker pool exhausted (<n> calls stuck)`
+ * (sysfs pool, max_extra calls stuck), -EBUSY (NVML slot stuck), -EINVAL (no run function).
+ */
+int worker_pool_submit(WorkerPool *p, const WorkerJob *job, char **error);
+
+/* Readable when worker_pool_dispatch_completions() has something to do. Owned by the pool. */
+int worker_pool_get_fd(WorkerPool *p);
+
+/*
+ * Ends jobs whose deadline has passed (by the pool's clock), reaps threads that are no longer
+ * needed, and runs every ready completion, in the order the jobs ended. Completions may submit
+ * new jobs but must not free the pool. Returns the number of completions run.
+ */
+int worker_pool_dispatch_completions(WorkerPool *p);
+
+/* The earliest deadline of a queued or running job: 1 and *ret, or 0 when there is none. */
+int worker_pool_get_next_deadline(WorkerPool *p, nsec_t *ret);
+
+/* True while an abandoned call with this key has not returned (the VF is "uncertain"). */
+bool worker_pool_key_is_uncertain(WorkerPool *p, const char *key);
+
+/* Abandoned calls that have not returned yet. */
+unsigned worker_pool_get_stuck_count(WorkerPool *p);
+
+/* Threads currently alive (for tests and diagnostics). */
+unsigned worker_pool_get_thread_count(WorkerPool *p);
+
+/*
+ * The message new work would fail with right now (-EAGAIN exhausted, -EBUSY slot stuck), or 0
+ * when the pool accepts work. For `placement_disabled_reason` (GEN-4).
+ */
+int worker_pool_check_accepting(WorkerPool *p, char **error);
+
+/*
+ * Blocks until no job is queued or running, or until timeout (real CLOCK_MONOTONIC time)
+ * passes: 0 or -ETIMEDOUT. Abandoned calls count as running. Completions are not run. Meant for
+ * shutdown, where the owner waits a bounded time for a last job (NVML-17); the loop itself never
+ * calls it.
+ */
+int worker_pool_wait_idle(WorkerPool *p, nsec_t timeout);
