@@ -1,0 +1,999 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Discovery (DISC-1..DISC-19): one pass over the sysfs tree that decides the host framework and
+ * builds the GPU, VF and mdev tables. Every path is relative to the configured root.
+ */
+#include "gpu.h"
+
+#include <inttypes.h>
+
+#include "gpu-internal.h"
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+/* Makes room for one more element in a growable array. */
+static int grow(void **array, size_t *cap, size_t n, size_t size)
+{
+        if (n < *cap)
+                return 0;
+        size_t next = *cap ? *cap * 2 : 16;
+        void *grown = realloc(*array, next * size);
+        if (!grown)
+                return -ENOMEM;
+        *array = grown;
+        *cap = next;
+        return 0;
+}
+
+static void vf_done(GpuVf *vf)
+{
+        free(vf->error);
+        strv_freep(&vf->mdev_uuids);
+        free(vf->current_profile);
+        gpu_profiles_free(vf->creatable, vf->n_creatable);
+        *vf = (GpuVf){};
+}
+
+GpuHost *gpu_host_free(GpuHost *h)
+{
+        if (!h)
+                return NULL;
+        for (size_t i = 0; i < h->n_gpus; i++) {
+                free(h->gpus[i].model);
+                gpu_profiles_free(h->gpus[i].catalog, h->gpus[i].n_catalog);
+        }
+        free(h->gpus);
+        for (size_t i = 0; i < h->n_vfs; i++)
+                vf_done(&h->vfs[i]);
+        free(h->vfs);
+        for (size_t i = 0; i < h->n_mdevs; i++) {
+                free(h->mdevs[i].uuid);
+                free(h->mdevs[i].mdev_type);
+                free(h->mdevs[i].profile);
+        }
+        free(h->mdevs);
+        strv_freep(&h->warnings);
+        free(h);
+        return NULL;
+}
+
+/* A host under construction: the growable arrays' capacities live beside it. */
+typedef struct Builder {
+        GpuHost *host;
+        size_t cap_gpus, cap_vfs, cap_mdevs;
+} Builder;
+
+/* Takes the VF's contents over on success; on failure the caller still owns them. */
+static int builder_add_vf(Builder *b, GpuVf *vf)
+{
+        int r = grow((void **)&b->host->vfs, &b->cap_vfs, b->host->n_vfs, sizeof(GpuVf));
+        if (r < 0)
+                return r;
+        b->host->vfs[b->host->n_vfs++] = *vf;
+        *vf = (GpuVf){};
+        return 0;
+}
+
+/*
+ * Logs a warning as "<4>message key=value ..." and keeps "message: detail" in the host's
+ * warnings, for callers that show them without a log (inventory, tests). The pairs end with
+ * NULL; a NULL value skips its key.
+ */
+_sentinel_ static int builder_warn(Builder *b, const char *message, const char *detail, ...)
+{
+        _cleanup_free_ char *text = NULL;
+        char line[LOG_LINE_MAX];
+        va_list ap;
+
+        snprintf(line, sizeof line, "%s", message);
+        va_start(ap, detail);
+        for (;;) {
+                const char *key = va_arg(ap, const char *);
+                if (!key)
+                        break;
+                const char *value = va_arg(ap, const char *);
+                if (value)
+                        logfmt_append(line, sizeof line, key, value);
+        }
+        va_end(ap);
+
+        log_kv(LOG_LEVEL_WARNING, 0, "%s", line);
+        int r = strprintf(&text, "%s: %s", message, detail);
+        if (r < 0)
+                return r;
+        return strv_push(&b->host->warnings, text);
+}
+
+/* The cause may be a link target, which is outside input: the recorded text escapes it. */
+static int warn_mdev(Builder *b, const char *message, const char *uuid, const char *cause,
+                     const char *cause_key)
+{
+        _cleanup_free_ char *shown = gpu_escape(cause, strlen(cause)), *detail = NULL;
+        if (!shown)
+                return -ENOMEM;
+        int r = strprintf(&detail, "%s: %s", uuid, shown);
+        if (r < 0)
+                return r;
+        return builder_warn(b, message, detail, "mdev", uuid, cause_key, cause, NULL);
+}
+
+/* A directory entry's name is outside input: the recorded text escapes it. */
+static int warn_entry(Builder *b, const char *message, const char *entry, const char *cause)
+{
+        _cleanup_free_ char *shown = gpu_escape(entry, strlen(entry)), *detail = NULL;
+        if (!shown)
+                return -ENOMEM;
+        int r = cause ? strprintf(&detail, "\"%s\": %s", shown, cause)
+                      : strprintf(&detail, "\"%s\"", shown);
+        if (r < 0)
+                return r;
+        return builder_warn(b, message, detail, "entry", entry, "error", cause, NULL);
+}
+
+static int warn_gpu(Builder *b, const char *message, const char *pf, const char *cause)
+{
+        _cleanup_free_ char *detail = NULL;
+        int r = strprintf(&detail, "%s: %s", pf, cause);
+        if (r < 0)
+                return r;
+        return builder_warn(b, message, detail, "gpu", pf, "error", cause, NULL);
+}
+
+/* Appends "VF <address>: <message>" to a "; "-joined list, and the address to another. */
+static int join_failure(char **failures, char **addresses, const char *address, const char *message)
+{
+        int r = strextend(failures, "%sVF %s: %s", *failures ? "; " : "", address,
+                          message ? message : "out of memory");
+        if (r < 0)
+                return r;
+        return strextend(addresses, "%s%s", *addresses ? "," : "", address);
+}
+
+static int compare_vfs(const void *a, const void *b)
+{
+        return strcmp(((const GpuVf *)a)->address, ((const GpuVf *)b)->address);
+}
+
+static int compare_gpus(const void *a, const void *b)
+{
+        return strcmp(((const Gpu *)a)->address, ((const Gpu *)b)->address);
+}
+
+const Gpu *gpu_host_find_gpu(const GpuHost *h, const char *address)
+{
+        Gpu key = {};
+        if (!pci_address_is_valid(address) || h->n_gpus == 0)
+                return NULL;
+        memcpy(key.address, address, PCI_ADDRESS_STRLEN);
+        return bsearch(&key, h->gpus, h->n_gpus, sizeof key, compare_gpus);
+}
+
+const GpuVf *gpu_host_find_vf(const GpuHost *h, const char *address)
+{
+        GpuVf key = {};
+        if (!pci_address_is_valid(address) || h->n_vfs == 0)
+                return NULL;
+        memcpy(key.address, address, PCI_ADDRESS_STRLEN);
+        return bsearch(&key, h->vfs, h->n_vfs, sizeof key, compare_vfs);
+}
+
+/*
+ * Reads a device's parent PF from its physfn link (DISC-8) into parent. A missing link gives
+ * -ENOENT without a message, so callers can tell "no link" from "unreadable link".
+ */
+static int read_parent(const Root *sysfs, const char *device_dir,
+                       char parent[static PCI_ADDRESS_STRLEN], char **error)
+{
+        _cleanup_free_ char *path = NULL, *target = NULL;
+
+        int r = strprintf(&path, "%s/physfn", device_dir);
+        if (r < 0)
+                return r;
+        r = root_readlink_basename(sysfs, path, &target);
+        if (r == -ENOENT || r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return error_set(error, r, "read physfn link: %s", strerror(-r));
+        if (!pci_address_is_valid(target)) {
+                _cleanup_free_ char *shown = gpu_escape(target, strlen(target));
+                if (!shown)
+                        return -ENOMEM;
+                return error_set(error, -EINVAL, "invalid parent address \"%s\"", shown);
+        }
+        memcpy(parent, target, PCI_ADDRESS_STRLEN);
+        return 0;
+}
+
+/* Reads a short attribute, trimmed; a missing file or a name that breaks DISC-13 gives NULL. */
+static int read_type_name(const Root *sysfs, const char *path, char **ret)
+{
+        _cleanup_free_ char *raw = NULL;
+        int r = root_read_attr(sysfs, path, GPU_ATTR_MAX, &raw);
+        if (r == -ENOENT) {
+                *ret = NULL;
+                return 0;
+        }
+        if (r < 0)
+                return r;
+        char *name = strstrip(raw);
+        if (!gpu_profile_name_is_valid(name)) {
+                *ret = NULL;
+                return 0;
+        }
+        char *copy = strdup(name);
+        if (!copy)
+                return -ENOMEM;
+        *ret = copy;
+        return 0;
+}
+
+/* ---- mdev detection (DISC-1..DISC-3, DISC-9, DISC-16) -------------------------------------- */
+
+/* Reads one mdev type of a parent into a profile. */
+static int read_mdev_type(const Root *sysfs, const char *types_dir, const char *type,
+                          GpuProfile *ret, char **error)
+{
+        _cleanup_free_ char *path = NULL, *name = NULL, *description = NULL;
+        _cleanup_free_ char *mdev_type = strdup(type);
+        if (!mdev_type)
+                return -ENOMEM;
+
+        int r = strprintf(&path, "%s/%s/name", types_dir, type);
+        if (r < 0)
+                return r;
+        r = read_type_name(sysfs, path, &name);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return error_set(error, r, "read mdev type %s name: %s", type, strerror(-r));
+        if (!name) {
+                /* Without a usable name the type string is the only handle operators see. */
+                name = strdup(type);
+                if (!name)
+                        return -ENOMEM;
+        }
+
+        free(path);
+        path = NULL;
+        r = strprintf(&path, "%s/%s/description", types_dir, type);
+        if (r < 0)
+                return r;
+        uint64_t framebuffer_mib = 0;
+        r = root_read_attr(sysfs, path, GPU_ATTR_MAX, &description);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0 && r != -ENOENT)
+                return error_set(error, r, "read mdev type %s description: %s", type, strerror(-r));
+        if (r >= 0)
+                framebuffer_mib = gpu_mdev_description_framebuffer_mib(description);
+
+        *ret = (GpuProfile){
+            .name = TAKE_PTR(name),
+            .mdev_type = TAKE_PTR(mdev_type),
+            .framebuffer_mib = framebuffer_mib,
+        };
+        return 0;
+}
+
+/*
+ * Reads one class/mdev_bus entry. Returns 0 for a typeless entry (nothing stored), 1 when vf was
+ * filled, -errno with a message when the entry is unreadable.
+ */
+static int read_mdev_parent(const Root *sysfs, const char *address, GpuVf *vf, char **error)
+{
+        _cleanup_free_ char *dir = NULL, *types_dir = NULL;
+        _cleanup_strv_free_ char **types = NULL;
+
+        int r = strprintf(&dir, "class/mdev_bus/%s", address);
+        if (r < 0)
+                return r;
+        r = strprintf(&types_dir, "%s/mdev_supported_types", dir);
+        if (r < 0)
+                return r;
+
+        r = root_list_dir(sysfs, types_dir, &types);
+        if (r == -ENOENT)
+                return 0;
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return error_set(error, r, "list mdev_supported_types: %s", strerror(-r));
+        size_t n = strv_length(types);
+        if (n == 0)
+                return 0;
+
+        memcpy(vf->address, address, PCI_ADDRESS_STRLEN);
+        r = read_parent(sysfs, dir, vf->parent, error);
+        if (r == -ENOENT)
+                /* No physfn: a card without SR-IOV (pre-Ampere) is its own mdev parent. */
+                memcpy(vf->parent, address, PCI_ADDRESS_STRLEN);
+        else if (r < 0)
+                return r;
+
+        vf->creatable = calloc(n, sizeof(GpuProfile));
+        if (!vf->creatable)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                r = read_mdev_type(sysfs, types_dir, types[i], &vf->creatable[i], error);
+                if (r < 0)
+                        return r;
+                vf->n_creatable++;
+        }
+        return 1;
+}
+
+/* Lists the mdev parents; an mdev VF is one with at least one type (DISC-2). */
+static int discover_mdev_vfs(const Root *sysfs, Builder *b, char **error)
+{
+        _cleanup_strv_free_ char **entries = NULL;
+        _cleanup_free_ char *failures = NULL, *failed = NULL;
+        size_t n_valid = 0, n_unreadable = 0;
+        int first_r = 0;
+
+        int r = root_list_dir(sysfs, "class/mdev_bus", &entries);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return error_set(error, r, "list class/mdev_bus: %s", strerror(-r));
+
+        for (char **e = entries; *e; e++) {
+                if (!pci_address_is_valid(*e)) {
+                        r = warn_entry(b, "skipping mdev parent with invalid PCI address", *e,
+                                       NULL);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                n_valid++;
+
+                _cleanup_(vf_done) GpuVf vf = {};
+                _cleanup_free_ char *message = NULL;
+                r = read_mdev_parent(sysfs, *e, &vf, &message);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0) {
+                        /* DISC-3: one bad entry must not hide the others. */
+                        n_unreadable++;
+                        if (first_r == 0)
+                                first_r = r;
+                        r = join_failure(&failures, &failed, *e, message);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                if (r > 0) {
+                        r = builder_add_vf(b, &vf);
+                        if (r < 0)
+                                return r;
+                }
+        }
+
+        if (n_unreadable > 0 && n_unreadable == n_valid)
+                return error_set(error, first_r, "%s", failures);
+        if (n_unreadable > 0) {
+                r = builder_warn(b, "skipping unreadable mdev parents", failures, "vfs", failed,
+                                 "error", failures, NULL);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static bool uuid_is_valid(const char *s)
+{
+        if (strlen(s) != 36)
+                return false;
+        for (size_t i = 0; i < 36; i++) {
+                bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+                if (dash ? s[i] != '-'
+                         : !((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+                        return false;
+        }
+        return true;
+}
+
+/* DISC-9: the parent VF is the component just before the UUID in the device link's target. */
+static int mdev_parent_from_target(const char *target, const char *uuid,
+                                   char ret[static PCI_ADDRESS_STRLEN])
+{
+        _cleanup_free_ char *copy = strdup(target);
+        if (!copy)
+                return -ENOMEM;
+
+        const char *previous = NULL;
+        char *save = NULL;
+        for (char *c = strtok_r(copy, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+                if (streq(c, uuid) && previous && pci_address_is_valid(previous)) {
+                        memcpy(ret, previous, PCI_ADDRESS_STRLEN);
+                        return 0;
+                }
+                previous = c;
+        }
+        return -ENOENT;
+}
+
+/* Reads bus/mdev/devices/<uuid>; returns 0 and skips with a warning what cannot be read. */
+static int read_active_mdev(const Root *sysfs, Builder *b, const char *uuid)
+{
+        _cleanup_free_ char *path = NULL, *target = NULL, *type = NULL, *profile = NULL;
+        _cleanup_free_ char *name_path = NULL, *id = NULL;
+        char vf[PCI_ADDRESS_STRLEN];
+
+        if (!uuid_is_valid(uuid))
+                return warn_entry(b, "skipping mdev with invalid UUID", uuid, NULL);
+
+        int r = strprintf(&path, "bus/mdev/devices/%s", uuid);
+        if (r < 0)
+                return r;
+        r = root_readlink(sysfs, path, &target);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return warn_mdev(b, "skipping unreadable mdev", uuid, strerror(-r), "error");
+        r = mdev_parent_from_target(target, uuid, vf);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return warn_mdev(b, "skipping mdev without a parent VF", uuid, target, "target");
+
+        free(path);
+        path = NULL;
+        r = strprintf(&path, "bus/mdev/devices/%s/mdev_type", uuid);
+        if (r < 0)
+                return r;
+        r = root_readlink_basename(sysfs, path, &type);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return warn_mdev(b, "skipping mdev with unreadable type", uuid, strerror(-r),
+                                 "error");
+
+        r = strprintf(&name_path, "class/mdev_bus/%s/mdev_supported_types/%s/name", vf, type);
+        if (r < 0)
+                return r;
+        r = read_type_name(sysfs, name_path, &profile);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0 || !profile) {
+                free(profile);
+                profile = strdup(type);
+                if (!profile)
+                        return -ENOMEM;
+        }
+
+        id = strdup(uuid);
+        if (!id)
+                return -ENOMEM;
+        r = grow((void **)&b->host->mdevs, &b->cap_mdevs, b->host->n_mdevs, sizeof(GpuMdev));
+        if (r < 0)
+                return r;
+        GpuMdev *m = &b->host->mdevs[b->host->n_mdevs++];
+        *m = (GpuMdev){
+            .uuid = TAKE_PTR(id),
+            .mdev_type = TAKE_PTR(type),
+            .profile = TAKE_PTR(profile),
+        };
+        memcpy(m->vf, vf, PCI_ADDRESS_STRLEN);
+
+        GpuVf *parent = (GpuVf *)gpu_host_find_vf(b->host, vf);
+        if (parent)
+                return strv_push(&parent->mdev_uuids, uuid);
+        return 0;
+}
+
+static int discover_active_mdevs(const Root *sysfs, Builder *b, char **error)
+{
+        _cleanup_strv_free_ char **uuids = NULL;
+
+        int r = root_list_dir(sysfs, "bus/mdev/devices", &uuids);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return error_set(error, r, "list bus/mdev/devices: %s", strerror(-r));
+        for (char **u = uuids; *u; u++) {
+                r = read_active_mdev(sysfs, b, *u);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* ---- vendor VFIO detection (DISC-4..DISC-8, DISC-10..DISC-13) ------------------------------ */
+
+/* Reads one vendor VF; on failure vf keeps what was read and the message says what was not. */
+static int read_vendor_vf(const Root *sysfs, const char *address, GpuVf *vf, char **error)
+{
+        _cleanup_free_ char *dir = NULL, *path = NULL, *buf = NULL;
+        size_t size;
+
+        memcpy(vf->address, address, PCI_ADDRESS_STRLEN);
+        int r = strprintf(&dir, "bus/pci/devices/%s", address);
+        if (r < 0)
+                return r;
+        r = read_parent(sysfs, dir, vf->parent, error);
+        if (r == -ENOENT)
+                /* It vanished between the check and the read: as unreadable as it gets. */
+                return error_set(error, r, "read physfn link: %s", strerror(-r));
+        if (r < 0)
+                return r;
+
+        r = strprintf(&path, "%s/nvidia/current_vgpu_type", dir);
+        if (r < 0)
+                return r;
+        r = root_read_file(sysfs, path, GPU_CURRENT_TYPE_MAX, &buf, &size);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return error_set(error, r, "read current vGPU type: %s", strerror(-r));
+        r = gpu_parse_current_type(buf, size, &vf->current_type_id, error);
+        if (r < 0)
+                return r;
+
+        free(path);
+        free(buf);
+        path = buf = NULL;
+        r = strprintf(&path, "%s/nvidia/creatable_vgpu_types", dir);
+        if (r < 0)
+                return r;
+        r = root_read_file(sysfs, path, GPU_CREATABLE_TYPES_MAX, &buf, &size);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return error_set(error, r, "read creatable vGPU types: %s", strerror(-r));
+        return gpu_parse_creatable_types(buf, size, &vf->creatable, &vf->n_creatable, error);
+}
+
+/*
+ * Classifies one bus/pci/devices entry (DISC-4): 1 for a vendor VF, 0 for anything else,
+ * -errno when that cannot be told.
+ */
+static int is_vendor_vf(const Root *sysfs, const char *entry, char **error)
+{
+        _cleanup_free_ char *path = NULL;
+
+        int r = strprintf(&path, "bus/pci/devices/%s/nvidia/creatable_vgpu_types", entry);
+        if (r < 0)
+                return r;
+        r = root_exists(sysfs, path);
+        if (r < 0)
+                return error_set(error, r, "check nvidia/creatable_vgpu_types: %s", strerror(-r));
+        if (r == 0)
+                return 0;
+
+        free(path);
+        path = NULL;
+        r = strprintf(&path, "bus/pci/devices/%s/physfn", entry);
+        if (r < 0)
+                return r;
+        r = root_exists(sysfs, path);
+        if (r < 0)
+                return error_set(error, r, "check physfn link: %s", strerror(-r));
+        /* With nvidia/ but no physfn it is a PF: some drivers give PFs the directory too. */
+        return r;
+}
+
+static int discover_vendor_vfs(const Root *sysfs, Builder *b, char **error)
+{
+        _cleanup_strv_free_ char **entries = NULL;
+        _cleanup_free_ char *failures = NULL, *failed = NULL;
+        size_t n_found = 0, n_unreadable = 0;
+        int first_r = 0;
+
+        int r = root_list_dir(sysfs, "bus/pci/devices", &entries);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return error_set(error, r, "list bus/pci/devices: %s", strerror(-r));
+
+        for (char **e = entries; *e; e++) {
+                _cleanup_free_ char *message = NULL;
+                r = is_vendor_vf(sysfs, *e, &message);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0) {
+                        /* Not known to be a VF, so never touched: skipping is the safe side. */
+                        r = warn_entry(b, "skipping unreadable PCI device", *e, message);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                if (r == 0)
+                        continue;
+                if (!pci_address_is_valid(*e)) {
+                        r = warn_entry(b, "skipping vendor VFIO VF with invalid PCI address", *e,
+                                       NULL);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+
+                n_found++;
+                _cleanup_(vf_done) GpuVf vf = {};
+                r = read_vendor_vf(sysfs, *e, &vf, &message);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0) {
+                        /* DISC-6: kept in the table, so /gpus can show it, but never used. */
+                        gpu_profiles_free(vf.creatable, vf.n_creatable);
+                        vf.creatable = NULL;
+                        vf.n_creatable = 0;
+                        vf.current_type_id = 0;
+                        vf.error = message ? TAKE_PTR(message) : strdup(strerror(-r));
+                        if (!vf.error)
+                                return -ENOMEM;
+                        n_unreadable++;
+                        if (first_r == 0)
+                                first_r = r;
+                        r = join_failure(&failures, &failed, *e, vf.error);
+                        if (r < 0)
+                                return r;
+                }
+                r = builder_add_vf(b, &vf);
+                if (r < 0)
+                        return r;
+        }
+
+        if (n_found > 0 && n_unreadable == n_found)
+                return error_set(error, first_r, "%s", failures);
+        if (n_unreadable > 0) {
+                /* The VFs' records say why; the warning names them (DISC-6). */
+                r = builder_warn(b, "skipping unreadable vendor VFIO VFs", failed, "vfs", failed,
+                                 "error", failures, NULL);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* ---- GPUs, catalogs and models (DISC-8, DISC-15, DISC-17..DISC-19) ------------------------- */
+
+/* The PF's device ID: "0x" and four lowercase hex digits. */
+static int read_device_id(const Root *sysfs, const char *pf, uint16_t *ret)
+{
+        _cleanup_free_ char *path = NULL, *raw = NULL;
+
+        int r = strprintf(&path, "bus/pci/devices/%s/device", pf);
+        if (r < 0)
+                return r;
+        r = root_read_attr(sysfs, path, GPU_ATTR_MAX, &raw);
+        if (r < 0)
+                return r;
+
+        const char *hex = startswith(raw, "0x");
+        if (!hex || strlen(hex) != 4)
+                return -EINVAL;
+        unsigned v = 0;
+        for (const char *p = hex; *p; p++) {
+                /* sysfs prints lowercase; anything else is not what the kernel wrote. */
+                if (*p >= '0' && *p <= '9')
+                        v = v * 16 + (unsigned)(*p - '0');
+                else if (*p >= 'a' && *p <= 'f')
+                        v = v * 16 + (unsigned)(*p - 'a' + 10);
+                else
+                        return -EINVAL;
+        }
+        *ret = (uint16_t)v;
+        return 0;
+}
+
+/* By type ID; mdev types (ID 0) by their directory, so "nvidia-1000" follows "nvidia-999". */
+static int compare_catalog_entries(const void *a, const void *b)
+{
+        const GpuProfile *x = a, *y = b;
+        if (x->type_id != y->type_id)
+                return x->type_id < y->type_id ? -1 : 1;
+        if (!x->mdev_type != !y->mdev_type)
+                return x->mdev_type ? 1 : -1;
+        if (x->mdev_type) {
+                int c = strverscmp(x->mdev_type, y->mdev_type);
+                if (c != 0)
+                        return c;
+        }
+        return strcmp(x->name, y->name);
+}
+
+static int profile_copy(const GpuProfile *p, GpuProfile *ret)
+{
+        _cleanup_free_ char *name = strdup(p->name);
+        _cleanup_free_ char *mdev_type = p->mdev_type ? strdup(p->mdev_type) : NULL;
+        if (!name || (p->mdev_type && !mdev_type))
+                return -ENOMEM;
+        *ret = (GpuProfile){
+            .name = TAKE_PTR(name),
+            .type_id = p->type_id,
+            .mdev_type = TAKE_PTR(mdev_type),
+            .framebuffer_mib = p->framebuffer_mib,
+        };
+        return 0;
+}
+
+/* DISC-18, sysfs branch: the union by name of the lists of the GPU's readable VFs. */
+static int sysfs_catalog(const GpuHost *h, const char *pf, GpuProfile **ret, size_t *ret_n)
+{
+        GpuProfile *items = NULL;
+        size_t n = 0, cap = 0;
+        int r = 0;
+
+        for (size_t i = 0; r >= 0 && i < h->n_vfs; i++) {
+                const GpuVf *vf = &h->vfs[i];
+                if (!gpu_vf_is_readable(vf) || !streq(vf->parent, pf))
+                        continue;
+                for (size_t k = 0; r >= 0 && k < vf->n_creatable; k++) {
+                        bool known = false;
+                        for (size_t j = 0; !known && j < n; j++)
+                                known = streq(items[j].name, vf->creatable[k].name);
+                        if (known)
+                                continue;
+                        r = grow((void **)&items, &cap, n, sizeof *items);
+                        if (r >= 0)
+                                r = profile_copy(&vf->creatable[k], &items[n]);
+                        if (r >= 0)
+                                n++;
+                }
+        }
+        if (r < 0) {
+                gpu_profiles_free(items, n);
+                return r;
+        }
+        if (n > 0)
+                qsort(items, n, sizeof *items, compare_catalog_entries);
+        *ret = items;
+        *ret_n = n;
+        return 0;
+}
+
+/*
+ * DISC-18, NVML branch: the GPU's supported types. Sizes derived from sysfs (DISC-14, DISC-16)
+ * are kept so figures stay stable; NVML's size fills in only where they are unknown (DISC-15).
+ * mdev type directories come from the sysfs catalog by name.
+ */
+static int nvml_catalog(const GpuNvml *nvml, const char *pf, const GpuProfile *sysfs_items,
+                        size_t n_sysfs, GpuProfile **ret, size_t *ret_n, char **error)
+{
+        GpuNvmlType *types = NULL;
+        size_t n_types = 0;
+
+        int r = nvml->supported_types(nvml->userdata, pf, &types, &n_types);
+        if (r < 0)
+                return error_set(error, r, "query supported vGPU types: %s", strerror(-r));
+
+        GpuProfile *items = n_types > 0 ? calloc(n_types, sizeof *items) : NULL;
+        size_t n = 0;
+        if (n_types > 0 && !items)
+                r = -ENOMEM;
+
+        for (size_t i = 0; r >= 0 && i < n_types; i++) {
+                const GpuNvmlType *t = &types[i];
+                if (t->type_id == 0 || !t->name || !gpu_profile_name_is_valid(t->name)) {
+                        r = error_set(error, -EBADMSG, "NVML reported an invalid vGPU type");
+                        break;
+                }
+                for (size_t j = 0; j < n; j++)
+                        if (items[j].type_id == t->type_id || streq(items[j].name, t->name)) {
+                                r = error_set(error, -EBADMSG,
+                                              "NVML reported vGPU type %" PRIu32 " twice",
+                                              t->type_id);
+                                break;
+                        }
+                if (r < 0)
+                        break;
+
+                const GpuProfile *known = NULL;
+                for (size_t j = 0; !known && j < n_sysfs; j++)
+                        if (streq(sysfs_items[j].name, t->name))
+                                known = &sysfs_items[j];
+
+                uint64_t mib = known ? known->framebuffer_mib : 0;
+                if (mib == 0)
+                        mib = gpu_profile_framebuffer_mib(t->name);
+                if (mib == 0)
+                        mib = t->framebuffer_bytes / (1024 * 1024);
+
+                items[n] = (GpuProfile){
+                    .name = strdup(t->name),
+                    .type_id = t->type_id,
+                    .mdev_type = known && known->mdev_type ? strdup(known->mdev_type) : NULL,
+                    .framebuffer_mib = mib,
+                };
+                if (!items[n].name || (known && known->mdev_type && !items[n].mdev_type)) {
+                        free(items[n].name);
+                        r = -ENOMEM;
+                        break;
+                }
+                n++;
+        }
+        gpu_nvml_types_free(types, n_types);
+        if (r < 0) {
+                gpu_profiles_free(items, n);
+                return r;
+        }
+        if (n > 0)
+                qsort(items, n, sizeof *items, compare_catalog_entries);
+        *ret = items;
+        *ret_n = n;
+        return 0;
+}
+
+void gpu_nvml_types_free(GpuNvmlType *types, size_t n)
+{
+        for (size_t i = 0; types && i < n; i++)
+                free(types[i].name);
+        free(types);
+}
+
+/* DISC-17, sysfs branch: from a profile name, else from the PCI IDs. */
+static int model_from_catalog(const Gpu *g, char **ret)
+{
+        for (size_t i = 0; i < g->n_catalog; i++) {
+                int r = gpu_profile_model(g->catalog[i].name, ret);
+                if (r != -EINVAL)
+                        return r;
+        }
+        if (g->device_id != 0)
+                return strprintf(ret, "10de:%04x", g->device_id);
+        char *s = strdup("10de:unknown");
+        if (!s)
+                return -ENOMEM;
+        *ret = s;
+        return 0;
+}
+
+static bool nvml_usable(const GpuNvml *nvml, const char *pf)
+{
+        return nvml && nvml->usable && nvml->usable(nvml->userdata, pf) > 0;
+}
+
+static int fill_gpu(const Root *sysfs, const GpuNvml *nvml, Builder *b, Gpu *g)
+{
+        const char *pf = g->address;
+
+        int r = read_device_id(sysfs, pf, &g->device_id);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0) {
+                r = warn_gpu(b, "unknown device ID of GPU", pf, strerror(-r));
+                if (r < 0)
+                        return r;
+        }
+
+        r = sysfs_catalog(b->host, pf, &g->catalog, &g->n_catalog);
+        if (r < 0)
+                return r;
+        g->catalog_source = GPU_CATALOG_SYSFS;
+
+        bool usable = nvml_usable(nvml, pf);
+        if (usable && nvml->supported_types) {
+                _cleanup_free_ char *message = NULL;
+                GpuProfile *items = NULL;
+                size_t n = 0;
+                r = nvml_catalog(nvml, pf, g->catalog, g->n_catalog, &items, &n, &message);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0) {
+                        r = warn_gpu(b, "NVML catalog unavailable; using sysfs lists", pf,
+                                     message ? message : "out of memory");
+                        if (r < 0)
+                                return r;
+                } else {
+                        gpu_profiles_free(g->catalog, g->n_catalog);
+                        g->catalog = items;
+                        g->n_catalog = n;
+                        g->catalog_source = GPU_CATALOG_NVML;
+                }
+        }
+
+        if (usable && nvml->device_name) {
+                _cleanup_free_ char *name = NULL;
+                r = nvml->device_name(nvml->userdata, pf, &name);
+                if (r >= 0 && name && gpu_profile_name_is_valid(name)) {
+                        g->model = TAKE_PTR(name);
+                        return 0;
+                }
+                r = warn_gpu(b, "NVML device name unavailable", pf,
+                             r < 0 ? strerror(-r) : "invalid name");
+                if (r < 0)
+                        return r;
+        }
+        return model_from_catalog(g, &g->model);
+}
+
+static int build_gpus(const Root *sysfs, const GpuNvml *nvml, Builder *b)
+{
+        GpuHost *h = b->host;
+        int r;
+
+        for (size_t i = 0; i < h->n_vfs; i++) {
+                const char *pf = h->vfs[i].parent;
+                bool known = !*pf;
+                for (size_t k = 0; !known && k < h->n_gpus; k++)
+                        known = streq(h->gpus[k].address, pf);
+                if (known)
+                        continue;
+                r = grow((void **)&h->gpus, &b->cap_gpus, h->n_gpus, sizeof(Gpu));
+                if (r < 0)
+                        return r;
+                h->gpus[h->n_gpus] = (Gpu){};
+                memcpy(h->gpus[h->n_gpus++].address, pf, PCI_ADDRESS_STRLEN);
+        }
+        if (h->n_gpus > 0)
+                qsort(h->gpus, h->n_gpus, sizeof(Gpu), compare_gpus);
+
+        for (size_t i = 0; i < h->n_gpus; i++) {
+                r = fill_gpu(sysfs, nvml, b, &h->gpus[i]);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* Names each configured VF's profile from its own GPU's catalog (DISC-19) or its mdev. */
+static int resolve_current_profiles(GpuHost *h)
+{
+        for (size_t i = 0; i < h->n_vfs; i++) {
+                GpuVf *vf = &h->vfs[i];
+                const char *name = NULL;
+
+                if (vf->mdev_uuids) {
+                        for (size_t k = 0; !name && k < h->n_mdevs; k++)
+                                if (streq(h->mdevs[k].uuid, vf->mdev_uuids[0]))
+                                        name = h->mdevs[k].profile;
+                } else if (vf->current_type_id != 0) {
+                        const Gpu *g = gpu_host_find_gpu(h, vf->parent);
+                        const GpuProfile *p =
+                            g ? gpu_find_profile_by_type_id(g, vf->current_type_id) : NULL;
+                        name = p ? p->name : NULL;
+                }
+                if (name) {
+                        vf->current_profile = strdup(name);
+                        if (!vf->current_profile)
+                                return -ENOMEM;
+                }
+        }
+        return 0;
+}
+
+/* ---- the whole pass ------------------------------------------------------------------------ */
+
+int gpu_discover(const Root *sysfs, const GpuNvml *nvml, GpuHost **ret, char **error)
+{
+        _cleanup_gpu_host_ GpuHost *h = calloc(1, sizeof *h);
+        if (!h)
+                return -ENOMEM;
+        Builder b = {.host = h};
+
+        _cleanup_free_ char *message = NULL;
+        int r = discover_mdev_vfs(sysfs, &b, &message);
+        if (r < 0)
+                return error_set(error, r, "discover mdev VFs: %s",
+                                 message ? message : strerror(-r));
+
+        if (h->n_vfs > 0) {
+                h->framework = GPU_FRAMEWORK_MDEV;
+                /* Sorted now, so each mdev can find its VF. */
+                qsort(h->vfs, h->n_vfs, sizeof(GpuVf), compare_vfs);
+                r = discover_active_mdevs(sysfs, &b, &message);
+                if (r < 0)
+                        return error_set(error, r, "discover mdev VFs: %s",
+                                         message ? message : strerror(-r));
+        } else {
+                /* DISC-1: only a host without mdev VFs is looked at as a vendor VFIO host. */
+                r = discover_vendor_vfs(sysfs, &b, &message);
+                if (r < 0)
+                        return error_set(error, r, "discover vendor VFIO VFs: %s",
+                                         message ? message : strerror(-r));
+                if (h->n_vfs > 0)
+                        h->framework = GPU_FRAMEWORK_VENDOR_VFIO;
+        }
+
+        if (h->n_vfs > 0)
+                qsort(h->vfs, h->n_vfs, sizeof(GpuVf), compare_vfs);
+        r = build_gpus(sysfs, nvml, &b);
+        if (r < 0)
+                return error_set(error, r, "discover GPUs: %s", strerror(-r));
+        r = resolve_current_profiles(h);
+        if (r < 0)
+                return error_set(error, r, "discover GPUs: %s", strerror(-r));
+
+        *ret = TAKE_PTR(h);
+        return 0;
+}
