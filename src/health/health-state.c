@@ -1,0 +1,904 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The health state as data: parse (HEALTH-1..6), canonical format (HEALTH-4), and the record
+ * helpers the requests are built from. No I/O here except health_state_load_at().
+ */
+#include <fcntl.h>
+#include <jansson.h>
+
+#include "health-internal.h"
+
+static const Timestamp timestamp_zero = {.sec = TIMESTAMP_ZERO_SEC};
+
+const char *health_source_to_string(HealthSource s)
+{
+        return s == HEALTH_SOURCE_OPERATOR ? "operator" : "auto";
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------ */
+
+static void failure_done(HealthFailure *f)
+{
+        free(f->instance_id);
+        free(f->assigned_at);
+}
+
+static void record_done(HealthRecord *r)
+{
+        for (size_t i = 0; i < r->n_failures; i++)
+                failure_done(&r->failures[i]);
+        free(r->failures);
+        free(r->reason);
+}
+
+int health_state_new(HealthState **ret)
+{
+        HealthState *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->breaker_opened_at = timestamp_zero;
+        s->driver_changed_at = timestamp_zero;
+        s->breaker_floor = timestamp_zero;
+        *ret = s;
+        return 0;
+}
+
+HealthState *health_state_free(HealthState *s)
+{
+        if (!s)
+                return NULL;
+        for (size_t i = 0; i < s->n_records; i++)
+                record_done(&s->records[i]);
+        free(s->records);
+        free(s->breaker_reason);
+        free(s->driver_version);
+        free(s);
+        return NULL;
+}
+
+int health_set_string(char **p, const char *s)
+{
+        char *copy = NULL;
+        if (s && !(copy = strdup(s)))
+                return -ENOMEM;
+        free(*p);
+        *p = copy;
+        return 0;
+}
+
+static int strdup_or_null(const char *s, char **ret)
+{
+        char *copy = NULL;
+        if (s && !(copy = strdup(s)))
+                return -ENOMEM;
+        *ret = copy;
+        return 0;
+}
+
+static int record_copy(const HealthRecord *from, HealthRecord *to)
+{
+        HealthRecord r = *from;
+        r.failures = NULL;
+        r.n_failures = 0;
+        r.reason = NULL;
+
+        if (from->n_failures > 0) {
+                r.failures = calloc(from->n_failures, sizeof *r.failures);
+                if (!r.failures)
+                        return -ENOMEM;
+        }
+        for (; r.n_failures < from->n_failures; r.n_failures++) {
+                const HealthFailure *f = &from->failures[r.n_failures];
+                HealthFailure *t = &r.failures[r.n_failures];
+                t->reported_at = f->reported_at;
+                if (strdup_or_null(f->instance_id, &t->instance_id) < 0 ||
+                    strdup_or_null(f->assigned_at, &t->assigned_at) < 0) {
+                        failure_done(t);
+                        record_done(&r);
+                        return -ENOMEM;
+                }
+        }
+        if (strdup_or_null(from->reason, &r.reason) < 0) {
+                record_done(&r);
+                return -ENOMEM;
+        }
+        *to = r;
+        return 0;
+}
+
+int health_state_copy(const HealthState *s, HealthState **ret)
+{
+        _cleanup_health_state_ HealthState *c = NULL;
+        int r = health_state_new(&c);
+        if (r < 0)
+                return r;
+
+        if (s->n_records > 0) {
+                c->records = calloc(s->n_records, sizeof *c->records);
+                if (!c->records)
+                        return -ENOMEM;
+        }
+        for (; c->n_records < s->n_records; c->n_records++) {
+                r = record_copy(&s->records[c->n_records], &c->records[c->n_records]);
+                if (r < 0)
+                        return r;
+        }
+        c->breaker_open = s->breaker_open;
+        c->breaker_opened_at = s->breaker_opened_at;
+        c->driver_changed_at = s->driver_changed_at;
+        c->breaker_floor = s->breaker_floor;
+        if (strdup_or_null(s->breaker_reason, &c->breaker_reason) < 0 ||
+            strdup_or_null(s->driver_version, &c->driver_version) < 0)
+                return -ENOMEM;
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+/* ---- records ------------------------------------------------------------------------------- */
+
+/* The index of vf_address, or where it would be inserted, as ~index. */
+static ssize_t record_search(const HealthState *s, const char *vf_address)
+{
+        size_t lo = 0, hi = s->n_records;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = strcmp(s->records[mid].vf_address, vf_address);
+                if (c == 0)
+                        return (ssize_t)mid;
+                if (c < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return ~(ssize_t)lo;
+}
+
+const HealthRecord *health_state_find(const HealthState *s, const char *vf_address)
+{
+        ssize_t i = record_search(s, vf_address);
+        return i >= 0 ? &s->records[i] : NULL;
+}
+
+HealthRecord *health_state_find_mutable(HealthState *s, const char *vf_address)
+{
+        ssize_t i = record_search(s, vf_address);
+        return i >= 0 ? &s->records[i] : NULL;
+}
+
+int health_state_ensure_record(HealthState *s, const char *vf_address, HealthRecord **ret)
+{
+        ssize_t i = record_search(s, vf_address);
+        if (i >= 0) {
+                *ret = &s->records[i];
+                return 0;
+        }
+        if (strlen(vf_address) >= PCI_ADDRESS_STRLEN)
+                return -EINVAL;
+
+        size_t at = (size_t)~i;
+        HealthRecord *grown = realloc(s->records, (s->n_records + 1) * sizeof *grown);
+        if (!grown)
+                return -ENOMEM;
+        s->records = grown;
+        memmove(&grown[at + 1], &grown[at], (s->n_records - at) * sizeof *grown);
+        grown[at] = (HealthRecord){.quarantined_at = timestamp_zero};
+        strcpy(grown[at].vf_address, vf_address);
+        s->n_records++;
+        *ret = &grown[at];
+        return 0;
+}
+
+void health_state_remove_record(HealthState *s, HealthRecord *r)
+{
+        size_t at = (size_t)(r - s->records);
+        record_done(r);
+        memmove(r, r + 1, (s->n_records - at - 1) * sizeof *r);
+        s->n_records--;
+}
+
+ssize_t health_record_find_failure(const HealthRecord *r, const char *instance_id,
+                                   const char *assigned_at)
+{
+        for (size_t i = 0; i < r->n_failures; i++)
+                if (streq(r->failures[i].instance_id, instance_id) &&
+                    streq(r->failures[i].assigned_at, assigned_at))
+                        return (ssize_t)i;
+        return -ENOENT;
+}
+
+void health_record_drop_oldest(HealthRecord *r, size_t n)
+{
+        if (n > r->n_failures)
+                n = r->n_failures;
+        for (size_t i = 0; i < n; i++)
+                failure_done(&r->failures[i]);
+        memmove(r->failures, r->failures + n, (r->n_failures - n) * sizeof *r->failures);
+        r->n_failures -= n;
+}
+
+void health_record_drop_since(HealthRecord *r, Timestamp since)
+{
+        size_t kept = 0;
+        for (size_t i = 0; i < r->n_failures; i++) {
+                if (timestamp_compare(r->failures[i].reported_at, since) >= 0)
+                        failure_done(&r->failures[i]);
+                else
+                        r->failures[kept++] = r->failures[i];
+        }
+        r->n_failures = kept;
+}
+
+int health_record_append_failure(HealthRecord *r, const char *instance_id, const char *assigned_at,
+                                 Timestamp reported_at)
+{
+        _cleanup_free_ char *id = strdup(instance_id), *at = strdup(assigned_at);
+        if (!id || !at)
+                return -ENOMEM;
+
+        if (r->n_failures >= HEALTH_FAILURES_MAX)
+                health_record_drop_oldest(r, r->n_failures - HEALTH_FAILURES_MAX + 1);
+        HealthFailure *grown = realloc(r->failures, (r->n_failures + 1) * sizeof *grown);
+        if (!grown)
+                return -ENOMEM;
+        r->failures = grown;
+        grown[r->n_failures++] = (HealthFailure){
+            .instance_id = TAKE_PTR(id),
+            .assigned_at = TAKE_PTR(at),
+            .reported_at = reported_at,
+        };
+        return 0;
+}
+
+void health_record_unquarantine(HealthRecord *r)
+{
+        r->quarantined = false;
+        r->quarantined_at = timestamp_zero;
+        r->source = HEALTH_SOURCE_AUTO;
+        r->source_implicit = false;
+        free(r->reason);
+        r->reason = NULL;
+}
+
+/* ---- parse (HEALTH-1..6) ------------------------------------------------------------------- */
+
+#define UNMARSHAL_PREFIX "unmarshal VF health state: "
+#define VALIDATE_PREFIX "validate VF health state"
+
+char *health_quote(const char *s)
+{
+        size_t n = strlen(s);
+        char *q = malloc(n * 4 + 3), *p = q;
+        if (!q)
+                return NULL;
+        *p++ = '"';
+        for (; *s; s++) {
+                unsigned char c = (unsigned char)*s;
+                if (c == '"' || c == '\\') {
+                        *p++ = '\\';
+                        *p++ = (char)c;
+                } else if (c >= 0x20 && c < 0x7f)
+                        *p++ = (char)c;
+                else
+                        p += sprintf(p, "\\x%02x", c);
+        }
+        *p++ = '"';
+        *p = 0;
+        return q;
+}
+
+static int unmarshal_error(char **error, const char *fmt, ...) _printf_(2, 3);
+static int unmarshal_error(char **error, const char *fmt, ...)
+{
+        _cleanup_free_ char *what = NULL;
+        va_list ap;
+
+        va_start(ap, fmt);
+        int n = vasprintf(&what, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                return -ENOMEM;
+        return error_set(error, -EINVAL, UNMARSHAL_PREFIX "%s", what);
+}
+
+/* "unknown key "<k>"" after the given message prefix. */
+static int unknown_key_error(char **error, const char *prefix, const char *scope, const char *key)
+{
+        _cleanup_free_ char *full = NULL;
+        if (strprintf(&full, "%s%s", scope, key) < 0)
+                return -ENOMEM;
+        _cleanup_free_ char *q = health_quote(full);
+        if (!q)
+                return -ENOMEM;
+        return error_set(error, -EINVAL, "%s: unknown key %s", prefix, q);
+}
+
+/* JSON nesting beyond max levels (GEN-6), found before jansson builds anything. */
+static bool json_too_deep(const char *buf, size_t size, unsigned max)
+{
+        unsigned depth = 0;
+        bool in_string = false, escaped = false;
+
+        for (size_t i = 0; i < size; i++) {
+                char c = buf[i];
+                if (in_string) {
+                        if (escaped)
+                                escaped = false;
+                        else if (c == '\\')
+                                escaped = true;
+                        else if (c == '"')
+                                in_string = false;
+                } else if (c == '"')
+                        in_string = true;
+                else if (c == '[' || c == '{') {
+                        if (++depth > max)
+                                return true;
+                } else if ((c == ']' || c == '}') && depth > 0)
+                        depth--;
+        }
+        return false;
+}
+
+static bool string_or_absent(json_t *o, const char *key)
+{
+        json_t *v = json_object_get(o, key);
+        return !v || json_is_string(v);
+}
+
+/* The first key of o that is not in keys, or NULL. */
+static const char *first_unknown_key(json_t *o, const char *const *keys, size_t n_keys)
+{
+        const char *key;
+        json_t *value;
+
+        json_object_foreach (o, key, value) {
+                size_t i;
+                for (i = 0; i < n_keys; i++)
+                        if (streq(key, keys[i]))
+                                break;
+                if (i == n_keys)
+                        return key;
+        }
+        return NULL;
+}
+
+/* A valid, non-zero timestamp (GEN-9). */
+static bool json_timestamp(json_t *v, Timestamp *ret)
+{
+        Timestamp t;
+        if (!json_is_string(v) || parse_timestamp(json_string_value(v), &t) < 0 ||
+            timestamp_is_zero(t))
+                return false;
+        *ret = t;
+        return true;
+}
+
+static const char *json_string_or_empty(json_t *o, const char *key)
+{
+        json_t *v = json_object_get(o, key);
+        return v ? json_string_value(v) : "";
+}
+
+/*
+ * Type errors come first, for the whole file, as a decoder would find them; only then is the
+ * content validated. Timestamps are not type-checked here: a timestamp that is not a string is
+ * simply not a valid timestamp, which HEALTH-5 gives its own error for.
+ */
+static int check_types(json_t *root, char **error)
+{
+        json_t *v = json_object_get(root, "version");
+        if (v && !json_is_integer(v))
+                return unmarshal_error(error, "version: expected an integer");
+        v = json_object_get(root, "breaker");
+        if (v && !json_is_object(v))
+                return unmarshal_error(error, "breaker: expected an object");
+        if (v && !string_or_absent(v, "reason"))
+                return unmarshal_error(error, "breaker.reason: expected a string");
+        if (!string_or_absent(root, "driver_version"))
+                return unmarshal_error(error, "driver_version: expected a string");
+
+        json_t *records = json_object_get(root, "records"), *rec;
+        size_t i;
+        if (!json_is_array(records))
+                return 0; /* a validation error, reported after the version check */
+        json_array_foreach (records, i, rec) {
+                static const char *const strings[] = {"vf_address", "source", "reason"};
+                if (!json_is_object(rec))
+                        return unmarshal_error(error, "records[%zu]: expected an object", i);
+                for (size_t k = 0; k < ELEMENTSOF(strings); k++)
+                        if (!string_or_absent(rec, strings[k]))
+                                return unmarshal_error(error, "records[%zu].%s: expected a string",
+                                                       i, strings[k]);
+                json_t *failures = json_object_get(rec, "failures"), *f;
+                size_t j;
+                if (!failures)
+                        continue;
+                if (!json_is_array(failures))
+                        return unmarshal_error(error, "records[%zu].failures: expected an array",
+                                               i);
+                json_array_foreach (failures, j, f) {
+                        if (!json_is_object(f))
+                                return unmarshal_error(
+                                    error, "records[%zu].failures[%zu]: expected an object", i, j);
+                        if (!string_or_absent(f, "instance_id"))
+                                return unmarshal_error(
+                                    error,
+                                    "records[%zu].failures[%zu].instance_id: expected a string", i,
+                                    j);
+                        if (!string_or_absent(f, "assigned_at"))
+                                return unmarshal_error(
+                                    error,
+                                    "records[%zu].failures[%zu].assigned_at: expected a string", i,
+                                    j);
+                }
+        }
+        return 0;
+}
+
+typedef struct KeyRef {
+        const char *a, *b;
+        size_t index;
+} KeyRef;
+
+static int keyref_compare(const void *x, const void *y)
+{
+        const KeyRef *p = x, *q = y;
+        int c = strcmp(p->a, q->a);
+        if (c == 0)
+                c = strcmp(p->b, q->b);
+        if (c == 0)
+                c = p->index < q->index ? -1 : p->index > q->index;
+        return c;
+}
+
+/*
+ * The smallest index whose key already appeared at a smaller index (SIZE_MAX if none), so a
+ * sequential check can report the first repeat in file order without quadratic work.
+ */
+static size_t first_repeat(KeyRef *keys, size_t n)
+{
+        size_t first = SIZE_MAX;
+
+        qsort(keys, n, sizeof *keys, keyref_compare);
+        for (size_t i = 1; i < n; i++)
+                if (streq(keys[i - 1].a, keys[i].a) && streq(keys[i - 1].b, keys[i].b) &&
+                    keys[i].index < first)
+                        first = keys[i].index;
+        return first;
+}
+
+static int validate_top(json_t *root, HealthState *s, char **error)
+{
+        static const char *const top_keys[] = {"version", "records", "breaker", "driver_version",
+                                               "driver_changed_at"};
+        static const char *const breaker_keys[] = {"opened_at", "reason"};
+
+        json_t *v = json_object_get(root, "version");
+        json_int_t version = v ? json_integer_value(v) : 0;
+        if (version != 1)
+                return error_set(error, -EINVAL,
+                                 VALIDATE_PREFIX ": unsupported version %" JSON_INTEGER_FORMAT,
+                                 version);
+        if (!json_is_array(json_object_get(root, "records")))
+                return error_set(error, -EINVAL, VALIDATE_PREFIX ": expected a records array");
+        const char *unknown = first_unknown_key(root, top_keys, ELEMENTSOF(top_keys));
+        if (unknown)
+                return unknown_key_error(error, VALIDATE_PREFIX, "", unknown);
+
+        json_t *breaker = json_object_get(root, "breaker");
+        if (breaker) {
+                unknown = first_unknown_key(breaker, breaker_keys, ELEMENTSOF(breaker_keys));
+                if (unknown)
+                        return unknown_key_error(error, VALIDATE_PREFIX, "breaker.", unknown);
+                if (!json_timestamp(json_object_get(breaker, "opened_at"), &s->breaker_opened_at))
+                        return error_set(error, -EINVAL,
+                                         VALIDATE_PREFIX ": missing breaker timestamp");
+                const char *reason = json_string_or_empty(breaker, "reason");
+                size_t n = strlen(reason);
+                if (n < 1 || n > HEALTH_REASON_MAX)
+                        return error_set(error, -EINVAL,
+                                         VALIDATE_PREFIX ": invalid breaker reason length %zu", n);
+                if (health_set_string(&s->breaker_reason, reason) < 0)
+                        return -ENOMEM;
+                s->breaker_open = true;
+        }
+
+        json_t *version_value = json_object_get(root, "driver_version");
+        if (version_value) {
+                const char *dv = json_string_value(version_value);
+                size_t n = strlen(dv);
+                if (n < 1 || n > HEALTH_REASON_MAX)
+                        return error_set(error, -EINVAL,
+                                         VALIDATE_PREFIX ": invalid driver_version length %zu", n);
+                if (health_set_string(&s->driver_version, dv) < 0)
+                        return -ENOMEM;
+        }
+        json_t *changed = json_object_get(root, "driver_changed_at");
+        if (changed) {
+                if (!version_value)
+                        return error_set(error, -EINVAL,
+                                         VALIDATE_PREFIX
+                                         ": driver_changed_at without driver_version");
+                if (!json_timestamp(changed, &s->driver_changed_at))
+                        return error_set(error, -EINVAL,
+                                         VALIDATE_PREFIX ": invalid driver_changed_at");
+        }
+        return 0;
+}
+
+static int validate_failures(json_t *failures, size_t i, HealthRecord *out, char **error)
+{
+        static const char *const failure_keys[] = {"instance_id", "assigned_at", "reported_at"};
+        size_t n = json_array_size(failures);
+        if (n == 0)
+                return 0;
+
+        _cleanup_free_ KeyRef *keys = calloc(n, sizeof *keys);
+        out->failures = calloc(n, sizeof *out->failures);
+        if (!keys || !out->failures)
+                return -ENOMEM;
+        for (size_t j = 0; j < n; j++) {
+                json_t *f = json_array_get(failures, j);
+                keys[j] = (KeyRef){json_string_or_empty(f, "instance_id"),
+                                   json_string_or_empty(f, "assigned_at"), j};
+        }
+        size_t repeat = first_repeat(keys, n);
+
+        for (size_t j = 0; j < n; j++) {
+                json_t *f = json_array_get(failures, j);
+                _cleanup_free_ char *prefix = NULL;
+                if (strprintf(&prefix, VALIDATE_PREFIX " record %zu failure %zu", i, j) < 0)
+                        return -ENOMEM;
+
+                const char *unknown = first_unknown_key(f, failure_keys, ELEMENTSOF(failure_keys));
+                if (unknown)
+                        return unknown_key_error(error, prefix, "", unknown);
+
+                HealthFailure *t = &out->failures[j];
+                if (!json_timestamp(json_object_get(f, "reported_at"), &t->reported_at))
+                        return error_set(error, -EINVAL, "%s: missing report timestamp", prefix);
+
+                const char *id = json_string_or_empty(f, "instance_id");
+                const char *at = json_string_or_empty(f, "assigned_at");
+                if (j == repeat) {
+                        _cleanup_free_ char *qid = health_quote(id), *qat = health_quote(at);
+                        if (!qid || !qat)
+                                return -ENOMEM;
+                        return error_set(error, -EINVAL,
+                                         VALIDATE_PREFIX
+                                         " record %zu: duplicate failure for instance %s "
+                                         "assigned at %s",
+                                         i, qid, qat);
+                }
+                t->instance_id = strdup(id);
+                t->assigned_at = strdup(at);
+                out->n_failures = j + 1;
+                if (!t->instance_id || !t->assigned_at)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+static int validate_record(json_t *rec, size_t i, size_t repeated_address, HealthRecord *out,
+                           char **error)
+{
+        static const char *const record_keys[] = {"vf_address", "failures", "quarantined_at",
+                                                  "reason", "source"};
+        _cleanup_free_ char *prefix = NULL;
+        if (strprintf(&prefix, VALIDATE_PREFIX " record %zu", i) < 0)
+                return -ENOMEM;
+
+        const char *unknown = first_unknown_key(rec, record_keys, ELEMENTSOF(record_keys));
+        if (unknown)
+                return unknown_key_error(error, prefix, "", unknown);
+
+        const char *address = json_string_or_empty(rec, "vf_address");
+        if (!pci_address_is_valid(address)) {
+                _cleanup_free_ char *q = health_quote(address);
+                if (!q)
+                        return -ENOMEM;
+                return error_set(error, -EINVAL, "%s: invalid VF address %s", prefix, q);
+        }
+        if (i == repeated_address)
+                return error_set(error, -EINVAL, "%s: duplicate VF address \"%s\"", prefix,
+                                 address);
+        strcpy(out->vf_address, address);
+
+        json_t *quarantined_at = json_object_get(rec, "quarantined_at");
+        if (quarantined_at) {
+                if (!json_timestamp(quarantined_at, &out->quarantined_at))
+                        return error_set(error, -EINVAL, "%s: missing quarantine timestamp",
+                                         prefix);
+                out->quarantined = true;
+        }
+
+        json_t *source = json_object_get(rec, "source");
+        if (source) {
+                const char *v = json_string_value(source);
+                if (streq(v, "auto"))
+                        out->source = HEALTH_SOURCE_AUTO;
+                else if (streq(v, "operator"))
+                        out->source = HEALTH_SOURCE_OPERATOR;
+                else {
+                        _cleanup_free_ char *q = health_quote(v);
+                        if (!q)
+                                return -ENOMEM;
+                        return error_set(error, -EINVAL, "%s: invalid source %s", prefix, q);
+                }
+                if (!out->quarantined)
+                        return error_set(error, -EINVAL, "%s: source without quarantine", prefix);
+        }
+
+        json_t *reason = json_object_get(rec, "reason");
+        if (reason) {
+                size_t n = json_string_length(reason);
+                if (!out->quarantined)
+                        return error_set(error, -EINVAL, "%s: reason without quarantine", prefix);
+                if (n < 1 || n > HEALTH_REASON_MAX)
+                        return error_set(error, -EINVAL, "%s: invalid reason length %zu", prefix,
+                                         n);
+                out->reason = strdup(json_string_value(reason));
+                if (!out->reason)
+                        return -ENOMEM;
+        }
+
+        json_t *failures = json_object_get(rec, "failures");
+        if (failures) {
+                int r = validate_failures(failures, i, out, error);
+                if (r < 0)
+                        return r;
+        }
+
+        if (!out->quarantined && out->n_failures == 0)
+                return error_set(error, -EINVAL,
+                                 "%s: neither quarantined nor any recorded failures", prefix);
+
+        if (out->quarantined && !source) {
+                /* HEALTH-3: derived, and remembered as derived so it is not written back. */
+                out->source = out->n_failures > 0 ? HEALTH_SOURCE_AUTO : HEALTH_SOURCE_OPERATOR;
+                out->source_implicit = true;
+        }
+        /* HEALTH-4: a hand-written file may hold more; the newest are the ones that matter. */
+        if (out->n_failures > HEALTH_FAILURES_MAX)
+                health_record_drop_oldest(out, out->n_failures - HEALTH_FAILURES_MAX);
+        return 0;
+}
+
+static int record_compare(const void *x, const void *y)
+{
+        const HealthRecord *p = x, *q = y;
+        return strcmp(p->vf_address, q->vf_address);
+}
+
+static int validate_records(json_t *records, HealthState *s, char **error)
+{
+        size_t n = json_array_size(records);
+        if (n == 0)
+                return 0;
+
+        _cleanup_free_ KeyRef *keys = calloc(n, sizeof *keys);
+        s->records = calloc(n, sizeof *s->records);
+        if (!keys || !s->records)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                keys[i] =
+                    (KeyRef){json_string_or_empty(json_array_get(records, i), "vf_address"), "", i};
+        size_t repeat = first_repeat(keys, n);
+
+        for (size_t i = 0; i < n; i++) {
+                HealthRecord *out = &s->records[i];
+                *out = (HealthRecord){.quarantined_at = timestamp_zero};
+                /* Counted before validation, so a half-built record is freed with the state. */
+                s->n_records = i + 1;
+                int r = validate_record(json_array_get(records, i), i, repeat, out, error);
+                if (r < 0)
+                        return r;
+        }
+        qsort(s->records, n, sizeof *s->records, record_compare);
+        return 0;
+}
+
+int health_state_parse(const char *buf, size_t size, HealthState **ret, char **error)
+{
+        if (size > HEALTH_FILE_MAX)
+                return error_set(error, -EFBIG, UNMARSHAL_PREFIX "file larger than %zu bytes",
+                                 HEALTH_FILE_MAX);
+        if (json_too_deep(buf, size, HEALTH_JSON_DEPTH_MAX))
+                return unmarshal_error(error, "nesting deeper than %d levels",
+                                       HEALTH_JSON_DEPTH_MAX);
+
+        json_error_t jerr;
+        json_auto_t *root = json_loadb(buf, size, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root) {
+                /* jansson quotes the input near the error: keep the message one printable line. */
+                for (char *p = jerr.text; *p; p++)
+                        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+                                *p = '?';
+                return unmarshal_error(error, "%s (line %d, column %d)", jerr.text, jerr.line,
+                                       jerr.column);
+        }
+        if (!json_is_object(root))
+                return unmarshal_error(error, "expected an object");
+
+        int r = check_types(root, error);
+        if (r < 0)
+                return r;
+
+        _cleanup_health_state_ HealthState *s = NULL;
+        r = health_state_new(&s);
+        if (r < 0)
+                return r;
+        r = validate_top(root, s, error);
+        if (r < 0)
+                return r;
+        r = validate_records(json_object_get(root, "records"), s, error);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+int health_state_load_at(int dirfd, const char *path, HealthState **ret, char **error)
+{
+        _cleanup_free_ char *buf = NULL;
+        size_t size;
+
+        int r = read_file_at(dirfd, path, HEALTH_FILE_MAX, &buf, &size);
+        if (r == -EFBIG)
+                return error_set(error, r, UNMARSHAL_PREFIX "file larger than %zu bytes",
+                                 HEALTH_FILE_MAX);
+        if (r < 0)
+                return error_set(error, r, "read VF health state: %s", strerror(-r));
+        return health_state_parse(buf, size, ret, error);
+}
+
+/* ---- format (HEALTH-4) --------------------------------------------------------------------- */
+
+/* Sets key to value (stolen), failing on NULL so allocation failures need no extra checks. */
+static int add(json_t *o, const char *key, json_t *value)
+{
+        if (!value || json_object_set_new(o, key, value) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+static int append(json_t *a, json_t *value)
+{
+        if (!value || json_array_append_new(a, value) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+static json_t *json_timestamp_new(Timestamp t)
+{
+        char buf[TIMESTAMP_STRLEN];
+        return json_string(format_timestamp(t, buf));
+}
+
+static json_t *failure_to_json(const HealthFailure *f)
+{
+        json_auto_t *o = json_object();
+        if (!o)
+                return NULL;
+        /* HEALTH-2: empty key parts are left out, as upstream's writer does. */
+        if ((*f->instance_id && add(o, "instance_id", json_string(f->instance_id)) < 0) ||
+            (*f->assigned_at && add(o, "assigned_at", json_string(f->assigned_at)) < 0) ||
+            add(o, "reported_at", json_timestamp_new(f->reported_at)) < 0)
+                return NULL;
+        return TAKE_PTR(o);
+}
+
+static json_t *record_to_json(const HealthRecord *r)
+{
+        json_auto_t *o = json_object();
+        if (!o || add(o, "vf_address", json_string(r->vf_address)) < 0)
+                return NULL;
+        if (r->n_failures > 0) {
+                json_t *failures = json_array();
+                if (add(o, "failures", failures) < 0)
+                        return NULL;
+                for (size_t i = 0; i < r->n_failures; i++)
+                        if (append(failures, failure_to_json(&r->failures[i])) < 0)
+                                return NULL;
+        }
+        if (r->quarantined) {
+                if (add(o, "quarantined_at", json_timestamp_new(r->quarantined_at)) < 0 ||
+                    (r->reason && add(o, "reason", json_string(r->reason)) < 0) ||
+                    (!r->source_implicit &&
+                     add(o, "source", json_string(health_source_to_string(r->source))) < 0))
+                        return NULL;
+        }
+        return TAKE_PTR(o);
+}
+
+int health_state_format(const HealthState *s, char **ret, size_t *ret_size)
+{
+        json_auto_t *root = json_object();
+        json_t *records = json_array();
+        if (!root || add(root, "version", json_integer(1)) < 0 || add(root, "records", records) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < s->n_records; i++)
+                if (append(records, record_to_json(&s->records[i])) < 0)
+                        return -ENOMEM;
+        if (s->breaker_open) {
+                json_t *breaker = json_object();
+                if (add(root, "breaker", breaker) < 0 ||
+                    add(breaker, "opened_at", json_timestamp_new(s->breaker_opened_at)) < 0 ||
+                    add(breaker, "reason", json_string(s->breaker_reason)) < 0)
+                        return -ENOMEM;
+        }
+        if (s->driver_version && add(root, "driver_version", json_string(s->driver_version)) < 0)
+                return -ENOMEM;
+        if (!timestamp_is_zero(s->driver_changed_at) &&
+            add(root, "driver_changed_at", json_timestamp_new(s->driver_changed_at)) < 0)
+                return -ENOMEM;
+
+        _cleanup_free_ char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (!text)
+                return -ENOMEM;
+        size_t n = strlen(text);
+        char *out = realloc(text, n + 2);
+        if (!out)
+                return -ENOMEM;
+        text = NULL;
+        out[n] = '\n';
+        out[n + 1] = 0;
+        *ret = out;
+        if (ret_size)
+                *ret_size = n + 1;
+        return 0;
+}
+
+/* ---- queries and load-time rules ----------------------------------------------------------- */
+
+size_t health_state_count_quarantined(const HealthState *s)
+{
+        size_t n = 0;
+        for (size_t i = 0; i < s->n_records; i++)
+                n += s->records[i].quarantined;
+        return n;
+}
+
+int health_state_reevaluate(HealthState *s, unsigned threshold, Timestamp now)
+{
+        int n = 0;
+
+        for (size_t i = 0; i < s->n_records; i++) {
+                HealthRecord *r = &s->records[i];
+                if (r->quarantined || r->n_failures < threshold)
+                        continue;
+                char *reason;
+                if (strprintf(&reason, HEALTH_REEVALUATED_PREFIX "%zu failures, threshold %u",
+                              r->n_failures, threshold) < 0)
+                        return -ENOMEM;
+                free(r->reason);
+                r->reason = reason;
+                r->quarantined = true;
+                r->quarantined_at = now;
+                r->source = HEALTH_SOURCE_AUTO;
+                r->source_implicit = false;
+                n++;
+        }
+        return n;
+}
+
+int health_sanitize_reason(const char *message, char **ret)
+{
+        size_t n = strlen(message);
+        if (n == 0) {
+                *ret = NULL;
+                return 0;
+        }
+
+        bool cut = n > HEALTH_REASON_MAX;
+        size_t keep = cut ? HEALTH_REASON_MAX - 3 : n;
+        char *s = malloc(keep + 4);
+        if (!s)
+                return -ENOMEM;
+        for (size_t i = 0; i < keep; i++) {
+                unsigned char c = (unsigned char)message[i];
+                s[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+        }
+        strcpy(s + keep, cut ? "..." : "");
+        *ret = s;
+        return 0;
+}

@@ -1,0 +1,778 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The store: the file, its latches, its fingerprint and the group-commit queue.
+ *
+ * Memory is always "disk + pending requests": disk is the state last loaded or written, and
+ * every accepted request that is not yet durable stays in the pending list, in order. That
+ * makes the two hard cases simple. A write that fails before its rename drops exactly the
+ * requests it carried and applies the others again on top of disk; a file changed by hand is
+ * loaded as the new disk and the pending requests are applied again on top of it.
+ */
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "health-internal.h"
+
+typedef struct Fingerprint {
+        bool known; /* false: treat as changed, so the next check reloads */
+        bool exists;
+        dev_t dev;
+        ino_t ino;
+        off_t size;
+        struct timespec mtim, ctim;
+} Fingerprint;
+
+typedef struct Pending {
+        HealthOp *op;
+        bool sticky;    /* load-time re-evaluation: kept even when its write fails (HEALTH-9) */
+        bool in_flight; /* carried by the write in flight */
+        HealthDone done;
+        void *userdata;
+        HealthResult result;
+        struct Pending *next;
+} Pending;
+
+struct HealthWrite {
+        int data_dir_fd; /* borrowed from the store */
+        HealthState *state;
+        bool sync_parent;
+
+        int r;
+        char *error;
+        bool renamed; /* the new file is in place (success, or a failed directory fsync) */
+        bool created_dir;
+        bool parent_synced;
+        unsigned fsyncs;
+        Fingerprint fingerprint;
+};
+
+struct HealthStore {
+        int data_dir_fd;
+        HealthOptions options;
+        HealthState *disk;
+        HealthState *mem;
+        Pending *pending;
+        bool write_requested;
+        bool writing;
+        bool reload_requested;
+        bool parent_sync_needed; /* an earlier fsync of data_dir failed (HEALTH-18) */
+        Fingerprint fingerprint;
+        char *load_error;
+        char *write_error;
+        int write_r;
+        char *unavailable;
+};
+
+#define UNAVAILABLE "VF health state unavailable"
+#define CHANGED_INVALID "VF health state changed on disk and is invalid"
+
+/* ---- fingerprint (HEALTH-22) --------------------------------------------------------------- */
+
+static int fingerprint_read(int dirfd, const char *path, Fingerprint *ret)
+{
+        struct stat st;
+
+        if (fstatat(dirfd, path, &st, 0) < 0) {
+                if (errno != ENOENT && errno != ENOTDIR)
+                        return negative_errno();
+                *ret = (Fingerprint){.known = true};
+                return 0;
+        }
+        *ret = (Fingerprint){
+            .known = true,
+            .exists = true,
+            .dev = st.st_dev,
+            .ino = st.st_ino,
+            .size = st.st_size,
+            .mtim = st.st_mtim,
+            .ctim = st.st_ctim,
+        };
+        return 0;
+}
+
+static bool timespec_equal(struct timespec a, struct timespec b)
+{
+        return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+static bool fingerprint_equal(const Fingerprint *a, const Fingerprint *b)
+{
+        if (!a->known || !b->known || a->exists != b->exists)
+                return false;
+        return !a->exists || (a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+                              timespec_equal(a->mtim, b->mtim) && timespec_equal(a->ctim, b->ctim));
+}
+
+static bool file_changed(const HealthStore *s)
+{
+        Fingerprint now;
+        return fingerprint_read(s->data_dir_fd, HEALTH_FILE_PATH, &now) < 0 ||
+               !fingerprint_equal(&now, &s->fingerprint);
+}
+
+/* ---- latches (HEALTH-16) ------------------------------------------------------------------- */
+
+static void update_unavailable(HealthStore *s)
+{
+        free(s->unavailable);
+        s->unavailable = NULL;
+        if (s->load_error)
+                (void)strprintf(&s->unavailable, UNAVAILABLE ": %s", s->load_error);
+        else if (s->write_error)
+                (void)strprintf(&s->unavailable, UNAVAILABLE ": last write failed: %s",
+                                s->write_error);
+}
+
+/* Never fails: out of memory still latches, with a message that says so. */
+static void latch(char **slot, const char *error, int r)
+{
+        free(*slot);
+        *slot = strdup(error ? error : strerror(r < 0 ? -r : r));
+        if (!*slot)
+                *slot = strdup("out of memory");
+}
+
+static void unlatch(char **slot)
+{
+        free(*slot);
+        *slot = NULL;
+}
+
+/* ---- pending requests ---------------------------------------------------------------------- */
+
+static Pending *pending_free(Pending *p)
+{
+        Pending *next = p->next;
+        health_op_free(p->op);
+        free(p);
+        return next;
+}
+
+/* Memory = disk + every pending request, applied again in order. */
+static int rebuild_memory(HealthStore *s)
+{
+        _cleanup_health_state_ HealthState *m = NULL;
+        int r = health_state_copy(s->disk, &m);
+        if (r < 0)
+                return r;
+        for (Pending *p = s->pending; p; p = p->next) {
+                r = health_op_apply(m, p->op, &s->options, &p->result);
+                if (r < 0)
+                        return r;
+        }
+        health_state_free(s->mem);
+        s->mem = TAKE_PTR(m);
+        return 0;
+}
+
+/* Unlinks the requests that match from the pending list and returns them, in order. */
+static Pending *take_pending(HealthStore *s, bool in_flight, bool include_sticky)
+{
+        Pending *taken = NULL, **tail = &taken, **pp = &s->pending;
+        while (*pp) {
+                Pending *p = *pp;
+                if (p->in_flight == in_flight && (include_sticky || !p->sticky)) {
+                        *pp = p->next;
+                        p->next = NULL;
+                        *tail = p;
+                        tail = &p->next;
+                } else
+                        pp = &p->next;
+        }
+        return taken;
+}
+
+static void complete(HealthStore *s, Pending *list, int r, const char *error)
+{
+        while (list) {
+                if (list->done)
+                        list->done(s, r, &list->result, r < 0 ? error : NULL, list->userdata);
+                list = pending_free(list);
+        }
+}
+
+/* ---- load ---------------------------------------------------------------------------------- */
+
+/*
+ * Loads the file as the new disk state and applies the pending requests on top. On failure
+ * the previous memory is kept, the error latched (HEALTH-5), and queued requests are refused
+ * with "<refusal>: <err>", so nothing that depended on the old file is written over the new.
+ */
+static int store_reload(HealthStore *s, const char *refusal, char **error)
+{
+        Fingerprint fp = {0};
+        (void)fingerprint_read(s->data_dir_fd, HEALTH_FILE_PATH, &fp);
+
+        _cleanup_health_state_ HealthState *loaded = NULL;
+        _cleanup_free_ char *err = NULL;
+        int r = health_state_load_at(s->data_dir_fd, HEALTH_FILE_PATH, &loaded, &err);
+        if (r == -ENOENT)
+                r = health_state_new(&loaded); /* HEALTH-1: no file is an empty store */
+        if (r < 0) {
+                latch(&s->load_error, err, r);
+                update_unavailable(s);
+                /* Remembered, so the 5 s poll does not read the same bad file again. */
+                s->fingerprint = fp;
+
+                _cleanup_free_ char *refused = NULL;
+                (void)strprintf(&refused, "%s: %s", refusal, s->load_error);
+                complete(s, take_pending(s, false, false), -EAGAIN, refused);
+                s->write_requested = false;
+                (void)rebuild_memory(s);
+                return error_set(error, -EAGAIN, "%s", refused ? refused : s->load_error);
+        }
+
+        /* Re-evaluations of the old file are superseded by the one of the new file. */
+        for (Pending **pp = &s->pending; *pp;)
+                if ((*pp)->sticky)
+                        *pp = pending_free(*pp);
+                else
+                        pp = &(*pp)->next;
+
+        loaded->breaker_floor = s->disk->breaker_floor; /* a reset in this process still holds */
+        health_state_free(s->disk);
+        s->disk = TAKE_PTR(loaded);
+        s->fingerprint = fp;
+        unlatch(&s->load_error);
+
+        /* HEALTH-8: load-time re-evaluation is a request of its own, first in line. */
+        _cleanup_(health_op_freep) HealthOp *reevaluate = NULL;
+        HealthResult ignored;
+        r = health_op_new(&(HealthRequest){.kind = HEALTH_REQUEST_REEVALUATE},
+                          clock_now(s->options.clock), &reevaluate, NULL);
+        if (r < 0)
+                return r;
+        if (!health_op_is_noop(s->disk, reevaluate, &s->options, &ignored)) {
+                Pending *p = calloc(1, sizeof *p);
+                if (!p)
+                        return -ENOMEM;
+                *p = (Pending){.op = TAKE_PTR(reevaluate), .sticky = true, .next = s->pending};
+                s->pending = p;
+                s->write_requested = true;
+        }
+
+        r = rebuild_memory(s);
+        update_unavailable(s);
+        return r;
+}
+
+/* ---- writing (HEALTH-18, HEALTH-19) -------------------------------------------------------- */
+
+static int write_failed(HealthWrite *w, const char *prefix, int r)
+{
+        w->r = r;
+        if (strprintf(&w->error, "%s: %s", prefix, strerror(-r)) < 0)
+                w->error = NULL;
+        return r;
+}
+
+static const char *const file_step_prefix[] = {
+    [WRITE_STEP_CREATE] = "create VF health state",
+    [WRITE_STEP_WRITE] = "write VF health state",
+    [WRITE_STEP_SYNC] = "sync VF health state",
+    [WRITE_STEP_CLOSE] = "close VF health state",
+    [WRITE_STEP_RENAME] = "rename VF health state",
+    [WRITE_STEP_SYNC_DIR] = "sync VF health state dir",
+};
+
+/* How many fsync() calls write_file_atomic_at made, given where it stopped. */
+static unsigned file_fsyncs(int r, WriteStep step)
+{
+        if (r >= 0 || step == WRITE_STEP_SYNC_DIR)
+                return 2;
+        return step >= WRITE_STEP_SYNC ? 1 : 0;
+}
+
+int health_write_run(HealthWrite *w)
+{
+        _cleanup_free_ char *buf = NULL;
+        size_t size;
+        int r = health_state_format(w->state, &buf, &size);
+        if (r < 0)
+                return write_failed(w, "format VF health state", r);
+
+        if (mkdirat(w->data_dir_fd, HEALTH_DIR_NAME, 0755) >= 0) {
+                w->created_dir = true;
+                /* The umask must not narrow the mode HEALTH-18 asks for. */
+                if (fchmodat(w->data_dir_fd, HEALTH_DIR_NAME, 0755, 0) < 0)
+                        return write_failed(w, "create VF health state dir", negative_errno());
+        } else if (errno != EEXIST)
+                return write_failed(w, "create VF health state dir", negative_errno());
+
+        _cleanup_close_ int dir = openat(w->data_dir_fd, HEALTH_DIR_NAME,
+                                         O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (dir < 0)
+                return write_failed(w, "create VF health state dir", negative_errno());
+
+        /* A new gpu/ entry is only durable once data_dir itself is synced. */
+        if (w->created_dir || w->sync_parent) {
+                w->fsyncs++;
+                r = fsync_directory_at(w->data_dir_fd, ".");
+                if (r < 0)
+                        return write_failed(w, "sync VF health state parent dir", r);
+                w->parent_synced = true;
+        }
+
+        WriteStep step = WRITE_STEP_CREATE;
+        r = write_file_atomic_at(dir, HEALTH_FILE_NAME, buf, size, 0644, &step);
+        w->fsyncs += file_fsyncs(r, step);
+        w->renamed = r >= 0 || step == WRITE_STEP_SYNC_DIR;
+        if (w->renamed && fingerprint_read(dir, HEALTH_FILE_NAME, &w->fingerprint) < 0)
+                w->fingerprint = (Fingerprint){0};
+        if (r < 0)
+                return write_failed(w, file_step_prefix[step], r);
+        w->r = 0;
+        return 0;
+}
+
+unsigned health_write_fsyncs(const HealthWrite *w)
+{
+        return w->fsyncs;
+}
+
+HealthWrite *health_write_free(HealthWrite *w)
+{
+        if (!w)
+                return NULL;
+        health_state_free(w->state);
+        free(w->error);
+        free(w);
+        return NULL;
+}
+
+bool health_store_write_pending(const HealthStore *s)
+{
+        return s->write_requested && !s->writing && !s->load_error;
+}
+
+bool health_store_write_in_flight(const HealthStore *s)
+{
+        return s->writing;
+}
+
+int health_store_begin_write(HealthStore *s, HealthWrite **ret)
+{
+        if (s->writing || !s->write_requested)
+                return 0;
+        /* HEALTH-17: a file that failed to load is never replaced. */
+        if (s->load_error) {
+                s->write_requested = false;
+                return 0;
+        }
+        /* HEALTH-22: an edit made by hand is loaded before anything is written over it. */
+        if (file_changed(s) && store_reload(s, CHANGED_INVALID, NULL) < 0)
+                return 0;
+        if (!s->pending) {
+                s->write_requested = false;
+                return 0;
+        }
+
+        HealthWrite *w = calloc(1, sizeof *w);
+        if (!w)
+                return -ENOMEM;
+        int r = health_state_copy(s->mem, &w->state);
+        if (r < 0) {
+                free(w);
+                return r;
+        }
+        w->data_dir_fd = s->data_dir_fd;
+        w->sync_parent = s->parent_sync_needed;
+        for (Pending *p = s->pending; p; p = p->next)
+                p->in_flight = true;
+        s->writing = true;
+        s->write_requested = false;
+        *ret = w;
+        return 1;
+}
+
+static void kick(HealthStore *s);
+
+static void finish_write(HealthStore *s, HealthWrite *w)
+{
+        Pending *carried;
+
+        s->writing = false;
+        if (w->parent_synced)
+                s->parent_sync_needed = false;
+        else if (w->created_dir)
+                s->parent_sync_needed = true;
+
+        if (w->renamed) {
+                /* Success, or a failed directory fsync: the new file is in place, keep it all. */
+                health_state_free(s->disk);
+                s->disk = TAKE_PTR(w->state);
+                s->fingerprint = w->fingerprint;
+                carried = take_pending(s, true, true);
+        } else {
+                /* Before the rename: the old file stands, and so must memory (HEALTH-20). */
+                carried = take_pending(s, true, false);
+                for (Pending *p = s->pending; p; p = p->next)
+                        p->in_flight = false;
+                if (rebuild_memory(s) < 0)
+                        latch(&s->load_error, "rebuild VF health state: out of memory", -ENOMEM);
+        }
+        if (w->r < 0) {
+                latch(&s->write_error, w->error, w->r);
+                s->write_r = w->r;
+        } else {
+                unlatch(&s->write_error);
+                s->write_r = 0;
+        }
+        update_unavailable(s);
+
+        if (s->reload_requested) {
+                s->reload_requested = false;
+                (void)store_reload(s, UNAVAILABLE, NULL);
+        }
+        complete(s, carried, w->r, w->error);
+        health_write_free(w);
+}
+
+void health_store_finish_write(HealthStore *s, HealthWrite *w)
+{
+        finish_write(s, w);
+        kick(s);
+}
+
+/* Runs every queued write on the calling thread. */
+static void flush(HealthStore *s)
+{
+        HealthWrite *w;
+        while (health_store_begin_write(s, &w) > 0) {
+                (void)health_write_run(w);
+                finish_write(s, w);
+        }
+}
+
+static void kick(HealthStore *s)
+{
+        if (!s->write_requested || s->writing || s->load_error)
+                return;
+        if (s->options.write_wanted)
+                s->options.write_wanted(s, s->options.userdata);
+        else
+                flush(s);
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------ */
+
+bool health_threshold_is_valid(uint64_t threshold)
+{
+        return threshold >= HEALTH_THRESHOLD_MIN && threshold <= HEALTH_THRESHOLD_MAX;
+}
+
+int health_store_new(int data_dir_fd, const HealthOptions *options, HealthStore **ret)
+{
+        if (data_dir_fd < 0 || !health_threshold_is_valid(options->threshold) ||
+            options->breaker_window == 0 || options->breaker_max_quarantines == 0)
+                return -EINVAL;
+
+        _cleanup_health_store_ HealthStore *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->data_dir_fd = data_dir_fd;
+        s->options = *options;
+        if (!s->options.clock)
+                s->options.clock = &clock_realtime;
+        /* Unknown until the first load, so a request before it reads the file first. */
+        s->fingerprint = (Fingerprint){0};
+        int r = health_state_new(&s->disk);
+        if (r >= 0)
+                r = health_state_new(&s->mem);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+HealthStore *health_store_free(HealthStore *s)
+{
+        if (!s)
+                return NULL;
+        while (s->pending)
+                s->pending = pending_free(s->pending);
+        health_state_free(s->disk);
+        health_state_free(s->mem);
+        free(s->load_error);
+        free(s->write_error);
+        free(s->unavailable);
+        free(s);
+        return NULL;
+}
+
+int health_store_load(HealthStore *s, char **error)
+{
+        if (s->writing)
+                return error_set(error, -EBUSY, "VF health state write in flight");
+
+        /* HEALTH-19: a temp file left by a crash is never the truth; remove it. */
+        (void)unlinkat(s->data_dir_fd, HEALTH_FILE_PATH ".tmp", 0);
+
+        int r = store_reload(s, UNAVAILABLE, NULL);
+        if (r < 0)
+                return error_set(error, r, "%s", s->load_error);
+        kick(s);
+        if (s->write_error && !s->options.write_wanted)
+                return error_set(error, s->write_r, "%s", s->write_error);
+        return 0;
+}
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+static int refuse_unavailable(const HealthStore *s, char **error)
+{
+        return error_set(error, -EAGAIN, "%s", health_store_unavailable_reason(s));
+}
+
+/*
+ * Before a change: retry a latched load (HEALTH-17), or reload a file changed on disk
+ * (HEALTH-22/23). Returns 1 after a reload, 0 when the file is as we left it.
+ */
+static int check_disk(HealthStore *s, char **error)
+{
+        if (s->load_error)
+                return store_reload(s, UNAVAILABLE, error) < 0 ? -EAGAIN : 1;
+        if (!file_changed(s))
+                return 0;
+        return store_reload(s, CHANGED_INVALID, error) < 0 ? -EAGAIN : 1;
+}
+
+static int enqueue(HealthStore *s, HealthOp **op, HealthDone done, void *userdata)
+{
+        Pending *p = calloc(1, sizeof *p), **tail = &s->pending;
+        if (!p)
+                return -ENOMEM;
+        int r = health_op_apply(s->mem, *op, &s->options, &p->result);
+        if (r < 0) {
+                free(p);
+                (void)rebuild_memory(s); /* undo whatever the failed apply left half done */
+                return r;
+        }
+        p->op = TAKE_PTR(*op);
+        p->done = done;
+        p->userdata = userdata;
+        while (*tail)
+                tail = &(*tail)->next;
+        *tail = p;
+        s->write_requested = true;
+        kick(s);
+        return 1;
+}
+
+static int submit_repair(HealthStore *s, HealthOp **op, HealthDone done, void *userdata,
+                         HealthResult *ret, char **error)
+{
+        /* HEALTH-21: a healthy store does no I/O at all. A load error never coexists with a
+         * write in flight: nothing is written while one is latched. */
+        if (s->load_error) {
+                int r = store_reload(s, UNAVAILABLE, error);
+                if (r < 0)
+                        return r;
+                kick(s);
+        }
+        if (!s->write_error) {
+                if (ret)
+                        *ret = (HealthResult){0};
+                return 0;
+        }
+        return enqueue(s, op, done, userdata);
+}
+
+int health_store_submit(HealthStore *s, const HealthRequest *request, HealthDone done,
+                        void *userdata, HealthResult *ret, char **error)
+{
+        _cleanup_(health_op_freep) HealthOp *op = NULL;
+        HealthResult res;
+
+        if (request->kind == HEALTH_REQUEST_REEVALUATE)
+                return error_set(error, -EINVAL, "re-evaluation is not a request");
+        int r = health_op_new(request, clock_now(s->options.clock), &op, error);
+        if (r < 0)
+                return r;
+        if (op->kind == HEALTH_REQUEST_REPAIR)
+                return submit_repair(s, &op, done, userdata, ret, error);
+
+        /* HEALTH-11/13: what changes nothing needs no I/O, available or not. */
+        bool noop = health_op_is_noop(s->mem, op, &s->options, &res);
+        if (!noop && !s->writing) {
+                r = check_disk(s, error);
+                if (r < 0)
+                        return r;
+                if (r > 0)
+                        noop = health_op_is_noop(s->mem, op, &s->options, &res);
+        }
+        if (noop) {
+                if (ret)
+                        *ret = res;
+                return 0;
+        }
+        if (s->write_error)
+                return refuse_unavailable(s, error);
+        return enqueue(s, &op, done, userdata);
+}
+
+typedef struct Capture {
+        bool done;
+        int r;
+        HealthResult result;
+        char *error;
+} Capture;
+
+static void capture_done(HealthStore *s, int r, const HealthResult *result, const char *error,
+                         void *userdata)
+{
+        Capture *c = userdata;
+        c->done = true;
+        c->r = r;
+        c->result = *result;
+        if (error)
+                c->error = strdup(error);
+}
+
+int health_store_apply(HealthStore *s, const HealthRequest *request, HealthResult *ret,
+                       char **error)
+{
+        if (s->writing)
+                return error_set(error, -EBUSY, "VF health state write in flight");
+
+        Capture c = {0};
+        int r = health_store_submit(s, request, capture_done, &c, ret, error);
+        if (r <= 0)
+                return r;
+        if (!c.done)
+                flush(s); /* an asynchronous store: run its write here */
+        _cleanup_free_ char *err = c.error;
+        if (!c.done)
+                return error_set(error, -EIO, "VF health state write did not complete");
+        if (c.r < 0)
+                return error_set(error, c.r, "%s", err ? err : strerror(-c.r));
+        if (ret)
+                *ret = c.result;
+        return 0;
+}
+
+int health_store_report_failure(HealthStore *s, const char *vf_address, const char *instance_id,
+                                const char *assigned_at, const char *message, HealthResult *ret,
+                                char **error)
+{
+        return health_store_apply(s,
+                                  &(HealthRequest){
+                                      .kind = HEALTH_REQUEST_FAILURE,
+                                      .vf_address = vf_address,
+                                      .instance_id = instance_id,
+                                      .assigned_at = assigned_at,
+                                      .text = message,
+                                  },
+                                  ret, error);
+}
+
+int health_store_report_success(HealthStore *s, const char *vf_address, const char *instance_id,
+                                const char *assigned_at, HealthResult *ret, char **error)
+{
+        return health_store_apply(s,
+                                  &(HealthRequest){
+                                      .kind = HEALTH_REQUEST_SUCCESS,
+                                      .vf_address = vf_address,
+                                      .instance_id = instance_id,
+                                      .assigned_at = assigned_at,
+                                  },
+                                  ret, error);
+}
+
+int health_store_quarantine(HealthStore *s, char *const *vfs, const char *reason, char **error)
+{
+        return health_store_apply(
+            s, &(HealthRequest){.kind = HEALTH_REQUEST_QUARANTINE, .vfs = vfs, .text = reason},
+            NULL, error);
+}
+
+int health_store_clear(HealthStore *s, char *const *vfs, char **error)
+{
+        return health_store_apply(s, &(HealthRequest){.kind = HEALTH_REQUEST_CLEAR, .vfs = vfs},
+                                  NULL, error);
+}
+
+int health_store_reset_breaker(HealthStore *s, char **error)
+{
+        return health_store_apply(s, &(HealthRequest){.kind = HEALTH_REQUEST_BREAKER_RESET}, NULL,
+                                  error);
+}
+
+int health_store_set_driver_version(HealthStore *s, const char *version, char **error)
+{
+        return health_store_apply(
+            s, &(HealthRequest){.kind = HEALTH_REQUEST_DRIVER_VERSION, .text = version}, NULL,
+            error);
+}
+
+int health_store_repair(HealthStore *s, char **error)
+{
+        return health_store_apply(s, &(HealthRequest){.kind = HEALTH_REQUEST_REPAIR}, NULL, error);
+}
+
+/* ---- reloads ------------------------------------------------------------------------------- */
+
+int health_store_poll(HealthStore *s, char **error)
+{
+        if (s->writing || !file_changed(s))
+                return 0;
+        int r = store_reload(s, CHANGED_INVALID, error);
+        if (r < 0)
+                return r;
+        kick(s);
+        return 1;
+}
+
+int health_store_reload(HealthStore *s, char **error)
+{
+        if (s->writing) {
+                s->reload_requested = true;
+                return 1;
+        }
+        int r = store_reload(s, UNAVAILABLE, error);
+        if (r < 0)
+                return r;
+        kick(s);
+        return 0;
+}
+
+/* ---- queries ------------------------------------------------------------------------------- */
+
+bool health_store_is_quarantined(const HealthStore *s, const char *vf_address)
+{
+        const HealthRecord *r = health_state_find(s->mem, vf_address);
+        return r && r->quarantined;
+}
+
+const char *health_store_unavailable_reason(const HealthStore *s)
+{
+        if (!s->load_error && !s->write_error)
+                return NULL;
+        return s->unavailable ? s->unavailable : UNAVAILABLE;
+}
+
+bool health_store_breaker_open(const HealthStore *s)
+{
+        return s->options.breaker_enabled && s->mem->breaker_open;
+}
+
+int health_store_breaker_warning(const HealthStore *s, char **ret)
+{
+        char *warning = NULL;
+        if (health_store_breaker_open(s) &&
+            strprintf(&warning, "automatic VF quarantine suspended: %s", s->mem->breaker_reason) <
+                0)
+                return -ENOMEM;
+        *ret = warning;
+        return 0;
+}
+
+const HealthState *health_store_state(const HealthStore *s)
+{
+        return s->mem;
+}
+
+const HealthOptions *health_store_options(const HealthStore *s)
+{
+        return &s->options;
+}

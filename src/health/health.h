@@ -1,0 +1,353 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * health: the VF health store (SPEC §5, HEALTH-1..33).
+ *
+ * Two layers:
+ *
+ *  - HealthState is plain data: the records of <data_dir>/gpu/vf-health.json, the breaker and
+ *    the host driver version. health_state_parse() turns file bytes into a state or into the
+ *    exact HEALTH-5 error; health_state_format() turns a state into the canonical bytes of
+ *    HEALTH-4. Neither touches the disk, so the offline checker and the fuzzer use them too.
+ *
+ *  - HealthStore owns the file below a data_dir fd, the latched load and write errors
+ *    (HEALTH-16/17), the on-disk fingerprint (HEALTH-22/23), the breaker options and the
+ *    group-commit queue (HEALTH-20). It is not thread-safe: one thread (the event loop) owns
+ *    it. The only part meant for another thread is health_write_run(), which touches nothing
+ *    but the HealthWrite it is given.
+ *
+ * Writing. A request changes memory at once (placement sees it) and joins the next write.
+ * health_store_begin_write() hands out that write (a snapshot of memory), health_write_run()
+ * does the blocking file work, and health_store_finish_write() completes every request it
+ * carried with one result: a failure before the rename rolls back exactly those requests, a
+ * failure after it keeps them; both latch the error. Requests that arrive while a write is in
+ * flight go into the next one together.
+ *
+ * A store whose options have no write_wanted callback is synchronous: every call that queued
+ * a write also runs it before returning. With a callback the owner drives begin/run/finish.
+ * The health_store_<verb>() convenience functions run the write themselves either way; on an
+ * asynchronous store they refuse with -EBUSY while a write is in flight.
+ *
+ * Error convention: functions return >= 0 or -errno and put the SPEC text in *error (last
+ * parameter, may be NULL). A refusal because the store is unavailable is -EAGAIN with the
+ * HEALTH-16 or HEALTH-23 text; a malformed request is -EINVAL; a failed write is that write's
+ * -errno with its HEALTH-19 text.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+#include "base/base.h"
+
+/* ---- constants ----------------------------------------------------------------------------- */
+
+#define HEALTH_DIR_NAME "gpu"
+#define HEALTH_FILE_NAME "vf-health.json"
+#define HEALTH_FILE_PATH HEALTH_DIR_NAME "/" HEALTH_FILE_NAME /* relative to data_dir */
+#define HEALTH_FILE_MAX ((size_t)4 << 20)                     /* HEALTH-5 */
+#define HEALTH_FAILURES_MAX 64                                /* HEALTH-4 */
+#define HEALTH_REASON_MAX 256                                 /* HEALTH-3, HEALTH-12 */
+#define HEALTH_JSON_DEPTH_MAX 16                              /* GEN-6 */
+
+#define HEALTH_THRESHOLD_MIN 1u /* HEALTH-7 */
+#define HEALTH_THRESHOLD_MAX 64u
+#define HEALTH_THRESHOLD_DEFAULT 2u
+#define HEALTH_BREAKER_WINDOW_DEFAULT NSEC_PER_HOUR /* CFG-3 gpu.breaker.* */
+#define HEALTH_BREAKER_MAX_DEFAULT 4u
+
+/* How often the owner calls health_store_poll() (HEALTH-32). */
+#define HEALTH_POLL_INTERVAL (5 * NSEC_PER_SEC)
+
+/* The reason prefix of quarantines made by load-time re-evaluation (HEALTH-8). */
+#define HEALTH_REEVALUATED_PREFIX "re-evaluated at load: "
+
+/* ---- state --------------------------------------------------------------------------------- */
+
+typedef enum HealthSource {
+        HEALTH_SOURCE_AUTO,
+        HEALTH_SOURCE_OPERATOR,
+} HealthSource;
+
+const char *health_source_to_string(HealthSource s);
+
+typedef struct HealthFailure {
+        char *instance_id; /* "" is a valid key part (HEALTH-2) */
+        char *assigned_at; /* compared as a string, never re-rendered (GEN-8) */
+        Timestamp reported_at;
+} HealthFailure;
+
+typedef struct HealthRecord {
+        char vf_address[PCI_ADDRESS_STRLEN];
+        HealthFailure *failures; /* oldest first, at most HEALTH_FAILURES_MAX */
+        size_t n_failures;
+        bool quarantined;
+        Timestamp quarantined_at;
+        HealthSource source; /* meaningful while quarantined */
+        /*
+         * The file had no "source" key, so source was derived (HEALTH-3). It is written back
+         * without one, so an upstream file round-trips byte for byte until the record changes.
+         */
+        bool source_implicit;
+        char *reason; /* NULL: absent */
+} HealthRecord;
+
+typedef struct HealthState {
+        HealthRecord *records; /* sorted by vf_address */
+        size_t n_records;
+        bool breaker_open;
+        Timestamp breaker_opened_at;
+        char *breaker_reason;
+        char *driver_version;        /* NULL: never seen */
+        Timestamp driver_changed_at; /* zero: absent */
+        /*
+         * Memory only: automatic quarantines at or before this instant do not count towards
+         * the breaker, so a reset restarts the window empty (HEALTH-29).
+         */
+        Timestamp breaker_floor;
+} HealthState;
+
+int health_state_new(HealthState **ret);
+HealthState *health_state_free(HealthState *s);
+static inline void health_state_freep(HealthState **s)
+{
+        health_state_free(*s);
+}
+#define _cleanup_health_state_ _cleanup_(health_state_freep)
+int health_state_copy(const HealthState *s, HealthState **ret);
+
+/*
+ * Parses file bytes (HEALTH-1..6). On failure the result is -EINVAL (-EFBIG for a file above
+ * HEALTH_FILE_MAX) and *error is the HEALTH-5 text: "unmarshal VF health state: ...",
+ * "validate VF health state: ..." or "validate VF health state record <i>[ failure <j>]: ...".
+ * Records more than HEALTH_FAILURES_MAX failures long keep their newest ones.
+ */
+int health_state_parse(const char *buf, size_t size, HealthState **ret, char **error);
+
+/*
+ * Reads and parses dirfd/path. A missing file is -ENOENT with the read error text; callers
+ * that treat it as an empty store (HEALTH-1) check for that.
+ */
+int health_state_load_at(int dirfd, const char *path, HealthState **ret, char **error);
+
+/* The canonical file bytes (HEALTH-4), NUL-terminated. */
+int health_state_format(const HealthState *s, char **ret, size_t *ret_size);
+
+const HealthRecord *health_state_find(const HealthState *s, const char *vf_address);
+size_t health_state_count_quarantined(const HealthState *s);
+
+/*
+ * HEALTH-8: quarantines every unquarantined record that has at least threshold failures, with
+ * source auto and a reason naming the count. Returns how many it quarantined.
+ */
+int health_state_reevaluate(HealthState *s, unsigned threshold, Timestamp now);
+
+/*
+ * HEALTH-12: every byte outside printable ASCII becomes '?', and text above 256 bytes is cut
+ * to 253 bytes plus "...". An empty message gives *ret = NULL (reason absent).
+ */
+int health_sanitize_reason(const char *message, char **ret);
+
+/* ---- store --------------------------------------------------------------------------------- */
+
+typedef struct HealthStore HealthStore;
+typedef struct HealthWrite HealthWrite;
+
+typedef struct HealthOptions {
+        unsigned threshold; /* 1..64 (HEALTH-7) */
+        bool breaker_enabled;
+        nsec_t breaker_window;
+        unsigned breaker_max_quarantines;
+        const Clock *clock; /* NULL: clock_realtime */
+        /*
+         * The GPU model of a VF (DISC-17), for breaker trip (b) of HEALTH-33. NULL, or a NULL
+         * answer, means unknown; unknown models never trip it.
+         */
+        const char *(*model_of)(const char *vf_address, void *userdata);
+        /*
+         * Called when a write is queued and none is in flight: the owner should call
+         * health_store_begin_write() soon (from its loop, not from inside this callback).
+         * NULL makes the store synchronous.
+         */
+        void (*write_wanted)(HealthStore *s, void *userdata);
+        void *userdata;
+} HealthOptions;
+
+/* The CFG-3 defaults. */
+#define HEALTH_OPTIONS_DEFAULT                                     \
+        ((HealthOptions){                                          \
+            .threshold = HEALTH_THRESHOLD_DEFAULT,                 \
+            .breaker_enabled = true,                               \
+            .breaker_window = HEALTH_BREAKER_WINDOW_DEFAULT,       \
+            .breaker_max_quarantines = HEALTH_BREAKER_MAX_DEFAULT, \
+        })
+
+bool health_threshold_is_valid(uint64_t threshold);
+
+/*
+ * A store over data_dir_fd (borrowed: it must stay open while the store lives). Nothing is
+ * read until health_store_load(). -EINVAL for a threshold outside 1..64, a zero window or a
+ * zero max_quarantines.
+ */
+int health_store_new(int data_dir_fd, const HealthOptions *options, HealthStore **ret);
+/* The store must not be freed while a write it handed out is still in flight. */
+HealthStore *health_store_free(HealthStore *s);
+static inline void health_store_freep(HealthStore **s)
+{
+        health_store_free(*s);
+}
+#define _cleanup_health_store_ _cleanup_(health_store_freep)
+
+/*
+ * Start-up load (GEN-10): removes a leftover temp file (HEALTH-19), loads the file (a missing
+ * one is an empty store), re-evaluates thresholds and re-persists (HEALTH-8/9). A load error
+ * is latched and returned; a failed re-persist keeps the re-evaluated quarantines in memory,
+ * latches the write error and returns it (synchronous stores only: an asynchronous store
+ * queues that write).
+ */
+int health_store_load(HealthStore *s, char **error);
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+typedef enum HealthRequestKind {
+        HEALTH_REQUEST_FAILURE,        /* HEALTH-10..12: vf_address, instance_id, assigned_at,
+                                          text = the guest's failure message */
+        HEALTH_REQUEST_SUCCESS,        /* HEALTH-13..15: vf_address, instance_id, assigned_at */
+        HEALTH_REQUEST_QUARANTINE,     /* HEALTH-25/26: vfs, text = the operator's reason */
+        HEALTH_REQUEST_CLEAR,          /* HEALTH-25/26: vfs */
+        HEALTH_REQUEST_BREAKER_RESET,  /* HEALTH-29 */
+        HEALTH_REQUEST_DRIVER_VERSION, /* HEALTH-30: text = the version read by the caller */
+        HEALTH_REQUEST_REPAIR,         /* HEALTH-21 */
+        /*
+         * Load-time re-evaluation (HEALTH-8), made by the store itself after each load so it
+         * can be replayed like any request; health_store_submit() refuses it.
+         */
+        HEALTH_REQUEST_REEVALUATE,
+} HealthRequestKind;
+
+typedef struct HealthRequest {
+        HealthRequestKind kind;
+        const char *vf_address;
+        const char *instance_id; /* NULL means "" */
+        const char *assigned_at; /* NULL means "" */
+        const char *text;
+        char *const *vfs; /* NULL-terminated; drain and undrain pass every VF of one PF */
+} HealthRequest;
+
+typedef enum HealthOutcome {
+        HEALTH_OUTCOME_UNCHANGED,
+        HEALTH_OUTCOME_RECORDED,
+        HEALTH_OUTCOME_QUARANTINED,
+} HealthOutcome;
+
+/* "unchanged", "recorded", "quarantined". */
+const char *health_outcome_to_string(HealthOutcome o);
+
+typedef struct HealthResult {
+        bool changed;          /* the request changed memory and was written */
+        HealthOutcome outcome; /* FAILURE */
+        unsigned failures;     /* FAILURE: the VF's failure count afterwards */
+        unsigned threshold;    /* FAILURE */
+        bool breaker_tripped;  /* FAILURE: this report opened the breaker (HEALTH-28) */
+        unsigned cleared;      /* SUCCESS: failures dropped */
+        bool rescinded;        /* SUCCESS: the quarantine was lifted */
+        unsigned records;      /* QUARANTINE, CLEAR: records created, changed or deleted */
+} HealthResult;
+
+/*
+ * Completion of a queued request: r >= 0 and the result, or r < 0 and the error text (the
+ * failed write's, or the HEALTH-23 text when a reload before the write refused it). After a
+ * failure past the rename r < 0 although the change is kept in memory. A request carried into
+ * a later write after a rollback or a reload is applied again, so its result is computed then.
+ * Called from whichever store call completes the write or refuses the request (finish_write,
+ * begin_write, a reload), never from a thread other than the owner's.
+ */
+typedef void (*HealthDone)(HealthStore *s, int r, const HealthResult *result, const char *error,
+                           void *userdata);
+
+/*
+ * Submits a request. Returns 0 when it completed at once (no change, so no I/O, not even the
+ * fingerprint check: *ret is the result and done is not called; the 5 s poll picks up an edit
+ * that would have made it a change), 1 when it was applied to memory and queued (done is called
+ * when its write completes; on a synchronous store that happens before this returns), or
+ * -errno when it was refused. ret may be NULL.
+ */
+int health_store_submit(HealthStore *s, const HealthRequest *request, HealthDone done,
+                        void *userdata, HealthResult *ret, char **error);
+
+/* Submits and waits for the write: the synchronous path (CLI, tests, start-up). */
+int health_store_apply(HealthStore *s, const HealthRequest *request, HealthResult *ret,
+                       char **error);
+
+int health_store_report_failure(HealthStore *s, const char *vf_address, const char *instance_id,
+                                const char *assigned_at, const char *message, HealthResult *ret,
+                                char **error);
+int health_store_report_success(HealthStore *s, const char *vf_address, const char *instance_id,
+                                const char *assigned_at, HealthResult *ret, char **error);
+int health_store_quarantine(HealthStore *s, char *const *vfs, const char *reason, char **error);
+int health_store_clear(HealthStore *s, char *const *vfs, char **error);
+int health_store_reset_breaker(HealthStore *s, char **error);
+int health_store_set_driver_version(HealthStore *s, const char *version, char **error);
+/* HEALTH-21: retries a latched load, re-persists after a latched write error; else no I/O. */
+int health_store_repair(HealthStore *s, char **error);
+
+/* ---- the write cycle (HEALTH-18..20) ------------------------------------------------------- */
+
+/* A write is queued and none is in flight. */
+bool health_store_write_pending(const HealthStore *s);
+bool health_store_write_in_flight(const HealthStore *s);
+
+/*
+ * Takes every queued request into one write. Checks the fingerprint first (HEALTH-22): a file
+ * changed on disk is reloaded and the queued requests are applied on top of it, or refused
+ * with the HEALTH-23 text if it no longer loads. Returns 0 when there is nothing to write, or
+ * 1 with the write in *ret.
+ */
+int health_store_begin_write(HealthStore *s, HealthWrite **ret);
+
+/* The blocking part: create gpu/, write the temp file, fsync, rename, fsync. Any thread. */
+int health_write_run(HealthWrite *w);
+
+/* fsync() calls the write made, for benchmarks (the floor is two). */
+unsigned health_write_fsyncs(const HealthWrite *w);
+
+/* Completes the requests the write carried; takes ownership of w. */
+void health_store_finish_write(HealthStore *s, HealthWrite *w);
+
+HealthWrite *health_write_free(HealthWrite *w);
+
+/* ---- reloads (HEALTH-22, HEALTH-32) -------------------------------------------------------- */
+
+/*
+ * The 5 s timer (HEALTH-32): compares the file with the fingerprint and reloads it when it
+ * differs. Returns 1 after a reload, 0 when nothing changed or a write is in flight (the next
+ * write checks), or the reload error.
+ */
+int health_store_poll(HealthStore *s, char **error);
+
+/* SIGHUP: reloads unconditionally. Returns 1 when deferred until the write in flight ends. */
+int health_store_reload(HealthStore *s, char **error);
+
+/* ---- queries (HEALTH-16, API-10, MET-*) ---------------------------------------------------- */
+
+/* Pending requests included: placement sees them at once (HEALTH-20). */
+bool health_store_is_quarantined(const HealthStore *s, const char *vf_address);
+
+/*
+ * NULL while the store is available, else the placement_disabled_reason text:
+ * "VF health state unavailable: <err>" or "VF health state unavailable: last write failed: <err>".
+ */
+const char *health_store_unavailable_reason(const HealthStore *s);
+
+/* The breaker is enabled and open (HEALTH-28). */
+bool health_store_breaker_open(const HealthStore *s);
+
+/*
+ * The /resources placement_warning while the breaker is open (HEALTH-28):
+ * "automatic VF quarantine suspended: <reason>"; *ret = NULL while it is closed.
+ */
+int health_store_breaker_warning(const HealthStore *s, char **ret);
+
+const HealthState *health_store_state(const HealthStore *s);
+const HealthOptions *health_store_options(const HealthStore *s);
