@@ -1,0 +1,478 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * A fake libnvidia-ml.so.1 (SIM-13): the NVML-4 functions with the NVML-3 layouts, answering
+ * from the simulator's model. The model is found through VGPU_SIM_CONTROL=<DIR>/.sim and read
+ * from state.json on every call, so answers always follow the mounted simulator.
+ *
+ * Each call honours the `nvml` control settings: it blocks while `nvml hang on` holds (polling
+ * the state), then sleeps the configured latency, then returns an injected error code for its
+ * function if one is set (a counted error is consumed through .sim/ctl, so the count is
+ * shared by every process). Calls about one GPU announce themselves to the simulator with
+ * `nvml query-begin`/`query-end`, which is how it counts queries that overlap a sysfs write
+ * (PLACE-9).
+ *
+ * The library keeps the few globals an NVML implementation needs: the init count, the control
+ * directory and the table that device handles point into.
+ */
+#include "model.h"
+#include "nvml.h"
+
+#include <ctype.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define NVML_EXPORT __attribute__((visibility("default")))
+#define MAX_DEVICES 64
+#define HANG_POLL_MS 20
+
+struct nvmlDevice_st {
+        char address[PCI_ADDRESS_STRLEN];
+};
+
+static pthread_mutex_t nvml_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned nvml_init_count;
+static char nvml_control[PATH_MAX];
+static struct nvmlDevice_st nvml_devices[MAX_DEVICES];
+static size_t nvml_n_devices;
+static atomic_ulong nvml_calls;
+
+/* ---- talking to the simulator ---------------------------------------------------------------- */
+
+static void sleep_ms(uint64_t ms)
+{
+        struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
+                              .tv_nsec = (long)(ms % 1000) * 1000000};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+static int load_state(const char *control, SimHost **ret)
+{
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        size_t size;
+
+        int r = strprintf(&path, "%s/state.json", control);
+        if (r < 0)
+                return r;
+        if ((r = read_file_at(AT_FDCWD, path, SIM_STATE_MAX_BYTES, &text, &size)) < 0)
+                return r;
+        return sim_host_from_json(text, size, ret, NULL);
+}
+
+/* One command to .sim/ctl; the simulator's answer is the write's errno. */
+static int send_ctl(const char *control, const char *fmt, ...) _printf_(2, 3);
+static int send_ctl(const char *control, const char *fmt, ...)
+{
+        _cleanup_free_ char *path = NULL, *command = NULL;
+        va_list ap;
+
+        va_start(ap, fmt);
+        int k = vasprintf(&command, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+                return -ENOMEM;
+        int r = strprintf(&path, "%s/ctl", control);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return negative_errno();
+        return write_all(fd, command, strlen(command));
+}
+
+/* ---- one call -------------------------------------------------------------------------------- */
+
+typedef struct Call {
+        char control[PATH_MAX];
+        char gpu[PCI_ADDRESS_STRLEN]; /* the GPU a query is about, or empty */
+        char token[64];
+        bool announced;
+        SimHost *host; /* the model as of this call */
+} Call;
+
+static void call_end(Call *c)
+{
+        if (c->announced)
+                (void)send_ctl(c->control, "nvml query-end %s %s", c->gpu, c->token);
+        sim_host_free(c->host);
+}
+
+static bool initialized(char control[static PATH_MAX])
+{
+        pthread_mutex_lock(&nvml_lock);
+        bool ok = nvml_init_count > 0;
+        if (ok)
+                memcpy(control, nvml_control, PATH_MAX);
+        pthread_mutex_unlock(&nvml_lock);
+        return ok;
+}
+
+/*
+ * Starts a call: waits out a hang, sleeps the latency, loads the model and applies an
+ * injected error. gpu (may be NULL) names the GPU the call queries.
+ */
+static nvmlReturn_t call_begin(Call *c, const char *function, const char *gpu)
+{
+        if (gpu) {
+                snprintf(c->gpu, sizeof(c->gpu), "%s", gpu);
+                snprintf(c->token, sizeof(c->token), "%ld-%lu", (long)getpid(),
+                         atomic_fetch_add(&nvml_calls, 1));
+                /* Best effort: counting overlaps must not change what the call answers. */
+                c->announced =
+                    send_ctl(c->control, "nvml query-begin %s %s", c->gpu, c->token) >= 0;
+        }
+        if (load_state(c->control, &c->host) < 0)
+                return NVML_ERROR_UNKNOWN;
+        while (c->host->nvml_hang) {
+                sleep_ms(HANG_POLL_MS);
+                c->host = sim_host_free(c->host);
+                if (load_state(c->control, &c->host) < 0)
+                        return NVML_ERROR_UNKNOWN;
+        }
+        if (c->host->nvml_latency_ms > 0) {
+                sleep_ms(c->host->nvml_latency_ms);
+                /* Answer from the model as it is when the slow call returns. */
+                c->host = sim_host_free(c->host);
+                if (load_state(c->control, &c->host) < 0)
+                        return NVML_ERROR_UNKNOWN;
+        }
+        for (size_t i = 0; i < c->host->n_nvml_errors; i++) {
+                const SimNvmlError *e = &c->host->nvml_errors[i];
+                if (!streq(e->function, function))
+                        continue;
+                /* A counted error is used up in the simulator, so only the winners see it. */
+                if (e->remaining == 0 || send_ctl(c->control, "nvml consume %s", function) >= 0)
+                        return e->code;
+        }
+        return NVML_SUCCESS;
+}
+
+/* Starts a call that needs nvmlInit_v2 to have run. */
+static nvmlReturn_t call_enter(Call *c, const char *function, const char *gpu)
+{
+        if (!initialized(c->control))
+                return NVML_ERROR_UNINITIALIZED;
+        return call_begin(c, function, gpu);
+}
+
+/* The address behind a handle, or NULL for a pointer this library never handed out. */
+static const char *device_address(nvmlDevice_t device)
+{
+        for (size_t i = 0; i < MAX_DEVICES; i++)
+                if (device == &nvml_devices[i])
+                        return i < nvml_n_devices ? nvml_devices[i].address : NULL;
+        return NULL;
+}
+
+static nvmlReturn_t device_enter(Call *c, const char *function, nvmlDevice_t device,
+                                 const SimGpu **ret)
+{
+        if (!initialized(c->control))
+                return NVML_ERROR_UNINITIALIZED;
+        pthread_mutex_lock(&nvml_lock);
+        const char *a = device_address(device);
+        char address[PCI_ADDRESS_STRLEN];
+        if (a)
+                memcpy(address, a, sizeof(address));
+        pthread_mutex_unlock(&nvml_lock);
+        if (!a)
+                return NVML_ERROR_INVALID_ARGUMENT;
+
+        nvmlReturn_t rc = call_begin(c, function, address);
+        if (rc != NVML_SUCCESS)
+                return rc;
+        size_t g;
+        if (sim_host_find_gpu(c->host, address, &g) < 0)
+                return NVML_ERROR_GPU_IS_LOST;
+        *ret = &c->host->gpus[g];
+        return NVML_SUCCESS;
+}
+
+static nvmlReturn_t copy_string(const char *s, char *buf, unsigned int length)
+{
+        if (!buf)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        if (strlen(s) + 1 > length)
+                return NVML_ERROR_INSUFFICIENT_SIZE;
+        memcpy(buf, s, strlen(s) + 1);
+        return NVML_SUCCESS;
+}
+
+/* ---- the exported functions ------------------------------------------------------------------ */
+
+NVML_EXPORT nvmlReturn_t nvmlInit_v2(void)
+{
+        _cleanup_(call_end) Call c = {};
+        const char *control = getenv("VGPU_SIM_CONTROL");
+
+        if (!control || control[0] != '/' || strlen(control) >= PATH_MAX)
+                return NVML_ERROR_DRIVER_NOT_LOADED;
+        snprintf(c.control, sizeof(c.control), "%s", control);
+        nvmlReturn_t rc = call_begin(&c, "nvmlInit_v2", NULL);
+        if (rc == NVML_ERROR_UNKNOWN && !c.host)
+                return NVML_ERROR_DRIVER_NOT_LOADED; /* no simulator behind the path */
+        if (rc != NVML_SUCCESS)
+                return rc;
+
+        pthread_mutex_lock(&nvml_lock);
+        if (nvml_init_count == 0)
+                memcpy(nvml_control, c.control, PATH_MAX);
+        nvml_init_count++;
+        pthread_mutex_unlock(&nvml_lock);
+        return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+        _cleanup_(call_end) Call c = {};
+        nvmlReturn_t rc = call_enter(&c, "nvmlShutdown", NULL);
+        if (rc != NVML_SUCCESS)
+                return rc;
+        pthread_mutex_lock(&nvml_lock);
+        if (nvml_init_count > 0)
+                nvml_init_count--;
+        pthread_mutex_unlock(&nvml_lock);
+        return NVML_SUCCESS;
+}
+
+NVML_EXPORT const char *nvmlErrorString(nvmlReturn_t result)
+{
+        switch (result) {
+        case NVML_SUCCESS:
+                return "Success";
+        case NVML_ERROR_UNINITIALIZED:
+                return "Uninitialized";
+        case NVML_ERROR_INVALID_ARGUMENT:
+                return "Invalid Argument";
+        case NVML_ERROR_NOT_SUPPORTED:
+                return "Not Supported";
+        case NVML_ERROR_NO_PERMISSION:
+                return "Insufficient Permissions";
+        case NVML_ERROR_NOT_FOUND:
+                return "Not Found";
+        case NVML_ERROR_INSUFFICIENT_SIZE:
+                return "Insufficient Size";
+        case NVML_ERROR_DRIVER_NOT_LOADED:
+                return "Driver Not Loaded";
+        case NVML_ERROR_TIMEOUT:
+                return "Timeout";
+        case NVML_ERROR_LIBRARY_NOT_FOUND:
+                return "NVML Shared Library Not Found";
+        case NVML_ERROR_FUNCTION_NOT_FOUND:
+                return "Function Not Found";
+        case NVML_ERROR_GPU_IS_LOST:
+                return "GPU is lost";
+        case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+                return "RM has detected an NVML/RM version mismatch";
+        case NVML_ERROR_IN_USE:
+                return "In use by another client";
+        case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+                return "Argument version mismatch";
+        case NVML_ERROR_GPU_NOT_FOUND:
+                return "GPU not found";
+        default:
+                return "Unknown Error";
+        }
+}
+
+NVML_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+        _cleanup_(call_end) Call c = {};
+        nvmlReturn_t rc = call_enter(&c, "nvmlSystemGetDriverVersion", NULL);
+        if (rc != NVML_SUCCESS)
+                return rc;
+        return copy_string(c.host->driver_version, version, length);
+}
+
+/* NVML prints an 8-digit domain and uppercase hex; vgpud passes the sysfs form. Take both. */
+static int normalize_bus_id(const char *s, char ret[static PCI_ADDRESS_STRLEN])
+{
+        char lower[32];
+        size_t n = strlen(s);
+
+        if (n >= sizeof(lower))
+                return -EINVAL;
+        for (size_t i = 0; i <= n; i++)
+                lower[i] = (char)tolower((unsigned char)s[i]);
+        const char *p = lower;
+        if (n == 16) {
+                if (strncmp(lower, "0000", 4) != 0)
+                        return -EINVAL;
+                p += 4;
+        }
+        if (!pci_address_is_valid(p))
+                return -EINVAL;
+        memcpy(ret, p, PCI_ADDRESS_STRLEN);
+        return 0;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId,
+                                                          nvmlDevice_t *device)
+{
+        _cleanup_(call_end) Call c = {};
+        char address[PCI_ADDRESS_STRLEN];
+        size_t g;
+
+        if (!pciBusId || !device || normalize_bus_id(pciBusId, address) < 0)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        nvmlReturn_t rc = call_enter(&c, "nvmlDeviceGetHandleByPciBusId_v2", address);
+        if (rc != NVML_SUCCESS)
+                return rc;
+        if (sim_host_find_gpu(c.host, address, &g) < 0)
+                return NVML_ERROR_NOT_FOUND;
+
+        /* Handles stay valid for the life of the process, like the real library's. */
+        pthread_mutex_lock(&nvml_lock);
+        size_t i = 0;
+        while (i < nvml_n_devices && !streq(nvml_devices[i].address, address))
+                i++;
+        if (i == nvml_n_devices && nvml_n_devices < MAX_DEVICES)
+                memcpy(nvml_devices[nvml_n_devices++].address, address, PCI_ADDRESS_STRLEN);
+        if (i < nvml_n_devices)
+                *device = &nvml_devices[i];
+        pthread_mutex_unlock(&nvml_lock);
+        return i < MAX_DEVICES ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+        _cleanup_(call_end) Call c = {};
+        const SimGpu *g;
+        nvmlReturn_t rc = device_enter(&c, "nvmlDeviceGetName", device, &g);
+        if (rc != NVML_SUCCESS)
+                return rc;
+        return copy_string(g->model->nvml_name, name, length);
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetVgpuHeterogeneousMode(
+    nvmlDevice_t device, nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
+{
+        _cleanup_(call_end) Call c = {};
+        const SimGpu *g;
+        nvmlReturn_t rc = device_enter(&c, "nvmlDeviceGetVgpuHeterogeneousMode", device, &g);
+        if (rc != NVML_SUCCESS)
+                return rc;
+        if (!pHeterogeneousMode)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        if (pHeterogeneousMode->version != nvmlVgpuHeterogeneousMode_v1)
+                return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        if (!g->model->mixed_capable)
+                return NVML_ERROR_NOT_SUPPORTED;
+        pHeterogeneousMode->mode = g->mode == SIM_MODE_MIXED ? 1 : 0;
+        return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetSupportedVgpus(nvmlDevice_t device, unsigned int *vgpuCount,
+                                                     nvmlVgpuTypeId_t *vgpuTypeIds)
+{
+        _cleanup_(call_end) Call c = {};
+        const SimGpu *g;
+        nvmlReturn_t rc = device_enter(&c, "nvmlDeviceGetSupportedVgpus", device, &g);
+        if (rc != NVML_SUCCESS)
+                return rc;
+        if (!vgpuCount)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        unsigned int n = (unsigned int)g->model->n_types;
+        if (*vgpuCount < n) {
+                *vgpuCount = n;
+                return NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        if (n > 0 && !vgpuTypeIds)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        for (unsigned int i = 0; i < n; i++)
+                vgpuTypeIds[i] = g->model->types[i].id;
+        *vgpuCount = n;
+        return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlVgpuTypeGetName(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeName,
+                                             unsigned int *size)
+{
+        _cleanup_(call_end) Call c = {};
+        const SimGpuModel *m;
+        const SimType *t;
+        nvmlReturn_t rc = call_enter(&c, "nvmlVgpuTypeGetName", NULL);
+        if (rc != NVML_SUCCESS)
+                return rc;
+        if (!size || sim_type_find_any(vgpuTypeId, &m, &t) < 0)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        unsigned int need = (unsigned int)strlen(t->name) + 1;
+        if (*size < need) {
+                *size = need;
+                return NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        if (!vgpuTypeName)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        memcpy(vgpuTypeName, t->name, need);
+        *size = need;
+        return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlVgpuTypeGetFramebufferSize(nvmlVgpuTypeId_t vgpuTypeId,
+                                                        unsigned long long *fbSize)
+{
+        _cleanup_(call_end) Call c = {};
+        const SimGpuModel *m;
+        const SimType *t;
+        nvmlReturn_t rc = call_enter(&c, "nvmlVgpuTypeGetFramebufferSize", NULL);
+        if (rc != NVML_SUCCESS)
+                return rc;
+        if (!fbSize || sim_type_find_any(vgpuTypeId, &m, &t) < 0)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        *fbSize = (unsigned long long)t->size << 30;
+        return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlVgpuTypeGetMaxInstances(nvmlDevice_t device,
+                                                     nvmlVgpuTypeId_t vgpuTypeId,
+                                                     unsigned int *vgpuInstanceCount)
+{
+        _cleanup_(call_end) Call c = {};
+        const SimGpu *g;
+        nvmlReturn_t rc = device_enter(&c, "nvmlVgpuTypeGetMaxInstances", device, &g);
+        if (rc != NVML_SUCCESS)
+                return rc;
+        const SimType *t = sim_gpu_model_find_type(g->model, vgpuTypeId);
+        if (!vgpuInstanceCount || !t)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        *vgpuInstanceCount = sim_type_max_instances(g->model, t);
+        return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetVgpuTypeCreatablePlacements(
+    nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuPlacementList_t *pPlacementList)
+{
+        _cleanup_(call_end) Call c = {};
+        const SimGpu *g;
+        nvmlReturn_t rc = device_enter(&c, "nvmlDeviceGetVgpuTypeCreatablePlacements", device, &g);
+        if (rc != NVML_SUCCESS)
+                return rc;
+        nvmlVgpuPlacementList_t *list = pPlacementList;
+        const SimType *t = sim_gpu_model_find_type(g->model, vgpuTypeId);
+        if (!list || !t)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        if (list->version != nvmlVgpuPlacementList_v2)
+                return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        /* Only heterogeneous placements are modelled; the homogeneous query is a caller bug. */
+        if (list->mode != NVML_VGPU_PGPU_HETEROGENEOUS_MODE)
+                return NVML_ERROR_INVALID_ARGUMENT;
+
+        uint32_t starts[64];
+        size_t n;
+        if (sim_gpu_placements(g, t, starts, ELEMENTSOF(starts), &n) < 0)
+                return NVML_ERROR_NOT_SUPPORTED; /* equal-size (SIM-13) */
+        list->placementSize = t->size;
+        if (list->count < n) {
+                list->count = (unsigned int)n;
+                return NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        if (n > 0 && !list->placementIds)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        for (size_t i = 0; i < n; i++)
+                list->placementIds[i] = starts[i];
+        list->count = (unsigned int)n;
+        return NVML_SUCCESS;
+}

@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * fake-qemu: the stand-in VMM of the integration tests (SPEC SIM-15).
+ *
+ * It is started by vgpud exactly as QEMU would be (VMM-1), holds the VF's VFIO group node open
+ * the way QEMU 7.2 does (DEV-12), answers QMP like QEMU (VMM-5, VMM-20), and plays the guest
+ * agent on the agent chardev (AGENT-14..16). The simulator controls it per instance name
+ * through `DIR/.sim/qemu/<name>` (SIM-14).
+ *
+ * What other tests may rely on (each a line of the console log, prefix "fake-qemu: "):
+ *
+ *   fake-qemu: started name=<name> pid=<pid> vf=<vf|none> flags=<a,b|none> gpu=<ok|wedged|none>
+ *   fake-qemu: qmp command <name>               every QMP input; "(invalid)" when it names none
+ *   fake-qemu: qmp command <name> unanswered (hang-qmp)
+ *   fake-qemu: signal SIG<NAME> pid=<sender> action=<exit|ignore>   every signal received
+ *   fake-qemu: exit-early after <ms>ms
+ *   fake-qemu: exit status=<n> reason=<why>
+ *
+ * SIGTERM, SIGINT and SIGHUP exit 0 (SIGTERM not with ignore-sigterm); other catchable signals
+ * are only logged. QMP lines end in "\r\n" like QEMU's; agent lines are compact and end in "\n".
+ * Each socket serves one client at a time, as QEMU's socket chardevs do. Setup failures (argv,
+ * flags file, state.json, VFIO node, boot files) exit 1 with one error line on stderr.
+ *
+ * Promises of the pieces below:
+ *  - fq_args_parse() accepts the argv of VMM-1 and nothing else; every failure has a message
+ *    naming the option;
+ *  - the protocol functions are pure: one request line in, one reply object out, no I/O;
+ *  - every parser here is strict and bounded (GEN-5, GEN-6).
+ */
+
+#include <jansson.h>
+
+#include "base/base.h"
+
+/* Longest request line accepted on either socket, without its newline (AGENT-17). */
+#define FQ_LINE_MAX 65536
+
+/* The virtio-serial port name vgpud gives the agent channel (VMM-1). */
+#define FQ_AGENT_PORT_NAME "org.vgpud.agent.0"
+
+/* What fake-qemu reports as the guest agent's version (AGENT-15). */
+#define FQ_AGENT_VERSION "fake-qemu"
+
+/* ---- command line (fake-qemu-args.c) ------------------------------------------------------- */
+
+typedef struct FqArgs {
+        char *name;         /* -name guest=<name> */
+        char *qmp_socket;   /* the socket chardev behind -mon ...,mode=control */
+        char *agent_socket; /* the socket chardev behind the org.vgpud.agent.0 port */
+        char *console_log;  /* the file chardev behind -serial */
+        char *sysfsdev;     /* -device vfio-pci,sysfsdev=...; NULL for a GPU-less VM */
+        char *kernel;       /* -kernel, -initrd, -append, -drive file=: NULL when absent */
+        char *initrd;
+        char *append;
+        char *disk;
+        bool accel_kvm; /* -accel kvm given */
+        bool accel_tcg; /* -accel tcg given */
+        uint32_t vcpus;
+        uint64_t memory_mb;
+} FqArgs;
+
+void fq_args_done(FqArgs *a);
+
+/*
+ * Parses argv (argv[0] is skipped). QEMU's rules for option values apply: elements separated
+ * by ",", a doubled ",," standing for one literal comma (VMM-2). On failure *error names the
+ * option and what is wrong with it.
+ */
+int fq_args_parse(int argc, char *const *argv, FqArgs *ret, char **error);
+
+/* ---- control flags and simulator state (fake-qemu-proto.c) -------------------------------- */
+
+typedef struct FqFlags {
+        bool ignore_sigterm;
+        bool hang_qmp;
+        bool silent_agent;
+        bool exit_early;
+        uint64_t exit_early_ms;
+} FqFlags;
+
+#define FQ_FLAGS_FILE_MAX 4096
+#define FQ_EXIT_EARLY_MS_MAX UINT64_C(86400000) /* one day: anything longer is a typo */
+
+/* Parses `.sim/qemu/<name>`: one flag per line, empty lines ignored, anything else refused. */
+int fq_flags_parse(const char *text, FqFlags *ret, char **error);
+
+/* Renders the set flags as "a,b,c" ("none" when there are none), for the console log. */
+int fq_flags_format(const FqFlags *f, char **ret);
+
+/*
+ * Whether vgpu-sim's state.json (parsed, an object) marks VF `vf` as wedged (SIM-14). This is
+ * the only place that knows how the simulator represents a wedge.
+ */
+int fq_state_vf_is_wedged(const json_t *state, const char *vf, bool *ret, char **error);
+
+/* The guest driver's message for a VF wedged at boot (SIM-15). */
+int fq_wedged_message(const char *vf, char **ret);
+
+/* ---- QMP (fake-qemu-proto.c) --------------------------------------------------------------- */
+
+typedef struct FqQmpSession {
+        bool negotiated; /* qmp_capabilities has been accepted on this connection */
+} FqQmpSession;
+
+typedef enum FqQmpAction {
+        FQ_QMP_ACTION_NONE,
+        FQ_QMP_ACTION_POWERDOWN, /* system_powerdown accepted: the guest powers off */
+        FQ_QMP_ACTION_QUIT,      /* quit accepted: QEMU exits */
+} FqQmpAction;
+
+/* The greeting QEMU sends on every new QMP connection (VMM-20). */
+json_t *fq_qmp_greeting(void);
+
+/*
+ * Answers one QMP input line the way QEMU 7.2 does. QMP answers every input, so on success
+ * *ret_reply is always an object (a "return" or an "error"). *ret_command is the command name
+ * when the input named one (NULL otherwise), for the console log.
+ */
+int fq_qmp_answer(FqQmpSession *s, const char *line, size_t size, json_t **ret_reply,
+                  char **ret_command, FqQmpAction *ret_action);
+
+/* QMP skips white space between requests (the agent protocol only skips empty lines). */
+bool fq_qmp_line_is_blank(const char *line, size_t size);
+
+/* The command name of a QMP input line, or NULL when it names none (hang-qmp still logs). */
+int fq_qmp_peek_command(const char *line, size_t size, char **ret);
+
+/* {"error": {"class": ..., "desc": ...}} */
+json_t *fq_error_reply(const char *class, const char *desc);
+
+/* An event with a QEMU-style timestamp; data may be NULL and is stolen otherwise. */
+json_t *fq_qmp_event(const char *name, json_t *data);
+
+/* ---- guest agent (fake-qemu-proto.c) ------------------------------------------------------- */
+
+typedef struct FqGuest {
+        const char *gpu_state;       /* "ok", "failed" or "unknown" */
+        const char *failure_message; /* "" unless failed */
+} FqGuest;
+
+/*
+ * Answers one agent request line (AGENT-14..16). A line that is empty gets no reply
+ * (*ret_reply NULL). *ret_command is the requested command name, or NULL.
+ */
+int fq_agent_answer(const FqGuest *g, const char *line, size_t size, json_t **ret_reply,
+                    char **ret_command);
+
+/* Makes s safe for one console log line: non-printable bytes become '?', long text is cut. */
+int fq_sanitize(const char *s, size_t max, char **ret);

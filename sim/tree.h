@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * tree: the sysfs and /dev layout of a simulated host (SIM-3, SIM-5, SIM-6, SIM-12), as a
+ * sorted table of paths relative to the mount point ("sys/bus/pci/devices/0000:e3:00.4",
+ * "dev/vfio/3"). Each file node names the attribute it shows and the GPU, VF, type or mdev it
+ * belongs to; reads and writes of a node go to the model. Pure: no FUSE and no I/O.
+ *
+ * Promises: link targets are relative, as in sysfs; a tree is rebuilt whenever the host's
+ * layout_generation changes (an mdev appeared or vanished), and nodes are plain values that
+ * callers may copy (sim_node_copy) to outlive the tree.
+ */
+
+#include "model.h"
+
+#include <sys/types.h>
+
+typedef enum SimNodeKind {
+        SIM_NODE_DIR,
+        SIM_NODE_FILE,
+        SIM_NODE_LINK,
+} SimNodeKind;
+
+typedef enum SimAttr {
+        SIM_ATTR_NONE,
+        SIM_ATTR_VENDOR,
+        SIM_ATTR_DEVICE,
+        SIM_ATTR_CLASS,
+        SIM_ATTR_SRIOV_TOTALVFS,
+        SIM_ATTR_SRIOV_NUMVFS,
+        SIM_ATTR_DRIVER_OVERRIDE,
+        SIM_ATTR_PCI_REMOVE,
+        SIM_ATTR_PCI_RESET,
+        SIM_ATTR_DRIVER_BIND,
+        SIM_ATTR_DRIVER_UNBIND,
+        SIM_ATTR_CREATABLE_TYPES,
+        SIM_ATTR_CURRENT_TYPE,
+        SIM_ATTR_VFIO_DEV,
+        SIM_ATTR_MDEV_NAME,
+        SIM_ATTR_MDEV_DESCRIPTION,
+        SIM_ATTR_MDEV_AVAILABLE,
+        SIM_ATTR_MDEV_DEVICE_API,
+        SIM_ATTR_MDEV_CREATE,
+        SIM_ATTR_MDEV_REMOVE,
+        SIM_ATTR_DRIVER_VERSION,
+        SIM_ATTR_VFIO_NODE,      /* dev/vfio/<group>, dev/vfio/devices/vfio<n>: counted opens */
+        SIM_ATTR_VFIO_CONTAINER, /* dev/vfio/vfio */
+} SimAttr;
+
+typedef struct SimNode {
+        char *path;
+        SimNodeKind kind;
+        SimAttr attr;
+        mode_t mode;  /* permission bits */
+        char *target; /* links: relative target */
+        size_t gpu;   /* SIZE_MAX when the node belongs to no GPU */
+        size_t vf;    /* SIZE_MAX when the node belongs to no VF */
+        const SimType *type;
+        char uuid[SIM_UUID_STRLEN]; /* nodes of one mdev */
+} SimNode;
+
+typedef struct SimTree {
+        SimNode *nodes; /* sorted by path */
+        size_t n;
+        uint64_t layout_generation; /* of the host it was built from */
+} SimTree;
+
+int sim_tree_build(const SimHost *h, SimTree **ret);
+SimTree *sim_tree_free(SimTree *t);
+static inline void sim_tree_freep(SimTree **t)
+{
+        sim_tree_free(*t);
+}
+#define _cleanup_sim_tree_ _cleanup_(sim_tree_freep)
+
+const SimNode *sim_tree_lookup(const SimTree *t, const char *path);
+
+/* Names of the entries of directory `dir` ("sys", "sys/bus"), in path order. */
+int sim_tree_list(const SimTree *t, const char *dir, char ***ret);
+
+int sim_node_copy(const SimNode *n, SimNode *ret);
+void sim_node_clear(SimNode *n);
+
+bool sim_attr_readable(SimAttr a);
+bool sim_attr_writable(SimAttr a);
+
+/* The attribute's contents now, as the driver would print them. */
+int sim_node_read(const SimHost *h, const SimNode *n, char **ret);
+
+/*
+ * One store into an attribute. Forbidden attributes (SIM-16) are recorded under path and
+ * refused with -EPERM; attributes without a store method give -EACCES.
+ */
+int sim_node_write(SimHost *h, const SimNode *n, const char *buf, size_t size, uint64_t now_ms);
+
+/*
+ * The VF whose write spans or open handles the node counts towards (current_vgpu_type, mdev
+ * create and remove, VFIO nodes); -ENOENT for other nodes, -ENODEV for a vanished mdev.
+ */
+int sim_node_vf(const SimHost *h, const SimNode *n, size_t *ret_gpu, size_t *ret_vf);
+
+/*
+ * Other names of a canonical sys path for fault globs: sys/bus/pci/devices/<addr>/...,
+ * sys/class/mdev_bus/<addr>/... and sys/bus/mdev/devices/<uuid>/... A NULL-terminated vector,
+ * empty for paths outside sys/devices.
+ */
+int sim_path_aliases(const char *path, char ***ret);

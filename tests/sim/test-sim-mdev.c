@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* The mounted simulator on an A40-mdev host (SIM-5, SIM-6). Run by run-sim-test.sh. */
+#include "sim-test.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sys/stat.h>
+
+#define PF "0000:41:00.0"
+#define VF0 "0000:41:00.4"
+#define VF1 "0000:41:00.5"
+#define UUID "7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e"
+
+static char *type_attr(const SimTest *t, const char *vf, const char *type, const char *attr)
+{
+        return st_path(t, "sys/class/mdev_bus/%s/mdev_supported_types/%s/%s", vf, type, attr);
+}
+
+static size_t count_entries(const char *path)
+{
+        _cleanup_closedir_ DIR *d = opendir(path);
+        size_t n = 0;
+        if (!d)
+                fail_msg("opendir %s: %m", path);
+        for (struct dirent *de; (de = readdir(d));)
+                if (de->d_name[0] != '.')
+                        n++;
+        return n;
+}
+
+static char *link_target(const char *path)
+{
+        char buf[512];
+        ssize_t n = readlink(path, buf, sizeof(buf) - 1);
+        if (n < 0)
+                fail_msg("readlink %s: %m", path);
+        buf[n] = 0;
+        return strdup(buf);
+}
+
+static void test_mdev_tree(void **state)
+{
+        /* SIM-5, DISC-2 */
+        SimTest *t = *state;
+        _cleanup_free_ char *bus = st_path(t, "sys/class/mdev_bus");
+        _cleanup_free_ char *types = st_path(t, "sys/class/mdev_bus/%s/mdev_supported_types", VF0);
+        _cleanup_free_ char *name = type_attr(t, VF0, "nvidia-905", "name");
+        _cleanup_free_ char *description = type_attr(t, VF0, "nvidia-905", "description");
+        _cleanup_free_ char *api = type_attr(t, VF0, "nvidia-905", "device_api");
+        _cleanup_free_ char *device = st_path(t, "sys/bus/pci/devices/%s/device", PF);
+        _cleanup_free_ char *nvidia = st_path(t, "sys/bus/pci/devices/%s/nvidia", VF0);
+        _cleanup_free_ char *mdevs = st_path(t, "sys/bus/mdev/devices");
+        struct stat st;
+
+        assert_int_equal(count_entries(bus), 8);
+        assert_int_equal(count_entries(types), 10);
+        assert_int_equal(count_entries(mdevs), 0);
+        _cleanup_free_ char *n = st_read(name), *d = st_read(description), *a = st_read(api),
+                            *dev = st_read(device);
+        assert_string_equal(n, "NVIDIA A40-8Q\n");
+        assert_string_equal(d, "num_heads=4, frl_config=60, framebuffer=8192M, "
+                               "max_resolution=5120x2880, max_instance=6\n");
+        assert_string_equal(a, "vfio-pci\n");
+        assert_string_equal(dev, "0x2235\n");
+        /* An mdev host has no vendor-VFIO attributes. */
+        assert_int_equal(stat(nvidia, &st), -1);
+        assert_int_equal(errno, ENOENT);
+}
+
+static void test_mdev_create_remove(void **state)
+{
+        /* SIM-6, SIM-11, DEV-16, DEV-17 */
+        SimTest *t = *state;
+        _cleanup_free_ char *create = type_attr(t, VF1, "nvidia-903", "create");
+        _cleanup_free_ char *avail = type_attr(t, VF1, "nvidia-903", "available_instances");
+        _cleanup_free_ char *avail_other = type_attr(t, VF0, "nvidia-903", "available_instances");
+        _cleanup_free_ char *avail_2q = type_attr(t, VF0, "nvidia-901", "available_instances");
+        _cleanup_free_ char *device = st_path(t, "sys/bus/mdev/devices/" UUID);
+        _cleanup_free_ char *mdev_type = st_path(t, "sys/bus/mdev/devices/" UUID "/mdev_type");
+        _cleanup_free_ char *group = st_path(t, "sys/bus/mdev/devices/" UUID "/iommu_group");
+        _cleanup_free_ char *remove = st_path(t, "sys/bus/mdev/devices/" UUID "/remove");
+        _cleanup_free_ char *under_vf = st_path(t, "sys/bus/pci/devices/%s/" UUID, VF1);
+        struct stat st;
+
+        _cleanup_free_ char *before = st_read(avail);
+        assert_string_equal(before, "1\n");
+        assert_int_equal(st_write(create, "not-a-uuid"), -EINVAL);
+        assert_int_equal(st_write(create, UUID), 0);
+
+        /* The mdev shows up on the bus and under its VF, linked as DISC-9 reads it. */
+        assert_int_equal(stat(device, &st), 0);
+        assert_int_equal(stat(under_vf, &st), 0);
+        _cleanup_free_ char *dev_link = link_target(device), *type_link = link_target(mdev_type),
+                            *group_link = link_target(group);
+        assert_string_equal(dev_link, "../../../devices/pci0000:41/0000:41:00.5/" UUID);
+        assert_string_equal(strrchr(type_link, '/') + 1, "nvidia-903");
+        assert_string_equal(group_link, "../../../../kernel/iommu_groups/8");
+        _cleanup_free_ char *node = st_path(t, "dev/vfio/8");
+        assert_int_equal(stat(node, &st), 0);
+        assert_int_equal(st_state_vf_int(t, VF1, "type"), 903);
+
+        /* One mdev per VF; other VFs keep the size class. */
+        _cleanup_free_ char *after = st_read(avail), *other = st_read(avail_other),
+                            *other_2q = st_read(avail_2q);
+        assert_string_equal(after, "0\n");
+        assert_string_equal(other, "1\n");
+        assert_string_equal(other_2q, "0\n");
+        assert_int_equal(st_write(create, "11111111-2222-3333-4444-555555555555"), -EBUSY);
+        _cleanup_free_ char *create_2q = type_attr(t, VF0, "nvidia-901", "create");
+        assert_int_equal(st_write(create_2q, "11111111-2222-3333-4444-555555555555"), -EINVAL);
+
+        /* Remove is refused while the mdev's VFIO node is open. */
+        int fd = open(node, O_RDWR | O_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_int_equal(st_state_vf_int(t, VF1, "open_handles"), 1);
+        assert_int_equal(st_write(remove, "1"), -EBUSY);
+        close(fd);
+        uint64_t deadline = st_now_ms() + 5000;
+        int r;
+        while ((r = st_write(remove, "1")) == -EBUSY && st_now_ms() < deadline) {
+                struct timespec ts = {.tv_nsec = 10 * 1000000};
+                nanosleep(&ts, NULL);
+        }
+        assert_int_equal(r, 0);
+        assert_int_equal(stat(device, &st), -1);
+        assert_int_equal(errno, ENOENT);
+        assert_int_equal(stat(node, &st), -1);
+        _cleanup_free_ char *again = st_read(avail);
+        assert_string_equal(again, "1\n");
+        /* A second mdev gets a new IOMMU group. */
+        assert_int_equal(st_write(create, UUID), 0);
+        _cleanup_free_ char *group_link2 = link_target(group);
+        assert_string_equal(group_link2, "../../../../kernel/iommu_groups/9");
+}
+
+static void test_mdev_forbidden(void **state)
+{
+        /* SIM-16 */
+        SimTest *t = *state;
+        _cleanup_free_ char *unbind = st_path(t, "sys/class/mdev_bus/%s/driver/unbind", VF0);
+        _cleanup_free_ char *log = st_path(t, ".sim/forbidden-writes");
+
+        assert_int_equal(st_write(unbind, VF0), -EPERM);
+        _cleanup_free_ char *text = st_read(log);
+        assert_string_equal(text, "sys/bus/pci/drivers/nvidia/unbind\n");
+}
+
+static void test_mdev_nvml(void **state)
+{
+        /* SIM-13, NVML-7 */
+        SimTest *t = *state;
+        unsigned count = 64, ids[8];
+        nvmlVgpuTypeId_t types[64];
+        char name[NVML_DEVICE_NAME_BUFFER_SIZE];
+
+        st_nvml_init(t);
+        nvmlDevice_t d = st_nvml_device(t, PF);
+        assert_int_equal(t->nvml.DeviceGetName(d, name, sizeof(name)), NVML_SUCCESS);
+        assert_string_equal(name, "NVIDIA A40");
+        nvmlVgpuHeterogeneousMode_t mode = {.version = nvmlVgpuHeterogeneousMode_v1};
+        assert_int_equal(t->nvml.DeviceGetVgpuHeterogeneousMode(d, &mode),
+                         NVML_ERROR_NOT_SUPPORTED);
+        assert_int_equal(t->nvml.DeviceGetSupportedVgpus(d, &count, types), NVML_SUCCESS);
+        assert_int_equal(count, 10);
+        assert_int_equal(types[0], 900);
+        unsigned size = sizeof(name);
+        assert_int_equal(t->nvml.VgpuTypeGetName(909, name, &size), NVML_SUCCESS);
+        assert_string_equal(name, "NVIDIA A40-48Q");
+        nvmlVgpuPlacementList_t list = {
+            .version = nvmlVgpuPlacementList_v2, .count = 8, .placementIds = ids};
+        assert_int_equal(t->nvml.DeviceGetVgpuTypeCreatablePlacements(d, 903, &list),
+                         NVML_ERROR_NOT_SUPPORTED);
+        assert_int_equal(t->nvml.Shutdown(), NVML_SUCCESS);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test_teardown(test_mdev_tree, st_reset),
+            cmocka_unit_test_teardown(test_mdev_create_remove, st_reset),
+            cmocka_unit_test_teardown(test_mdev_forbidden, st_reset),
+            cmocka_unit_test_teardown(test_mdev_nvml, st_reset),
+        };
+        return cmocka_run_group_tests(tests, st_group_setup, st_group_teardown);
+}
