@@ -135,6 +135,12 @@ size_t strv_length(char *const *strv);
 /* Appends a copy of s; *strv may be NULL. */
 int strv_push(char ***strv, const char *s);
 
+/*
+ * True when JSON text nests arrays and objects deeper than max (GEN-6). A byte-level pre-check
+ * run before the parser, so a hostile document cannot drive a recursive parser deep.
+ */
+bool json_text_too_deep(const char *buf, size_t size, unsigned max);
+
 /* ---- failure messages --------------------------------------------------------------------- */
 
 /*

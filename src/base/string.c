@@ -107,3 +107,28 @@ int error_prefix(char **error, int r, const char *fmt, ...)
                 return r;
         return error_set(error, r, "%s: %s", prefix, *error ? *error : strerror(r < 0 ? -r : r));
 }
+
+bool json_text_too_deep(const char *buf, size_t size, unsigned max)
+{
+        unsigned depth = 0;
+        bool in_string = false, escaped = false;
+
+        for (size_t i = 0; i < size; i++) {
+                char c = buf[i];
+                if (in_string) {
+                        if (escaped)
+                                escaped = false;
+                        else if (c == '\\')
+                                escaped = true;
+                        else if (c == '"')
+                                in_string = false;
+                } else if (c == '"')
+                        in_string = true;
+                else if (c == '[' || c == '{') {
+                        if (++depth > max)
+                                return true;
+                } else if ((c == ']' || c == '}') && depth > 0)
+                        depth--;
+        }
+        return false;
+}

@@ -313,30 +313,6 @@ static int unknown_key_error(char **error, const char *prefix, const char *scope
 }
 
 /* JSON nesting beyond max levels (GEN-6), found before jansson builds anything. */
-static bool json_too_deep(const char *buf, size_t size, unsigned max)
-{
-        unsigned depth = 0;
-        bool in_string = false, escaped = false;
-
-        for (size_t i = 0; i < size; i++) {
-                char c = buf[i];
-                if (in_string) {
-                        if (escaped)
-                                escaped = false;
-                        else if (c == '\\')
-                                escaped = true;
-                        else if (c == '"')
-                                in_string = false;
-                } else if (c == '"')
-                        in_string = true;
-                else if (c == '[' || c == '{') {
-                        if (++depth > max)
-                                return true;
-                } else if ((c == ']' || c == '}') && depth > 0)
-                        depth--;
-        }
-        return false;
-}
 
 static bool string_or_absent(json_t *o, const char *key)
 {
@@ -702,7 +678,7 @@ int health_state_parse(const char *buf, size_t size, HealthState **ret, char **e
         if (size > HEALTH_FILE_MAX)
                 return error_set(error, -EFBIG, UNMARSHAL_PREFIX "file larger than %zu bytes",
                                  HEALTH_FILE_MAX);
-        if (json_too_deep(buf, size, HEALTH_JSON_DEPTH_MAX))
+        if (json_text_too_deep(buf, size, HEALTH_JSON_DEPTH_MAX))
                 return unmarshal_error(error, "nesting deeper than %d levels",
                                        HEALTH_JSON_DEPTH_MAX);
 

@@ -1,0 +1,913 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * libmicrohttpd on the caller's sd-event loop, one MHD daemon per listener (so that the
+ * connection limit is per listener, API-1), and the life of a request through it.
+ *
+ * MHD calls on_access() several times per request: once when the headers are in (every check
+ * that needs no body runs then, and may answer at once), once per piece of body, and once
+ * more at the end, when the handler runs. A suspended request gets one further call after it
+ * is resumed, which sends the answer it was given meanwhile.
+ */
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "http-internal.h"
+
+typedef enum RequestState {
+        REQUEST_NEW,       /* headers in, nothing decided yet */
+        REQUEST_BODY,      /* accepted; reading the body */
+        REQUEST_HANDLING,  /* inside the handler */
+        REQUEST_SUSPENDED, /* the handler suspended it; waiting for an answer */
+        REQUEST_ANSWERED,  /* the answer is queued */
+} RequestState;
+
+typedef struct HttpListener HttpListener;
+
+struct HttpRequest {
+        unsigned n_ref;
+        HttpListener *listener;            /* NULL once MHD is done with the request */
+        struct MHD_Connection *connection; /* likewise */
+        RequestState state;
+        HttpRequest *suspended_prev, *suspended_next;
+        nsec_t start; /* CLOCK_MONOTONIC */
+
+        char *target; /* as sent: path and query */
+        char *method;
+        char *peer;
+        HttpTarget parsed;
+        const HttpRoute *route;
+        HttpParam *params;
+        size_t n_params;
+        char *subject;
+
+        bool body_declared; /* Content-Length > 0 or chunked */
+        char *body;
+        size_t body_size, body_allocated;
+        uint64_t received; /* body bytes seen, kept or not */
+
+        bool suspend_wanted;
+        struct MHD_Response *response; /* set by a reply, until queued */
+        unsigned status;               /* 0 until answered */
+};
+
+struct HttpListener {
+        HttpServer *server;
+        const char *kind; /* "tcp" or "unix", for logs */
+        struct MHD_Daemon *daemon;
+        sd_event_source *io, *timer;
+        HttpRequest *suspended; /* so that freeing can resume them: MHD insists */
+        bool woken;             /* a run at once is due; the timer says so already */
+};
+
+#define HTTP_STATUS_MAX 599
+
+struct HttpServer {
+        sd_event *event;
+        HttpListener *tcp, *unix_socket;
+        bool has_tcp;
+        HttpAddress tcp_address;
+        char *unix_path;
+        dev_t unix_dev;
+        ino_t unix_ino;
+        const HttpRoute *routes;
+        size_t n_routes;
+        const HttpJwtSecret *secret;
+        const Clock *clock;
+        void *userdata;
+        bool stopping;
+        uint64_t responses[HTTP_STATUS_MAX + 1];
+};
+
+static nsec_t now_monotonic(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (nsec_t)ts.tv_sec * NSEC_PER_SEC + (nsec_t)ts.tv_nsec;
+}
+
+/* ---- requests: accessors and references ------------------------------------------------------ */
+
+HttpRequest *http_request_ref(HttpRequest *req)
+{
+        req->n_ref++;
+        return req;
+}
+
+HttpRequest *http_request_unref(HttpRequest *req)
+{
+        if (!req || --req->n_ref > 0)
+                return NULL;
+        if (req->response)
+                MHD_destroy_response(req->response);
+        free(req->target);
+        free(req->method);
+        free(req->peer);
+        http_target_done(&req->parsed);
+        http_params_free(req->params, req->n_params);
+        free(req->subject);
+        free(req->body);
+        free(req);
+        return NULL;
+}
+
+const char *http_request_get_method(const HttpRequest *req)
+{
+        return req->method;
+}
+
+const char *http_request_get_path(const HttpRequest *req)
+{
+        return req->parsed.path;
+}
+
+static const char *params_lookup(const HttpParam *params, size_t n, const char *name)
+{
+        for (size_t i = 0; i < n; i++)
+                if (streq(params[i].name, name))
+                        return params[i].value;
+        return NULL;
+}
+
+const char *http_request_get_param(const HttpRequest *req, const char *name)
+{
+        return params_lookup(req->params, req->n_params, name);
+}
+
+const char *http_request_get_query(const HttpRequest *req, const char *name)
+{
+        return params_lookup(req->parsed.query, req->parsed.n_query, name);
+}
+
+const void *http_request_get_body(const HttpRequest *req, size_t *ret_size)
+{
+        *ret_size = req->body_size;
+        return req->body;
+}
+
+const char *http_request_get_peer(const HttpRequest *req)
+{
+        return req->peer;
+}
+
+const char *http_request_get_subject(const HttpRequest *req)
+{
+        return req->subject;
+}
+
+/* ---- answers --------------------------------------------------------------------------------- */
+
+static void suspended_remove(HttpRequest *req)
+{
+        HttpListener *l = req->listener;
+        if (req->suspended_prev)
+                req->suspended_prev->suspended_next = req->suspended_next;
+        else if (l && l->suspended == req)
+                l->suspended = req->suspended_next;
+        if (req->suspended_next)
+                req->suspended_next->suspended_prev = req->suspended_prev;
+        req->suspended_prev = req->suspended_next = NULL;
+}
+
+static void listener_wake(HttpListener *l);
+
+static int response_add_header(struct MHD_Response *resp, const char *name, const char *value)
+{
+        return MHD_add_response_header(resp, name, value) == MHD_YES ? 0 : -ENOMEM;
+}
+
+static int request_set_answer(HttpRequest *req, unsigned status, const char *content_type,
+                              const void *body, size_t size, const char *allow)
+{
+        if (req->response || req->state == REQUEST_ANSWERED)
+                return -EALREADY;
+        if (!req->connection)
+                return -ECONNABORTED;
+        if (status < 100 || status > HTTP_STATUS_MAX || (size > 0 && !content_type))
+                return -EINVAL;
+
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(size, (void *)body, MHD_RESPMEM_MUST_COPY);
+        if (!resp)
+                return -ENOMEM;
+        int r = 0;
+        if (content_type)
+                r = response_add_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+        if (r >= 0 && allow)
+                r = response_add_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+        if (r >= 0 && status == MHD_HTTP_UNAUTHORIZED)
+                r = response_add_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+        /* Answered before a declared body was read: the unread body must not be taken for the
+         * next request (API-15), so the connection ends with this answer. */
+        if (r >= 0 && req->state == REQUEST_NEW && req->body_declared)
+                r = response_add_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+        if (r < 0) {
+                MHD_destroy_response(resp);
+                return r;
+        }
+
+        req->response = resp;
+        req->status = status;
+        if (req->state == REQUEST_SUSPENDED) {
+                suspended_remove(req);
+                MHD_resume_connection(req->connection);
+                listener_wake(req->listener);
+        }
+        return 0;
+}
+
+int http_reply(HttpRequest *req, unsigned status, const char *content_type, const void *body,
+               size_t size)
+{
+        return request_set_answer(req, status, content_type, body, size, NULL);
+}
+
+static int reply_json_allow(HttpRequest *req, unsigned status, const json_t *body,
+                            const char *allow)
+{
+        _cleanup_free_ char *text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!text)
+                return -ENOMEM;
+        return request_set_answer(req, status, "application/json", text, strlen(text), allow);
+}
+
+int http_reply_json(HttpRequest *req, unsigned status, const json_t *body)
+{
+        return reply_json_allow(req, status, body, NULL);
+}
+
+static int reply_error_va(HttpRequest *req, unsigned status, const char *code, const char *allow,
+                          const char *fmt, va_list ap) _printf_(5, 0);
+static int reply_error_va(HttpRequest *req, unsigned status, const char *code, const char *allow,
+                          const char *fmt, va_list ap)
+{
+        _cleanup_free_ char *message = NULL;
+        if (vasprintf(&message, fmt, ap) < 0)
+                return -ENOMEM;
+        /* Messages may quote client bytes; JSON strings must be UTF-8. */
+        json_auto_t *body = json_pack("{s:s,s:s}", "code", code, "message", message);
+        if (!body) {
+                for (char *p = message; *p; p++)
+                        if ((unsigned char)*p >= 0x80)
+                                *p = '?';
+                body = json_pack("{s:s,s:s}", "code", code, "message", message);
+        }
+        if (!body)
+                return -ENOMEM;
+        return reply_json_allow(req, status, body, allow);
+}
+
+int http_reply_error(HttpRequest *req, unsigned status, const char *code, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        int r = reply_error_va(req, status, code, NULL, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+static int reply_error_allow(HttpRequest *req, const char *allow, const char *fmt, ...)
+    _printf_(3, 4);
+static int reply_error_allow(HttpRequest *req, const char *allow, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        int r =
+            reply_error_va(req, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed", allow, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+int http_request_parse_json(HttpRequest *req, json_t **ret)
+{
+        _cleanup_free_ char *error = NULL;
+        int r = http_json_parse_body(req->body, req->body_size, ret, &error);
+        if (r == -EINVAL)
+                (void)http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", "%s", error);
+        return r;
+}
+
+int http_request_suspend(HttpRequest *req)
+{
+        if (req->state != REQUEST_HANDLING)
+                return -EINVAL;
+        req->suspend_wanted = true;
+        return 0;
+}
+
+/* ---- the steps of a request ------------------------------------------------------------------ */
+
+static enum MHD_Result request_send(HttpRequest *req)
+{
+        HttpServer *s = req->listener->server;
+        struct MHD_Response *resp = TAKE_PTR(req->response);
+
+        req->state = REQUEST_ANSWERED;
+        enum MHD_Result ok = MHD_queue_response(req->connection, req->status, resp);
+        MHD_destroy_response(resp);
+        if (ok != MHD_YES) {
+                log_line(LOG_LEVEL_DEBUG, 0, "http response not queued", "path", req->parsed.path,
+                         NULL);
+                return MHD_NO;
+        }
+        s->responses[req->status]++;
+        return MHD_YES;
+}
+
+/* Answers 500 for a failure of our own; when even that fails, the connection just closes. */
+static enum MHD_Result request_fail(HttpRequest *req, int r)
+{
+        if (!req->response &&
+            http_reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", "internal error: %s",
+                             strerror(r < 0 ? -r : EIO)) < 0)
+                return MHD_NO;
+        return request_send(req);
+}
+
+static char *peer_describe(HttpListener *l, struct MHD_Connection *c)
+{
+        char *s = NULL;
+
+        if (l == l->server->unix_socket) {
+                const union MHD_ConnectionInfo *info =
+                    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+                struct ucred cred;
+                socklen_t len = sizeof cred;
+                if (info && getsockopt(info->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+                        (void)strprintf(&s, "unix:pid=%d,uid=%u", (int)cred.pid,
+                                        (unsigned)cred.uid);
+                return s ? s : strdup("unix");
+        }
+
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        HttpAddress a = {0};
+        if (info && info->client_addr) {
+                size_t len = info->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                      : sizeof(struct sockaddr_in);
+                memcpy(&a.sa, info->client_addr, len);
+        }
+        char buf[HTTP_ADDRESS_STRLEN];
+        return strdup(http_address_format(&a, buf));
+}
+
+static enum MHD_Result count_authorization(void *userdata, enum MHD_ValueKind kind, const char *key,
+                                           const char *value)
+{
+        unsigned *n = userdata;
+        if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0)
+                (*n)++;
+        return MHD_YES;
+}
+
+/* The bearer-token check (API-12..14): 0, or -EACCES with the cause logged at debug level. */
+static int request_authenticate(HttpRequest *req)
+{
+        HttpServer *s = req->listener->server;
+        _cleanup_free_ char *cause = NULL;
+        unsigned n = 0;
+        int r;
+
+        MHD_get_connection_values(req->connection, MHD_HEADER_KIND, count_authorization, &n);
+        if (n > 1)
+                r = error_set(&cause, -EACCES, "more than one Authorization header");
+        else if (!s->secret)
+                r = error_set(&cause, -EACCES, "no jwt secret configured");
+        else
+                r = http_auth_check(s->secret,
+                                    MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND,
+                                                                MHD_HTTP_HEADER_AUTHORIZATION),
+                                    clock_now(s->clock), &req->subject, &cause);
+        if (r == -EACCES)
+                log_line(LOG_LEVEL_DEBUG, 0, "http request refused", "path", req->parsed.path,
+                         "peer", req->peer, "cause", cause, NULL);
+        return r;
+}
+
+static bool media_type_is_json(const char *content_type)
+{
+        if (!content_type)
+                return false;
+        size_t n = strcspn(content_type, ";");
+        while (n > 0 && (content_type[n - 1] == ' ' || content_type[n - 1] == '\t'))
+                n--;
+        return n == strlen("application/json") &&
+               strncasecmp(content_type, "application/json", n) == 0;
+}
+
+/* 1 for "answered", or the failure to answer. */
+static int answered(int r)
+{
+        return r < 0 ? r : 1;
+}
+
+/*
+ * Everything decided from the headers alone. Returns 0 to read the body, 1 when an answer is
+ * set, < 0 on a failure of our own.
+ */
+static int request_check_headers(HttpRequest *req, const char *method)
+{
+        HttpServer *s = req->listener->server;
+        struct MHD_Connection *c = req->connection;
+        _cleanup_free_ char *error = NULL, *allow = NULL;
+        uint64_t length = 0;
+        size_t index;
+        int r;
+
+        if (!(req->method = strdup(method)) || !(req->peer = peer_describe(req->listener, c)))
+                return -ENOMEM;
+
+        const char *cl =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *te =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        /* MHD has already refused a malformed length; this only reads it. */
+        if (cl && parse_uint64(cl, &length) < 0)
+                length = UINT64_MAX;
+        req->body_declared = length > 0 || te;
+
+        r = http_target_parse(req->target, &req->parsed, &error);
+        if (r == -EINVAL)
+                return answered(
+                    http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", "%s", error));
+        if (r < 0)
+                return r;
+
+        r = http_route_find(s->routes, s->n_routes, method, req->parsed.segments,
+                            req->parsed.n_segments, &index);
+        if (r == -ENOENT)
+                return answered(http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
+                                                 "no route for %s", req->parsed.path));
+        if (r == -EPERM) {
+                r = http_route_allow(s->routes, s->n_routes, req->parsed.segments,
+                                     req->parsed.n_segments, &allow);
+                if (r < 0)
+                        return r;
+                return answered(reply_error_allow(req, allow,
+                                                  "method %s not allowed on %s (allowed: %s)",
+                                                  method, req->parsed.path, allow));
+        }
+        req->route = &s->routes[index];
+
+        if (!req->route->public && request_authenticate(req) < 0)
+                return answered(http_reply_error(req, MHD_HTTP_UNAUTHORIZED, "unauthorized",
+                                                 HTTP_UNAUTHORIZED_MESSAGE));
+
+        if (length > HTTP_BODY_MAX)
+                return answered(
+                    http_reply_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
+                                     "request body larger than %d bytes", HTTP_BODY_MAX));
+        if (req->body_declared && !media_type_is_json(MHD_lookup_connection_value(
+                                      c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE)))
+                return answered(http_reply_error(req, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                                                 "unsupported_media_type",
+                                                 "request body must be application/json"));
+
+        r = http_route_check_query(req->route, req->parsed.query, req->parsed.n_query, &error);
+        if (r == -EINVAL)
+                return answered(
+                    http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", "%s", error));
+
+        r = http_route_params(req->route, req->parsed.segments, req->parsed.n_segments,
+                              &req->params, &req->n_params);
+        return r < 0 ? r : 0;
+}
+
+static enum MHD_Result request_begin(HttpRequest *req, const char *method)
+{
+        int r = request_check_headers(req, method);
+        if (r < 0)
+                return request_fail(req, r);
+        if (r > 0)
+                return request_send(req);
+        req->state = REQUEST_BODY;
+        return MHD_YES;
+}
+
+/* Keeps up to HTTP_BODY_MAX bytes; past that counts and drops, and gives up past the limit. */
+static enum MHD_Result request_receive(HttpRequest *req, const char *data, size_t size)
+{
+        req->received += size;
+        if (req->received <= HTTP_BODY_MAX) {
+                /* Grown as data arrives, never from what the client declares it will send. */
+                if (req->body_size + size > req->body_allocated) {
+                        size_t want = req->body_allocated ? req->body_allocated : 16384;
+                        while (want < req->body_size + size)
+                                want *= 2;
+                        char *grown = realloc(req->body, want);
+                        if (!grown)
+                                return MHD_NO;
+                        req->body = grown;
+                        req->body_allocated = want;
+                }
+                memcpy(req->body + req->body_size, data, size);
+                req->body_size += size;
+                return MHD_YES;
+        }
+
+        /* Only chunked bodies get here: MHD holds a declared length to its word. */
+        free(req->body);
+        req->body = NULL;
+        req->body_size = req->body_allocated = 0;
+        if (req->received - HTTP_BODY_MAX > HTTP_DISCARD_MAX) {
+                log_line(LOG_LEVEL_DEBUG, 0, "http request body discarded past the limit, closing",
+                         "path", req->parsed.path, "peer", req->peer, NULL);
+                return MHD_NO;
+        }
+        return MHD_YES;
+}
+
+static enum MHD_Result request_dispatch(HttpRequest *req)
+{
+        if (req->received > HTTP_BODY_MAX) {
+                if (http_reply_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
+                                     "request body larger than %d bytes", HTTP_BODY_MAX) < 0)
+                        return MHD_NO;
+                return request_send(req);
+        }
+
+        req->state = REQUEST_HANDLING;
+        int r = req->route->handler(req, req->listener->server->userdata);
+        if (req->response)
+                return request_send(req);
+        if (req->suspend_wanted && r >= 0) {
+                HttpListener *l = req->listener;
+                req->state = REQUEST_SUSPENDED;
+                req->suspended_next = l->suspended;
+                if (l->suspended)
+                        l->suspended->suspended_prev = req;
+                l->suspended = req;
+                MHD_suspend_connection(req->connection);
+                return MHD_YES;
+        }
+        if (r >= 0) {
+                log_error("http handler for %s %s neither answered nor suspended", req->method,
+                          req->route->pattern);
+                r = -EIO;
+        }
+        return request_fail(req, r);
+}
+
+/* ---- MHD callbacks --------------------------------------------------------------------------- */
+
+/* MHD's first sight of a request: the raw target, before MHD decodes anything in it. */
+static void *on_request_start(void *cls, const char *uri, struct MHD_Connection *c)
+{
+        HttpRequest *req = calloc(1, sizeof *req);
+        if (!req)
+                return NULL;
+        *req = (HttpRequest){.n_ref = 1,
+                             .listener = cls,
+                             .connection = c,
+                             .start = now_monotonic(),
+                             .target = strdup(uri)};
+        if (!req->target)
+                return http_request_unref(req);
+        return req;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
+                                 const char *method, const char *version, const char *data,
+                                 size_t *data_size, void **con_cls)
+{
+        HttpListener *l = cls;
+        HttpRequest *req = *con_cls;
+
+        if (!req || l->server->stopping)
+                return MHD_NO;
+
+        switch (req->state) {
+        case REQUEST_NEW:
+                return request_begin(req, method);
+        case REQUEST_BODY:
+                if (*data_size > 0) {
+                        size_t n = *data_size;
+                        *data_size = 0;
+                        return request_receive(req, data, n);
+                }
+                return request_dispatch(req);
+        case REQUEST_SUSPENDED:
+                /* Resumed: by an answer, or by the server going away without one. */
+                return req->response ? request_send(req) : MHD_NO;
+        case REQUEST_HANDLING:
+        case REQUEST_ANSWERED:
+                break;
+        }
+        /* Body bytes after an early answer: that connection closes anyway. */
+        return MHD_NO;
+}
+
+static const char *termination_reason(enum MHD_RequestTerminationCode toe)
+{
+        switch (toe) {
+        case MHD_REQUEST_TERMINATED_COMPLETED_OK:
+                return "completed";
+        case MHD_REQUEST_TERMINATED_WITH_ERROR:
+                return "error";
+        case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED:
+                return "idle timeout";
+        case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN:
+                return "shutdown";
+        case MHD_REQUEST_TERMINATED_READ_ERROR:
+                return "read error";
+        case MHD_REQUEST_TERMINATED_CLIENT_ABORT:
+                return "client abort";
+        }
+        return "unknown";
+}
+
+static void on_request_done(void *cls, struct MHD_Connection *c, void **con_cls,
+                            enum MHD_RequestTerminationCode toe)
+{
+        HttpRequest *req = *con_cls;
+        if (!req)
+                return;
+        *con_cls = NULL;
+
+        char status[16] = "none", duration[DURATION_STRLEN];
+        if (req->status > 0)
+                snprintf(status, sizeof status, "%u", req->status);
+        format_duration(now_monotonic() - req->start, duration);
+        log_line(LOG_LEVEL_DEBUG, 0, "http request", "method", req->method ? req->method : "-",
+                 "path", req->parsed.path ? req->parsed.path : req->target, "status", status,
+                 "duration", duration, "peer", req->peer, "end",
+                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? NULL : termination_reason(toe), NULL);
+
+        suspended_remove(req);
+        req->listener = NULL;
+        req->connection = NULL;
+        http_request_unref(req);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) _printf_(2, 0);
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+        HttpListener *l = cls;
+        char message[512];
+        vsnprintf(message, sizeof message, fmt, ap);
+        /* MHD ends its messages with a newline; the log line adds its own. */
+        strchomp(message);
+        log_line(LOG_LEVEL_DEBUG, 0, "libmicrohttpd", "listener", l->kind, "message", message,
+                 NULL);
+}
+
+/* ---- listeners on the loop ------------------------------------------------------------------- */
+
+/* Re-arms the timer from MHD_get_timeout(): MHD needs a run by then even without I/O. */
+static void listener_arm(HttpListener *l)
+{
+        MHD_UNSIGNED_LONG_LONG ms;
+        uint64_t now;
+        int r;
+
+        if (MHD_get_timeout(l->daemon, &ms) != MHD_YES) {
+                r = sd_event_source_set_enabled(l->timer, SD_EVENT_OFF);
+        } else {
+                r = sd_event_now(l->server->event, CLOCK_MONOTONIC, &now);
+                if (r >= 0) {
+                        uint64_t usec =
+                            ms >= (UINT64_MAX - 1 - now) / 1000 ? UINT64_MAX - 1 : now + ms * 1000;
+                        r = sd_event_source_set_time(l->timer, usec);
+                }
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(l->timer, SD_EVENT_ONESHOT);
+        }
+        if (r < 0)
+                log_error_errno(r, "http %s listener: arming its timer failed: %m", l->kind);
+}
+
+static unsigned listener_connections(HttpListener *l)
+{
+        const union MHD_DaemonInfo *info =
+            MHD_get_daemon_info(l->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+        return info ? info->num_connections : 0;
+}
+
+/* Asks for an MHD run at once, e.g. after a resume, which MHD only notices in its next run. */
+static void listener_wake(HttpListener *l)
+{
+        l->woken = true;
+        int r = sd_event_source_set_time(l->timer, 1);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(l->timer, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_error_errno(r, "http %s listener: waking it failed: %m", l->kind);
+}
+
+static void listener_run(HttpListener *l)
+{
+        unsigned before = listener_connections(l);
+        l->woken = false;
+        if (MHD_run(l->daemon) != MHD_YES)
+                log_line(LOG_LEVEL_DEBUG, 0, "MHD_run failed", "listener", l->kind, NULL);
+        /*
+         * At the limit MHD takes its listening socket out of epoll and puts it back only at the
+         * start of a run. A run that freed a place is therefore followed by another at once;
+         * otherwise clients queued in the backlog wait for the next timeout (up to 10 s).
+         */
+        if (before >= HTTP_CONNECTIONS_MAX && listener_connections(l) < HTTP_CONNECTIONS_MAX)
+                listener_wake(l);
+        /* A handler that answered a suspended request during this run asked for the next. */
+        if (!l->woken)
+                listener_arm(l);
+}
+
+static int on_io(sd_event_source *source, int fd, uint32_t revents, void *userdata)
+{
+        listener_run(userdata);
+        return 0;
+}
+
+static int on_timer(sd_event_source *source, uint64_t usec, void *userdata)
+{
+        listener_run(userdata);
+        return 0;
+}
+
+static void listener_free(HttpListener *l)
+{
+        if (!l)
+                return;
+        sd_event_source_disable_unref(l->io);
+        sd_event_source_disable_unref(l->timer);
+        if (l->daemon) {
+                /* MHD must not be stopped with suspended connections: resume them unanswered,
+                 * and let one last run close them. */
+                bool resumed = false;
+                while (l->suspended) {
+                        HttpRequest *req = l->suspended;
+                        suspended_remove(req);
+                        MHD_resume_connection(req->connection);
+                        resumed = true;
+                }
+                if (resumed)
+                        (void)MHD_run(l->daemon);
+                MHD_stop_daemon(l->daemon);
+        }
+        free(l);
+}
+
+/* Takes fd: MHD owns it from MHD_start_daemon() on, whatever the outcome. */
+static int listener_new(HttpServer *s, const char *kind, int fd, unsigned idle_timeout,
+                        HttpListener **ret)
+{
+        HttpListener *l = calloc(1, sizeof *l);
+        if (!l) {
+                close(fd);
+                return -ENOMEM;
+        }
+        *l = (HttpListener){.server = s, .kind = kind};
+
+        l->daemon = MHD_start_daemon(
+            MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_access,
+            l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, l, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTIONS_MAX,
+            MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout, MHD_OPTION_URI_LOG_CALLBACK,
+            on_request_start, l, MHD_OPTION_NOTIFY_COMPLETED, on_request_done, l,
+            MHD_OPTION_STRICT_FOR_CLIENT, (int)1, MHD_OPTION_END);
+        if (!l->daemon) {
+                free(l);
+                return -EIO;
+        }
+
+        const union MHD_DaemonInfo *info = MHD_get_daemon_info(l->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+        int r = info ? 0 : -EIO;
+        if (r >= 0)
+                r = sd_event_add_io(s->event, &l->io, info->epoll_fd, EPOLLIN, on_io, l);
+        if (r >= 0)
+                r = sd_event_add_time(s->event, &l->timer, CLOCK_MONOTONIC, 1, 1000, on_timer, l);
+        if (r < 0) {
+                listener_free(l);
+                return r;
+        }
+        listener_arm(l);
+        *ret = l;
+        return 0;
+}
+
+/* ---- the server ------------------------------------------------------------------------------ */
+
+HttpServer *http_server_free(HttpServer *s)
+{
+        if (!s)
+                return NULL;
+        s->stopping = true;
+        listener_free(s->tcp);
+        listener_free(s->unix_socket);
+        if (s->unix_path) {
+                /* Only our own socket: another server may have replaced it since. */
+                struct stat st;
+                if (lstat(s->unix_path, &st) == 0 && st.st_dev == s->unix_dev &&
+                    st.st_ino == s->unix_ino)
+                        (void)unlink(s->unix_path);
+                free(s->unix_path);
+        }
+        sd_event_unref(s->event);
+        free(s);
+        return NULL;
+}
+
+static int server_listen_tcp(HttpServer *s, const char *listen, unsigned idle_timeout, char **error)
+{
+        HttpAddress a;
+        int fd, r = http_address_parse(listen, true, &a);
+        if (r < 0)
+                return error_set(error, r, "listen %s: not an address:port literal", listen);
+        r = http_listen_tcp(&a, &fd, &s->tcp_address);
+        if (r >= 0)
+                r = listener_new(s, "tcp", fd, idle_timeout, &s->tcp);
+        if (r < 0)
+                return error_set(error, r, "listen %s: %s", listen, strerror(-r));
+        s->has_tcp = true;
+        return 0;
+}
+
+static int server_listen_unix(HttpServer *s, const char *path, mode_t mode, unsigned idle_timeout,
+                              char **error)
+{
+        struct stat st;
+        int fd, r = http_listen_unix(path, mode, &fd, &st);
+        if (r >= 0) {
+                s->unix_dev = st.st_dev;
+                s->unix_ino = st.st_ino;
+                if (!(s->unix_path = strdup(path))) {
+                        (void)unlink(path);
+                        close(fd);
+                        r = -ENOMEM;
+                }
+        }
+        if (r >= 0)
+                r = listener_new(s, "unix", fd, idle_timeout, &s->unix_socket);
+        if (r < 0)
+                return error_set(error, r, "unix_socket %s: %s", path, strerror(-r));
+        return 0;
+}
+
+int http_server_new(sd_event *event, const HttpServerConfig *config, HttpServer **ret, char **error)
+{
+        bool tcp = config->listen && *config->listen;
+        bool unix_socket = config->unix_socket && *config->unix_socket;
+        unsigned idle = config->idle_timeout_sec ? config->idle_timeout_sec : HTTP_IDLE_TIMEOUT_SEC;
+
+        if (!tcp && !unix_socket)
+                return error_set(error, -EINVAL, "no listener configured");
+        int r = http_routes_validate(config->routes, config->n_routes, error);
+        if (r < 0)
+                return r;
+
+        _cleanup_http_server_ HttpServer *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        *s = (HttpServer){
+            .event = sd_event_ref(event),
+            .routes = config->routes,
+            .n_routes = config->n_routes,
+            .secret = config->secret,
+            .clock = config->clock ? config->clock : &clock_realtime,
+            .userdata = config->userdata,
+        };
+
+        if (tcp && (r = server_listen_tcp(s, config->listen, idle, error)) < 0)
+                return r;
+        if (unix_socket && (r = server_listen_unix(s, config->unix_socket, config->unix_socket_mode,
+                                                   idle, error)) < 0)
+                return r;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+int http_server_get_tcp_address(const HttpServer *s, HttpAddress *ret)
+{
+        if (!s->has_tcp)
+                return -ENOENT;
+        *ret = s->tcp_address;
+        return 0;
+}
+
+uint64_t http_server_get_response_count(const HttpServer *s, unsigned status)
+{
+        return status <= HTTP_STATUS_MAX ? s->responses[status] : 0;
+}
+
+int http_server_write_metrics(const HttpServer *s, MetricsWriter *w)
+{
+        /* The statuses API-2 and API-11 name: their series exist from start-up (MET-3). */
+        static const unsigned expected[] = {200, 201, 204, 400, 401, 404, 405,
+                                            409, 413, 415, 500, 501, 503};
+        bool exported[HTTP_STATUS_MAX + 1] = {false};
+        for (size_t i = 0; i < ELEMENTSOF(expected); i++)
+                exported[expected[i]] = true;
+
+        int r = metrics_family(w, "vgpud_http_requests_total", METRIC_COUNTER,
+                               "HTTP responses by status code.");
+        for (unsigned code = 100; code <= HTTP_STATUS_MAX && r >= 0; code++) {
+                if (!exported[code] && s->responses[code] == 0)
+                        continue;
+                char label[8];
+                snprintf(label, sizeof label, "%u", code);
+                r = metrics_sample_u64(w, s->responses[code], "code", label, NULL);
+        }
+        return r;
+}

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * http: the REST API's transport (SPEC API-1, API-3, API-11..15, API-20).
+ *
+ * An HttpServer serves a table of routes over a TCP listener and/or a Unix socket. It runs on
+ * the caller's sd-event loop: libmicrohttpd in external epoll mode, one daemon per listener,
+ * no threads. Handlers therefore run on the loop thread and may touch the loop's state.
+ *
+ * Promises:
+ *  - each listener holds at most HTTP_CONNECTIONS_MAX connections and closes one that is idle
+ *    for the idle timeout (API-1);
+ *  - before a handler runs, the request has passed, in this order: routing (404 `not_found`,
+ *    405 `method_not_allowed` with Allow; a trailing slash is part of the path), the bearer
+ *    token unless the route is public (401 `unauthorized`, always with the message
+ *    HTTP_UNAUTHORIZED_MESSAGE; the cause is logged at debug level, never the token), the
+ *    declared body size (413 before the body is read, then the connection is closed), the
+ *    body's media type (415), the query parameters the route declares (400), and the body size
+ *    as it arrived (413; more than HTTP_DISCARD_MAX discarded closes the connection unanswered);
+ *  - request bodies are buffered up to HTTP_BODY_MAX bytes, never more;
+ *  - every error body is {"code":"<code>","message":"<text>"} as application/json; JSON is
+ *    written compact, without a trailing newline;
+ *  - every response counts in vgpud_http_requests_total{code} and ends with one debug log
+ *    line carrying method, path, status and duration (API-20).
+ *
+ * Paths: a route's pattern is literal segments and whole-segment parameters ("/instances/{id}").
+ * The request path is matched segment by segment after percent-decoding each segment, so
+ * "%2e%2e" is "..". Segments "." and "..", a decoded "/" or NUL, and malformed escapes are
+ * refused with 400 `invalid_request` before routing, so no handler sees a traversal.
+ */
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <systemd/sd-event.h>
+
+#include "base/base.h"
+#include "metrics/metrics.h"
+
+#define HTTP_CONNECTIONS_MAX 64             /* per listener (API-1) */
+#define HTTP_IDLE_TIMEOUT_SEC 10            /* API-1 */
+#define HTTP_BODY_MAX (1024 * 1024)         /* API-15 */
+#define HTTP_DISCARD_MAX (16 * 1024 * 1024) /* API-15 */
+#define HTTP_AUTHORIZATION_MAX 4096         /* API-12: the header value, in bytes */
+#define HTTP_JSON_DEPTH_MAX 16              /* GEN-6 */
+#define HTTP_JWT_SECRET_MIN 32              /* API-14 */
+#define HTTP_JWT_SECRET_MAX 4096            /* API-14 */
+#define HTTP_UNAUTHORIZED_MESSAGE "invalid or missing bearer token"
+
+/* ---- listen addresses ---------------------------------------------------------------------- */
+
+typedef struct HttpAddress {
+        struct sockaddr_storage sa;
+        socklen_t len;
+} HttpAddress;
+
+/* "127.0.0.1:8080" or "[::1]:8080": a literal address, never a host name (CFG-6). */
+#define HTTP_ADDRESS_STRLEN 56
+
+/*
+ * Parses a `listen` value. The port is 1..65535, or also 0 (any free port) when
+ * allow_port_zero is set, which only tests want. -EINVAL for anything else.
+ */
+int http_address_parse(const char *s, bool allow_port_zero, HttpAddress *ret);
+char *http_address_format(const HttpAddress *a, char buf[static HTTP_ADDRESS_STRLEN]);
+
+/* ---- bearer tokens (API-12..14) ------------------------------------------------------------- */
+
+/* The HMAC key: the secret file's exact bytes. Cleared from memory when freed. */
+typedef struct HttpJwtSecret HttpJwtSecret;
+
+/*
+ * Reads a jwt_secret_file: a regular file of HTTP_JWT_SECRET_MIN..MAX bytes without group or
+ * other permission bits, taken byte for byte (no trimming). On failure *error reads
+ * "jwt_secret_file <path>: <reason>".
+ */
+int http_jwt_secret_load(const char *path, HttpJwtSecret **ret, char **error);
+/* A secret from memory, with the same size rule (-EINVAL). */
+int http_jwt_secret_new(const void *key, size_t size, HttpJwtSecret **ret);
+HttpJwtSecret *http_jwt_secret_free(HttpJwtSecret *s);
+static inline void http_jwt_secret_freep(HttpJwtSecret **s)
+{
+        if (*s)
+                http_jwt_secret_free(*s);
+}
+#define _cleanup_jwt_secret_ _cleanup_(http_jwt_secret_freep)
+
+/*
+ * Mints an HS256 token with "exp" = now + ttl (rounded up to whole seconds, ttl >= 1 s),
+ * "iat" = now and, when subject is non-NULL, "sub" (`vgpuctl token mint`).
+ */
+int http_jwt_mint(const HttpJwtSecret *secret, const char *subject, Timestamp now, nsec_t ttl,
+                  char **ret);
+
+/*
+ * Checks a token (API-13, API-14): three base64url parts, a header whose "alg" is exactly
+ * "HS256" and that has no "crit", an HMAC-SHA256 signature that matches in constant time, and
+ * a payload object with a numeric "exp" after now and, if present, a numeric "nbf" not after
+ * now. Header and payload are strict JSON (duplicate keys refused, nesting <= 16). On success
+ * *ret_subject gets a copy of "sub" (NULL when absent). On failure (-EACCES) *error says why,
+ * for a debug log; it never contains the token.
+ */
+int http_jwt_verify(const HttpJwtSecret *secret, const char *token, Timestamp now,
+                    char **ret_subject, char **error);
+
+/*
+ * Checks an Authorization header value: at most HTTP_AUTHORIZATION_MAX bytes, the scheme
+ * "Bearer" (any case), one or more spaces, then a token for http_jwt_verify(). NULL means the
+ * header is missing. Same results as http_jwt_verify().
+ */
+int http_auth_check(const HttpJwtSecret *secret, const char *authorization, Timestamp now,
+                    char **ret_subject, char **error);
+
+/* ---- requests and routes -------------------------------------------------------------------- */
+
+typedef struct HttpRequest HttpRequest;
+
+/*
+ * A handler answers with one of the http_reply*() calls, or suspends the request and answers
+ * later. If it returns < 0 without having answered, the request gets 500 `internal`.
+ */
+typedef int (*HttpHandler)(HttpRequest *req, void *userdata);
+
+typedef struct HttpRoute {
+        const char *method;  /* "GET", "POST", "DELETE", ... */
+        const char *pattern; /* "/instances/{id}/start" */
+        HttpHandler handler;
+        const char *const *query; /* accepted query parameters, NULL-terminated; NULL: none */
+        bool public;              /* true: no bearer token needed (API-12) */
+} HttpRoute;
+
+/*
+ * Checks a route table: methods are upper-case tokens, patterns start with "/", parameters
+ * are whole segments "{name}" with unique lower-case names, no two routes with one method can
+ * match the same path, every route has a handler. -EINVAL with *error naming the route.
+ */
+int http_routes_validate(const HttpRoute *routes, size_t n_routes, char **error);
+
+const char *http_request_get_method(const HttpRequest *req);
+/* The path as the client sent it (still percent-encoded), without the query. */
+const char *http_request_get_path(const HttpRequest *req);
+/* A path parameter of the route, decoded; NULL for a name the route does not have. */
+const char *http_request_get_param(const HttpRequest *req, const char *name);
+/* A query parameter, decoded; NULL when the request did not give it. */
+const char *http_request_get_query(const HttpRequest *req, const char *name);
+/* The raw body (not NUL-terminated; NULL when empty). */
+const void *http_request_get_body(const HttpRequest *req, size_t *ret_size);
+/* "127.0.0.1:41234", "[::1]:41234" or, on the Unix socket, "unix:pid=<n>,uid=<n>". */
+const char *http_request_get_peer(const HttpRequest *req);
+/* The token's "sub" claim; NULL on public routes or when the token has none. */
+const char *http_request_get_subject(const HttpRequest *req);
+
+/*
+ * Parses the body as strict JSON: UTF-8, duplicate keys refused, nesting <= 16 levels, a
+ * single object. On failure answers 400 `invalid_request` itself and returns -EINVAL, so a
+ * handler can simply return the result.
+ */
+int http_request_parse_json(HttpRequest *req, json_t **ret);
+
+/*
+ * The same rules on a buffer, without a request: -EINVAL with *error worded for the client
+ * ("invalid JSON body: ...").
+ */
+int http_json_parse_body(const void *buf, size_t size, json_t **ret, char **error);
+
+/*
+ * Answers the request (copying body). content_type may be NULL only for an empty body. Each
+ * request is answered once: -EALREADY for a second answer. When the connection has already
+ * gone (the server was freed while the request was suspended) the answer is dropped with
+ * -ECONNABORTED.
+ */
+int http_reply(HttpRequest *req, unsigned status, const char *content_type, const void *body,
+               size_t size);
+int http_reply_json(HttpRequest *req, unsigned status, const json_t *body);
+/* {"code": code, "message": <formatted>} */
+int http_reply_error(HttpRequest *req, unsigned status, const char *code, const char *fmt, ...)
+    _printf_(4, 5);
+
+/*
+ * Suspends the request from inside its handler (-EINVAL elsewhere). The handler then returns
+ * 0; whoever completes the work must later answer with an http_reply*() from the loop thread:
+ * MHD neither times out a suspended connection nor notices its client leaving, so an
+ * unanswered request holds one of the listener's connections for good. The request lives as
+ * long as the server holds it: take a reference with http_request_ref() to keep it until then.
+ * A server freed while requests are suspended closes their connections; replies to them
+ * return -ECONNABORTED.
+ */
+int http_request_suspend(HttpRequest *req);
+HttpRequest *http_request_ref(HttpRequest *req);
+HttpRequest *http_request_unref(HttpRequest *req);
+static inline void http_request_unrefp(HttpRequest **req)
+{
+        if (*req)
+                http_request_unref(*req);
+}
+
+/* ---- the server ----------------------------------------------------------------------------- */
+
+typedef struct HttpServerConfig {
+        const char *listen;      /* a `listen` value (port 0 allowed), or NULL for none */
+        const char *unix_socket; /* an absolute path, or NULL for none */
+        mode_t unix_socket_mode;
+        const HttpRoute *routes; /* not copied: must outlive the server */
+        size_t n_routes;
+        const HttpJwtSecret *secret; /* not copied; required when a route is not public */
+        const Clock *clock;          /* token times; NULL for clock_realtime */
+        unsigned idle_timeout_sec;   /* 0 for HTTP_IDLE_TIMEOUT_SEC */
+        void *userdata;              /* handed to every handler */
+} HttpServerConfig;
+
+typedef struct HttpServer HttpServer;
+
+/*
+ * Binds the listeners and starts serving on event. A Unix socket path that holds a stale
+ * socket is replaced; any other file there is an error. On failure *error names the listener
+ * ("listen 127.0.0.1:8080: Address already in use", "unix_socket /run/x.sock: ...") or the
+ * route table.
+ */
+int http_server_new(sd_event *event, const HttpServerConfig *config, HttpServer **ret,
+                    char **error);
+/*
+ * Stops serving: closes every connection (suspended requests included), removes the Unix
+ * socket if it is still the one the server bound, and frees the server.
+ */
+HttpServer *http_server_free(HttpServer *s);
+static inline void http_server_freep(HttpServer **s)
+{
+        if (*s)
+                http_server_free(*s);
+}
+#define _cleanup_http_server_ _cleanup_(http_server_freep)
+
+/* The TCP listener's bound address (the real port when 0 was asked); -ENOENT without one. */
+int http_server_get_tcp_address(const HttpServer *s, HttpAddress *ret);
+
+/* Responses sent with this status so far. */
+uint64_t http_server_get_response_count(const HttpServer *s, unsigned status);
+
+/*
+ * Writes the vgpud_http_requests_total family: one series per status the API can answer
+ * (API-2, API-11), exported from start-up at 0 (MET-3), plus any other status sent.
+ */
+int http_server_write_metrics(const HttpServer *s, MetricsWriter *w);
