@@ -7,7 +7,7 @@ packages="
   gcc clang lld libclang-rt-14-dev meson ninja-build pkg-config clang-format
   libjansson-dev libyaml-dev libfuse3-dev fuse3 libsystemd-dev libmicrohttpd-dev libjwt-dev
   libcurl4-openssl-dev libcmocka-dev libsqlite3-dev sqlite3
-  util-linux psmisc python3 strace
+  util-linux psmisc python3 strace prometheus
 "
 
 missing=""

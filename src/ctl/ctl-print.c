@@ -1,0 +1,443 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Human output of vgpuctl: the JSON shapes of SPEC API-4, API-6, API-10 and API-18 as aligned
+ * tables. Keys the client does not use are ignored (see ctl.h); the keys it uses must have
+ * the SPEC's types, or the answer is reported as unexpected rather than half printed.
+ */
+#include "ctl.h"
+
+#define INT_STRLEN 24
+
+static char *format_int(json_int_t v, char buf[static INT_STRLEN])
+{
+        snprintf(buf, INT_STRLEN, "%" JSON_INTEGER_FORMAT, v);
+        return buf;
+}
+
+static int shape_error(char **error, const char *what, const json_error_t *e)
+{
+        return error_set(error, -EBADMSG, "unexpected %s in the response: %s", what, e->text);
+}
+
+/* ---- GET /resources (API-4, API-5) ----------------------------------------------------------- */
+
+static int print_profiles(FILE *out, json_t *profiles, char **error)
+{
+        _cleanup_(ctl_table_done) CtlTable t = {};
+        size_t i;
+        json_t *p;
+        int r;
+
+        if (!json_is_array(profiles))
+                return error_set(error, -EBADMSG,
+                                 "unexpected profiles in the response: not an "
+                                 "array");
+        if (json_array_size(profiles) == 0) {
+                fputs("no vGPU profiles\n", out);
+                return 0;
+        }
+
+        r = ctl_table_init(&t, 3);
+        if (r >= 0)
+                r = ctl_table_add_row(&t, (const char *[]){"PROFILE", "FRAMEBUFFER", "AVAILABLE"});
+        if (r < 0)
+                return r;
+
+        json_array_foreach (profiles, i, p) {
+                const char *name;
+                json_t *framebuffer = NULL;
+                json_int_t available;
+                json_error_t e;
+                char fb[INT_STRLEN + 4], avail[INT_STRLEN];
+
+                if (json_unpack_ex(p, &e, 0, "{s:s, s?o, s:I}", "name", &name, "framebuffer_mb",
+                                   &framebuffer, "available", &available) < 0)
+                        return shape_error(error, "profile", &e);
+                /* A size the host could not learn (DISC-15, DISC-16) is shown as unknown. */
+                if (json_is_integer(framebuffer) && json_integer_value(framebuffer) > 0)
+                        snprintf(fb, sizeof fb, "%" JSON_INTEGER_FORMAT " MiB",
+                                 json_integer_value(framebuffer));
+                else
+                        snprintf(fb, sizeof fb, "-");
+
+                r = ctl_table_add_row(&t, (const char *[]){name, fb, format_int(available, avail)});
+                if (r < 0)
+                        return r;
+        }
+        return ctl_table_print(&t, out, "");
+}
+
+int ctl_print_resources(FILE *out, json_t *body, char **error)
+{
+        _cleanup_(ctl_table_done) CtlTable t = {};
+        json_t *gpu = NULL, *profiles = NULL;
+        const char *mode, *disabled = NULL, *warning = NULL;
+        json_int_t total, used, allocatable, quarantined;
+        char b_total[INT_STRLEN], b_used[INT_STRLEN], b_alloc[INT_STRLEN], b_quar[INT_STRLEN];
+        json_error_t e;
+        int r;
+
+        if (json_unpack_ex(body, &e, 0, "{s:o}", "gpu", &gpu) < 0)
+                return shape_error(error, "resources", &e);
+        if (json_is_null(gpu)) {
+                fputs("no vGPU framework on this host\n", out);
+                return 0;
+        }
+        if (json_unpack_ex(gpu, &e, 0, "{s:s, s:I, s:I, s:I, s:I, s:o, s?s, s?s}", "mode", &mode,
+                           "total_slots", &total, "used_slots", &used, "allocatable_slots",
+                           &allocatable, "quarantined_slots", &quarantined, "profiles", &profiles,
+                           "placement_disabled_reason", &disabled, "placement_warning",
+                           &warning) < 0)
+                return shape_error(error, "resources", &e);
+
+        r = ctl_table_init(&t, 2);
+        if (r >= 0)
+                r = ctl_table_add_row(&t, (const char *[]){"mode", mode});
+        if (r >= 0)
+                r = ctl_table_add_row(&t,
+                                      (const char *[]){"total slots", format_int(total, b_total)});
+        if (r >= 0)
+                r = ctl_table_add_row(&t, (const char *[]){"used slots", format_int(used, b_used)});
+        if (r >= 0)
+                r = ctl_table_add_row(
+                    &t, (const char *[]){"allocatable slots", format_int(allocatable, b_alloc)});
+        if (r >= 0)
+                r = ctl_table_add_row(
+                    &t, (const char *[]){"quarantined slots", format_int(quarantined, b_quar)});
+        if (r >= 0 && disabled)
+                r = ctl_table_add_row(&t, (const char *[]){"placement disabled", disabled});
+        if (r >= 0 && warning)
+                r = ctl_table_add_row(&t, (const char *[]){"placement warning", warning});
+        if (r < 0)
+                return r;
+
+        /* Check the profiles before printing anything, so a bad answer prints nothing. */
+        if (!json_is_array(profiles))
+                return error_set(error, -EBADMSG,
+                                 "unexpected profiles in the response: not an "
+                                 "array");
+        _cleanup_free_ char *buf = NULL;
+        size_t size = 0;
+        _cleanup_fclose_ FILE *mem = open_memstream(&buf, &size);
+        if (!mem)
+                return -ENOMEM;
+        r = print_profiles(mem, profiles, error);
+        if (r < 0)
+                return r;
+        if (fflush(mem) != 0)
+                return -ENOMEM;
+
+        r = ctl_table_print(&t, out, "");
+        if (r < 0)
+                return r;
+        fputc('\n', out);
+        fwrite(buf, 1, size, out);
+        return 0;
+}
+
+/* ---- GET /gpus (API-6, API-22) --------------------------------------------------------------- */
+
+static int print_vfs(FILE *out, json_t *vfs, char **error)
+{
+        _cleanup_(ctl_table_done) CtlTable t = {};
+        size_t i;
+        json_t *vf;
+        int r;
+
+        if (!json_is_array(vfs))
+                return error_set(error, -EBADMSG, "unexpected vfs in the response: not an array");
+        if (json_array_size(vfs) == 0) {
+                fputs("  no VFs\n", out);
+                return 0;
+        }
+
+        r = ctl_table_init(&t, 5);
+        if (r >= 0)
+                r = ctl_table_add_row(
+                    &t, (const char *[]){"VF", "STATE", "PROFILE", "INSTANCE", "FAILURES"});
+        if (r < 0)
+                return r;
+
+        json_array_foreach (vfs, i, vf) {
+                const char *address, *state, *profile = NULL, *instance = NULL;
+                json_int_t failures;
+                int uncertain = 0;
+                json_error_t e;
+                char b_failures[INT_STRLEN];
+                _cleanup_free_ char *state_text = NULL;
+
+                if (json_unpack_ex(vf, &e, 0, "{s:s, s:s, s?s, s?s, s:I, s?b}", "address", &address,
+                                   "state", &state, "profile", &profile, "instance_id", &instance,
+                                   "failures", &failures, "uncertain", &uncertain) < 0)
+                        return shape_error(error, "VF", &e);
+                /* An uncertain VF has a driver call stuck past its deadline (GEN-4). */
+                if (strprintf(&state_text, "%s%s", state, uncertain ? " (uncertain)" : "") < 0)
+                        return -ENOMEM;
+                r = ctl_table_add_row(&t, (const char *[]){address, state_text, profile, instance,
+                                                           format_int(failures, b_failures)});
+                if (r < 0)
+                        return r;
+        }
+        return ctl_table_print(&t, out, "  ");
+}
+
+int ctl_print_gpus(FILE *out, json_t *body, char **error)
+{
+        json_t *gpus = NULL, *g;
+        json_error_t e;
+        size_t i;
+
+        if (json_unpack_ex(body, &e, 0, "{s:o}", "gpus", &gpus) < 0)
+                return shape_error(error, "gpus", &e);
+        if (!json_is_array(gpus))
+                return error_set(error, -EBADMSG, "unexpected gpus in the response: not an array");
+
+        _cleanup_free_ char *buf = NULL;
+        size_t size = 0;
+        _cleanup_fclose_ FILE *mem = open_memstream(&buf, &size);
+        if (!mem)
+                return -ENOMEM;
+
+        if (json_array_size(gpus) == 0)
+                fputs("no GPUs\n", mem);
+        json_array_foreach (gpus, i, g) {
+                const char *address, *model, *framework, *mode, *nvml;
+                json_t *vfs;
+
+                if (json_unpack_ex(g, &e, 0, "{s:s, s:s, s:s, s:s, s:s, s:o}", "address", &address,
+                                   "model", &model, "framework", &framework, "mode", &mode, "nvml",
+                                   &nvml, "vfs", &vfs) < 0)
+                        return shape_error(error, "GPU", &e);
+                if (i > 0)
+                        fputc('\n', mem);
+                fputs("GPU ", mem);
+                ctl_print_sanitized(mem, address);
+                fputs("  ", mem);
+                ctl_print_sanitized(mem, model);
+                fputs("  ", mem);
+                ctl_print_sanitized(mem, framework);
+                fputs("  mode: ", mem);
+                ctl_print_sanitized(mem, mode);
+                fputs("  nvml: ", mem);
+                ctl_print_sanitized(mem, nvml);
+                fputc('\n', mem);
+
+                int r = print_vfs(mem, vfs, error);
+                if (r < 0)
+                        return r;
+        }
+        if (fflush(mem) != 0)
+                return -ENOMEM;
+        fwrite(buf, 1, size, out);
+        return 0;
+}
+
+/* ---- health records (API-10, API-18) --------------------------------------------------------- */
+
+static int print_records(FILE *out, json_t *records, char **error)
+{
+        _cleanup_(ctl_table_done) CtlTable t = {};
+        size_t i;
+        json_t *rec;
+        int r;
+
+        if (!json_is_array(records))
+                return error_set(error, -EBADMSG,
+                                 "unexpected records in the response: not an "
+                                 "array");
+
+        r = ctl_table_init(&t, 7);
+        if (r >= 0)
+                r = ctl_table_add_row(&t, (const char *[]){"VF", "GPU", "PRESENT", "FAILURES",
+                                                           "QUARANTINED", "SOURCE", "REASON"});
+        if (r < 0)
+                return r;
+
+        json_array_foreach (records, i, rec) {
+                const char *vf, *gpu = NULL, *quarantined_at = NULL, *source = NULL, *reason = NULL;
+                json_t *failures = NULL;
+                int present;
+                json_error_t e;
+                char b_failures[INT_STRLEN];
+
+                if (json_unpack_ex(rec, &e, 0, "{s:s, s?o, s?s, s?s, s?s, s?s, s:b}", "vf_address",
+                                   &vf, "failures", &failures, "quarantined_at", &quarantined_at,
+                                   "reason", &reason, "source", &source, "gpu", &gpu, "present",
+                                   &present) < 0)
+                        return shape_error(error, "health record", &e);
+                if (failures && !json_is_array(failures))
+                        return error_set(error, -EBADMSG,
+                                         "unexpected failures of VF %s in the "
+                                         "response: not an array",
+                                         vf);
+
+                r = ctl_table_add_row(
+                    &t,
+                    (const char *[]){vf, gpu, present ? "yes" : "no",
+                                     format_int((json_int_t)json_array_size(failures), b_failures),
+                                     quarantined_at, source, reason});
+                if (r < 0)
+                        return r;
+        }
+        return ctl_table_print(&t, out, "");
+}
+
+static int format_breaker(json_t *breaker, char **ret, char **error)
+{
+        int enabled, open;
+        const char *opened_at = NULL, *reason = NULL, *window;
+        json_int_t max_quarantines;
+        json_error_t e;
+        int r;
+
+        if (json_unpack_ex(breaker, &e, 0, "{s:b, s:b, s?s, s?s, s:s, s:I}", "enabled", &enabled,
+                           "open", &open, "opened_at", &opened_at, "reason", &reason, "window",
+                           &window, "max_quarantines", &max_quarantines) < 0)
+                return shape_error(error, "breaker", &e);
+
+        /* An open breaker matters even when it was disabled later: it still needs a reset. */
+        if (open)
+                r = strprintf(ret, "open%s%s: %s", opened_at ? " since " : "",
+                              opened_at ? opened_at : "", reason ? reason : "no reason given");
+        else if (!enabled)
+                r = strprintf(ret, "disabled");
+        else
+                r = strprintf(ret,
+                              "closed; opens at more than %" JSON_INTEGER_FORMAT
+                              " automatic quarantines within %s",
+                              max_quarantines, window);
+        return r;
+}
+
+int ctl_print_health(FILE *out, json_t *body, char **error)
+{
+        _cleanup_(ctl_table_done) CtlTable t = {};
+        _cleanup_free_ char *store = NULL, *breaker_text = NULL;
+        int available;
+        const char *unavailable_reason = NULL;
+        json_int_t threshold;
+        json_t *breaker, *records;
+        json_error_t e;
+        char b_threshold[INT_STRLEN + 16];
+        int r;
+
+        if (json_unpack_ex(body, &e, 0, "{s:b, s?s, s:I, s:o, s:o}", "available", &available,
+                           "unavailable_reason", &unavailable_reason, "threshold", &threshold,
+                           "breaker", &breaker, "records", &records) < 0)
+                return shape_error(error, "health", &e);
+        r = format_breaker(breaker, &breaker_text, error);
+        if (r < 0)
+                return r;
+        if (available)
+                r = strprintf(&store, "available");
+        else
+                r = strprintf(&store, "unavailable: %s",
+                              unavailable_reason ? unavailable_reason : "no reason given");
+        if (r < 0)
+                return r;
+        snprintf(b_threshold, sizeof b_threshold, "%" JSON_INTEGER_FORMAT " failures", threshold);
+
+        r = ctl_table_init(&t, 2);
+        if (r >= 0)
+                r = ctl_table_add_row(&t, (const char *[]){"store", store});
+        if (r >= 0)
+                r = ctl_table_add_row(&t, (const char *[]){"threshold", b_threshold});
+        if (r >= 0)
+                r = ctl_table_add_row(&t, (const char *[]){"breaker", breaker_text});
+        if (r < 0)
+                return r;
+
+        _cleanup_free_ char *buf = NULL;
+        size_t size = 0;
+        _cleanup_fclose_ FILE *mem = open_memstream(&buf, &size);
+        if (!mem)
+                return -ENOMEM;
+        if (json_is_array(records) && json_array_size(records) == 0)
+                fputs("no health records\n", mem);
+        else if ((r = print_records(mem, records, error)) < 0)
+                return r;
+        if (fflush(mem) != 0)
+                return -ENOMEM;
+
+        r = ctl_table_print(&t, out, "");
+        if (r < 0)
+                return r;
+        fputc('\n', out);
+        fwrite(buf, 1, size, out);
+        return 0;
+}
+
+/* ---- operator routes (API-18) ---------------------------------------------------------------- */
+
+static int print_running(FILE *out, json_t *running, char **error)
+{
+        _cleanup_(ctl_table_done) CtlTable t = {};
+        size_t i;
+        json_t *inst;
+        int r;
+
+        if (!json_is_array(running))
+                return error_set(error, -EBADMSG,
+                                 "unexpected running_instances in the "
+                                 "response: not an array");
+        if (json_array_size(running) == 0)
+                return 0;
+
+        r = ctl_table_init(&t, 2);
+        if (r >= 0)
+                r = ctl_table_add_row(&t, (const char *[]){"INSTANCE", "VF"});
+        if (r < 0)
+                return r;
+        json_array_foreach (running, i, inst) {
+                const char *id, *vf;
+                json_error_t e;
+
+                if (json_unpack_ex(inst, &e, 0, "{s:s, s:s}", "id", &id, "vf", &vf) < 0)
+                        return shape_error(error, "running instance", &e);
+                r = ctl_table_add_row(&t, (const char *[]){id, vf});
+                if (r < 0)
+                        return r;
+        }
+
+        /* HEALTH-24: quarantine only takes capacity away; these VMs stop when someone says so. */
+        fputs("\nstill running on these VFs (a quarantine never stops a VM; stop or delete them "
+              "to free the VFs):\n",
+              out);
+        return ctl_table_print(&t, out, "");
+}
+
+int ctl_print_operator_result(FILE *out, const char *summary, json_t *body, char **error)
+{
+        json_t *records = NULL, *running = NULL;
+        json_error_t e;
+        int r;
+
+        /* Closing the breaker has no documented answer beyond 200: both keys are optional. */
+        if (json_unpack_ex(body, &e, 0, "{s?o, s?o}", "records", &records, "running_instances",
+                           &running) < 0)
+                return shape_error(error, "answer", &e);
+
+        _cleanup_free_ char *buf = NULL;
+        size_t size = 0;
+        _cleanup_fclose_ FILE *mem = open_memstream(&buf, &size);
+        if (!mem)
+                return -ENOMEM;
+
+        ctl_print_sanitized(mem, summary);
+        fputc('\n', mem);
+        if (records && !(json_is_array(records) && json_array_size(records) == 0)) {
+                fputc('\n', mem);
+                r = print_records(mem, records, error);
+                if (r < 0)
+                        return r;
+        }
+        if (running) {
+                r = print_running(mem, running, error);
+                if (r < 0)
+                        return r;
+        }
+        if (fflush(mem) != 0)
+                return -ENOMEM;
+        fwrite(buf, 1, size, out);
+        return 0;
+}

@@ -1,0 +1,1184 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Tests of vgpuctl (SPEC OPS-6..8) against a small HTTP server written here: one thread per
+ * listener (127.0.0.1:0 and a Unix socket in a temporary directory) that records each request
+ * and answers with the response the test set up, then closes the connection. Command lines run
+ * in-process through ctl_run() with memory streams and an injected clock and timeouts; a few
+ * run the installed-style binary (path in $VGPUCTL) to check the real exit statuses and the
+ * environment defaults. Nothing here sleeps: the one timeout test waits for vgpuctl's own,
+ * shortened, deadline.
+ */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+
+#include "ctl/ctl.h"
+#include "http/http-internal.h"
+#include "http/http.h"
+
+extern char **environ;
+
+#define TEST_NOW INT64_C(1900000000)
+#define TEST_SECRET "0123456789abcdef0123456789abcdef" /* 32 bytes: the smallest allowed */
+#define REQUEST_MAX (64 * 1024)
+
+/* ---- the test server ------------------------------------------------------------------------- */
+
+typedef struct Server {
+        int listen_fd;
+        int stop_pipe[2];
+        pthread_t thread;
+        bool running;
+        pthread_mutex_t lock;
+
+        /* The answer, set by the test before it runs vgpuctl. */
+        unsigned status;
+        const char *content_type;
+        const char *body;
+        size_t body_size;
+        bool omit_length; /* end the body by closing the connection */
+        bool hang;        /* never answer; wait for the client to give up */
+
+        /* The last request. */
+        unsigned n_requests;
+        char *method;
+        char *path;
+        char *authorization;
+        char *request_content_type;
+        char *request_body;
+} Server;
+
+static void server_forget_request(Server *s)
+{
+        free(s->method);
+        free(s->path);
+        free(s->authorization);
+        free(s->request_content_type);
+        free(s->request_body);
+        s->method = s->path = s->authorization = s->request_content_type = s->request_body = NULL;
+}
+
+static int send_all(int fd, const void *buf, size_t size)
+{
+        const char *p = buf;
+        while (size > 0) {
+                ssize_t n = send(fd, p, size, MSG_NOSIGNAL);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                p += n;
+                size -= (size_t)n;
+        }
+        return 0;
+}
+
+/* A header's value in the raw header block, or NULL; names compare without case. */
+static char *header_get(const char *headers, const char *name)
+{
+        size_t n = strlen(name);
+        for (const char *line = strstr(headers, "\r\n"); line && line[2];
+             line = strstr(line + 2, "\r\n")) {
+                const char *l = line + 2;
+                if (strncasecmp(l, name, n) == 0 && l[n] == ':') {
+                        const char *v = l + n + 1;
+                        v += strspn(v, " ");
+                        return strndup(v, (size_t)(strstr(v, "\r\n") - v));
+                }
+        }
+        return NULL;
+}
+
+/* Reads one request (headers, then a Content-Length body) and records it. */
+static int server_read_request(Server *s, int fd)
+{
+        _cleanup_free_ char *buf = malloc(REQUEST_MAX + 1);
+        size_t size = 0;
+        char *end = NULL;
+
+        assert_non_null(buf);
+        while (!end) {
+                ssize_t n = recv(fd, buf + size, REQUEST_MAX - size, 0);
+                if (n <= 0)
+                        return -EIO;
+                size += (size_t)n;
+                buf[size] = 0;
+                end = strstr(buf, "\r\n\r\n");
+        }
+        *end = 0;
+        _cleanup_free_ char *length_text = header_get(buf, "Content-Length");
+        size_t length = length_text ? strtoul(length_text, NULL, 10) : 0;
+        size_t have = size - (size_t)(end + 4 - buf);
+        while (have < length) {
+                ssize_t n = recv(fd, buf + size, REQUEST_MAX - size, 0);
+                if (n <= 0)
+                        return -EIO;
+                size += (size_t)n;
+                have += (size_t)n;
+        }
+
+        char *sp1 = strchr(buf, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+        assert_non_null(sp2);
+        pthread_mutex_lock(&s->lock);
+        server_forget_request(s);
+        s->n_requests++;
+        s->method = strndup(buf, (size_t)(sp1 - buf));
+        s->path = strndup(sp1 + 1, (size_t)(sp2 - sp1 - 1));
+        s->authorization = header_get(buf, "Authorization");
+        s->request_content_type = header_get(buf, "Content-Type");
+        s->request_body = length ? strndup(end + 4, length) : NULL;
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+}
+
+static void server_answer(Server *s, int fd)
+{
+        if (server_read_request(s, fd) < 0)
+                return;
+
+        if (s->hang) {
+                /* Until vgpuctl hangs up (EOF or reset) or the test ends. */
+                struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
+                                      {.fd = s->stop_pipe[0], .events = POLLIN}};
+                for (;;) {
+                        char c;
+                        if (poll(p, 2, -1) < 0 && errno == EINTR)
+                                continue;
+                        if (p[1].revents || recv(fd, &c, 1, 0) <= 0)
+                                return;
+                }
+        }
+
+        _cleanup_free_ char *head = NULL;
+        int r = s->omit_length ? strprintf(&head,
+                                           "HTTP/1.1 %u Test\r\nContent-Type: %s\r\n"
+                                           "Connection: close\r\n\r\n",
+                                           s->status, s->content_type)
+                               : strprintf(&head,
+                                           "HTTP/1.1 %u Test\r\nContent-Type: %s\r\n"
+                                           "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                                           s->status, s->content_type, s->body_size);
+        /* The client may hang up early (size cap): a failed send is its business. */
+        if (r >= 0 && send_all(fd, head, strlen(head)) == 0)
+                (void)send_all(fd, s->body, s->body_size);
+}
+
+static void *server_main(void *userdata)
+{
+        Server *s = userdata;
+
+        for (;;) {
+                struct pollfd p[2] = {{.fd = s->listen_fd, .events = POLLIN},
+                                      {.fd = s->stop_pipe[0], .events = POLLIN}};
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        break;
+                }
+                if (p[1].revents)
+                        break;
+                _cleanup_close_ int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+                if (fd >= 0)
+                        server_answer(s, fd);
+        }
+        return NULL;
+}
+
+static void server_set_answer(Server *s, unsigned status, const char *content_type,
+                              const char *body)
+{
+        s->status = status;
+        s->content_type = content_type;
+        s->body = body;
+        s->body_size = strlen(body);
+        s->omit_length = false;
+        s->hang = false;
+}
+
+static void server_start(Server *s, int listen_fd)
+{
+        *s = (Server){.listen_fd = listen_fd};
+        assert_int_equal(pthread_mutex_init(&s->lock, NULL), 0);
+        assert_int_equal(pipe2(s->stop_pipe, O_CLOEXEC), 0);
+        assert_int_equal(listen(listen_fd, 16), 0);
+        server_set_answer(s, 200, "application/json", "{}");
+        assert_int_equal(pthread_create(&s->thread, NULL, server_main, s), 0);
+        s->running = true;
+}
+
+static void server_stop(Server *s)
+{
+        if (!s->running)
+                return;
+        assert_int_equal(write(s->stop_pipe[1], "x", 1), 1);
+        assert_int_equal(pthread_join(s->thread, NULL), 0);
+        close(s->stop_pipe[0]);
+        close(s->stop_pipe[1]);
+        close(s->listen_fd);
+        server_forget_request(s);
+        pthread_mutex_destroy(&s->lock);
+        s->running = false;
+}
+
+/* ---- the fixture ----------------------------------------------------------------------------- */
+
+typedef struct Fixture {
+        char dir[64];
+        char unix_path[128];
+        char url[64];
+        char dead_url[64]; /* a bound port nobody listens on: connections are refused */
+        int dead_fd;
+        Server tcp;
+        Server unix_server;
+        Timestamp now;
+        CtlEnv env;
+        char *out;
+        char *err;
+} Fixture;
+
+static Timestamp fixture_now(void *userdata)
+{
+        const Fixture *f = userdata;
+        return f->now;
+}
+
+static int bind_loopback(uint16_t *ret_port)
+{
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof sa;
+
+        assert_true(fd >= 0);
+        assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+        assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+        *ret_port = ntohs(sa.sin_port);
+        return fd;
+}
+
+static int setup(void **state)
+{
+        Fixture *f = calloc(1, sizeof *f);
+        uint16_t port;
+
+        assert_non_null(f);
+        snprintf(f->dir, sizeof f->dir, "/tmp/test-ctl-XXXXXX");
+        assert_non_null(mkdtemp(f->dir));
+
+        server_start(&f->tcp, bind_loopback(&port));
+        snprintf(f->url, sizeof f->url, "http://127.0.0.1:%u", port);
+        f->dead_fd = bind_loopback(&port);
+        snprintf(f->dead_url, sizeof f->dead_url, "http://127.0.0.1:%u", port);
+
+        snprintf(f->unix_path, sizeof f->unix_path, "%s/api.sock", f->dir);
+        struct sockaddr_un sun = {.sun_family = AF_UNIX};
+        strcpy(sun.sun_path, f->unix_path);
+        int ufd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(ufd >= 0);
+        assert_int_equal(bind(ufd, (struct sockaddr *)&sun, sizeof sun), 0);
+        server_start(&f->unix_server, ufd);
+
+        f->now = (Timestamp){.sec = TEST_NOW};
+        f->env = (CtlEnv){
+            .clock = {.now = fixture_now, .userdata = f},
+            .connect_timeout_ms = CTL_CONNECT_TIMEOUT_MS,
+            .timeout_ms = CTL_TIMEOUT_MS,
+        };
+        *state = f;
+        return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+        return remove(path);
+}
+
+static int teardown(void **state)
+{
+        Fixture *f = *state;
+
+        server_stop(&f->tcp);
+        server_stop(&f->unix_server);
+        close(f->dead_fd);
+        nftw(f->dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+        free(f->out);
+        free(f->err);
+        free(f);
+        return 0;
+}
+
+/* Runs "vgpuctl <args...>" (NULL-terminated) in-process; f->out and f->err get its output. */
+static int run_args(Fixture *f, const char *const *args)
+{
+        char *argv[32] = {"vgpuctl"};
+        int argc = 1;
+        size_t out_size, err_size;
+
+        for (; args[argc - 1]; argc++) {
+                assert_true(argc < 31);
+                argv[argc] = (char *)args[argc - 1];
+        }
+        free(f->out);
+        free(f->err);
+        f->out = f->err = NULL;
+        f->env.out = open_memstream(&f->out, &out_size);
+        f->env.err = open_memstream(&f->err, &err_size);
+        assert_non_null(f->env.out);
+        assert_non_null(f->env.err);
+
+        int status = ctl_run(argc, argv, &f->env);
+
+        assert_int_equal(fclose(f->env.out), 0);
+        assert_int_equal(fclose(f->env.err), 0);
+        f->env.out = f->env.err = NULL;
+        return status;
+}
+
+#define RUN(f, ...) run_args(f, (const char *const[]){__VA_ARGS__, NULL})
+
+static void write_file(const char *path, const void *data, size_t size, mode_t mode)
+{
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+        assert_true(fd >= 0);
+        assert_int_equal(write_all(fd, data, size), 0);
+        assert_int_equal(fchmod(fd, mode), 0);
+}
+
+/* ---- canned answers (SPEC §11) --------------------------------------------------------------- */
+
+static const char resources_json[] =
+    "{\"gpu\":{\"mode\":\"vgpu\",\"total_slots\":64,\"used_slots\":3,\"allocatable_slots\":0,"
+    "\"quarantined_slots\":1,\"placement_disabled_reason\":\"VF health state unavailable: "
+    "read VF health state: Input/output error\",\"placement_warning\":\"automatic VF "
+    "quarantine suspended: 5 automatic quarantines within 1h0m0s\",\"profiles\":["
+    "{\"name\":\"NVIDIA L40S-12Q\",\"framebuffer_mb\":12288,\"available\":0},"
+    "{\"name\":\"NVIDIA L40S-1B\",\"framebuffer_mb\":1024,\"available\":0},"
+    "{\"name\":\"NVIDIA L40S-2Q\",\"framebuffer_mb\":0,\"available\":0}]}}";
+
+static const char resources_table[] =
+    "mode                vgpu\n"
+    "total slots         64\n"
+    "used slots          3\n"
+    "allocatable slots   0\n"
+    "quarantined slots   1\n"
+    "placement disabled  VF health state unavailable: read VF health state: Input/output "
+    "error\n"
+    "placement warning   automatic VF quarantine suspended: 5 automatic quarantines within "
+    "1h0m0s\n"
+    "\n"
+    "PROFILE          FRAMEBUFFER  AVAILABLE\n"
+    "NVIDIA L40S-12Q  12288 MiB    0\n"
+    "NVIDIA L40S-1B   1024 MiB     0\n"
+    "NVIDIA L40S-2Q   -            0\n";
+
+/* API-22's example, plus a second GPU with an uncertain VF and one without VFs. */
+static const char gpus_json[] =
+    "{\"gpus\":[{\"address\":\"0000:e3:00.0\",\"model\":\"NVIDIA L40S\",\"framework\":"
+    "\"vendor-vfio\",\"mode\":\"mixed\",\"nvml\":\"ok\",\"vfs\":["
+    "{\"address\":\"0000:e3:00.4\",\"parent\":\"0000:e3:00.0\",\"state\":\"claimed\","
+    "\"profile\":\"NVIDIA L40S-4Q\",\"instance_id\":\"k3x9q2m8v1c4z7n5b0wd\",\"failures\":0},"
+    "{\"address\":\"0000:e3:00.5\",\"parent\":\"0000:e3:00.0\",\"state\":\"quarantined\","
+    "\"failures\":2},"
+    "{\"address\":\"0000:e3:00.6\",\"parent\":\"0000:e3:00.0\",\"state\":\"free\","
+    "\"failures\":0}]},"
+    "{\"address\":\"0001:c8:00.0\",\"model\":\"NVIDIA L40S\",\"framework\":\"vendor-vfio\","
+    "\"mode\":\"unknown\",\"nvml\":\"timeout\",\"vfs\":["
+    "{\"address\":\"0001:c8:00.4\",\"parent\":\"0001:c8:00.0\",\"state\":\"claimed\","
+    "\"profile\":\"NVIDIA L40S-2Q\",\"instance_id\":\"z3x9q2m8v1c4z7n5b0wd\",\"failures\":1,"
+    "\"uncertain\":true}]},"
+    "{\"address\":\"0002:01:00.0\",\"model\":\"NVIDIA A40\",\"framework\":\"mdev\","
+    "\"mode\":\"equal\",\"nvml\":\"ok\",\"vfs\":[]}]}";
+
+static const char gpus_table[] =
+    "GPU 0000:e3:00.0  NVIDIA L40S  vendor-vfio  mode: mixed  nvml: ok\n"
+    "  VF            STATE        PROFILE         INSTANCE              FAILURES\n"
+    "  0000:e3:00.4  claimed      NVIDIA L40S-4Q  k3x9q2m8v1c4z7n5b0wd  0\n"
+    "  0000:e3:00.5  quarantined  -               -                     2\n"
+    "  0000:e3:00.6  free         -               -                     0\n"
+    "\n"
+    "GPU 0001:c8:00.0  NVIDIA L40S  vendor-vfio  mode: unknown  nvml: timeout\n"
+    "  VF            STATE                PROFILE         INSTANCE              FAILURES\n"
+    "  0001:c8:00.4  claimed (uncertain)  NVIDIA L40S-2Q  z3x9q2m8v1c4z7n5b0wd  1\n"
+    "\n"
+    "GPU 0002:01:00.0  NVIDIA A40  mdev  mode: equal  nvml: ok\n"
+    "  no VFs\n";
+
+/* The second record's reason carries an escape sequence, which must not reach the terminal. */
+static const char health_json[] =
+    "{\"available\":true,\"threshold\":2,\"breaker\":{\"enabled\":true,\"open\":true,"
+    "\"opened_at\":\"2026-09-02T20:30:00Z\",\"reason\":\"5 automatic quarantines within "
+    "1h0m0s\",\"window\":\"1h0m0s\",\"max_quarantines\":4},\"records\":["
+    "{\"vf_address\":\"0000:e3:00.4\",\"failures\":[{\"instance_id\":\"k3x9q2m8v1c4z7n5b0wd\","
+    "\"assigned_at\":\"2026-09-02T20:08:04.5974Z\",\"reported_at\":\"2026-09-02T20:09:01.1Z\"}"
+    "],\"gpu\":\"0000:e3:00.0\",\"present\":true},"
+    "{\"vf_address\":\"0000:e3:00.5\",\"failures\":[{\"reported_at\":\"2026-09-02T20:09:01Z\"},"
+    "{\"reported_at\":\"2026-09-02T20:10:01Z\"}],\"quarantined_at\":\"2026-09-02T20:10:01Z\","
+    "\"reason\":\"NVRM: RmInitAdapter failed!\\u001b[2J\",\"source\":\"auto\","
+    "\"gpu\":\"0000:e3:00.0\",\"present\":true},"
+    "{\"vf_address\":\"0000:e4:00.4\",\"quarantined_at\":\"2026-09-03T08:00:00Z\","
+    "\"reason\":\"bad fan\",\"source\":\"operator\",\"present\":false}]}";
+
+static const char health_table[] =
+    "store      available\n"
+    "threshold  2 failures\n"
+    "breaker    open since 2026-09-02T20:30:00Z: 5 automatic quarantines within 1h0m0s\n"
+    "\n"
+    "VF            GPU           PRESENT  FAILURES  QUARANTINED           SOURCE    REASON\n"
+    "0000:e3:00.4  0000:e3:00.0  yes      1         -                     -         -\n"
+    "0000:e3:00.5  0000:e3:00.0  yes      2         2026-09-02T20:10:01Z  auto      NVRM: "
+    "RmInitAdapter failed!?[2J\n"
+    "0000:e4:00.4  -             no       0         2026-09-03T08:00:00Z  operator  bad fan\n";
+
+static const char operator_json[] =
+    "{\"records\":[{\"vf_address\":\"0000:e3:00.4\",\"quarantined_at\":\"2026-09-03T08:00:00Z\","
+    "\"reason\":\"fan noise\",\"source\":\"operator\",\"gpu\":\"0000:e3:00.0\","
+    "\"present\":true}],\"running_instances\":[{\"id\":\"k3x9q2m8v1c4z7n5b0wd\","
+    "\"vf\":\"0000:e3:00.4\"}]}";
+
+static const char operator_table_records[] =
+    "VF            GPU           PRESENT  FAILURES  QUARANTINED           SOURCE    REASON\n"
+    "0000:e3:00.4  0000:e3:00.0  yes      0         2026-09-03T08:00:00Z  operator  fan noise\n"
+    "\n"
+    "still running on these VFs (a quarantine never stops a VM; stop or delete them to free "
+    "the VFs):\n"
+    "INSTANCE              VF\n"
+    "k3x9q2m8v1c4z7n5b0wd  0000:e3:00.4\n";
+
+/* ---- tables (OPS-6, OPS-7) ------------------------------------------------------------------- */
+
+static void test_resources_table(void **state) /* OPS-7, API-4, API-5 */
+{
+        Fixture *f = *state;
+
+        server_set_answer(&f->tcp, 200, "application/json", resources_json);
+        assert_int_equal(RUN(f, "--url", f->url, "--token", "tok-1", "resources"), CTL_EXIT_OK);
+        assert_string_equal(f->out, resources_table);
+        assert_string_equal(f->err, "");
+        assert_string_equal(f->tcp.method, "GET");
+        assert_string_equal(f->tcp.path, "/resources");
+        assert_string_equal(f->tcp.authorization, "Bearer tok-1");
+        assert_null(f->tcp.request_body);
+}
+
+static void test_resources_without_framework(void **state) /* OPS-7, API-4 */
+{
+        Fixture *f = *state;
+
+        server_set_answer(&f->tcp, 200, "application/json", "{\"gpu\":null}");
+        assert_int_equal(RUN(f, "--url", f->url, "resources"), CTL_EXIT_OK);
+        assert_string_equal(f->out, "no vGPU framework on this host\n");
+
+        /* A slot table without profiles still prints, and says so. */
+        server_set_answer(&f->tcp, 200, "application/json",
+                          "{\"gpu\":{\"mode\":\"vgpu\",\"total_slots\":0,\"used_slots\":0,"
+                          "\"allocatable_slots\":0,\"quarantined_slots\":0,\"profiles\":[]}}");
+        assert_int_equal(RUN(f, "--url", f->url, "resources"), CTL_EXIT_OK);
+        assert_string_equal(f->out, "mode               vgpu\n"
+                                    "total slots        0\n"
+                                    "used slots         0\n"
+                                    "allocatable slots  0\n"
+                                    "quarantined slots  0\n"
+                                    "\n"
+                                    "no vGPU profiles\n");
+}
+
+static void test_gpus_table(void **state) /* OPS-7, API-6, API-22 */
+{
+        Fixture *f = *state;
+
+        server_set_answer(&f->tcp, 200, "application/json", gpus_json);
+        assert_int_equal(RUN(f, "--url", f->url, "gpus"), CTL_EXIT_OK);
+        assert_string_equal(f->out, gpus_table);
+        assert_string_equal(f->tcp.method, "GET");
+        assert_string_equal(f->tcp.path, "/gpus");
+
+        server_set_answer(&f->tcp, 200, "application/json", "{\"gpus\":[]}");
+        assert_int_equal(RUN(f, "--url", f->url, "gpus"), CTL_EXIT_OK);
+        assert_string_equal(f->out, "no GPUs\n");
+}
+
+static void test_health_list(void **state) /* OPS-7, API-10 */
+{
+        Fixture *f = *state;
+
+        server_set_answer(&f->tcp, 200, "application/json", health_json);
+        assert_int_equal(RUN(f, "--url", f->url, "health", "list"), CTL_EXIT_OK);
+        assert_string_equal(f->out, health_table);
+        assert_string_equal(f->tcp.method, "GET");
+        assert_string_equal(f->tcp.path, "/gpu/health");
+
+        server_set_answer(&f->tcp, 200, "application/json",
+                          "{\"available\":false,\"unavailable_reason\":\"unmarshal VF health "
+                          "state: bad\",\"threshold\":3,\"breaker\":{\"enabled\":true,\"open\":"
+                          "false,\"window\":\"1h0m0s\",\"max_quarantines\":4},\"records\":[]}");
+        assert_int_equal(RUN(f, "--url", f->url, "health", "list"), CTL_EXIT_OK);
+        assert_string_equal(f->out, "store      unavailable: unmarshal VF health state: bad\n"
+                                    "threshold  3 failures\n"
+                                    "breaker    closed; opens at more than 4 automatic "
+                                    "quarantines within 1h0m0s\n"
+                                    "\n"
+                                    "no health records\n");
+
+        server_set_answer(&f->tcp, 200, "application/json",
+                          "{\"available\":true,\"threshold\":2,\"breaker\":{\"enabled\":false,"
+                          "\"open\":false,\"window\":\"1h0m0s\",\"max_quarantines\":4},"
+                          "\"records\":[]}");
+        assert_int_equal(RUN(f, "--url", f->url, "health", "list"), CTL_EXIT_OK);
+        assert_string_equal(f->out, "store      available\n"
+                                    "threshold  2 failures\n"
+                                    "breaker    disabled\n"
+                                    "\n"
+                                    "no health records\n");
+}
+
+static void test_json_passthrough(void **state) /* OPS-6 */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *want = NULL;
+
+        server_set_answer(&f->tcp, 200, "application/json", gpus_json);
+        assert_int_equal(RUN(f, "--json", "--url", f->url, "gpus"), CTL_EXIT_OK);
+        assert_int_equal(strprintf(&want, "%s\n", gpus_json), 0);
+        assert_string_equal(f->out, want);
+
+        /* Options may follow the command; a body that ends in a newline gets no second one. */
+        server_set_answer(&f->tcp, 200, "application/json", "{\"gpu\": null}\n");
+        assert_int_equal(RUN(f, "resources", "--url", f->url, "--json"), CTL_EXIT_OK);
+        assert_string_equal(f->out, "{\"gpu\": null}\n");
+}
+
+/* ---- API errors (OPS-8, API-11) -------------------------------------------------------------- */
+
+static void test_api_errors(void **state) /* OPS-8, API-11, API-12 */
+{
+        Fixture *f = *state;
+
+        server_set_answer(&f->tcp, 401, "application/json",
+                          "{\"code\":\"unauthorized\",\"message\":\"invalid or missing bearer "
+                          "token\"}");
+        assert_int_equal(RUN(f, "--url", f->url, "gpus"), CTL_EXIT_API);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err,
+                            "error: unauthorized: invalid or missing bearer token (HTTP 401)\n"
+                            "hint: no token was given; use --token, --token-file or VGPUD_TOKEN\n");
+        /* Without a token there is no Authorization header at all. */
+        assert_null(f->tcp.authorization);
+
+        /* With one, the daemon's word stands alone. */
+        assert_int_equal(RUN(f, "--url", f->url, "--token", "stale", "gpus"), CTL_EXIT_API);
+        assert_string_equal(f->err,
+                            "error: unauthorized: invalid or missing bearer token (HTTP 401)\n");
+
+        server_set_answer(&f->tcp, 404, "application/json",
+                          "{\"code\":\"not_found\",\"message\":\"no VF 0000:e3:00.7\"}");
+        assert_int_equal(RUN(f, "--url", f->url, "health", "clear", "0000:e3:00.7", "--json"),
+                         CTL_EXIT_API);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err, "error: not_found: no VF 0000:e3:00.7 (HTTP 404)\n");
+
+        server_set_answer(&f->tcp, 502, "text/html", "<html>bad gateway</html>");
+        assert_int_equal(RUN(f, "--url", f->url, "resources"), CTL_EXIT_API);
+        assert_string_equal(f->err, "error: HTTP 502 without a JSON error body\n");
+}
+
+static void test_bad_responses(void **state) /* OPS-8, GEN-6 */
+{
+        Fixture *f = *state;
+
+        server_set_answer(&f->tcp, 200, "application/json", "{\"gpu\":null,\"gpu\":null}");
+        assert_int_equal(RUN(f, "--url", f->url, "--json", "resources"), CTL_EXIT_API);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err, "error: invalid JSON in the response (HTTP 200): duplicate "
+                                    "object key near '\"gpu\"'\n");
+
+        server_set_answer(&f->tcp, 200, "application/json", "[]");
+        assert_int_equal(RUN(f, "--url", f->url, "resources"), CTL_EXIT_API);
+        assert_string_equal(f->err, "error: invalid JSON in the response (HTTP 200): not an "
+                                    "object\n");
+
+        server_set_answer(&f->tcp, 200, "application/json",
+                          "{\"gpu\":{\"mode\":\"vgpu\",\"total_slots\":\"64\"}}");
+        assert_int_equal(RUN(f, "--url", f->url, "resources"), CTL_EXIT_API);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err, "error: unexpected resources in the response: Expected "
+                                    "integer, got string\n");
+
+        /* Nothing is printed when a later part of the answer is wrong. */
+        server_set_answer(&f->tcp, 200, "application/json",
+                          "{\"gpus\":[{\"address\":\"0000:e3:00.0\",\"model\":\"m\","
+                          "\"framework\":\"mdev\",\"mode\":\"equal\",\"nvml\":\"ok\",\"vfs\":["
+                          "{\"address\":\"0000:e3:00.4\",\"state\":\"free\"}]}]}");
+        assert_int_equal(RUN(f, "--url", f->url, "gpus"), CTL_EXIT_API);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err, "error: unexpected VF in the response: Object item not found: "
+                                    "failures\n");
+}
+
+static void test_response_size_cap(void **state) /* OPS-8, GEN-5 */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *big = malloc(CTL_RESPONSE_MAX + 2);
+        _cleanup_free_ char *want = NULL;
+
+        assert_non_null(big);
+        memset(big, ' ', CTL_RESPONSE_MAX + 1);
+        big[0] = '{';
+        big[CTL_RESPONSE_MAX] = '}';
+        big[CTL_RESPONSE_MAX + 1] = 0;
+        assert_int_equal(strprintf(&want, "error: response from %s is larger than %d bytes\n",
+                                   f->url, CTL_RESPONSE_MAX),
+                         0);
+
+        /* Announced by Content-Length, and refused before the body is read. */
+        server_set_answer(&f->tcp, 200, "application/json", big);
+        assert_int_equal(RUN(f, "--url", f->url, "--json", "gpus"), CTL_EXIT_API);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err, want);
+
+        /* Unannounced: counted as it arrives. */
+        f->tcp.omit_length = true;
+        assert_int_equal(RUN(f, "--url", f->url, "--json", "gpus"), CTL_EXIT_API);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err, want);
+
+        /* Exactly the cap is fine. */
+        big[CTL_RESPONSE_MAX - 1] = '}';
+        big[CTL_RESPONSE_MAX] = 0;
+        server_set_answer(&f->tcp, 200, "application/json", big);
+        f->tcp.omit_length = true;
+        assert_int_equal(RUN(f, "--url", f->url, "--json", "gpus"), CTL_EXIT_OK);
+        assert_int_equal(strlen(f->out), CTL_RESPONSE_MAX + 1);
+}
+
+/* ---- operator routes (OPS-7, API-2, API-9, API-18) ------------------------------------------- */
+
+static void test_operator_routes(void **state) /* OPS-7, API-2, API-9, API-18 */
+{
+        Fixture *f = *state;
+        static const struct {
+                const char *args[4];
+                const char *method;
+                const char *path;
+                const char *body;
+                const char *summary;
+        } cases[] = {
+            {{"quarantine", "0000:e3:00.4", "--reason", "fan noise"},
+             "POST",
+             "/gpu/vfs/0000:e3:00.4/quarantine",
+             "{\"reason\":\"fan noise\"}",
+             "quarantined VF 0000:e3:00.4\n"},
+            {{"clear", "0000:e3:00.4"},
+             "DELETE",
+             "/gpu/vfs/0000:e3:00.4/quarantine",
+             NULL,
+             "cleared VF 0000:e3:00.4\n"},
+            {{"drain", "--reason=RMA \"ticket\" 42", "0001:c8:00.0"},
+             "POST",
+             "/gpu/gpus/0001:c8:00.0/drain",
+             "{\"reason\":\"RMA \\\"ticket\\\" 42\"}",
+             "drained GPU 0001:c8:00.0\n"},
+            {{"undrain", "0001:c8:00.0"},
+             "DELETE",
+             "/gpu/gpus/0001:c8:00.0/drain",
+             NULL,
+             "undrained GPU 0001:c8:00.0\n"},
+            {{"breaker-reset"},
+             "DELETE",
+             "/gpu/health/breaker",
+             NULL,
+             "closed the quarantine breaker\n"},
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                const char *argv[10] = {"--url", f->url, "--token", "op-token", "health"};
+                size_t n = 5;
+                for (size_t j = 0; j < 4 && cases[i].args[j]; j++)
+                        argv[n++] = cases[i].args[j];
+                argv[n] = NULL;
+
+                server_set_answer(&f->tcp, 200, "application/json", operator_json);
+                assert_int_equal(run_args(f, argv), CTL_EXIT_OK);
+                assert_string_equal(f->tcp.method, cases[i].method);
+                assert_string_equal(f->tcp.path, cases[i].path);
+                assert_string_equal(f->tcp.authorization, "Bearer op-token");
+                if (cases[i].body) {
+                        assert_string_equal(f->tcp.request_body, cases[i].body);
+                        assert_string_equal(f->tcp.request_content_type, "application/json");
+                } else {
+                        assert_null(f->tcp.request_body);
+                        assert_null(f->tcp.request_content_type);
+                }
+
+                _cleanup_free_ char *want = NULL;
+                assert_int_equal(
+                    strprintf(&want, "%s\n%s", cases[i].summary, operator_table_records), 0);
+                assert_string_equal(f->out, want);
+                assert_string_equal(f->err, "");
+        }
+
+        /* An answer with nothing left to show: the records were deleted, nothing runs. */
+        server_set_answer(&f->tcp, 200, "application/json",
+                          "{\"records\":[],\"running_instances\":[]}");
+        assert_int_equal(RUN(f, "--url", f->url, "health", "undrain", "0001:c8:00.0"), CTL_EXIT_OK);
+        assert_string_equal(f->out, "undrained GPU 0001:c8:00.0\n");
+        server_set_answer(&f->tcp, 200, "application/json", "{}");
+        assert_int_equal(RUN(f, "--url", f->url, "health", "breaker-reset"), CTL_EXIT_OK);
+        assert_string_equal(f->out, "closed the quarantine breaker\n");
+
+        /* --json prints the answer as sent. */
+        server_set_answer(&f->tcp, 200, "application/json", operator_json);
+        assert_int_equal(RUN(f, "--url", f->url, "--json", "health", "quarantine", "0000:e3:00.4",
+                             "--reason", "x"),
+                         CTL_EXIT_OK);
+        _cleanup_free_ char *want = NULL;
+        assert_int_equal(strprintf(&want, "%s\n", operator_json), 0);
+        assert_string_equal(f->out, want);
+
+        /* The daemon refuses while the store is down: the message is the daemon's. */
+        server_set_answer(&f->tcp, 503, "application/json",
+                          "{\"code\":\"health_store_unavailable\",\"message\":\"VF health state "
+                          "unavailable: last write failed: No space left on device\"}");
+        assert_int_equal(
+            RUN(f, "--url", f->url, "health", "drain", "0000:e3:00.0", "--reason", "r"),
+            CTL_EXIT_API);
+        assert_string_equal(f->err, "error: health_store_unavailable: VF health state "
+                                    "unavailable: last write failed: No space left on device "
+                                    "(HTTP 503)\n");
+}
+
+/* ---- connection choice and defaults (OPS-6) -------------------------------------------------- */
+
+static void test_unix_socket(void **state) /* OPS-6, API-1, API-12 */
+{
+        Fixture *f = *state;
+
+        server_set_answer(&f->unix_server, 200, "application/json", gpus_json);
+        assert_int_equal(RUN(f, "--unix", f->unix_path, "--token", "sock-token", "gpus"),
+                         CTL_EXIT_OK);
+        assert_string_equal(f->out, gpus_table);
+        assert_string_equal(f->unix_server.method, "GET");
+        assert_string_equal(f->unix_server.path, "/gpus");
+        assert_string_equal(f->unix_server.authorization, "Bearer sock-token");
+        assert_int_equal(f->tcp.n_requests, 0);
+
+        /* --unix wins over VGPUD_URL. */
+        f->env.url = f->dead_url;
+        assert_int_equal(RUN(f, "--unix", f->unix_path, "--json", "gpus"), CTL_EXIT_OK);
+        assert_int_equal(f->unix_server.n_requests, 2);
+}
+
+static void test_environment_defaults(void **state) /* OPS-6 */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *token_file = NULL, *url_slash = NULL;
+
+        f->env.url = f->url;
+        f->env.token = "env-token";
+        assert_int_equal(RUN(f, "--json", "resources"), CTL_EXIT_OK);
+        assert_string_equal(f->tcp.authorization, "Bearer env-token");
+
+        assert_int_equal(RUN(f, "--token", "flag-token", "--json", "resources"), CTL_EXIT_OK);
+        assert_string_equal(f->tcp.authorization, "Bearer flag-token");
+
+        /* A file written by `token mint > file` ends in a newline, which is not sent. */
+        assert_int_equal(strprintf(&token_file, "%s/token", f->dir), 0);
+        write_file(token_file, "file-token\n", 11, 0600);
+        assert_int_equal(RUN(f, "--token-file", token_file, "--json", "resources"), CTL_EXIT_OK);
+        assert_string_equal(f->tcp.authorization, "Bearer file-token");
+
+        /* --url wins over VGPUD_URL; a trailing slash is not doubled into the path. */
+        f->env.url = f->dead_url;
+        assert_int_equal(strprintf(&url_slash, "%s/", f->url), 0);
+        assert_int_equal(RUN(f, "--url", url_slash, "--json", "health", "list"), CTL_EXIT_OK);
+        assert_string_equal(f->tcp.path, "/gpu/health");
+
+        /* Empty variables count as unset. */
+        f->env.url = "";
+        f->env.token = "";
+        assert_int_equal(RUN(f, "--url", f->url, "--json", "resources"), CTL_EXIT_OK);
+        assert_null(f->tcp.authorization);
+}
+
+/* ---- usage errors (OPS-7, OPS-8) ------------------------------------------------------------- */
+
+static void test_usage_errors(void **state) /* OPS-7, OPS-8 */
+{
+        Fixture *f = *state;
+        static const struct {
+                const char *args[8];
+                const char *error;
+        } cases[] = {
+            {{NULL}, "no command given"},
+            {{"instances", "list"}, "unknown command \"instances\""},
+            {{"health"}, "unknown command \"health\""},
+            {{"health", "status"}, "unknown command \"health status\""},
+            {{"token", "verify"}, "unknown command \"token verify\""},
+            {{"resources", "now"}, "unexpected argument \"now\""},
+            {{"--bogus", "gpus"}, "unknown option \"--bogus\""},
+            {{"-x", "gpus"}, "unknown option \"-x\""},
+            {{"--json", "--json", "gpus"}, "option --json given twice"},
+            {{"--json=yes", "gpus"}, "option --json takes no value"},
+            {{"gpus", "--url"}, "option --url needs a value"},
+            {{"--url", "http://a:1", "--unix", "/s", "gpus"},
+             "--url and --unix exclude each other"},
+            {{"--url", "ftp://a:1", "gpus"},
+             "--url: invalid URL \"ftp://a:1\": expected http://HOST:PORT or https://HOST:PORT"},
+            {{"--url", "http://a:1/x?y=1", "gpus"},
+             "--url: invalid URL \"http://a:1/x?y=1\": no spaces, control characters, query or "
+             "fragment allowed"},
+            {{"--unix", "", "gpus"}, "--unix: a socket path needs 1 to 107 bytes"},
+            {{"--token", "a b", "gpus"},
+             "--token: the token contains a character not allowed in an HTTP header"},
+            {{"--token", "t", "--token-file", "/x", "gpus"},
+             "--token and --token-file exclude each other"},
+            {{"--token-file", "/nonexistent/token", "gpus"},
+             "--token-file /nonexistent/token: No such file or directory"},
+            {{"gpus", "--reason", "r"}, "option --reason does not apply to \"gpus\""},
+            {{"health", "clear", "0000:e3:00.4", "--reason", "r"},
+             "option --reason does not apply to \"health clear\""},
+            {{"health", "list", "--ttl", "1h"}, "option --ttl does not apply to \"health list\""},
+            {{"health", "quarantine", "0000:e3:00.4"}, "\"health quarantine\" needs --reason"},
+            {{"health", "quarantine", "--reason", "r"},
+             "\"health quarantine\" needs a PCI address"},
+            {{"health", "drain", "0000:E3:00.0", "--reason", "r"},
+             "invalid PCI address \"0000:E3:00.0\": expected dddd:bb:dd.f in lowercase hex"},
+            {{"health", "undrain", "../breaker"},
+             "invalid PCI address \"../breaker\": expected dddd:bb:dd.f in lowercase hex"},
+            {{"health", "drain", "0000:e3:00.0", "--reason", ""},
+             "--reason must be UTF-8 text of 1 to 256 bytes"},
+            {{"health", "drain", "0000:e3:00.0", "--reason", "\xff"},
+             "--reason must be UTF-8 text of 1 to 256 bytes"},
+            {{"token", "mint"}, "token mint needs --secret-file"},
+            {{"token", "mint", "--secret-file", "/s", "--ttl", "90"},
+             "--ttl \"90\": expected a duration of at least 1s, such as 30m, 1h or 1h30m"},
+            {{"token", "mint", "--secret-file", "/s", "--ttl", "500ms"},
+             "--ttl \"500ms\": expected a duration of at least 1s, such as 30m, 1h or 1h30m"},
+            {{"token", "mint", "--secret-file", "/s", "--sub", ""},
+             "--sub must be non-empty UTF-8 text"},
+        };
+
+        f->env.url = f->url;
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *want = NULL;
+                assert_int_equal(strprintf(&want, "vgpuctl: %s\nRun 'vgpuctl --help' for usage.\n",
+                                           cases[i].error),
+                                 0);
+                assert_int_equal(run_args(f, cases[i].args), CTL_EXIT_USAGE);
+                assert_string_equal(f->err, want);
+                assert_string_equal(f->out, "");
+        }
+
+        /* A reason of exactly 256 bytes is fine; 257 is not. */
+        char reason[258];
+        memset(reason, 'r', 257);
+        reason[257] = 0;
+        assert_int_equal(RUN(f, "health", "drain", "0000:e3:00.0", "--reason", reason),
+                         CTL_EXIT_USAGE);
+        reason[256] = 0;
+        assert_int_equal(RUN(f, "--json", "health", "drain", "0000:e3:00.0", "--reason", reason),
+                         CTL_EXIT_OK);
+
+        /* Only that last command line reached the server. */
+        assert_int_equal(f->tcp.n_requests, 1);
+
+        assert_int_equal(RUN(f, "--help"), CTL_EXIT_OK);
+        assert_string_equal(f->out, ctl_usage);
+        assert_int_equal(RUN(f, "health", "list", "-h"), CTL_EXIT_OK);
+        assert_string_equal(f->out, ctl_usage);
+        assert_int_equal(f->tcp.n_requests, 1);
+}
+
+/* ---- connection errors (OPS-8) --------------------------------------------------------------- */
+
+static void test_connection_errors(void **state) /* OPS-8 */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *want = NULL, *missing = NULL, *prefix = NULL;
+
+        assert_int_equal(RUN(f, "--url", f->dead_url, "resources"), CTL_EXIT_CONNECT);
+        assert_int_equal(
+            strprintf(&want, "error: cannot reach vgpud at %s: Connection refused\n", f->dead_url),
+            0);
+        assert_string_equal(f->err, want);
+        assert_string_equal(f->out, "");
+
+        assert_int_equal(strprintf(&missing, "%s/missing.sock", f->dir), 0);
+        assert_int_equal(RUN(f, "--unix", missing, "health", "list"), CTL_EXIT_CONNECT);
+        free(want);
+        assert_int_equal(strprintf(&want,
+                                   "error: cannot reach vgpud at unix:%s: No such file or "
+                                   "directory\n",
+                                   missing),
+                         0);
+        assert_string_equal(f->err, want);
+
+        /* A daemon that accepts and never answers: vgpuctl's deadline ends the wait. */
+        f->env.timeout_ms = 300;
+        f->tcp.hang = true;
+        assert_int_equal(RUN(f, "--url", f->url, "gpus"), CTL_EXIT_CONNECT);
+        assert_int_equal(
+            strprintf(&prefix, "error: cannot reach vgpud at %s: Operation timed out", f->url), 0);
+        assert_true(startswith(f->err, prefix));
+        assert_string_equal(f->out, "");
+}
+
+/* ---- token mint (OPS-7, API-13, API-14) ------------------------------------------------------ */
+
+static json_t *decode_part(const char *s, size_t n)
+{
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t size;
+
+        assert_int_equal(http_base64url_decode(s, n, &buf, &size), 0);
+        json_t *j = json_loadb((const char *)buf, size, JSON_REJECT_DUPLICATES, NULL);
+        assert_non_null(j);
+        return j;
+}
+
+/* Checks a minted token: HS256 header, exp = now + ttl, iat = now, sub, and the signature. */
+static void check_token(const char *token, const void *key, size_t key_size, int64_t now,
+                        int64_t ttl_sec, const char *sub)
+{
+        _cleanup_jwt_secret_ HttpJwtSecret *secret = NULL, *other = NULL;
+        _cleanup_free_ char *subject = NULL, *error = NULL;
+        const char *dot1 = strchr(token, '.'), *dot2 = dot1 ? strchr(dot1 + 1, '.') : NULL;
+
+        assert_non_null(dot2);
+        json_auto_t *header = decode_part(token, (size_t)(dot1 - token));
+        json_auto_t *payload = decode_part(dot1 + 1, (size_t)(dot2 - dot1 - 1));
+        assert_string_equal(json_string_value(json_object_get(header, "alg")), "HS256");
+        assert_int_equal(json_integer_value(json_object_get(payload, "exp")), now + ttl_sec);
+        assert_int_equal(json_integer_value(json_object_get(payload, "iat")), now);
+        if (sub)
+                assert_string_equal(json_string_value(json_object_get(payload, "sub")), sub);
+        else
+                assert_null(json_object_get(payload, "sub"));
+
+        /* The daemon's verifier accepts it until exp, and only under this exact secret. */
+        assert_int_equal(http_jwt_secret_new(key, key_size, &secret), 0);
+        assert_int_equal(http_jwt_verify(secret, token, (Timestamp){.sec = now}, &subject, &error),
+                         0);
+        assert_string_equal(subject ? subject : "(none)", sub ? sub : "(none)");
+        free(subject);
+        subject = NULL;
+        assert_int_equal(
+            http_jwt_verify(secret, token, (Timestamp){.sec = now + ttl_sec - 1}, &subject, &error),
+            0);
+        assert_int_equal(
+            http_jwt_verify(secret, token, (Timestamp){.sec = now + ttl_sec}, &subject, &error),
+            -EACCES);
+        assert_int_equal(http_jwt_secret_new("another secret, also 32 bytes...", 32, &other), 0);
+        assert_int_equal(http_jwt_verify(other, token, (Timestamp){.sec = now}, &subject, &error),
+                         -EACCES);
+}
+
+static void test_token_mint(void **state) /* OPS-7, API-13, API-14 */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *path = NULL;
+        /* A trailing newline is part of the key: the file is used byte for byte (API-14). */
+        static const char key[] = TEST_SECRET "\n";
+
+        assert_int_equal(strprintf(&path, "%s/jwt.secret", f->dir), 0);
+        write_file(path, key, sizeof key - 1, 0600);
+
+        assert_int_equal(
+            RUN(f, "token", "mint", "--secret-file", path, "--ttl", "1h30m", "--sub", "alice"),
+            CTL_EXIT_OK);
+        assert_string_equal(f->err, "");
+        size_t n = strlen(f->out);
+        assert_true(n > 1 && f->out[n - 1] == '\n');
+        f->out[n - 1] = 0;
+        check_token(f->out, key, sizeof key - 1, TEST_NOW, 5400, "alice");
+
+        /* The newline really is part of the key. */
+        _cleanup_jwt_secret_ HttpJwtSecret *trimmed = NULL;
+        _cleanup_free_ char *error = NULL, *subject = NULL;
+        assert_int_equal(http_jwt_secret_new(TEST_SECRET, 32, &trimmed), 0);
+        assert_int_equal(
+            http_jwt_verify(trimmed, f->out, (Timestamp){.sec = TEST_NOW}, &subject, &error),
+            -EACCES);
+
+        /* Defaults: one hour, no subject; --url and friends do not matter to a local command. */
+        assert_int_equal(RUN(f, "--url", f->dead_url, "token", "mint", "--secret-file", path),
+                         CTL_EXIT_OK);
+        f->out[strlen(f->out) - 1] = 0;
+        check_token(f->out, key, sizeof key - 1, TEST_NOW, 3600, NULL);
+        assert_int_equal(f->tcp.n_requests, 0);
+}
+
+static void test_token_mint_secret_file(void **state) /* API-14 */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *path = NULL, *want = NULL;
+
+        assert_int_equal(strprintf(&path, "%s/jwt.secret", f->dir), 0);
+
+        write_file(path, TEST_SECRET, 32, 0640);
+        assert_int_equal(RUN(f, "token", "mint", "--secret-file", path), CTL_EXIT_USAGE);
+        assert_int_equal(strprintf(&want,
+                                   "error: jwt_secret_file %s: mode 0640 gives group or other "
+                                   "access\n",
+                                   path),
+                         0);
+        assert_string_equal(f->err, want);
+        assert_string_equal(f->out, "");
+
+        write_file(path, TEST_SECRET, 31, 0600);
+        assert_int_equal(RUN(f, "token", "mint", "--secret-file", path), CTL_EXIT_USAGE);
+        free(want);
+        assert_int_equal(
+            strprintf(&want, "error: jwt_secret_file %s: 31 bytes, at least 32 needed\n", path), 0);
+        assert_string_equal(f->err, want);
+
+        assert_int_equal(unlink(path), 0);
+        assert_int_equal(RUN(f, "token", "mint", "--secret-file", path), CTL_EXIT_USAGE);
+        free(want);
+        assert_int_equal(
+            strprintf(&want, "error: jwt_secret_file %s: No such file or directory\n", path), 0);
+        assert_string_equal(f->err, want);
+}
+
+/* ---- the binary (OPS-6, OPS-8) --------------------------------------------------------------- */
+
+typedef struct Spawned {
+        int status;
+        char *out;
+        char *err;
+} Spawned;
+
+static void spawned_done(Spawned *s)
+{
+        free(s->out);
+        free(s->err);
+}
+
+/* Runs $VGPUCTL with args and the extra environment entries (NULL-terminated lists). */
+static void spawn_vgpuctl(Fixture *f, const char *const *args, const char *const *extra_env,
+                          Spawned *ret)
+{
+        const char *binary = getenv("VGPUCTL");
+        char *argv[16] = {(char *)binary};
+        char *envp[256];
+        size_t n = 0;
+        _cleanup_free_ char *out_path = NULL, *err_path = NULL;
+
+        assert_non_null(binary);
+        for (size_t i = 0; args[i]; i++) {
+                assert_true(i + 2 < ELEMENTSOF(argv));
+                argv[i + 1] = (char *)args[i];
+        }
+        /* The test's own environment (sanitizer options, say), without any VGPUD_ variable. */
+        for (char **e = environ; *e && n + 8 < ELEMENTSOF(envp); e++)
+                if (!startswith(*e, "VGPUD_"))
+                        envp[n++] = *e;
+        for (size_t i = 0; extra_env[i]; i++)
+                envp[n++] = (char *)extra_env[i];
+        envp[n] = NULL;
+
+        assert_int_equal(strprintf(&out_path, "%s/spawn.out", f->dir), 0);
+        assert_int_equal(strprintf(&err_path, "%s/spawn.err", f->dir), 0);
+        _cleanup_close_ int out_fd = open(out_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        _cleanup_close_ int err_fd = open(err_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        assert_true(out_fd >= 0 && err_fd >= 0);
+
+        posix_spawn_file_actions_t actions;
+        pid_t pid;
+        int status;
+        assert_int_equal(posix_spawn_file_actions_init(&actions), 0);
+        assert_int_equal(posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO), 0);
+        assert_int_equal(posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO), 0);
+        assert_int_equal(posix_spawn(&pid, binary, &actions, NULL, argv, envp), 0);
+        posix_spawn_file_actions_destroy(&actions);
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+
+        *ret = (Spawned){.status = WEXITSTATUS(status)};
+        assert_int_equal(read_file_at(AT_FDCWD, out_path, 1 << 20, &ret->out, NULL), 0);
+        assert_int_equal(read_file_at(AT_FDCWD, err_path, 1 << 20, &ret->err, NULL), 0);
+}
+
+static void test_binary(void **state) /* OPS-6, OPS-8 */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *url_env = NULL, *dead_env = NULL, *path = NULL, *want = NULL;
+        _cleanup_(spawned_done) Spawned usage = {}, refused = {}, ok = {}, mint = {};
+
+        assert_int_equal(strprintf(&url_env, "VGPUD_URL=%s", f->url), 0);
+        assert_int_equal(strprintf(&dead_env, "VGPUD_URL=%s", f->dead_url), 0);
+
+        spawn_vgpuctl(f, (const char *[]){NULL}, (const char *[]){NULL}, &usage);
+        assert_int_equal(usage.status, 2);
+        assert_string_equal(usage.err, "vgpuctl: no command given\nRun 'vgpuctl --help' for "
+                                       "usage.\n");
+
+        spawn_vgpuctl(f, (const char *[]){"resources", NULL}, (const char *[]){dead_env, NULL},
+                      &refused);
+        assert_int_equal(refused.status, 3);
+        assert_int_equal(
+            strprintf(&want, "error: cannot reach vgpud at %s: Connection refused\n", f->dead_url),
+            0);
+        assert_string_equal(refused.err, want);
+
+        server_set_answer(&f->tcp, 200, "application/json", "{\"gpu\":null}");
+        spawn_vgpuctl(f, (const char *[]){"--json", "resources", NULL},
+                      (const char *[]){url_env, "VGPUD_TOKEN=bin-token", NULL}, &ok);
+        assert_int_equal(ok.status, 0);
+        assert_string_equal(ok.out, "{\"gpu\":null}\n");
+        assert_string_equal(f->tcp.authorization, "Bearer bin-token");
+
+        /* With the real clock: exp is now + 1h, within the seconds the run took. */
+        assert_int_equal(strprintf(&path, "%s/jwt.secret", f->dir), 0);
+        write_file(path, TEST_SECRET, 32, 0600);
+        int64_t before = time(NULL);
+        spawn_vgpuctl(f, (const char *[]){"token", "mint", "--secret-file", path, NULL},
+                      (const char *[]){NULL}, &mint);
+        int64_t after = time(NULL);
+        assert_int_equal(mint.status, 0);
+        const char *dot1 = strchr(mint.out, '.'), *dot2 = dot1 ? strchr(dot1 + 1, '.') : NULL;
+        assert_non_null(dot2);
+        json_auto_t *payload = decode_part(dot1 + 1, (size_t)(dot2 - dot1 - 1));
+        json_int_t exp = json_integer_value(json_object_get(payload, "exp"));
+        assert_in_range(exp, before + 3600, after + 3600);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test_setup_teardown(test_resources_table, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_resources_without_framework, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_gpus_table, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_health_list, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_json_passthrough, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_api_errors, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_bad_responses, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_response_size_cap, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_operator_routes, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_unix_socket, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_environment_defaults, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_usage_errors, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_connection_errors, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_token_mint, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_token_mint_secret_file, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_binary, setup, teardown),
+        };
+
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+                return 1;
+        int r = cmocka_run_group_tests(tests, NULL, NULL);
+        curl_global_cleanup();
+        return r;
+}
