@@ -10,7 +10,7 @@
 set -eu
 
 build=${1:-build}
-driver=$build/src/vfio/perf2-vfio-scan
+driver=$build/bench/perf2-vfio-scan
 if [ ! -x "$driver" ]; then
         echo "perf2-vfio-scan: $driver is missing; run: ninja -C $build" >&2
         exit 1
