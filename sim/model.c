@@ -250,6 +250,27 @@ uint32_t sim_gpu_vgpus(const SimGpu *g)
 
 /* ---- host YAML (SIM-2) ----------------------------------------------------------------------- */
 
+/*
+ * A copy of a message with control bytes written as \xNN. Messages quote values from the
+ * input, and vgpu-sim prints them as one "FILE:line:column: what" line.
+ */
+static char *escape_controls(const char *s)
+{
+        size_t n = 1;
+        for (const char *c = s; *c; c++)
+                n += (unsigned char)*c < ' ' || *c == 0x7f ? 4 : 1;
+        char *out = malloc(n), *p = out;
+        if (!out)
+                return NULL;
+        for (const char *c = s; *c; c++)
+                if ((unsigned char)*c < ' ' || *c == 0x7f)
+                        p += sprintf(p, "\\x%02x", (unsigned)(unsigned char)*c);
+                else
+                        *p++ = *c;
+        *p = 0;
+        return out;
+}
+
 static void yaml_parser_deletep(yaml_parser_t *p)
 {
         yaml_parser_delete(p);
@@ -272,13 +293,22 @@ static int yaml_fail(char **error, const yaml_node_t *n, const char *fmt, ...)
         va_end(ap);
         if (k < 0)
                 return -ENOMEM;
+        _cleanup_free_ char *safe = escape_controls(what);
+        if (!safe)
+                return -ENOMEM;
         return error_set(error, -EINVAL, "%zu:%zu: %s", n->start_mark.line + 1,
-                         n->start_mark.column + 1, what);
+                         n->start_mark.column + 1, safe);
 }
 
 static const char *yaml_scalar(const yaml_node_t *n)
 {
         return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+/* A "\0" escape in a quoted scalar would cut the C string short of what the file says. */
+static bool yaml_scalar_has_nul(const yaml_node_t *n)
+{
+        return strlen((const char *)n->data.scalar.value) != n->data.scalar.length;
 }
 
 /*
@@ -298,6 +328,8 @@ static int yaml_mapping(yaml_document_t *doc, yaml_node_t *map, const char *cons
                 const char *name = yaml_scalar(key);
                 if (!name)
                         return yaml_fail(error, key, "expected a scalar key");
+                if (yaml_scalar_has_nul(key))
+                        return yaml_fail(error, key, "key contains a NUL byte");
                 size_t k = 0;
                 while (k < n_keys && !streq(keys[k], name))
                         k++;
@@ -315,6 +347,8 @@ static int yaml_string(yaml_node_t *n, const char *what, const char **ret, char 
         const char *s = yaml_scalar(n);
         if (!s)
                 return yaml_fail(error, n, "%s must be a string", what);
+        if (yaml_scalar_has_nul(n))
+                return yaml_fail(error, n, "%s contains a NUL byte", what);
         *ret = s;
         return 0;
 }
@@ -1376,7 +1410,10 @@ static int state_fail(char **error, const char *fmt, ...)
         va_end(ap);
         if (k < 0)
                 return -ENOMEM;
-        return error_set(error, -EINVAL, "invalid simulator state: %s", what);
+        _cleanup_free_ char *safe = escape_controls(what);
+        if (!safe)
+                return -ENOMEM;
+        return error_set(error, -EINVAL, "invalid simulator state: %s", safe);
 }
 
 /* A non-negative integer no larger than max, or (when nullable) null. */
@@ -1555,6 +1592,13 @@ static int faults_from_json(SimHost *h, json_t *faults, char **error)
                 words[4] = present ? count : NULL;
                 if (ctl_fault(h, words, present ? 5 : 4, NULL) < 0)
                         return state_fail(error, "fault %zu is invalid", i);
+                /* Only the form the simulator writes: "delay:007" or "ENOTSUP" would come back
+                 * changed. */
+                char canonical[32];
+                if (fault_action_format(&h->faults[h->n_faults - 1], canonical) < 0 ||
+                    !streq(canonical, action))
+                        return state_fail(error, "fault %zu: action \"%s\" is not canonical", i,
+                                          action);
         }
         return 0;
 }
@@ -1575,12 +1619,12 @@ static int nvml_from_json(SimHost *h, json_t *nvml, char **error)
         json_array_foreach(errors, i, e)
         {
                 const char *function;
-                int code;
+                json_int_t code; /* "i" would truncate 4294967311 to 15 */
                 json_t *remaining;
                 uint64_t u;
                 bool present;
 
-                if (json_unpack_ex(e, &err, JSON_STRICT, "{s:s, s:i, s:o}", "function", &function,
+                if (json_unpack_ex(e, &err, JSON_STRICT, "{s:s, s:I, s:o}", "function", &function,
                                    "code", &code, "remaining", &remaining) < 0 ||
                     !sim_nvml_function_is_known(function) || code <= 0 || code > 999 ||
                     nvml_find_error(h, function) >= 0 ||
@@ -1595,7 +1639,7 @@ static int nvml_from_json(SimHost *h, json_t *nvml, char **error)
                 if (!copy)
                         return -ENOMEM;
                 h->nvml_errors[h->n_nvml_errors++] =
-                    (SimNvmlError){.function = copy, .code = code, .remaining = u};
+                    (SimNvmlError){.function = copy, .code = (int)code, .remaining = u};
         }
         return 0;
 }
@@ -1624,6 +1668,9 @@ static int qemu_from_json(SimHost *h, json_t *qemu, char **error)
                         if (!words[2] || ctl_qemu(h, words, 3, NULL) < 0)
                                 return state_fail(error, "qemu entry %zu is invalid", i);
                 }
+                /* ctl_qemu() ignores a flag set twice; the state must not list it twice. */
+                if (strv_length(h->qemu[h->n_qemu - 1].flags) != json_array_size(flags))
+                        return state_fail(error, "qemu entry %zu lists a flag twice", i);
         }
         return 0;
 }

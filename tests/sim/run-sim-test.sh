@@ -33,7 +33,7 @@ sim_pid=
 
 # True while the process runs (a zombie has exited; kill -0 would still succeed on it).
 sim_alive() {
-        [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat"
+        [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null
 }
 
 # Sends SIGTERM and waits for the simulator; a watchdog kills it after 10 s. Returns its
