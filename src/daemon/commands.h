@@ -8,3 +8,5 @@
 
 int cmd_inventory(int argc, char **argv);
 int cmd_health_check(int argc, char **argv);
+/* The daemon itself: vgpud with options only (CFG-1, CFG-2). */
+int cmd_daemon(int argc, char **argv);

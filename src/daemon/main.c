@@ -1,4 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vgpud: with a subcommand name first, one of the offline commands; otherwise (no arguments, or
+ * options only) the daemon.
+ */
 #include <stdio.h>
 
 #include "base/base.h"
@@ -22,17 +26,14 @@ static const Command commands[] = {
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: vgpud --version\n");
+        fprintf(f, "usage: vgpud [--config PATH] [--set KEY=VALUE]... [--check-config]\n"
+                   "       vgpud --version\n");
         for (size_t i = 0; i < ELEMENTSOF(commands); i++)
                 fprintf(f, "       vgpud %s\n", commands[i].usage);
 }
 
 int main(int argc, char **argv)
 {
-        if (argc >= 2 && streq(argv[1], "--version")) {
-                printf("vgpud %s\n", VGPUD_VERSION);
-                return 0;
-        }
         if (argc >= 2 && streq(argv[1], "--help")) {
                 usage(stdout);
                 return 0;
@@ -40,7 +41,9 @@ int main(int argc, char **argv)
         for (size_t i = 0; argc >= 2 && i < ELEMENTSOF(commands); i++)
                 if (streq(argv[1], commands[i].name))
                         return commands[i].run(argc - 1, argv + 1);
-
-        usage(stderr);
-        return 2;
+        if (argc >= 2 && argv[1][0] != '-') {
+                usage(stderr);
+                return 2;
+        }
+        return cmd_daemon(argc, argv);
 }

@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The /metrics exposition (MET-1..MET-3): every family of MET-2, in its order, each with all of
+ * its fixed label values from start-up, so rates and alerts work before the first event. The
+ * resource gauges come from the snapshot that /resources uses (MET-4).
+ */
+#include "api-internal.h"
+
+typedef struct Family {
+        const char *name;
+        MetricType type;
+        const char *help;
+} Family;
+
+/* A family whose samples carry one label with fixed values. */
+static int write_labelled(MetricsWriter *w, const Family *f, const char *label,
+                          const char *const *values, const uint64_t *counts, size_t n)
+{
+        int r = metrics_family(w, f->name, f->type, f->help);
+        for (size_t i = 0; i < n && r >= 0; i++)
+                r = metrics_sample_u64(w, counts[i], label, values[i], NULL);
+        return r;
+}
+
+static int write_single(MetricsWriter *w, const Family *f, uint64_t value)
+{
+        int r = metrics_family(w, f->name, f->type, f->help);
+        if (r >= 0)
+                r = metrics_sample_u64(w, value, NULL);
+        return r;
+}
+
+static int write_resources(MetricsWriter *w, const ApiSnapshot *snap)
+{
+        static const char *const kinds[] = {"total", "used", "allocatable", "quarantined"};
+        const uint64_t slots[] = {snap->total_slots, snap->used_slots, snap->allocatable_slots,
+                                  snap->quarantined_slots};
+        int r = write_labelled(w,
+                               &(Family){"vgpud_resources_gpu_slots", METRIC_GAUGE,
+                                         "vGPU slots on this host by kind."},
+                               "kind", kinds, slots, ELEMENTSOF(kinds));
+        if (r < 0)
+                return r;
+
+        r = metrics_family(w, "vgpud_resources_gpu_profile_slots", METRIC_GAUGE,
+                           "vGPU profiles that could still be placed, by profile (not additive "
+                           "across profiles).");
+        for (size_t i = 0; i < snap->n_profiles && r >= 0; i++)
+                r = metrics_sample_u64(w, snap->profiles[i].available, "profile",
+                                       snap->profiles[i].name, "kind", "available", NULL);
+        if (r < 0)
+                return r;
+
+        /* Each VF counted once: uncertain when flagged (GEN-4), else its API-6 state. */
+        static const char *const states[] = {"free",        "reserved",  "claimed",   "dirty",
+                                             "quarantined", "uncertain", "unreadable"};
+        const uint64_t vfs[] = {
+            snap->vfs_by_state[API_VF_FREE],        snap->vfs_by_state[API_VF_RESERVED],
+            snap->vfs_by_state[API_VF_CLAIMED],     snap->vfs_by_state[API_VF_DIRTY],
+            snap->vfs_by_state[API_VF_QUARANTINED], snap->vfs_uncertain,
+            snap->vfs_by_state[API_VF_UNREADABLE],
+        };
+        r = write_labelled(w,
+                           &(Family){"vgpud_resources_gpu_vfs", METRIC_GAUGE,
+                                     "vGPU VFs by state, each counted once."},
+                           "state", states, vfs, ELEMENTSOF(states));
+        if (r < 0)
+                return r;
+
+        return write_single(w,
+                            &(Family){"vgpud_resources_gpu_placement_disabled", METRIC_GAUGE,
+                                      "1 while vGPU placement is disabled for any reason."},
+                            snap->placement_disabled_reason ? 1 : 0);
+}
+
+static int write_nvml(MetricsWriter *w, const ApiContext *ctx)
+{
+        static const char *const reasons[] = {"equal_size", "error", "unavailable", "timeout",
+                                              "stuck"};
+        static const NvmlFallback order[] = {NVML_FALLBACK_EQUAL_SIZE, NVML_FALLBACK_ERROR,
+                                             NVML_FALLBACK_UNAVAILABLE, NVML_FALLBACK_TIMEOUT,
+                                             NVML_FALLBACK_STUCK};
+        const NvmlFallbackCounters *c = ctx->nvml ? nvml_client_get_counters(ctx->nvml) : NULL;
+        uint64_t counts[ELEMENTSOF(order)] = {0};
+        for (size_t i = 0; c && i < ELEMENTSOF(order); i++)
+                counts[i] = c->total[order[i]];
+        return write_labelled(w,
+                              &(Family){"vgpud_resources_gpu_nvml_fallbacks_total", METRIC_COUNTER,
+                                        "NVML placement fallbacks by reason."},
+                              "reason", reasons, counts, ELEMENTSOF(reasons));
+}
+
+static int write_instances(MetricsWriter *w, const ApiContext *ctx)
+{
+        const ApiCounters *c = &ctx->counters;
+        const HealthStore *hs = ctx->health;
+        int r;
+
+        static const char *const results[_API_SENTINEL_RESULT_MAX] = {
+            "ok", "failed", "unknown", "rpc_error", "unsupported_agent", "list_error"};
+        r = write_labelled(w,
+                           &(Family){"vgpud_instances_vgpu_sentinel_checks_total", METRIC_COUNTER,
+                                     "Guest GPU init checks by result."},
+                           "result", results, c->sentinel_checks, _API_SENTINEL_RESULT_MAX);
+        if (r >= 0)
+                r = write_single(w,
+                                 &(Family){"vgpud_instances_vgpu_sentinel_init_failures_total",
+                                           METRIC_COUNTER,
+                                           "Newly recorded guest GPU init failures."},
+                                 c->sentinel_init_failures);
+        if (r >= 0)
+                r = write_single(w,
+                                 &(Family){"vgpud_instances_vgpu_sentinel_quarantines_total",
+                                           METRIC_COUNTER, "Automatic VF quarantines."},
+                                 c->sentinel_quarantines);
+        if (r >= 0)
+                r = write_single(
+                    w,
+                    &(Family){"vgpud_instances_vgpu_quarantined_vfs", METRIC_GAUGE,
+                              "Quarantined records in the VF health store, VF present or not."},
+                    hs ? health_state_count_quarantined(health_store_state(hs)) : 0);
+        if (r >= 0)
+                r = write_single(w,
+                                 &(Family){"vgpud_instances_vgpu_vf_health_store_unavailable",
+                                           METRIC_GAUGE,
+                                           "1 while the VF health store is unavailable."},
+                                 hs && health_store_unavailable_reason(hs) ? 1 : 0);
+        if (r < 0)
+                return r;
+
+        static const char *const stages[_API_STAGE_MAX] = {
+            "list_instances", "release_stale", "reset_unclaimed_vfs", "reconcile_devices"};
+        r = write_labelled(w,
+                           &(Family){"vgpud_instances_vgpu_reconcile_failures_total",
+                                     METRIC_COUNTER, "Reconciler stage failures by stage."},
+                           "stage", stages, c->reconcile_failures, _API_STAGE_MAX);
+        if (r >= 0)
+                r = write_single(w,
+                                 &(Family){"vgpud_instances_vgpu_stale_release_failures_total",
+                                           METRIC_COUNTER,
+                                           "Failed releases of claims whose VMM is gone."},
+                                 c->stale_release_failures);
+        if (r >= 0)
+                r = write_single(
+                    w,
+                    &(Family){"vgpud_instances_vgpu_reconcile_liveness_uncertain_total",
+                              METRIC_COUNTER, "Ambiguous VMM liveness verdicts that kept a claim."},
+                    c->liveness_uncertain);
+        if (r < 0)
+                return r;
+
+        static const char *const states[_API_INSTANCE_STATE_MAX] = {
+            "Creating", "Running", "Stopping", "Stopped", "Failed", "Deleting"};
+        r = write_labelled(w, &(Family){"vgpud_instances", METRIC_GAUGE, "Instances by state."},
+                           "state", states, c->instances, _API_INSTANCE_STATE_MAX);
+        if (r < 0)
+                return r;
+
+        static const char *const grace[] = {"true", "false"};
+        const uint64_t kills[] = {c->forced_kills[1], c->forced_kills[0]};
+        r = write_labelled(w,
+                           &(Family){"vgpud_instances_vmm_forced_kills_total", METRIC_COUNTER,
+                                     "SIGKILLs sent to VMMs with a VFIO device."},
+                           "in_grace", grace, kills, ELEMENTSOF(grace));
+        if (r >= 0)
+                r = write_single(w,
+                                 &(Family){"vgpud_instances_vgpu_quarantine_breaker_open",
+                                           METRIC_GAUGE,
+                                           "1 while the automatic quarantine breaker is open."},
+                                 hs && health_store_breaker_open(hs) ? 1 : 0);
+        return r;
+}
+
+/* vgpud_http_requests_total, with its fixed statuses even before the listeners exist. */
+static int write_http(MetricsWriter *w, const ApiContext *ctx)
+{
+        if (ctx->http)
+                return http_server_write_metrics(ctx->http, w);
+        static const char *const codes[] = {"200", "201", "204", "400", "401", "404", "405",
+                                            "409", "413", "415", "500", "501", "503"};
+        const uint64_t zero[ELEMENTSOF(codes)] = {0};
+        return write_labelled(w,
+                              &(Family){"vgpud_http_requests_total", METRIC_COUNTER,
+                                        "HTTP responses by status code."},
+                              "code", codes, zero, ELEMENTSOF(codes));
+}
+
+int api_metrics_text(const ApiContext *ctx, const ApiSnapshot *snap, char **ret, size_t *ret_size)
+{
+        _cleanup_metrics_writer_ MetricsWriter *w = NULL;
+        int r = metrics_writer_new(&w);
+        if (r < 0)
+                return r;
+
+        /* Errors are sticky in the writer: one check at the end covers every step. */
+        (void)write_resources(w, snap);
+        (void)write_nvml(w, ctx);
+        (void)write_instances(w, ctx);
+        (void)write_http(w, ctx);
+        if (metrics_family(w, "vgpud_build_info", METRIC_GAUGE,
+                           "Version and commit of this vgpud; always 1.") >= 0)
+                (void)metrics_sample_u64(w, 1, "version", ctx->version ? ctx->version : "",
+                                         "commit", ctx->commit ? ctx->commit : "", NULL);
+        return metrics_writer_finish(w, ret, ret_size);
+}

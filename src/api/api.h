@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * api: the REST routes of vgpud and their JSON (SPEC §11, §12), on top of the http module.
+ *
+ * The daemon owns every piece of state; this module only looks at it through an ApiContext that
+ * the daemon keeps current (the last discovery, the health store, the NVML cache, the worker
+ * pool, the counters of later stages). Handlers run on the event loop, like everything that
+ * touches that state, so nothing here locks.
+ *
+ * Promises:
+ *  - reads (/resources, /gpus, /gpu/health, /metrics) answer from memory and never wait on
+ *    hardware, NVML, disk or the worker pool (API-16); when the health store is unavailable
+ *    they ask the daemon to repair it, without waiting (HEALTH-21);
+ *  - /resources and the resource gauges of /metrics are computed by one function from the same
+ *    state, so two reads with no change in between agree (MET-4);
+ *  - operator health routes answer only once their change is durable: the request is suspended
+ *    until the health write that carries it completes (API-18, HEALTH-25);
+ *  - every family of MET-2 is exported from start-up with its fixed label values (MET-3).
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "gpu/gpu.h"
+#include "health/health.h"
+#include "http/http.h"
+#include "metrics/metrics.h"
+#include "nvml/nvml.h"
+#include "placement/placement.h"
+#include "worker/worker.h"
+
+/* ---- counters of stages that later releases fill (MET-2, MET-3) ----------------------------- */
+
+typedef enum ApiSentinelResult {
+        API_SENTINEL_OK,
+        API_SENTINEL_FAILED,
+        API_SENTINEL_UNKNOWN,
+        API_SENTINEL_RPC_ERROR,
+        API_SENTINEL_UNSUPPORTED_AGENT,
+        API_SENTINEL_LIST_ERROR,
+        _API_SENTINEL_RESULT_MAX,
+} ApiSentinelResult;
+
+typedef enum ApiReconcileStage {
+        API_STAGE_LIST_INSTANCES,
+        API_STAGE_RELEASE_STALE,
+        API_STAGE_RESET_UNCLAIMED_VFS,
+        API_STAGE_RECONCILE_DEVICES,
+        _API_STAGE_MAX,
+} ApiReconcileStage;
+
+typedef enum ApiInstanceState {
+        API_INSTANCE_CREATING,
+        API_INSTANCE_RUNNING,
+        API_INSTANCE_STOPPING,
+        API_INSTANCE_STOPPED,
+        API_INSTANCE_FAILED,
+        API_INSTANCE_DELETING,
+        _API_INSTANCE_STATE_MAX,
+} ApiInstanceState;
+
+typedef struct ApiCounters {
+        uint64_t sentinel_checks[_API_SENTINEL_RESULT_MAX];
+        uint64_t sentinel_init_failures;
+        uint64_t sentinel_quarantines;
+        uint64_t reconcile_failures[_API_STAGE_MAX];
+        uint64_t stale_release_failures;
+        uint64_t liveness_uncertain;
+        uint64_t instances[_API_INSTANCE_STATE_MAX]; /* a gauge: instances by state */
+        uint64_t forced_kills[2];                    /* [in_grace] */
+} ApiCounters;
+
+/* ---- the view of the daemon's state ---------------------------------------------------------- */
+
+typedef struct ApiWaiter ApiWaiter;
+
+/* One VF's `mdev_supported_types/<type>/available_instances` (PLACE-6, PLACE-21). */
+typedef struct ApiMdevAvailability {
+        PlacementMdevAvailability *types; /* owned by the daemon, with their type strings */
+        size_t n_types;
+} ApiMdevAvailability;
+
+typedef struct ApiContext {
+        const Config *config;
+        HealthStore *health;
+        NvmlClient *nvml;
+        WorkerPool *workers; /* the sysfs pool: uncertain VFs (GEN-4), exhaustion */
+        HttpServer *http;    /* for vgpud_http_requests_total; NULL before the listeners */
+
+        /* The last successful discovery (DISC-7: kept when a later one fails); NULL before it. */
+        const GpuHost *host;
+        /*
+         * mdev hosts: available_instances per VF (index as in host->vfs), read together with
+         * the last discovery; NULL elsewhere.
+         */
+        const ApiMdevAvailability *mdev_availability;
+
+        /* Causes that disable placement besides the health store and the pool (NULL: none). */
+        const char *discovery_error; /* DISC-7 */
+        const char *scan_error;      /* DEV-14: "open-handle scan failed: <err>" */
+
+        bool ready;    /* the first reconcile pass has run (API-17) */
+        bool stopping; /* shutting down (OPS-3): mutations are refused */
+
+        ApiCounters counters;
+        const char *version;
+        const char *commit;
+
+        /* Asks the daemon to repair the health store soon (HEALTH-21); never waits. */
+        void (*schedule_repair)(void *userdata);
+        void *userdata;
+
+        /* Owned by this module: requests waiting for the health store to go idle. */
+        ApiWaiter *waiters;
+        unsigned n_suspended; /* requests suspended on health writes */
+} ApiContext;
+
+/* The route table (API-2 without the instance routes of a later release); userdata is the
+ * ApiContext. */
+const HttpRoute *api_routes(size_t *ret_n);
+
+/* The OpenAPI document served at /openapi.yaml (API-19), embedded at build time. */
+extern const char api_openapi_yaml[];
+extern const size_t api_openapi_yaml_size;
+
+/*
+ * placement_disabled_reason (API-5): the health store's unavailability (HEALTH-16), the
+ * discovery error (DISC-7), the failed open-handle scan (DEV-14), or the exhausted sysfs
+ * worker pool (GEN-4), in this order. 0 and *ret = NULL when placement is enabled.
+ */
+int api_placement_disabled_reason(const ApiContext *ctx, char **ret);
+
+/*
+ * The daemon calls this after every health write completes and whenever the store may have
+ * become idle: requests that wait for durability of a change that needed no write of their own
+ * are answered once no write is in flight or queued.
+ */
+void api_health_idle(ApiContext *ctx);
+
+/* Answers every waiting request with 503 and forgets them (shutdown). */
+void api_context_done(ApiContext *ctx);
+
+/* ---- the snapshot behind /resources, /gpus and the gauges (MET-4) ---------------------------- */
+
+typedef enum ApiVfState {
+        API_VF_FREE,
+        API_VF_RESERVED,
+        API_VF_CLAIMED,
+        API_VF_DIRTY,
+        API_VF_QUARANTINED,
+        API_VF_UNREADABLE,
+        _API_VF_STATE_MAX,
+} ApiVfState;
+
+/* "free", "reserved", "claimed", "dirty", "quarantined", "unreadable" (API-6). */
+const char *api_vf_state_to_string(ApiVfState s);
+
+typedef struct ApiProfileFigure {
+        const char *name; /* borrowed from the host */
+        uint64_t framebuffer_mib;
+        uint64_t available;
+} ApiProfileFigure;
+
+typedef struct ApiSnapshot {
+        bool has_gpu; /* false: /resources answers {"gpu": null} */
+        uint64_t total_slots, used_slots, allocatable_slots, quarantined_slots;
+        ApiProfileFigure *profiles; /* sorted by name */
+        size_t n_profiles;
+        char *placement_disabled_reason; /* NULL when placement is enabled */
+        char *placement_warning;         /* HEALTH-28; NULL while the breaker is closed */
+        /* Per host VF, index as in host->vfs. */
+        ApiVfState *vf_states;
+        bool *vf_uncertain;
+        size_t n_vfs;
+        /* VFs by state for vgpud_resources_gpu_vfs: uncertain counts apart (MET-2). */
+        uint64_t vfs_by_state[_API_VF_STATE_MAX];
+        uint64_t vfs_uncertain;
+        /* The placement view the figures come from. */
+        PlacementSnapshot placement;
+        void *storage; /* owns placement's arrays */
+} ApiSnapshot;
+
+int api_snapshot_build(const ApiContext *ctx, ApiSnapshot **ret);
+ApiSnapshot *api_snapshot_free(ApiSnapshot *s);
+static inline void api_snapshot_freep(ApiSnapshot **s)
+{
+        api_snapshot_free(*s);
+}
+#define _cleanup_api_snapshot_ _cleanup_(api_snapshot_freep)
+
+/* The /resources body (API-4, API-5). */
+int api_resources_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **ret);
+/* The /gpus body (API-6). */
+int api_gpus_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **ret);
+/* The /gpu/health body (API-10). */
+int api_health_json(const ApiContext *ctx, json_t **ret);
+/* The /metrics exposition (MET-1..3). */
+int api_metrics_text(const ApiContext *ctx, const ApiSnapshot *snap, char **ret, size_t *ret_size);

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vgpud [--config PATH] [--set KEY=VALUE]... [--check-config] [--version]: the daemon's command
+ * line (CFG-1, CFG-2). Configuration problems, the lock, a root or a listener end start-up with
+ * status 1 and one error line (GEN-10); usage errors with status 2.
+ */
+#include <getopt.h>
+
+#include "commands.h"
+#include "config.h"
+#include "config/config.h"
+#include "http/http.h"
+#include "manager.h"
+
+#define DAEMON_USAGE \
+        "usage: vgpud [--config PATH] [--set KEY=VALUE]... [--check-config] [--version]\n"
+
+static int fail(const char *error, int r)
+{
+        log_kv(LOG_LEVEL_ERR, 0, "%s", error ? error : strerror(r < 0 ? -r : EINVAL));
+        return 1;
+}
+
+/* CFG-1..CFG-5 and API-14: everything start-up would refuse before touching the host. */
+static int load_config(const char *path, bool explicit_path, char **sets, Config *ret, char **error)
+{
+        Config c = {};
+        int r = config_init_defaults(&c);
+        if (r < 0)
+                return error_set(error, r, "configuration: %s", strerror(-r));
+        r = config_load_file(&c, path, explicit_path, error);
+        for (char **s = sets; r >= 0 && s && *s; s++)
+                r = config_set(&c, *s, error);
+        if (r >= 0)
+                r = config_validate(&c, error);
+        if (r >= 0)
+                r = config_check_paths(&c, error);
+        if (r < 0) {
+                config_done(&c);
+                return r;
+        }
+        *ret = c;
+        return 0;
+}
+
+int cmd_daemon(int argc, char **argv)
+{
+        enum { OPT_CONFIG = 0x100, OPT_SET, OPT_CHECK, OPT_VERSION, OPT_HELP };
+        static const struct option options[] = {
+            {"config", required_argument, NULL, OPT_CONFIG},
+            {"set", required_argument, NULL, OPT_SET},
+            {"check-config", no_argument, NULL, OPT_CHECK},
+            {"version", no_argument, NULL, OPT_VERSION},
+            {"help", no_argument, NULL, OPT_HELP},
+            {},
+        };
+        const char *path = CONFIG_DEFAULT_PATH;
+        bool explicit_path = false, check = false;
+        _cleanup_strv_free_ char **sets = NULL;
+        int c;
+
+        opterr = 0;
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "", options, NULL)) >= 0) {
+                switch (c) {
+                case OPT_CONFIG:
+                        path = optarg;
+                        explicit_path = true;
+                        break;
+                case OPT_SET:
+                        if (strv_push(&sets, optarg) < 0)
+                                return fail("out of memory", -ENOMEM);
+                        break;
+                case OPT_CHECK:
+                        check = true;
+                        break;
+                case OPT_VERSION:
+                        printf("vgpud %s\n", VGPUD_VERSION);
+                        return 0;
+                case OPT_HELP:
+                        fputs(DAEMON_USAGE, stdout);
+                        return 0;
+                default:
+                        fprintf(stderr, "vgpud: invalid option \"%s\"\n%s", argv[optind - 1],
+                                DAEMON_USAGE);
+                        return 2;
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "vgpud: unexpected argument \"%s\"\n%s", argv[optind],
+                        DAEMON_USAGE);
+                return 2;
+        }
+
+        _cleanup_free_ char *error = NULL;
+        Config config = {};
+        int r = load_config(path, explicit_path, sets, &config, &error);
+        if (r < 0)
+                return fail(error, r);
+
+        if (check) {
+                /* API-14: the secret is part of what start-up checks before serving. */
+                _cleanup_jwt_secret_ HttpJwtSecret *secret = NULL;
+                _cleanup_free_ char *dump = NULL;
+                r = http_jwt_secret_load(config.jwt_secret_file, &secret, &error);
+                if (r >= 0)
+                        r = config_dump(&config, &dump);
+                config_done(&config);
+                if (r < 0)
+                        return fail(error, r);
+                fputs(dump, stdout);
+                return 0;
+        }
+
+        _cleanup_manager_ Manager *m = NULL;
+        r = manager_new(&m);
+        if (r < 0) {
+                config_done(&config);
+                return fail("out of memory", r);
+        }
+        r = manager_start(m, &config, &error);
+        config_done(&config);
+        if (r < 0)
+                return fail(error, r);
+        return manager_run(m);
+}

@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The Manager's side of the VF health store (SPEC §5): the store is asynchronous, its writes
+ * run on the worker pool one at a time (begin_write → health_write_run → finish_write,
+ * HEALTH-20), repairs are asked for by reads and by reconcile passes (HEALTH-21), the 5 s poll
+ * picks up external edits (HEALTH-32), SIGHUP reloads (CFG-8, HEALTH-22), and the host driver
+ * version is recorded (HEALTH-30).
+ */
+#include "manager.h"
+
+/* ---- writes ---------------------------------------------------------------------------------- */
+
+typedef struct WriteJob {
+        HealthWrite *write; /* handed back to the store by the completion */
+} WriteJob;
+
+static void write_job_free(void *data)
+{
+        WriteJob *j = data;
+        health_write_free(j->write);
+        free(j);
+}
+
+static int write_job_run(void *data, char **error)
+{
+        WriteJob *j = data;
+        return health_write_run(j->write);
+}
+
+static void health_write_finished(Manager *m)
+{
+        m->health_writing = false;
+        api_health_idle(&m->api);
+        manager_check_placement(m);
+        manager_maybe_finish_stop(m);
+}
+
+static void on_write_done(int r, void *data, const char *error, void *userdata)
+{
+        Manager *m = userdata;
+        WriteJob *j = data;
+
+        /* Without a deadline the pool never ends this job by itself, so data is here. */
+        if (j)
+                health_store_finish_write(m->health, TAKE_PTR(j->write));
+        health_write_finished(m);
+}
+
+static int on_write_wanted(sd_event_source *s, void *userdata)
+{
+        Manager *m = userdata;
+        HealthWrite *w = NULL;
+        _cleanup_free_ char *error = NULL;
+
+        if (m->health_writing)
+                return 0; /* the completion asks again */
+        int r = health_store_begin_write(m->health, &w);
+        if (r <= 0) {
+                /* Nothing left to write (a reload may have refused what was queued). */
+                api_health_idle(&m->api);
+                manager_check_placement(m);
+                manager_maybe_finish_stop(m);
+                return 0;
+        }
+
+        WriteJob *j = calloc(1, sizeof *j);
+        if (j) {
+                j->write = w;
+                /*
+                 * No deadline: an abandoned write could not be handed back to the store, which
+                 * waits for it (HEALTH-20). Writes share a key so they never overlap.
+                 */
+                WorkerJob job = {
+                    .key = "vf-health-write",
+                    .run = write_job_run,
+                    .done = on_write_done,
+                    .data = j,
+                    .free_data = write_job_free,
+                    .userdata = m,
+                };
+                r = worker_pool_submit(m->workers, &job, &error);
+                if (r >= 0) {
+                        m->health_writing = true;
+                        return 0;
+                }
+                free(j);
+        } else
+                r = -ENOMEM;
+
+        /*
+         * The pool refused (every extra thread stuck on hardware). The write is already taken
+         * from the store and must be completed: do it here, which blocks the loop for one
+         * small file, rather than leave every caller waiting.
+         */
+        log_line(LOG_LEVEL_WARNING, r, "VF health state written on the event loop", "error",
+                 error ? error : strerror(-r), NULL);
+        (void)health_write_run(w);
+        health_store_finish_write(m->health, w);
+        health_write_finished(m);
+        return 0;
+}
+
+void manager_health_write_wanted(HealthStore *s, void *userdata)
+{
+        Manager *m = userdata;
+        /* Not from inside the store's call: the loop starts the write right after it. */
+        int r = sd_event_source_set_enabled(m->health_write_defer, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_error_errno(r, "schedule VF health state write: %m");
+}
+
+/* ---- repairs (HEALTH-21) --------------------------------------------------------------------- */
+
+static void on_repair_done(HealthStore *s, int r, const HealthResult *result, const char *error,
+                           void *userdata)
+{
+        Manager *m = userdata;
+        if (r < 0)
+                log_line(LOG_LEVEL_DEBUG, r, "VF health state repair failed", "error", error, NULL);
+        manager_check_placement(m);
+}
+
+int manager_health_repair(Manager *m)
+{
+        _cleanup_free_ char *error = NULL;
+        m->last_repair = manager_now();
+        int r = health_store_submit(m->health, &(HealthRequest){.kind = HEALTH_REQUEST_REPAIR},
+                                    on_repair_done, m, NULL, &error);
+        if (r < 0)
+                log_line(LOG_LEVEL_DEBUG, r, "VF health state repair failed", "error", error, NULL);
+        manager_check_placement(m);
+        return r;
+}
+
+static int on_repair_defer(sd_event_source *s, void *userdata)
+{
+        Manager *m = userdata;
+        if (health_store_unavailable_reason(m->health))
+                (void)manager_health_repair(m);
+        return 0;
+}
+
+void manager_schedule_repair(void *userdata)
+{
+        Manager *m = userdata;
+        /* Reads may come thousands a second; a broken file is retried at most once a second. */
+        if (m->last_repair != 0 && manager_now() - m->last_repair < MANAGER_REPAIR_MIN_INTERVAL)
+                return;
+        m->last_repair = manager_now();
+        int r = sd_event_source_set_enabled(m->repair_defer, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_error_errno(r, "schedule VF health state repair: %m");
+}
+
+/* ---- reloads (HEALTH-22, HEALTH-32, CFG-8) --------------------------------------------------- */
+
+int manager_on_health_poll(sd_event_source *s, uint64_t usec, void *userdata)
+{
+        Manager *m = userdata;
+        _cleanup_free_ char *error = NULL;
+
+        int r = health_store_poll(m->health, &error);
+        if (r > 0)
+                log_line(LOG_LEVEL_NOTICE, 0, "VF health state reloaded after an external edit",
+                         NULL);
+        else if (r < 0)
+                log_line(LOG_LEVEL_ERR, r, "VF health state changed on disk and is invalid",
+                         "error", error, NULL);
+        if (r != 0) {
+                api_health_idle(&m->api);
+                manager_check_placement(m);
+        }
+        return manager_arm_timer(m, &m->health_poll_timer, HEALTH_POLL_INTERVAL,
+                                 manager_on_health_poll);
+}
+
+void manager_health_reload(Manager *m)
+{
+        _cleanup_free_ char *error = NULL;
+        int r = health_store_reload(m->health, &error);
+        if (r > 0)
+                log_line(LOG_LEVEL_INFO, 0,
+                         "VF health state reload deferred until the write in flight ends", NULL);
+        else if (r == 0)
+                log_line(LOG_LEVEL_NOTICE, 0, "VF health state reloaded", NULL);
+        else
+                log_line(LOG_LEVEL_ERR, r, "VF health state reload failed", "error", error, NULL);
+        api_health_idle(&m->api);
+        manager_check_placement(m);
+}
+
+/* ---- driver version (HEALTH-30) -------------------------------------------------------------- */
+
+static void on_driver_version_done(HealthStore *s, int r, const HealthResult *result,
+                                   const char *error, void *userdata)
+{
+        if (r < 0)
+                log_line(LOG_LEVEL_WARNING, r, "host driver version not recorded", "error", error,
+                         NULL);
+}
+
+void manager_health_set_driver_version(Manager *m, const char *version)
+{
+        _cleanup_free_ char *error = NULL;
+        free(m->driver_version);
+        m->driver_version = strdup(version);
+
+        int r = health_store_submit(
+            m->health, &(HealthRequest){.kind = HEALTH_REQUEST_DRIVER_VERSION, .text = version},
+            on_driver_version_done, m, NULL, &error);
+        if (r > 0)
+                log_line(LOG_LEVEL_NOTICE, 0, "host driver version changed", "driver_version",
+                         version, NULL);
+        else if (r < 0)
+                log_line(LOG_LEVEL_DEBUG, r, "host driver version not recorded", "error", error,
+                         NULL);
+}
+
+/* ---- set-up ---------------------------------------------------------------------------------- */
+
+/* DISC-17's model of a VF's GPU, for the breaker's trip (b) (HEALTH-33). */
+static const char *model_of(const char *vf_address, void *userdata)
+{
+        Manager *m = userdata;
+        const GpuVf *vf = m->host ? gpu_host_find_vf(m->host, vf_address) : NULL;
+        const Gpu *g = vf && *vf->parent ? gpu_host_find_gpu(m->host, vf->parent) : NULL;
+        return g ? g->model : NULL;
+}
+
+int manager_health_setup(Manager *m)
+{
+        const ConfigGpu *g = &m->config.gpu;
+        HealthOptions options = {
+            .threshold = g->vf_quarantine_threshold,
+            .breaker_enabled = g->breaker.enabled,
+            .breaker_window = g->breaker.window,
+            .breaker_max_quarantines = g->breaker.max_quarantines,
+            .model_of = model_of,
+            .write_wanted = manager_health_write_wanted,
+            .userdata = m,
+        };
+
+        int r = sd_event_add_defer(m->event, &m->health_write_defer, on_write_wanted, m);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(m->health_write_defer, SD_EVENT_OFF);
+        if (r >= 0)
+                r = sd_event_add_defer(m->event, &m->repair_defer, on_repair_defer, m);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(m->repair_defer, SD_EVENT_OFF);
+        if (r >= 0)
+                r = health_store_new(m->data_dir_fd, &options, &m->health);
+        if (r < 0)
+                return r;
+        m->api.health = m->health;
+
+        /* HEALTH-16: a store that does not load disables placement; start-up goes on. */
+        _cleanup_free_ char *error = NULL;
+        r = health_store_load(m->health, &error);
+        if (r < 0)
+                log_line(LOG_LEVEL_ERR, r, "VF health state unavailable", "error", error, NULL);
+        return 0;
+}

@@ -1,0 +1,403 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The Manager's life: start-up in GEN-10's order, the event loop with its signals, timers and
+ * sd_notify messages (OPS-2), and the bounded shutdown of OPS-3.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+
+#include "build-info.h"
+#include "config.h"
+#include "manager.h"
+
+nsec_t manager_now(void)
+{
+        return mono_clock_now(&mono_clock_system);
+}
+
+int manager_arm_timer(Manager *m, sd_event_source **source, nsec_t interval,
+                      sd_event_time_handler_t handler)
+{
+        uint64_t usec = interval / NSEC_PER_USEC;
+        int r;
+
+        if (*source) {
+                r = sd_event_source_set_time_relative(*source, usec);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(*source, SD_EVENT_ONESHOT);
+        } else
+                r = sd_event_add_time_relative(m->event, source, CLOCK_MONOTONIC, usec,
+                                               0 /* default accuracy */, handler, m);
+        if (r < 0)
+                log_error_errno(r, "arm timer: %m");
+        return r;
+}
+
+/* ---- event sources --------------------------------------------------------------------------- */
+
+static int on_workers(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+{
+        Manager *m = userdata;
+        (void)worker_pool_dispatch_completions(m->workers);
+        return 0;
+}
+
+static int on_nvml(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+{
+        Manager *m = userdata;
+        (void)nvml_client_dispatch(m->nvml);
+        return 0;
+}
+
+static void on_nvml_refreshed(NvmlClient *c, void *userdata)
+{
+        manager_nvml_refreshed(userdata);
+}
+
+static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata)
+{
+        Manager *m = userdata;
+        if (si->ssi_signo == SIGHUP) {
+                /* CFG-8: the configuration is read once; SIGHUP reloads the health store. */
+                manager_health_reload(m);
+                return 0;
+        }
+        log_line(LOG_LEVEL_NOTICE, 0, "stopping", "signal", strsignal((int)si->ssi_signo), NULL);
+        manager_stop(m, 0);
+        return 0;
+}
+
+static int on_reconcile_timer(sd_event_source *s, uint64_t usec, void *userdata)
+{
+        Manager *m = userdata;
+        int r = manager_reconcile_start(m);
+        if (r < 0)
+                log_error_errno(r, "start reconcile pass: %m");
+        return manager_arm_timer(m, &m->reconcile_timer, m->config.gpu.reconcile_interval,
+                                 on_reconcile_timer);
+}
+
+/* ---- listeners ------------------------------------------------------------------------------- */
+
+static int start_listeners(Manager *m)
+{
+        size_t n_routes;
+        const HttpRoute *routes = api_routes(&n_routes);
+        _cleanup_free_ char *error = NULL;
+        HttpServerConfig hc = {
+            .listen = m->config.listen,
+            .unix_socket = m->config.unix_socket,
+            .unix_socket_mode = m->config.unix_socket_mode,
+            .routes = routes,
+            .n_routes = n_routes,
+            .secret = m->jwt_secret,
+            .userdata = &m->api,
+        };
+
+        int r = http_server_new(m->event, &hc, &m->http, &error);
+        if (r < 0) {
+                log_kv(LOG_LEVEL_ERR, 0, "%s", error ? error : strerror(-r));
+                return r;
+        }
+        m->api.http = m->http;
+
+        char tcp[HTTP_ADDRESS_STRLEN] = "";
+        HttpAddress a;
+        if (http_server_get_tcp_address(m->http, &a) >= 0)
+                http_address_format(&a, tcp);
+        log_line(LOG_LEVEL_INFO, 0, "listening", "tcp", *tcp ? tcp : NULL, "unix",
+                 *m->config.unix_socket ? m->config.unix_socket : NULL, NULL);
+        return 0;
+}
+
+/* ---- phases ---------------------------------------------------------------------------------- */
+
+static void become_ready(Manager *m)
+{
+        m->phase = MANAGER_PHASE_RUNNING;
+        m->api.ready = true;
+        (void)sd_notify(false, "READY=1\nSTATUS=serving");
+        log_line(LOG_LEVEL_INFO, 0, "vgpud ready", "gpus",
+                 m->host ? (m->host->n_gpus ? "present" : "none") : "unknown", NULL);
+        manager_check_placement(m);
+
+        /* GEN-10: timers start after READY=1. */
+        (void)manager_arm_timer(m, &m->reconcile_timer, m->config.gpu.reconcile_interval,
+                                on_reconcile_timer);
+        (void)manager_arm_timer(m, &m->health_poll_timer, HEALTH_POLL_INTERVAL,
+                                manager_on_health_poll);
+}
+
+void manager_reconcile_done(Manager *m)
+{
+        int r;
+
+        switch (m->phase) {
+        case MANAGER_PHASE_STARTING:
+                /* GEN-10: listeners after the NVML cache fill, then the first pass. */
+                if (start_listeners(m) < 0) {
+                        manager_stop(m, 1);
+                        return;
+                }
+                m->phase = MANAGER_PHASE_RECONCILING;
+                (void)sd_notify(false, "STATUS=running the first reconcile pass");
+                r = manager_reconcile_start(m);
+                if (r < 0) {
+                        log_error_errno(r, "start reconcile pass: %m");
+                        manager_stop(m, 1);
+                }
+                return;
+        case MANAGER_PHASE_RECONCILING:
+                become_ready(m);
+                break;
+        case MANAGER_PHASE_RUNNING:
+                break;
+        case MANAGER_PHASE_STOPPING:
+                manager_maybe_finish_stop(m);
+                return;
+        }
+        if (m->pass_again) {
+                r = manager_reconcile_start(m);
+                if (r < 0)
+                        log_error_errno(r, "start reconcile pass: %m");
+        }
+}
+
+/* ---- shutdown (OPS-3) ------------------------------------------------------------------------ */
+
+static int on_shutdown_timeout(sd_event_source *s, uint64_t usec, void *userdata)
+{
+        Manager *m = userdata;
+        char grace[DURATION_STRLEN];
+        log_line(LOG_LEVEL_WARNING, 0, "stopping without waiting further for in-flight operations",
+                 "waited", format_duration(MANAGER_SHUTDOWN_GRACE, grace), NULL);
+        return sd_event_exit(m->event, m->exit_status);
+}
+
+void manager_maybe_finish_stop(Manager *m)
+{
+        if (m->phase != MANAGER_PHASE_STOPPING)
+                return;
+        /* In-flight operations have reached disk and every waiting client has its answer. */
+        if (m->health_writing || (m->health && health_store_write_pending(m->health)) ||
+            m->api.n_suspended > 0)
+                return;
+        (void)sd_event_exit(m->event, m->exit_status);
+}
+
+void manager_stop(Manager *m, int status)
+{
+        if (m->phase == MANAGER_PHASE_STOPPING)
+                return;
+        m->phase = MANAGER_PHASE_STOPPING;
+        m->exit_status = status;
+        m->api.stopping = true;
+        (void)sd_notify(false, "STOPPING=1\nSTATUS=stopping");
+
+        sd_event_source_disable_unref(m->reconcile_timer);
+        sd_event_source_disable_unref(m->health_poll_timer);
+        m->reconcile_timer = m->health_poll_timer = NULL;
+
+        if (manager_arm_timer(m, &m->shutdown_timer, MANAGER_SHUTDOWN_GRACE, on_shutdown_timeout) <
+            0) {
+                (void)sd_event_exit(m->event, status);
+                return;
+        }
+        manager_maybe_finish_stop(m);
+}
+
+/* ---- start-up -------------------------------------------------------------------------------- */
+
+int manager_new(Manager **ret)
+{
+        Manager *m = calloc(1, sizeof *m);
+        if (!m)
+                return -ENOMEM;
+        m->lock_fd = m->data_dir_fd = -1;
+        *ret = m;
+        return 0;
+}
+
+static int block_signals(void)
+{
+        sigset_t ss;
+        /* VMM-4: blocked before any thread exists, so every thread inherits the mask. */
+        if (sigemptyset(&ss) < 0 || sigaddset(&ss, SIGTERM) < 0 || sigaddset(&ss, SIGINT) < 0 ||
+            sigaddset(&ss, SIGHUP) < 0 || sigaddset(&ss, SIGCHLD) < 0)
+                return -EINVAL;
+        int r = pthread_sigmask(SIG_BLOCK, &ss, NULL);
+        return r > 0 ? -r : 0;
+}
+
+static int open_roots(Manager *m, char **error)
+{
+        int r = root_open(m->config.sysfs_root, &m->sysfs);
+        if (r < 0)
+                return error_set(error, r, "sysfs_root %s: %s", m->config.sysfs_root, strerror(-r));
+        r = root_open(m->config.proc_root, &m->proc);
+        if (r < 0)
+                return error_set(error, r, "proc_root %s: %s", m->config.proc_root, strerror(-r));
+        m->data_dir_fd = open(m->config.data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (m->data_dir_fd < 0) {
+                r = negative_errno();
+                return error_set(error, r, "data_dir %s: %s", m->config.data_dir, strerror(-r));
+        }
+        return 0;
+}
+
+static int setup_loop(Manager *m)
+{
+        static const int signals[] = {SIGTERM, SIGINT, SIGHUP};
+
+        int r = sd_event_new(&m->event);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < ELEMENTSOF(signals); i++) {
+                r = sd_event_add_signal(m->event, &m->signal_sources[i], signals[i], on_signal, m);
+                if (r < 0)
+                        return r;
+        }
+        /* OPS-2: WATCHDOG=1 from the loop itself when WATCHDOG_USEC asks for it. */
+        r = sd_event_set_watchdog(m->event, true);
+        if (r < 0)
+                return r;
+
+        WorkerPoolConfig wc = WORKER_POOL_CONFIG_SYSFS;
+        r = worker_pool_new(&wc, &m->workers);
+        if (r < 0)
+                return r;
+        r = sd_event_add_io(m->event, &m->workers_source, worker_pool_get_fd(m->workers), EPOLLIN,
+                            on_workers, m);
+        if (r < 0)
+                return r;
+
+        NvmlClientConfig nc = {
+            .library = m->config.nvml_library,
+            .timeout = m->config.gpu.nvml_timeout,
+            .refreshed = on_nvml_refreshed,
+            .userdata = m,
+        };
+        r = nvml_client_new(&nc, &m->nvml);
+        if (r < 0)
+                return r;
+        return sd_event_add_io(m->event, &m->nvml_source, nvml_client_get_fd(m->nvml), EPOLLIN,
+                               on_nvml, m);
+}
+
+int manager_start(Manager *m, Config *config, char **error)
+{
+        m->config = *config;
+        *config = (Config){};
+        log_set_max_level(m->config.log_level);
+
+        int r = config_prepare_dirs(&m->config, error);
+        if (r >= 0)
+                r = config_lock_runtime_dir(&m->config, &m->lock_fd, error);
+        if (r >= 0)
+                r = open_roots(m, error);
+        if (r >= 0)
+                r = http_jwt_secret_load(m->config.jwt_secret_file, &m->jwt_secret, error);
+        if (r < 0)
+                return r;
+
+        r = block_signals();
+        if (r >= 0)
+                r = setup_loop(m);
+        if (r < 0)
+                return error_set(error, r, "set up the event loop: %s", strerror(-r));
+
+        m->api = (ApiContext){
+            .config = &m->config,
+            .nvml = m->nvml,
+            .workers = m->workers,
+            .version = VGPUD_VERSION,
+            .commit = VGPUD_COMMIT,
+            .schedule_repair = manager_schedule_repair,
+            .userdata = m,
+        };
+        r = manager_health_setup(m);
+        if (r < 0)
+                return error_set(error, r, "set up the VF health store: %s", strerror(-r));
+        return 0;
+}
+
+int manager_run(Manager *m)
+{
+        log_line(LOG_LEVEL_INFO, 0, "vgpud starting", "version", VGPUD_VERSION, "commit",
+                 VGPUD_COMMIT, NULL);
+        (void)sd_notify(false, "STATUS=discovering GPUs and initialising NVML");
+
+        int r = manager_reconcile_start(m);
+        if (r < 0) {
+                log_error_errno(r, "start discovery: %m");
+                return 1;
+        }
+        r = sd_event_loop(m->event);
+        if (r < 0) {
+                log_error_errno(r, "event loop: %m");
+                return 1;
+        }
+        if (r == 0)
+                log_line(LOG_LEVEL_INFO, 0, "vgpud stopped", NULL);
+        return r;
+}
+
+/* ---- teardown -------------------------------------------------------------------------------- */
+
+Manager *manager_free(Manager *m)
+{
+        if (!m)
+                return NULL;
+
+        /* Requests still waiting get their 503 before their connections close. */
+        api_context_done(&m->api);
+        m->http = http_server_free(m->http);
+        m->api.http = NULL;
+
+        for (size_t i = 0; i < ELEMENTSOF(m->signal_sources); i++)
+                sd_event_source_disable_unref(m->signal_sources[i]);
+        sd_event_source_disable_unref(m->reconcile_timer);
+        sd_event_source_disable_unref(m->health_poll_timer);
+        sd_event_source_disable_unref(m->shutdown_timer);
+        sd_event_source_disable_unref(m->health_write_defer);
+        sd_event_source_disable_unref(m->repair_defer);
+        sd_event_source_disable_unref(m->workers_source);
+        sd_event_source_disable_unref(m->nvml_source);
+
+        /* NVML-17: nvmlShutdown unless the NVML thread is stuck. */
+        if (m->nvml)
+                nvml_client_free(m->nvml);
+        /*
+         * A pass in flight is abandoned with its jobs: freeing the pool drops queued jobs and
+         * lets a running one finish on its own (its data is its own copy).
+         */
+        if (m->workers)
+                worker_pool_free(m->workers);
+        free(m->pass);
+
+        /*
+         * A health write that did not finish within the grace period still runs on a detached
+         * thread with its own copy of the state; the store must outlive it, so it is left to
+         * the process exit.
+         */
+        if (m->health && !m->health_writing)
+                health_store_free(m->health);
+
+        gpu_host_free(m->host);
+        manager_mdev_availability_free(m->mdev_availability, m->n_mdev_availability);
+        free(m->discovery_error);
+        free(m->scan_error);
+        free(m->driver_version);
+        free(m->logged_disabled);
+        if (m->jwt_secret)
+                http_jwt_secret_free(m->jwt_secret);
+        root_free(m->sysfs);
+        root_free(m->proc);
+        closep(&m->data_dir_fd);
+        closep(&m->lock_fd);
+        sd_event_unref(m->event);
+        config_done(&m->config);
+        free(m);
+        return NULL;
+}

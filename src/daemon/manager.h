@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * The Manager: the daemon's one context object (ARCHITECTURE.md). It owns every piece of
+ * mutable state and the sd-event loop that touches it; blocking work goes to the sysfs worker
+ * pool or the NVML thread and posts back to the loop.
+ *
+ * Life (GEN-10): manager_new() parses nothing and opens nothing; manager_start() takes a
+ * validated Config and runs the synchronous part of start-up (lock, roots, health store, loop,
+ * pools, signals), failing with one error line for what must stop start-up. manager_run() then
+ * drives the rest on the loop: discovery → NVML initialisation and cache fill → HTTP
+ * listeners → the first reconcile pass → READY=1 → timers, and serves until SIGTERM/SIGINT
+ * (OPS-3). It returns the exit status.
+ */
+
+#include <stdbool.h>
+#include <systemd/sd-event.h>
+
+#include "api/api.h"
+#include "base/base.h"
+#include "config/config.h"
+#include "gpu/gpu.h"
+#include "health/health.h"
+#include "http/http.h"
+#include "nvml/nvml.h"
+#include "sysfs/sysfs.h"
+#include "worker/worker.h"
+
+/* OPS-3: how long shutdown waits for in-flight operations to reach disk. */
+#define MANAGER_SHUTDOWN_GRACE (10 * NSEC_PER_SEC)
+
+/* HEALTH-21: repairs that reads ask for run at most this often. */
+#define MANAGER_REPAIR_MIN_INTERVAL NSEC_PER_SEC
+
+typedef enum ManagerPhase {
+        MANAGER_PHASE_STARTING,    /* first discovery and NVML cache fill */
+        MANAGER_PHASE_RECONCILING, /* listeners up, first reconcile pass running */
+        MANAGER_PHASE_RUNNING,     /* READY=1 sent, timers armed */
+        MANAGER_PHASE_STOPPING,    /* waiting for in-flight writes (OPS-3) */
+} ManagerPhase;
+
+typedef struct ReconcilePass ReconcilePass;
+
+typedef struct Manager {
+        Config config;
+        int lock_fd; /* CFG-9 */
+        Root *sysfs, *proc;
+        int data_dir_fd;
+
+        sd_event *event;
+        sd_event_source *signal_sources[3]; /* SIGTERM, SIGINT, SIGHUP */
+        sd_event_source *workers_source, *nvml_source;
+        sd_event_source *reconcile_timer, *health_poll_timer, *shutdown_timer;
+        sd_event_source *health_write_defer, *repair_defer;
+
+        WorkerPool *workers;
+        NvmlClient *nvml;
+        HealthStore *health;
+        HttpJwtSecret *jwt_secret;
+        HttpServer *http;
+        ApiContext api;
+
+        /* DISC-7: the last successful discovery, kept when a later one fails. */
+        GpuHost *host;
+        ApiMdevAvailability *mdev_availability; /* one per host VF on mdev hosts, else NULL */
+        size_t n_mdev_availability;
+        char *discovery_error;
+        char *scan_error;      /* DEV-14's placement_disabled_reason text */
+        char *driver_version;  /* HEALTH-30: as last read from sysfs */
+        char *logged_disabled; /* the placement_disabled_reason last logged */
+
+        ReconcilePass *pass; /* the pass in flight, NULL when none */
+        bool pass_again;     /* REC-1: a pass came due during another */
+        unsigned nvml_refreshes_to_skip;
+        bool waiting_nvml_refresh;
+
+        bool health_writing;
+        nsec_t last_repair; /* CLOCK_MONOTONIC */
+
+        ManagerPhase phase;
+        int exit_status;
+} Manager;
+
+int manager_new(Manager **ret);
+Manager *manager_free(Manager *m);
+static inline void manager_freep(Manager **m)
+{
+        manager_free(*m);
+}
+#define _cleanup_manager_ _cleanup_(manager_freep)
+
+/*
+ * Synchronous start-up (GEN-10) with a validated config (taken over): prepare the directories,
+ * take the lock, open the roots, load the JWT secret, create the loop, the pools and the NVML
+ * client, load the health store. Failures that stop start-up return < 0 with *error set to the
+ * one error line; a health-store load failure does not (HEALTH-16).
+ */
+int manager_start(Manager *m, Config *config, char **error);
+
+/* Runs the loop until shutdown; returns the exit status (0, or 1 for a listener failure). */
+int manager_run(Manager *m);
+
+/* ---- between the Manager's files ------------------------------------------------------------- */
+
+/* manager-reconcile.c */
+int manager_reconcile_start(Manager *m);
+void manager_reconcile_done(Manager *m);
+void manager_nvml_refreshed(Manager *m);
+void manager_check_placement(Manager *m);
+void manager_mdev_availability_free(ApiMdevAvailability *a, size_t n);
+
+/* manager-health.c */
+int manager_health_setup(Manager *m);
+void manager_health_write_wanted(HealthStore *s, void *userdata);
+void manager_schedule_repair(void *userdata);
+int manager_health_repair(Manager *m);
+int manager_on_health_poll(sd_event_source *s, uint64_t usec, void *userdata);
+void manager_health_reload(Manager *m);
+void manager_health_set_driver_version(Manager *m, const char *version);
+
+/* manager.c */
+void manager_stop(Manager *m, int status);
+void manager_maybe_finish_stop(Manager *m);
+int manager_arm_timer(Manager *m, sd_event_source **source, nsec_t interval,
+                      sd_event_time_handler_t handler);
+nsec_t manager_now(void);
