@@ -1,14 +1,26 @@
 #!/bin/sh
 # Installs the Debian 12 packages vgpud needs to build, test and demo. Idempotent, and silent
 # when everything is already present.
+# Usage: scripts/deps.sh [bench]
+#   bench   also the benchmarks' peers (SPEC §16): wrk, the load generator, and nginx-light,
+#           PERF-1's baseline. bench/run starts its own nginx in a temporary prefix; the
+#           distribution's nginx service is not used.
 set -eu
 
 packages="
   gcc clang lld libclang-rt-14-dev meson ninja-build pkg-config clang-format
   libjansson-dev libyaml-dev libfuse3-dev fuse3 libsystemd-dev libmicrohttpd-dev libjwt-dev
   libcurl4-openssl-dev libcmocka-dev libsqlite3-dev sqlite3
-  util-linux psmisc python3 strace prometheus
+  util-linux psmisc python3 strace prometheus curl
 "
+case "${1:-}" in
+"") ;;
+bench) packages="$packages wrk nginx-light" ;;
+*)
+        echo "usage: $0 [bench]" >&2
+        exit 2
+        ;;
+esac
 
 missing=""
 for p in $packages; do
