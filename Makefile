@@ -19,6 +19,7 @@ demo: build
 	@scripts/demo.sh $(BUILD)
 
 bench: build
+	@scripts/deps.sh bench
 	@bench/run $(BUILD)
 
 # libFuzzer binaries (clang); run e.g. build-fuzz/fuzz/fuzz-duration-libfuzzer fuzz/corpus/duration

@@ -1531,8 +1531,7 @@ static int gpu_from_json(SimHost *h, SimGpu *g, json_t *j, char **error)
                 return state_fail(error, "GPU %s: invalid queries_in_flight", g->address);
         size_t i;
         json_t *q;
-        json_array_foreach(queries, i, q)
-        {
+        json_array_foreach (queries, i, q) {
                 const char *token;
                 int overlapped;
                 if (json_unpack_ex(q, &err, JSON_STRICT, "{s:s, s:b}", "token", &token,
@@ -1571,8 +1570,7 @@ static int faults_from_json(SimHost *h, json_t *faults, char **error)
 
         if (!json_is_array(faults))
                 return state_fail(error, "faults must be an array");
-        json_array_foreach(faults, i, f)
-        {
+        json_array_foreach (faults, i, f) {
                 const char *op, *glob, *action;
                 json_t *remaining;
                 json_error_t err;
@@ -1616,8 +1614,7 @@ static int nvml_from_json(SimHost *h, json_t *nvml, char **error)
             !json_is_array(errors))
                 return state_fail(error, "invalid nvml settings");
         h->nvml_hang = hang;
-        json_array_foreach(errors, i, e)
-        {
+        json_array_foreach (errors, i, e) {
                 const char *function;
                 json_int_t code; /* "i" would truncate 4294967311 to 15 */
                 json_t *remaining;
@@ -1651,8 +1648,7 @@ static int qemu_from_json(SimHost *h, json_t *qemu, char **error)
 
         if (!json_is_array(qemu))
                 return state_fail(error, "qemu must be an array");
-        json_array_foreach(qemu, i, q)
-        {
+        json_array_foreach (qemu, i, q) {
                 const char *name;
                 json_t *flags;
                 json_error_t err;
@@ -1662,8 +1658,7 @@ static int qemu_from_json(SimHost *h, json_t *qemu, char **error)
                     !json_is_array(flags) || json_array_size(flags) == 0 ||
                     sim_host_find_qemu(h, name))
                         return state_fail(error, "qemu entry %zu is invalid", i);
-                json_array_foreach(flags, k, flag)
-                {
+                json_array_foreach (flags, k, flag) {
                         char *words[] = {"qemu", (char *)name, (char *)json_string_value(flag)};
                         if (!words[2] || ctl_qemu(h, words, 3, NULL) < 0)
                                 return state_fail(error, "qemu entry %zu is invalid", i);
@@ -1708,8 +1703,7 @@ int sim_host_from_json(const char *text, size_t size, SimHost **ret, char **erro
         _cleanup_free_ GpuSpec *specs = calloc(n ? n : 1, sizeof(GpuSpec));
         if (!specs)
                 return -ENOMEM;
-        json_array_foreach(gpus, i, item)
-        {
+        json_array_foreach (gpus, i, item) {
                 const char *address, *model, *mode;
                 json_t *vfs = json_object_get(item, "vfs");
                 if (json_unpack_ex(item, &err, 0, "{s:s, s:s, s:s}", "address", &address, "model",
@@ -1749,8 +1743,7 @@ int sim_host_from_json(const char *text, size_t size, SimHost **ret, char **erro
                 return r;
         if (!json_is_array(forbidden))
                 return state_fail(error, "forbidden_writes must be an array");
-        json_array_foreach(forbidden, i, item)
-        {
+        json_array_foreach (forbidden, i, item) {
                 if (!json_is_string(item))
                         return state_fail(error, "forbidden write %zu is not a string", i);
                 r = sim_host_record_forbidden(h, json_string_value(item));

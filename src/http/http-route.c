@@ -392,7 +392,6 @@ int http_routes_validate(const HttpRoute *routes, size_t n_routes, char **error)
 
 /* ---- JSON bodies ----------------------------------------------------------------------------- */
 
-
 int http_json_parse_body(const void *buf, size_t size, json_t **ret, char **error)
 {
         if (size == 0)

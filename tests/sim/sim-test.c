@@ -112,10 +112,8 @@ json_t *st_state_vf(json_t *state, const char *vf)
         size_t i, k;
         json_t *gpu, *v;
 
-        json_array_foreach(json_object_get(state, "gpus"), i, gpu)
-        {
-                json_array_foreach(json_object_get(gpu, "vfs"), k, v)
-                {
+        json_array_foreach (json_object_get(state, "gpus"), i, gpu) {
+                json_array_foreach (json_object_get(gpu, "vfs"), k, v) {
                         if (streq(json_string_value(json_object_get(v, "address")), vf))
                                 return v;
                 }
@@ -161,10 +159,8 @@ int st_reset(void **state)
         assert_int_equal(st_ctl(t, "clear-faults"), 0);
         assert_int_equal(st_ctl(t, "nvml clear"), 0);
         s = st_state(t);
-        json_array_foreach(json_object_get(s, "gpus"), i, gpu)
-        {
-                json_array_foreach(json_object_get(gpu, "vfs"), k, vf)
-                {
+        json_array_foreach (json_object_get(s, "gpus"), i, gpu) {
+                json_array_foreach (json_object_get(gpu, "vfs"), k, vf) {
                         const char *address = json_string_value(json_object_get(vf, "address"));
                         json_t *mdev = json_object_get(vf, "mdev");
                         assert_int_equal(st_ctl(t, "release-lag %s 0", address), 0);

@@ -320,8 +320,7 @@ static bool query_in_flight(const SimTest *t, const void *pf)
         json_auto_t *s = st_state(t);
         size_t i;
         json_t *gpu;
-        json_array_foreach(json_object_get(s, "gpus"), i, gpu)
-        {
+        json_array_foreach (json_object_get(s, "gpus"), i, gpu) {
                 if (streq(json_string_value(json_object_get(gpu, "address")), pf))
                         return json_array_size(json_object_get(gpu, "queries_in_flight")) > 0;
         }
@@ -737,10 +736,8 @@ static void test_state_matches_sysfs(void **state)
         assert_int_equal(st_set_type(t, b, 1146), 0);
         s = st_state(t);
         assert_int_equal(json_array_size(json_object_get(s, "gpus")), 2);
-        json_array_foreach(json_object_get(s, "gpus"), i, gpu)
-        {
-                json_array_foreach(json_object_get(gpu, "vfs"), k, vf)
-                {
+        json_array_foreach (json_object_get(s, "gpus"), i, gpu) {
+                json_array_foreach (json_object_get(gpu, "vfs"), k, vf) {
                         const char *address = json_string_value(json_object_get(vf, "address"));
                         _cleanup_free_ char *cur = st_vf_attr(t, address, "current_vgpu_type");
                         _cleanup_free_ char *value = st_read(cur), *expected = NULL;
@@ -786,8 +783,7 @@ static json_int_t overlaps(const SimTest *t, const char *pf)
         json_auto_t *s = st_state(t);
         size_t i;
         json_t *gpu;
-        json_array_foreach(json_object_get(s, "gpus"), i, gpu)
-        {
+        json_array_foreach (json_object_get(s, "gpus"), i, gpu) {
                 if (streq(json_string_value(json_object_get(gpu, "address")), pf))
                         return json_integer_value(json_object_get(gpu, "query_write_overlaps"));
         }
