@@ -194,6 +194,8 @@ void manager_stop(Manager *m, int status)
         m->exit_status = status;
         m->api.stopping = true;
         (void)sd_notify(false, "STOPPING=1\nSTATUS=stopping");
+        if (m->http)
+                http_server_stop_listening(m->http);
 
         sd_event_source_disable_unref(m->reconcile_timer);
         sd_event_source_disable_unref(m->health_poll_timer);

@@ -749,6 +749,20 @@ static void listener_free(HttpListener *l)
         free(l);
 }
 
+void http_server_stop_listening(HttpServer *s)
+{
+        HttpListener *listeners[] = {s->tcp, s->unix_socket};
+
+        for (size_t i = 0; i < ELEMENTSOF(listeners); i++) {
+                if (!listeners[i] || !listeners[i]->daemon)
+                        continue;
+                /* Single-threaded external polling: quiescing needs no inter-thread channel. */
+                MHD_socket fd = MHD_quiesce_daemon(listeners[i]->daemon);
+                if (fd != MHD_INVALID_SOCKET)
+                        close(fd);
+        }
+}
+
 /* Takes fd: MHD owns it from MHD_start_daemon() on, whatever the outcome. */
 static int listener_new(HttpServer *s, const char *kind, int fd, unsigned idle_timeout,
                         HttpListener **ret)

@@ -226,6 +226,12 @@ int http_server_new(sd_event *event, const HttpServerConfig *config, HttpServer 
  * socket if it is still the one the server bound, and frees the server.
  */
 HttpServer *http_server_free(HttpServer *s);
+
+/*
+ * Stops accepting new connections (OPS-3) and closes the listening sockets; connections already
+ * open, suspended requests included, are served to the end. Idempotent.
+ */
+void http_server_stop_listening(HttpServer *s);
 static inline void http_server_freep(HttpServer **s)
 {
         if (*s)

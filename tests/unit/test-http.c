@@ -1225,6 +1225,23 @@ static void test_listeners(void **state) /* API-1, API-12 */
         assert_int_equal(errno, ENOENT);
 }
 
+static void test_stop_listening(void **state) /* OPS-3 */
+{
+        Fixture *f = *state;
+        Response r;
+
+        exchange_auth(f, false, "GET", "/ping", NULL, NULL, &r);
+        assert_int_equal(r.status, 200);
+        response_done(&r);
+
+        /* At shutdown no new connection is accepted on either listener. */
+        http_server_stop_listening(f->server);
+        http_server_stop_listening(f->server);
+        assert_int_equal(client_connect(f, false), -1);
+        assert_int_equal(errno, ECONNREFUSED);
+        assert_int_equal(client_connect(f, true), -1);
+}
+
 static void test_unix_socket_mode(void **state) /* API-1 */
 {
         Fixture *f = *state;
@@ -2178,6 +2195,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
             cmocka_unit_test_setup_teardown(test_connection_limit, setup, teardown),
             cmocka_unit_test_setup_teardown(test_keep_alive, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_stop_listening, setup, teardown),
             cmocka_unit_test_setup_teardown(test_metrics_and_log, setup, teardown),
             cmocka_unit_test_setup_teardown(test_query_in_log, setup, teardown),
         };
