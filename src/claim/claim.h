@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * claim: the claim flow of a vGPU instance (SPEC PLACE-1, 2, 7..12, 16, 17, 20, 22; NVML-16).
+ *
+ * A Claimer runs claims on the owner's thread (the event loop), on top of the owner's worker
+ * pool, DeviceOps and NvmlClient. One claim goes:
+ *
+ *   rediscover (DISC-20) → wait for fresh NVML answers for the mixed-size GPUs it needs
+ *   (PLACE-7, PLACE-8) or for pending configures of sysfs-path GPUs (PLACE-10) → select
+ *   (placement_select_vf) → reserve → reset a dirty choice (PLACE-11, PLACE-12) → save the
+ *   durable claim through the owner's callback (PLACE-1, PLACE-20) → configure via DeviceOps →
+ *   done, or on a capacity refusal reset, clear the claim and select once more (PLACE-17).
+ *   When nothing is selectable, dirty VFs are reset with one shared scan and the claim selects
+ *   once more (PLACE-16).
+ *
+ * Batching (PLACE-9): discoveries and NVML rounds are shared. Claims that entered before a
+ * discovery started share its result; when no round is in flight, one NVML request covers
+ * every (GPU, type) pair any waiting claim needs. A query for GPU G is never submitted while a
+ * write to one of G's VFs runs (DeviceOps busy on the VF, or a refresh that the Claimer holds
+ * back), and the Claimer starts no write on G while a query for G runs; a round abandoned at
+ * its deadline (NVML-10) ends at once, which unblocks writes. Cache refreshes go through
+ * claimer_request_nvml_refresh(), which starts one only while the Claimer has no write in
+ * flight, and the Claimer starts no write while a refresh runs. Writes the owner makes itself
+ * (releases) should check claimer_gpu_is_querying() first.
+ *
+ * Accounting (PLACE-7): free placements of P on G = the answer's count − reservations of P on
+ * G whose write had not completed when the query was submitted. Because queries and writes on G
+ * never overlap, "completed before submission" equals "completed before the query started".
+ *
+ * Rediscovery (DISC-20, for the GPUs concerned): a claim whose candidate GPUs all decide on
+ * fresh NVML placements re-reads only its VFs' current_vgpu_type (split over the pool's threads),
+ * and its NVML round runs alongside that read; a claim that needs any GPU's creatable lists
+ * (equal-size, fallback, mdev, PLACE-5/6/10), a profile no catalog names, or PLACE-16's second
+ * selection runs a full gpu_discover(). (decision: VFs only appear or vanish through an SR-IOV
+ * cycle, which needs vgpud stopped, OPS-10; reconcile passes still discover in full.)
+ *
+ * Failures (ClaimResult.code, API-21): discovery failure, HEALTH-16 store text, a DEV-2 store
+ * refusal, an exhausted sysfs pool and PLACE-8's `vGPU placement round timed out after <d>` are
+ * 503 placement_disabled; PLACE-18/19 texts, a second capacity refusal (the driver's DEV-7 text)
+ * and `repair dirty VF <vf> before claim: <err>` (PLACE-12) are 409 insufficient_resources;
+ * unknown_profile is 400; `save vGPU claim: <err>` and configure failures are 500 internal.
+ *
+ * Driving: like DeviceOps, the Claimer is loop-agnostic. The owner polls claimer_get_fd()
+ * (readable when there is work: queued claims, a timer) and calls claimer_dispatch(); it also
+ * keeps driving its worker pool, DeviceOps and NvmlClient, whose completions call into the
+ * Claimer. Every callback below runs on the owner's thread, never from inside the call that
+ * started the work.
+ *
+ * Promises: functions return >= 0 or -errno; out-parameters are written only on success; a
+ * claim's done() runs exactly once (unless the Claimer is freed first) with the API-21 code,
+ * the HTTP status and the SPEC text of a failure.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "device/device.h"
+#include "gpu/gpu.h"
+#include "nvml/nvml.h"
+#include "placement/placement.h"
+#include "sysfs/sysfs.h"
+#include "worker/worker.h"
+
+typedef struct Claimer Claimer;
+typedef struct Claim Claim;
+
+/* ---- the durable claim (PLACE-20), supplied by the owner ----------------------------------- */
+
+typedef struct ClaimRecord {
+        const char *instance_id;
+        const char *framework; /* "vendor-vfio" or "mdev" */
+        const char *vf;        /* the VF (mdev: the parent VF) */
+        const char *gpu;       /* the VF's PF */
+        const char *profile;   /* "NVIDIA L40S-2Q" */
+        uint32_t type_id;      /* vendor VFIO: the type ID on that GPU; 0 for mdev */
+        const char *mdev_type; /* mdev: the type directory; else NULL */
+        const char *mdev_uuid; /* mdev: the new mdev's UUID; else NULL */
+        const char
+            *device_path; /* <sysfs_root>/bus/pci/devices/<vf> or .../bus/mdev/devices/<uuid> */
+        Timestamp claimed_at;
+} ClaimRecord;
+
+/*
+ * The owner's side of the claim. save() writes the claim into the instance record and clear()
+ * removes it again (after a capacity refusal or a failed configure); both are asynchronous:
+ * they return 0 once started and later call claimer_save_done() / claimer_clear_done() with the
+ * token they were given (not from inside the call), or return < 0 with *error set when they
+ * could not start (the claim then fails as if the operation had failed). is_claimed() tells
+ * whether a VF is held by a claim the owner knows (its instance records), with the framebuffer
+ * MiB of that claim's profile (0 if unknown).
+ */
+typedef struct ClaimerOwner {
+        int (*save)(void *userdata, const ClaimRecord *record, Claim *token, char **error);
+        int (*clear)(void *userdata, const ClaimRecord *record, Claim *token, char **error);
+        bool (*is_claimed)(void *userdata, const char *vf, uint64_t *ret_framebuffer_mib);
+        /*
+         * Optional: a configure or reset of vf by the Claimer has ended (DISC-20, NVML-14), so the
+         * owner can re-read the VF and ask for a cache refresh, through
+         * claimer_request_nvml_refresh() so that it never overlaps a write (PLACE-9).
+         */
+        void (*vf_changed)(void *userdata, const char *vf);
+        void *userdata;
+} ClaimerOwner;
+
+/* Completes the owner's save() or clear(): r >= 0 on success, else r < 0 and error. */
+void claimer_save_done(Claimer *cl, Claim *token, int r, const char *error);
+void claimer_clear_done(Claimer *cl, Claim *token, int r, const char *error);
+
+/* ---- configuration ------------------------------------------------------------------------- */
+
+typedef struct ClaimerConfig {
+        const Root *sysfs;    /* sysfs_root (borrowed; duplicated for discovery jobs) */
+        const Root *proc;     /* proc_root, for PLACE-16's shared scan */
+        const char *dev_root; /* dev_root, absolute */
+        WorkerPool *pool;     /* the sysfs pool the DeviceOps uses (borrowed) */
+        DeviceOps *ops;       /* borrowed */
+        NvmlClient *nvml;     /* borrowed; may be NULL (every GPU on the sysfs path) */
+        nsec_t nvml_timeout;  /* gpu.nvml_timeout: PLACE-8's bound; 0 for 5 s */
+        nsec_t sysfs_timeout; /* deadline of discovery and scan jobs; 0 for 30 s */
+        PlacementPolicy policy;
+        PlacementPicker picker; /* PLACE-15; NULL pick: a PlacementRandom of the Claimer's own */
+        DeviceGuard guard;      /* quarantine and the health store, as the DeviceOps has it */
+        ClaimerOwner owner;
+        const Clock *clock;    /* claimed_at; NULL for clock_realtime */
+        const MonoClock *mono; /* nvml_ms and PLACE-8; NULL for mono_clock_system */
+} ClaimerConfig;
+
+int claimer_new(const ClaimerConfig *config, Claimer **ret);
+
+/*
+ * Drops every claim without running its done(). Free the worker pool and the NVML client first
+ * (their pending completions point into the Claimer); the DeviceOps after them.
+ */
+Claimer *claimer_free(Claimer *cl);
+static inline void claimer_freep(Claimer **cl)
+{
+        if (*cl)
+                claimer_free(*cl);
+}
+#define _cleanup_claimer_ _cleanup_(claimer_freep)
+
+int claimer_get_fd(Claimer *cl);
+/* Starts what is due: discoveries, NVML rounds, queued writes, PLACE-8 timeouts. */
+int claimer_dispatch(Claimer *cl);
+
+/*
+ * The PFs whose NVML catalogs discovery may use (DISC-18), as the owner's last discovery found
+ * them. The Claimer also learns them from its own discoveries.
+ */
+int claimer_set_gpus(Claimer *cl, char *const *pfs, size_t n);
+
+/* The last host a claim discovered (borrowed; NULL before the first). */
+const GpuHost *claimer_get_host(Claimer *cl);
+
+/* ---- claims -------------------------------------------------------------------------------- */
+
+typedef struct ClaimRequest {
+        const char *instance_id;
+        const char *profile;
+        const char *mdev_uuid; /* mdev hosts: the UUID to create (lowercase v4); else NULL */
+} ClaimRequest;
+
+typedef struct ClaimResult {
+        int r;               /* >= 0, or -errno */
+        const char *code;    /* on failure: API-21's code ("insufficient_resources", ...) */
+        int http_status;     /* on failure: API-21's status */
+        const char *error;   /* on failure: the SPEC text */
+        const char *vf;      /* on success */
+        const char *gpu;     /* on success */
+        const char *profile; /* the request's */
+        uint32_t type_id;
+        const char *framework;
+        Timestamp claimed_at;
+        uint64_t nvml_ms;    /* PLACE-22: entering placement → reservation, waits included */
+        unsigned selections; /* how many times the claim selected (tests) */
+} ClaimResult;
+
+/* Runs once on the owner's thread; result and its strings are valid during the call only. */
+typedef void (*ClaimDoneFunc)(const ClaimResult *result, void *userdata);
+
+/*
+ * Starts a claim. It enters placement now (PLACE-22's clock starts) and proceeds on later
+ * dispatches; done() always runs later. Fails only for an invalid request (-EINVAL) or ENOMEM.
+ */
+int claimer_claim(Claimer *cl, const ClaimRequest *request, ClaimDoneFunc done, void *userdata);
+
+/* ---- the PLACE-9 gate for the owner --------------------------------------------------------- */
+
+/* True while a claim-time NVML query covering pf is in flight: don't start a write on pf. */
+bool claimer_gpu_is_querying(Claimer *cl, const char *pf);
+
+/*
+ * Requests an NVML cache refresh (NVML-14) that starts only once no write of the Claimer is in
+ * flight; while it runs, the Claimer holds its writes back. Coalesced like
+ * nvml_client_request_refresh().
+ */
+int claimer_request_nvml_refresh(Claimer *cl, bool init);
+
+/* Counters for tests and metrics. */
+typedef struct ClaimerStats {
+        uint64_t rounds;      /* NVML rounds submitted */
+        uint64_t discoveries; /* discoveries run */
+        uint64_t claims_ok, claims_failed;
+} ClaimerStats;
+const ClaimerStats *claimer_get_stats(Claimer *cl);
+
+/* ---- pure helpers (unit-tested) ------------------------------------------------------------ */
+
+/* API-21 status for a code: 400, 409, 500 or 503. */
+int claim_code_http_status(const char *code);
+
+/* The PLACE-7 subtraction for one (GPU, type) and an answer of per-GPU round q: see above. */
+typedef struct ClaimWriteMark {
+        uint32_t type_id;
+        bool write_done;  /* the type write completed */
+        uint64_t done_at; /* the GPU's submitted-round count when it completed */
+} ClaimWriteMark;
+uint32_t claim_count_unreflected(const ClaimWriteMark *marks, size_t n, uint32_t type_id,
+                                 uint64_t round);

@@ -1,0 +1,612 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The claim flow on fixture trees (SPEC PLACE-7, 11, 12, 16, 18..20, 22, API-21): a vendor-VFIO
+ * host written into a temporary directory (regular files stand in for the driver's attributes),
+ * no NVML (every GPU decides on its VFs' lists, PLACE-5), a real worker pool and DeviceOps, and a
+ * fake owner whose saves complete on the next loop turn. The vgpu-sim tests
+ * (tests/integration/test-claim-sim.c) cover the NVML path and the driver's refusals.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/stat.h>
+
+#include "claim/claim.h"
+
+#define PF "0000:e3:00.0"
+#define VF0 "0000:e3:00.4"
+#define VF1 "0000:e3:00.5"
+#define P_2Q "NVIDIA L40S-2Q"
+
+/*
+ * Regular files take a write of "0" over "8" byte for byte, as the driver's attribute takes a
+ * whole value: the fixture's type IDs are single digits so that a reset reads back as "0".
+ */
+#define LIST_HEADER "ID    : vGPU Name\n"
+#define LIST_2Q LIST_HEADER "8     : NVIDIA L40S-2Q\n"
+#define LIST_2Q_4Q LIST_2Q "9     : NVIDIA L40S-4Q\n"
+
+typedef struct Fixture {
+        char dir[PATH_MAX];
+        int fd;
+        Root *sys, *proc;
+        char *dev;
+        WorkerPool *pool;
+        DeviceOps *ops;
+        Claimer *cl;
+
+        Claim *pending[8];
+        bool pending_clear[8];
+        size_t n_pending;
+        const char *save_error;
+        char claimed[8][PCI_ADDRESS_STRLEN];
+        size_t n_claimed;
+
+        const char *store_error; /* HEALTH-16 text, or NULL */
+        const char *quarantined; /* one quarantined VF, or NULL */
+        bool quarantine_on_save; /* the first saved VF turns quarantined before its configure */
+        char quarantined_buf[PCI_ADDRESS_STRLEN];
+        unsigned n_clears;
+
+        char *log;
+        size_t log_size;
+        FILE *log_stream;
+} Fixture;
+
+typedef struct Outcome {
+        bool done;
+        int r;
+        char *code;
+        int status;
+        char *error;
+        char vf[PCI_ADDRESS_STRLEN];
+        unsigned selections;
+} Outcome;
+
+/* ---- the tree ------------------------------------------------------------------------------ */
+
+static void mkparents(Fixture *f, const char *rel)
+{
+        char buf[PATH_MAX];
+        snprintf(buf, sizeof buf, "%s", rel);
+        for (char *p = buf; (p = strchr(p, '/')); p++) {
+                *p = 0;
+                if (mkdirat(f->fd, buf, 0755) < 0 && errno != EEXIST)
+                        fail_msg("mkdir %s: %m", buf);
+                *p = '/';
+        }
+}
+
+static void put(Fixture *f, const char *content, const char *fmt, ...) _printf_(3, 4);
+static void put(Fixture *f, const char *content, const char *fmt, ...)
+{
+        char rel[PATH_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(rel, sizeof rel, fmt, ap);
+        va_end(ap);
+        mkparents(f, rel);
+        _cleanup_close_ int fd = openat(f->fd, rel, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        assert_true(fd >= 0);
+        assert_int_equal(write_all(fd, content, strlen(content)), 0);
+}
+
+static void link_at(Fixture *f, const char *target, const char *fmt, ...) _printf_(3, 4);
+static void link_at(Fixture *f, const char *target, const char *fmt, ...)
+{
+        char rel[PATH_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(rel, sizeof rel, fmt, ap);
+        va_end(ap);
+        mkparents(f, rel);
+        assert_int_equal(symlinkat(target, f->fd, rel), 0);
+}
+
+static char *get(Fixture *f, const char *fmt, ...) _printf_(2, 3);
+static char *get(Fixture *f, const char *fmt, ...)
+{
+        char rel[PATH_MAX];
+        char *s = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(rel, sizeof rel, fmt, ap);
+        va_end(ap);
+        assert_int_equal(read_file_at(f->fd, rel, 4096, &s, NULL), 0);
+        return s;
+}
+
+/* A vendor-VFIO VF (DISC-4, DISC-5): physfn, IOMMU group, its list and its type. */
+static void add_vf(Fixture *f, const char *vf, const char *group, const char *list,
+                   const char *type)
+{
+        link_at(f, "../" PF, "sys/bus/pci/devices/%s/physfn", vf);
+        link_at(f, group, "sys/bus/pci/devices/%s/iommu_group", vf);
+        put(f, list, "sys/bus/pci/devices/%s/nvidia/creatable_vgpu_types", vf);
+        put(f, type, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", vf);
+}
+
+/* A process holding the VF's group node open (DEV-12, DEV-13). */
+static void hold_group(Fixture *f, const char *group)
+{
+        char target[PATH_MAX];
+        snprintf(target, sizeof target, "%s/vfio/%s", f->dev, group);
+        link_at(f, target, "proc/4242/fd/7");
+}
+
+/* ---- the fake owner and the loop ----------------------------------------------------------- */
+
+static int fake_save(void *userdata, const ClaimRecord *rec, Claim *token, char **error)
+{
+        Fixture *f = userdata;
+        /* PLACE-20: what the record gets. */
+        _cleanup_free_ char *path = NULL;
+        assert_int_equal(strprintf(&path, "%s/sys/bus/pci/devices/%s", f->dir, rec->vf), 0);
+        assert_string_equal(rec->device_path, path);
+        assert_string_equal(rec->framework, "vendor-vfio");
+        assert_string_equal(rec->gpu, PF);
+        assert_false(timestamp_is_zero(rec->claimed_at));
+        f->pending_clear[f->n_pending] = false;
+        f->pending[f->n_pending++] = token;
+        if (f->quarantine_on_save) {
+                f->quarantine_on_save = false;
+                snprintf(f->quarantined_buf, sizeof f->quarantined_buf, "%s", rec->vf);
+                f->quarantined = f->quarantined_buf;
+        }
+        if (!f->save_error)
+                snprintf(f->claimed[f->n_claimed++], PCI_ADDRESS_STRLEN, "%s", rec->vf);
+        return 0;
+}
+
+static int fake_clear(void *userdata, const ClaimRecord *rec, Claim *token, char **error)
+{
+        Fixture *f = userdata;
+        f->n_clears++;
+        for (size_t i = 0; i < f->n_claimed; i++)
+                if (streq(f->claimed[i], rec->vf))
+                        memmove(f->claimed[i], f->claimed[--f->n_claimed], PCI_ADDRESS_STRLEN);
+        f->pending_clear[f->n_pending] = true;
+        f->pending[f->n_pending++] = token;
+        return 0;
+}
+
+static bool fake_is_claimed(void *userdata, const char *vf, uint64_t *ret_fb)
+{
+        Fixture *f = userdata;
+        for (size_t i = 0; i < f->n_claimed; i++)
+                if (streq(f->claimed[i], vf)) {
+                        *ret_fb = 2048;
+                        return true;
+                }
+        return false;
+}
+
+static void on_claim(const ClaimResult *res, void *userdata)
+{
+        Outcome *o = userdata;
+        assert_false(o->done);
+        *o = (Outcome){
+            .done = true,
+            .r = res->r,
+            .code = res->code ? strdup(res->code) : NULL,
+            .status = res->http_status,
+            .error = res->error ? strdup(res->error) : NULL,
+            .selections = res->selections,
+        };
+        if (res->vf)
+                snprintf(o->vf, sizeof o->vf, "%s", res->vf);
+}
+
+static void outcome_clear(Outcome *o)
+{
+        free(o->code);
+        free(o->error);
+        *o = (Outcome){};
+}
+
+static void run_claim(Fixture *f, const char *profile, Outcome *o)
+{
+        ClaimRequest req = {.instance_id = "k3x9q2m8v1c4z7n5b0wd", .profile = profile};
+        assert_int_equal(claimer_claim(f->cl, &req, on_claim, o), 0);
+        assert_false(o->done); /* never from inside the call */
+
+        nsec_t deadline = mono_clock_now(&mono_clock_system) + 30 * NSEC_PER_SEC;
+        while (!o->done) {
+                if (mono_clock_now(&mono_clock_system) > deadline)
+                        fail_msg("claim did not finish within 30 s");
+                worker_pool_dispatch_completions(f->pool);
+                device_ops_dispatch(f->ops);
+                while (f->n_pending > 0) {
+                        Claim *token = f->pending[0];
+                        bool clear = f->pending_clear[0];
+                        memmove(&f->pending[0], &f->pending[1], --f->n_pending * sizeof(Claim *));
+                        memmove(&f->pending_clear[0], &f->pending_clear[1],
+                                f->n_pending * sizeof(bool));
+                        if (clear)
+                                claimer_clear_done(f->cl, token, 0, NULL);
+                        else if (f->save_error)
+                                claimer_save_done(f->cl, token, -EIO, f->save_error);
+                        else
+                                claimer_save_done(f->cl, token, 0, NULL);
+                }
+                claimer_dispatch(f->cl);
+                if (o->done)
+                        break;
+                struct pollfd pfd[] = {
+                    {.fd = worker_pool_get_fd(f->pool), .events = POLLIN},
+                    {.fd = device_ops_get_fd(f->ops), .events = POLLIN},
+                    {.fd = claimer_get_fd(f->cl), .events = POLLIN},
+                };
+                (void)poll(pfd, ELEMENTSOF(pfd), f->n_pending > 0 ? 0 : 50);
+        }
+}
+
+static bool guard_quarantined(void *userdata, const char *vf)
+{
+        Fixture *f = userdata;
+        return streq_ptr(f->quarantined, vf);
+}
+
+static const char *guard_store(void *userdata)
+{
+        Fixture *f = userdata;
+        return f->store_error;
+}
+
+static size_t pick_first(size_t n, void *userdata)
+{
+        return 0;
+}
+
+/* ---- set-up -------------------------------------------------------------------------------- */
+
+static int setup(void **state)
+{
+        Fixture *f = calloc(1, sizeof *f);
+        assert_non_null(f);
+        snprintf(f->dir, sizeof f->dir, "%s/vgpud-claim-XXXXXX",
+                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        assert_non_null(mkdtemp(f->dir));
+        f->fd = open(f->dir, O_DIRECTORY | O_CLOEXEC);
+        assert_true(f->fd >= 0);
+        put(f, "0x26b9\n", "sys/bus/pci/devices/%s/device", PF);
+        assert_int_equal(mkdirat(f->fd, "proc", 0755), 0);
+        assert_int_equal(mkdirat(f->fd, "dev", 0755), 0);
+        f->log_stream = open_memstream(&f->log, &f->log_size);
+        assert_non_null(f->log_stream);
+        log_set_stream(f->log_stream);
+        log_set_max_level(LOG_LEVEL_INFO);
+        *state = f;
+        return 0;
+}
+
+/* Starts the parts once the test has written its tree. */
+static void start(Fixture *f)
+{
+        _cleanup_free_ char *sys = NULL, *proc = NULL;
+        assert_int_equal(strprintf(&sys, "%s/sys", f->dir), 0);
+        assert_int_equal(strprintf(&proc, "%s/proc", f->dir), 0);
+        assert_int_equal(strprintf(&f->dev, "%s/dev", f->dir), 0);
+        assert_int_equal(root_open(sys, &f->sys), 0);
+        assert_int_equal(root_open(proc, &f->proc), 0);
+        WorkerPoolConfig pc = WORKER_POOL_CONFIG_SYSFS;
+        assert_int_equal(worker_pool_new(&pc, &f->pool), 0);
+        DeviceGuard guard = {
+            .is_quarantined = guard_quarantined,
+            .store_unavailable = guard_store,
+            .userdata = f,
+        };
+        DeviceOpsConfig dc = {
+            .roots = {.sysfs = f->sys, .proc = f->proc, .dev_root = f->dev},
+            .pool = f->pool,
+            .guard = guard,
+        };
+        assert_int_equal(device_ops_new(&dc, &f->ops), 0);
+        ClaimerConfig cc = {
+            .sysfs = f->sys,
+            .proc = f->proc,
+            .dev_root = f->dev,
+            .pool = f->pool,
+            .ops = f->ops,
+            .picker = {.pick = pick_first},
+            .guard = guard,
+            .owner = {.save = fake_save,
+                      .clear = fake_clear,
+                      .is_claimed = fake_is_claimed,
+                      .userdata = f},
+        };
+        assert_int_equal(claimer_new(&cc, &f->cl), 0);
+}
+
+static void remove_tree_at(int parent, const char *name)
+{
+        _cleanup_close_ int fd =
+            openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+                DIR *d = fdopendir(fd);
+                assert_non_null(d);
+                fd = -1;
+                struct dirent *de;
+                while ((de = readdir(d)))
+                        if (!streq(de->d_name, ".") && !streq(de->d_name, ".."))
+                                remove_tree_at(dirfd(d), de->d_name);
+                closedir(d);
+                (void)unlinkat(parent, name, AT_REMOVEDIR);
+        } else
+                (void)unlinkat(parent, name, 0);
+}
+
+static int teardown(void **state)
+{
+        Fixture *f = *state;
+        log_set_stream(NULL);
+        fclose(f->log_stream);
+        free(f->log);
+        if (f->pool) {
+                (void)worker_pool_wait_idle(f->pool, 30 * NSEC_PER_SEC);
+                worker_pool_free(f->pool);
+        }
+        device_ops_free(f->ops);
+        claimer_free(f->cl);
+        root_free(f->sys);
+        root_free(f->proc);
+        free(f->dev);
+        close(f->fd);
+        remove_tree_at(AT_FDCWD, f->dir);
+        free(f);
+        return 0;
+}
+
+static const char *logged(Fixture *f)
+{
+        fflush(f->log_stream);
+        return f->log ? f->log : "";
+}
+
+/* ---- pure helpers -------------------------------------------------------------------------- */
+
+static void test_unreflected_counts(void **state) /* PLACE-7 */
+{
+        const ClaimWriteMark marks[] = {
+            {.type_id = 1148},                                   /* reserved, not written */
+            {.type_id = 1148, .write_done = true, .done_at = 3}, /* written before query 4 */
+            {.type_id = 1148, .write_done = true, .done_at = 4}, /* written after query 4 */
+            {.type_id = 1150},                                   /* another type */
+        };
+        /* Query 4 was submitted while the second write had completed (3 submitted before). */
+        assert_int_equal(claim_count_unreflected(marks, ELEMENTSOF(marks), 1148, 4), 2);
+        assert_int_equal(claim_count_unreflected(marks, ELEMENTSOF(marks), 1148, 5), 1);
+        assert_int_equal(claim_count_unreflected(marks, ELEMENTSOF(marks), 1148, 3), 3);
+        assert_int_equal(claim_count_unreflected(marks, ELEMENTSOF(marks), 1150, 9), 1);
+        assert_int_equal(claim_count_unreflected(NULL, 0, 1150, 9), 0);
+}
+
+static void test_code_status(void **state) /* API-21 */
+{
+        assert_int_equal(claim_code_http_status("unknown_profile"), 400);
+        assert_int_equal(claim_code_http_status("insufficient_resources"), 409);
+        assert_int_equal(claim_code_http_status("placement_disabled"), 503);
+        assert_int_equal(claim_code_http_status("internal"), 500);
+        assert_int_equal(claim_code_http_status(NULL), 0);
+}
+
+/* ---- the flow ------------------------------------------------------------------------------ */
+
+static void test_claim_configures_and_logs(void **state) /* PLACE-1, PLACE-5, PLACE-22 */
+{
+        Fixture *f = *state;
+        Outcome o = {};
+        add_vf(f, VF0, "../../../kernel/iommu_groups/7", LIST_2Q, "0\n");
+        start(f);
+
+        run_claim(f, P_2Q, &o);
+        if (o.r < 0)
+                fail_msg("claim failed: %s", o.error);
+        assert_string_equal(o.vf, VF0);
+        _cleanup_free_ char *type = get(f, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF0);
+        assert_string_equal(type, "8\n");
+        assert_non_null(strstr(logged(f), "<6>placed vGPU claim instance_id=k3x9q2m8v1c4z7n5b0wd "
+                                          "vf=0000:e3:00.4 gpu=0000:e3:00.0 "
+                                          "profile=\"NVIDIA L40S-2Q\" policy=spread nvml_ms="));
+        outcome_clear(&o);
+}
+
+static void test_failed_save_drops_reservation(void **state) /* PLACE-20 */
+{
+        Fixture *f = *state;
+        Outcome o = {};
+        add_vf(f, VF0, "../../../kernel/iommu_groups/7", LIST_2Q, "0\n");
+        start(f);
+
+        f->save_error = "write instance record: Input/output error";
+        run_claim(f, P_2Q, &o);
+        assert_int_equal(o.r, -EIO);
+        assert_string_equal(o.code, "internal");
+        assert_int_equal(o.status, 500);
+        assert_string_equal(o.error, "save vGPU claim: write instance record: Input/output error");
+        _cleanup_free_ char *type = get(f, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF0);
+        assert_string_equal(type, "0\n"); /* never written */
+        outcome_clear(&o);
+
+        /* The reservation went with the failure: the VF is there for the next claim. */
+        f->save_error = NULL;
+        run_claim(f, P_2Q, &o);
+        assert_int_equal(o.r, 0);
+        assert_string_equal(o.vf, VF0);
+        outcome_clear(&o);
+}
+
+static void test_hidden_name_on_sysfs_catalog(void **state) /* PLACE-18 */
+{
+        Fixture *f = *state;
+        Outcome o = {};
+        add_vf(f, VF0, "../../../kernel/iommu_groups/7", LIST_2Q, "0\n");
+        start(f);
+
+        run_claim(f, "NVIDIA L40S-4Q", &o);
+        assert_int_equal(o.r, -ENOSPC);
+        assert_string_equal(o.code, "insufficient_resources");
+        assert_int_equal(o.status, 409);
+        assert_string_equal(o.error, "profile \"NVIDIA L40S-4Q\" is not creatable on any VF "
+                                     "(unknown profile or insufficient capacity)");
+        outcome_clear(&o);
+}
+
+static void test_every_catalog_empty(void **state) /* PLACE-19 */
+{
+        Fixture *f = *state;
+        Outcome o = {};
+        add_vf(f, VF0, "../../../kernel/iommu_groups/7", LIST_HEADER, "0\n");
+        start(f);
+
+        run_claim(f, P_2Q, &o);
+        assert_int_equal(o.r, -ENOSPC);
+        assert_int_equal(o.status, 409);
+        assert_string_equal(o.error, "no creatable vGPU profiles on any VF (GPUs at capacity or "
+                                     "dirty VFs consuming framebuffer): profile "
+                                     "\"NVIDIA L40S-2Q\"");
+        outcome_clear(&o);
+}
+
+static void test_dirty_vf_reset_before_claim(void **state) /* PLACE-11 */
+{
+        Fixture *f = *state;
+        Outcome o = {};
+        /* The only candidate is a leftover 2Q: reset while reserved, then claimed. */
+        add_vf(f, VF0, "../../../kernel/iommu_groups/7", LIST_2Q, "8\n");
+        add_vf(f, VF1, "../../../kernel/iommu_groups/8", LIST_HEADER, "0\n");
+        start(f);
+
+        run_claim(f, P_2Q, &o);
+        if (o.r < 0)
+                fail_msg("claim failed: %s", o.error);
+        assert_string_equal(o.vf, VF0);
+        _cleanup_free_ char *type = get(f, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF0);
+        assert_string_equal(type, "8\n");
+        outcome_clear(&o);
+}
+
+static void test_dirty_vf_refusing_reset(void **state) /* PLACE-12, PLACE-16 */
+{
+        Fixture *f = *state;
+        Outcome o = {};
+        add_vf(f, VF0, "../../../kernel/iommu_groups/7", LIST_2Q, "8\n");
+        start(f);
+        hold_group(f, "7");
+
+        run_claim(f, P_2Q, &o);
+        assert_int_equal(o.r, -ENOSPC);
+        assert_string_equal(o.code, "insufficient_resources");
+        assert_string_equal(o.error, "repair dirty VF 0000:e3:00.4 before claim: vendor VFIO "
+                                     "vGPU on VF 0000:e3:00.4 is still in use");
+        assert_non_null(strstr(logged(f), "<4>dirty vGPU VF refused reset; trying another VF "
+                                          "vf=0000:e3:00.4"));
+        _cleanup_free_ char *type = get(f, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF0);
+        assert_string_equal(type, "8\n"); /* held open: untouched */
+        outcome_clear(&o);
+}
+
+static void test_dirty_vf_of_other_type_on_eligible_gpu(void **state) /* PLACE-11 */
+{
+        Fixture *f = *state;
+        Outcome o = {};
+        /*
+         * A leftover 4Q is a candidate because its GPU is eligible for 2Q (a list names it) and
+         * has no clean candidate: reset first, then claimed and configured.
+         */
+        add_vf(f, VF0, "../../../kernel/iommu_groups/7", LIST_2Q_4Q, "9\n");
+        add_vf(f, VF1, "../../../kernel/iommu_groups/8", LIST_HEADER, "0\n");
+        start(f);
+
+        run_claim(f, P_2Q, &o);
+        if (o.r < 0)
+                fail_msg("claim failed: %s", o.error);
+        assert_string_equal(o.vf, VF0);
+        assert_int_equal(o.selections, 1);
+        _cleanup_free_ char *type = get(f, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF0);
+        assert_string_equal(type, "8\n");
+        outcome_clear(&o);
+}
+
+static void test_store_unavailable_refuses(void **state) /* HEALTH-16, API-21 */
+{
+        Fixture *f = *state;
+        Outcome o = {};
+        add_vf(f, VF0, "../../../kernel/iommu_groups/7", LIST_2Q, "0\n");
+        f->store_error = "VF health state unavailable: last write failed: No space left on device";
+        start(f);
+
+        run_claim(f, P_2Q, &o);
+        assert_int_equal(o.r, -EAGAIN);
+        assert_string_equal(o.code, "placement_disabled");
+        assert_int_equal(o.status, 503);
+        assert_string_equal(o.error, f->store_error);
+        _cleanup_free_ char *type = get(f, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF0);
+        assert_string_equal(type, "0\n");
+        outcome_clear(&o);
+}
+
+static void test_quarantined_vf_skipped(void **state) /* PLACE-3 */
+{
+        Fixture *f = *state;
+        Outcome o = {};
+        add_vf(f, VF0, "../../../kernel/iommu_groups/7", LIST_2Q, "0\n");
+        add_vf(f, VF1, "../../../kernel/iommu_groups/8", LIST_2Q, "0\n");
+        f->quarantined = VF0;
+        start(f);
+
+        run_claim(f, P_2Q, &o);
+        assert_int_equal(o.r, 0);
+        assert_string_equal(o.vf, VF1);
+        outcome_clear(&o);
+}
+
+static void test_quarantine_before_configure(void **state) /* DEV-2, PLACE-17 */
+{
+        Fixture *f = *state;
+        Outcome o = {};
+        add_vf(f, VF0, "../../../kernel/iommu_groups/7", LIST_2Q, "0\n");
+        add_vf(f, VF1, "../../../kernel/iommu_groups/8", LIST_2Q, "0\n");
+        f->quarantine_on_save = true;
+        start(f);
+
+        /* The picker takes VF0; it is quarantined between the save and the write. */
+        run_claim(f, P_2Q, &o);
+        if (o.r < 0)
+                fail_msg("claim failed: %s", o.error);
+        assert_string_equal(o.vf, VF1);
+        assert_int_equal(o.selections, 2);
+        assert_int_equal(f->n_clears, 1); /* the first claim was cleared */
+        _cleanup_free_ char *t0 = get(f, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF0);
+        _cleanup_free_ char *t1 = get(f, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF1);
+        assert_string_equal(t0, "0\n"); /* nothing written */
+        assert_string_equal(t1, "8\n");
+        outcome_clear(&o);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_unreflected_counts),
+            cmocka_unit_test(test_code_status),
+            cmocka_unit_test_setup_teardown(test_claim_configures_and_logs, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_failed_save_drops_reservation, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_hidden_name_on_sysfs_catalog, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_every_catalog_empty, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_dirty_vf_reset_before_claim, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_dirty_vf_refusing_reset, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_dirty_vf_of_other_type_on_eligible_gpu, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_store_unavailable_refuses, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_quarantined_vf_skipped, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_quarantine_before_configure, setup, teardown),
+        };
+        return cmocka_run_group_tests_name("claim", tests, NULL, NULL);
+}
