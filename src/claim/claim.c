@@ -684,18 +684,9 @@ void claimer_save_done(Claimer *cl, Claim *c, int r, const char *error)
 
 /* ---- discovery ----------------------------------------------------------------------------- */
 
-typedef struct SeamGpu {
-        char pf[PCI_ADDRESS_STRLEN];
-        int usable;
-        char *name;
-        GpuNvmlType *types;
-        size_t n_types;
-} SeamGpu;
-
 typedef struct DiscoverJob {
         Root *sysfs;
-        SeamGpu *seam;
-        size_t n_seam;
+        GpuNvmlSnapshot *nvml; /* full: what the NVML seam answers, copied on the loop */
         bool full;
         /* light: the VFs whose current_vgpu_type is re-read, and what was read */
         char **vfs;
@@ -720,11 +711,7 @@ static void discover_job_free(void *data)
 {
         DiscoverJob *j = data;
         root_free(j->sysfs);
-        for (size_t i = 0; i < j->n_seam; i++) {
-                free(j->seam[i].name);
-                gpu_nvml_types_free(j->seam[i].types, j->seam[i].n_types);
-        }
-        free(j->seam);
+        gpu_nvml_snapshot_free(j->nvml);
         gpu_host_free(j->host);
         mdev_avail_free(j->mdev, j->n_mdev);
         size_t n = strv_length(j->vfs);
@@ -736,78 +723,15 @@ static void discover_job_free(void *data)
         free(j);
 }
 
-static const SeamGpu *seam_find(const DiscoverJob *j, const char *pf)
-{
-        for (size_t i = 0; i < j->n_seam; i++)
-                if (streq(j->seam[i].pf, pf))
-                        return &j->seam[i];
-        return NULL;
-}
-
-static int seam_usable(void *userdata, const char *pf)
-{
-        const SeamGpu *g = seam_find(userdata, pf);
-        return g ? g->usable : 0;
-}
-
-static int seam_device_name(void *userdata, const char *pf, char **ret)
-{
-        const SeamGpu *g = seam_find(userdata, pf);
-        if (!g || !g->name)
-                return -ENOENT;
-        char *copy = strdup(g->name);
-        if (!copy)
-                return -ENOMEM;
-        *ret = copy;
-        return 0;
-}
-
-static int seam_supported_types(void *userdata, const char *pf, GpuNvmlType **ret, size_t *ret_n)
-{
-        const SeamGpu *g = seam_find(userdata, pf);
-        if (!g || g->usable <= 0)
-                return -ENOENT;
-        GpuNvmlType *types = calloc(g->n_types ? g->n_types : 1, sizeof *types);
-        if (!types)
-                return -ENOMEM;
-        for (size_t i = 0; i < g->n_types; i++) {
-                types[i] = g->types[i];
-                types[i].name = strdup(g->types[i].name);
-                if (!types[i].name) {
-                        gpu_nvml_types_free(types, i);
-                        return -ENOMEM;
-                }
-        }
-        *ret = types;
-        *ret_n = g->n_types;
-        return 0;
-}
-
 /* The NVML cache is the loop's: discovery on a worker gets a copy of what the seam answers. */
 static int seam_fill(Claimer *cl, DiscoverJob *j)
 {
-        size_t n = strv_length(cl->pfs);
         GpuNvml live;
 
-        if (!cl->nvml || n == 0)
-                return 0;
-        nvml_client_fill_gpu_seam(cl->nvml, &live);
-        j->seam = calloc(n, sizeof *j->seam);
-        if (!j->seam)
-                return -ENOMEM;
-        j->n_seam = n;
-        for (size_t i = 0; i < n; i++) {
-                SeamGpu *g = &j->seam[i];
-                snprintf(g->pf, sizeof g->pf, "%s", cl->pfs[i]);
-                g->usable = live.usable(live.userdata, g->pf);
-                if (g->usable <= 0)
-                        continue;
-                if (live.device_name(live.userdata, g->pf, &g->name) < 0)
-                        g->name = NULL;
-                if (live.supported_types(live.userdata, g->pf, &g->types, &g->n_types) < 0)
-                        g->usable = 0;
-        }
-        return 0;
+        if (cl->nvml)
+                nvml_client_fill_gpu_seam(cl->nvml, &live);
+        return gpu_nvml_snapshot_new(cl->nvml ? &live : NULL, cl->pfs, strv_length(cl->pfs),
+                                     &j->nvml);
 }
 
 static int read_mdev_avail(const Root *sysfs, const GpuHost *h, MdevAvail **ret)
@@ -872,12 +796,8 @@ static int discover_job_run(void *data, char **error)
                 }
                 return 0;
         }
-        GpuNvml seam = {
-            .userdata = j,
-            .usable = seam_usable,
-            .device_name = seam_device_name,
-            .supported_types = seam_supported_types,
-        };
+        GpuNvml seam;
+        gpu_nvml_snapshot_seam(j->nvml, &seam);
         int r = gpu_discover(j->sysfs, &seam, &j->host, error);
         if (r < 0)
                 return r;

@@ -53,109 +53,35 @@ static int root_dup(const Root *r, Root **ret)
 
 /* ---- discovery's NVML seam, copied for the worker ------------------------------------------- */
 
+/* The PF addresses of h (none when h is NULL), NULL-terminated and borrowed from h. */
+static int host_pfs(GpuHost *h, char ***ret)
+{
+        size_t n = h ? h->n_gpus : 0;
+        char **pfs = calloc(n + 1, sizeof *pfs);
+        if (!pfs)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                pfs[i] = h->gpus[i].address;
+        *ret = pfs;
+        return 0;
+}
+
 /*
  * The NVML client's cache lives on the loop and is not thread-safe, so discovery on a worker
  * gets a copy of the answers the client's own seam gives for the GPUs known so far. A GPU found
  * for the first time is answered "not usable" and gets NVML's catalog on the next pass, once
  * the refresh that follows this discovery has covered it.
  */
-typedef struct SeamGpu {
-        char pf[PCI_ADDRESS_STRLEN];
-        int usable;
-        char *name;
-        GpuNvmlType *types;
-        size_t n_types;
-} SeamGpu;
-
-typedef struct SeamCopy {
-        SeamGpu *gpus;
-        size_t n_gpus;
-} SeamCopy;
-
-static void seam_copy_done(SeamCopy *c)
+static int seam_copy(NvmlClient *nvml, GpuHost *h, GpuNvmlSnapshot **ret)
 {
-        for (size_t i = 0; i < c->n_gpus; i++) {
-                free(c->gpus[i].name);
-                gpu_nvml_types_free(c->gpus[i].types, c->gpus[i].n_types);
-        }
-        free(c->gpus);
-        *c = (SeamCopy){};
-}
-
-static int seam_copy_fill(NvmlClient *nvml, const GpuHost *h, SeamCopy *ret)
-{
+        _cleanup_free_ char **pfs = NULL;
         GpuNvml live;
-        SeamCopy c = {};
 
-        if (!h || h->n_gpus == 0) {
-                *ret = c;
-                return 0;
-        }
+        int r = host_pfs(h, &pfs);
+        if (r < 0)
+                return r;
         nvml_client_fill_gpu_seam(nvml, &live);
-        c.gpus = calloc(h->n_gpus, sizeof *c.gpus);
-        if (!c.gpus)
-                return -ENOMEM;
-        c.n_gpus = h->n_gpus;
-        for (size_t i = 0; i < h->n_gpus; i++) {
-                SeamGpu *g = &c.gpus[i];
-                memcpy(g->pf, h->gpus[i].address, PCI_ADDRESS_STRLEN);
-                g->usable = live.usable(live.userdata, g->pf);
-                if (g->usable <= 0)
-                        continue;
-                if (live.device_name(live.userdata, g->pf, &g->name) < 0)
-                        g->name = NULL;
-                if (live.supported_types(live.userdata, g->pf, &g->types, &g->n_types) < 0)
-                        g->usable = 0;
-        }
-        *ret = c;
-        return 0;
-}
-
-static const SeamGpu *seam_find(const SeamCopy *c, const char *pf)
-{
-        for (size_t i = 0; i < c->n_gpus; i++)
-                if (streq(c->gpus[i].pf, pf))
-                        return &c->gpus[i];
-        return NULL;
-}
-
-static int seam_usable(void *userdata, const char *pf)
-{
-        const SeamGpu *g = seam_find(userdata, pf);
-        return g ? g->usable : 0;
-}
-
-static int seam_device_name(void *userdata, const char *pf, char **ret)
-{
-        const SeamGpu *g = seam_find(userdata, pf);
-        if (!g || !g->name)
-                return -ENOENT;
-        char *copy = strdup(g->name);
-        if (!copy)
-                return -ENOMEM;
-        *ret = copy;
-        return 0;
-}
-
-static int seam_supported_types(void *userdata, const char *pf, GpuNvmlType **ret, size_t *ret_n)
-{
-        const SeamGpu *g = seam_find(userdata, pf);
-        if (!g || g->usable <= 0)
-                return -ENOENT;
-        GpuNvmlType *types = calloc(g->n_types ? g->n_types : 1, sizeof *types);
-        if (!types)
-                return -ENOMEM;
-        for (size_t i = 0; i < g->n_types; i++) {
-                types[i] = g->types[i];
-                types[i].name = strdup(g->types[i].name);
-                if (!types[i].name) {
-                        gpu_nvml_types_free(types, i);
-                        return -ENOMEM;
-                }
-        }
-        *ret = types;
-        *ret_n = g->n_types;
-        return 0;
+        return gpu_nvml_snapshot_new(&live, pfs, h ? h->n_gpus : 0, ret);
 }
 
 /* ---- mdev availability (PLACE-6, PLACE-21) --------------------------------------------------- */
@@ -221,7 +147,7 @@ static int read_mdev_availability(const Root *sysfs, const GpuHost *h, ApiMdevAv
 
 typedef struct DiscoverJob {
         Root *sysfs;
-        SeamCopy seam;
+        GpuNvmlSnapshot *nvml;
         /* results, read on the loop once the job has returned */
         GpuHost *host;
         ApiMdevAvailability *mdev;
@@ -233,7 +159,7 @@ static void discover_job_free(void *data)
 {
         DiscoverJob *j = data;
         root_free(j->sysfs);
-        seam_copy_done(&j->seam);
+        gpu_nvml_snapshot_free(j->nvml);
         gpu_host_free(j->host);
         manager_mdev_availability_free(j->mdev, j->n_mdev);
         free(j->driver_version);
@@ -243,12 +169,8 @@ static void discover_job_free(void *data)
 static int discover_job_run(void *data, char **error)
 {
         DiscoverJob *j = data;
-        GpuNvml seam = {
-            .userdata = &j->seam,
-            .usable = seam_usable,
-            .device_name = seam_device_name,
-            .supported_types = seam_supported_types,
-        };
+        GpuNvml seam;
+        gpu_nvml_snapshot_seam(j->nvml, &seam);
 
         int r = gpu_discover(j->sysfs, &seam, &j->host, error);
         if (r < 0)
@@ -297,14 +219,13 @@ static void adopt_host(Manager *m, DiscoverJob *j)
         m->api.mdev_availability = m->mdev_availability;
 
         /* NVML-14: the cache covers exactly the GPUs discovered now. */
-        _cleanup_free_ char **pfs = calloc(m->host->n_gpus + 1, sizeof *pfs);
-        if (!pfs) {
+        _cleanup_free_ char **pfs = NULL;
+        int r = host_pfs(m->host, &pfs);
+        if (r < 0) {
                 log_error("out of memory updating the NVML GPU list");
                 return;
         }
-        for (size_t i = 0; i < m->host->n_gpus; i++)
-                pfs[i] = m->host->gpus[i].address;
-        int r = nvml_client_set_gpus(m->nvml, pfs, m->host->n_gpus);
+        r = nvml_client_set_gpus(m->nvml, pfs, m->host->n_gpus);
         if (r < 0)
                 log_warning_errno(r, "set NVML GPU list: %m");
 }
@@ -354,7 +275,7 @@ static int submit_discovery(ReconcilePass *p)
                 return -ENOMEM;
         int r = root_dup(m->sysfs, &j->sysfs);
         if (r >= 0)
-                r = seam_copy_fill(m->nvml, m->host, &j->seam);
+                r = seam_copy(m->nvml, m->host, &j->nvml);
         if (r < 0) {
                 discover_job_free(j);
                 return r;

@@ -120,6 +120,32 @@ typedef struct GpuNvml {
         int (*supported_types)(void *userdata, const char *pf, GpuNvmlType **ret, size_t *ret_n);
 } GpuNvml;
 
+/*
+ * A copy of what a seam answers for a list of PFs, taken where the live seam may be called
+ * (the NVML client's seam: its loop thread) so that discovery can run on another thread.
+ * Nothing is shared with the live seam afterwards, and answering only reads the copy, so any
+ * thread may use it until it is freed.
+ *
+ * The copy keeps the discovery branch each GPU would take, not every error code: a PF outside
+ * the list, or any PF when live is NULL, is not usable; usable() answers are kept as they were
+ * (errors included); a GPU whose device name could not be copied answers -ENOENT for it; one
+ * whose supported types could not be copied (or a seam without that call) is not usable, so
+ * it takes the sysfs branch whole.
+ */
+typedef struct GpuNvmlSnapshot GpuNvmlSnapshot;
+
+int gpu_nvml_snapshot_new(const GpuNvml *live, char *const *pfs, size_t n_pfs,
+                          GpuNvmlSnapshot **ret);
+GpuNvmlSnapshot *gpu_nvml_snapshot_free(GpuNvmlSnapshot *s);
+static inline void gpu_nvml_snapshot_freep(GpuNvmlSnapshot **s)
+{
+        gpu_nvml_snapshot_free(*s);
+}
+#define _cleanup_gpu_nvml_snapshot_ _cleanup_(gpu_nvml_snapshot_freep)
+
+/* A seam answering from the copy; it borrows s, which must outlive it. */
+void gpu_nvml_snapshot_seam(GpuNvmlSnapshot *s, GpuNvml *ret);
+
 /* ---- the host inventory -------------------------------------------------------------------- */
 
 typedef enum GpuCatalogSource {

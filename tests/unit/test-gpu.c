@@ -1503,6 +1503,199 @@ static void test_nvml_mdev(void **state)
         assert_int_equal(g->catalog[1].framebuffer_mib, 3000);
 }
 
+/* ---- the NVML seam snapshot ---------------------------------------------------------------- */
+
+static GpuNvmlSnapshot *snapshot_ok(const GpuNvml *live, char *const *pfs, size_t n)
+{
+        GpuNvmlSnapshot *s = NULL;
+        assert_int_equal(gpu_nvml_snapshot_new(live, pfs, n, &s), 0);
+        assert_non_null(s);
+        return s;
+}
+
+static void assert_seam_name(const GpuNvml *seam, const char *pf, const char *name)
+{
+        _cleanup_free_ char *got = NULL;
+        assert_int_equal(seam->device_name(seam->userdata, pf, &got), 0);
+        assert_string_equal(got, name);
+}
+
+static void assert_seam_types(const GpuNvml *seam, const char *pf, const GpuNvmlType *want,
+                              size_t n_want)
+{
+        GpuNvmlType *types = NULL;
+        size_t n = 0;
+        assert_int_equal(seam->supported_types(seam->userdata, pf, &types, &n), 0);
+        assert_int_equal(n, n_want);
+        for (size_t i = 0; i < n; i++) {
+                assert_int_equal(types[i].type_id, want[i].type_id);
+                assert_string_equal(types[i].name, want[i].name);
+                assert_int_equal(types[i].framebuffer_bytes, want[i].framebuffer_bytes);
+        }
+        gpu_nvml_types_free(types, n);
+}
+
+/* A GPU the copy cannot answer for: no name, no types, its usable() answer as given. */
+static void assert_seam_unusable(const GpuNvml *seam, const char *pf, int usable)
+{
+        char *name = NULL;
+        GpuNvmlType *types = NULL;
+        size_t n = 0;
+        assert_int_equal(seam->usable(seam->userdata, pf), usable);
+        assert_int_equal(seam->device_name(seam->userdata, pf, &name), -ENOENT);
+        assert_null(name);
+        assert_int_equal(seam->supported_types(seam->userdata, pf, &types, &n), -ENOENT);
+        assert_null(types);
+}
+
+/* The copy answers what the live seam answered when it was taken, and nothing after. */
+static void test_nvml_snapshot_copies(void **state)
+{
+        char name[] = "NVIDIA L40S PCIe";
+        char pf[] = "0001:c8:00.0", other[] = "0002:c8:00.0";
+        char *pfs[] = {pf, other};
+        FakeNvml fake = {
+            .pf = "0001:c8:00.0", .usable = 1, .name = name, .types = nvml_types, .n_types = 2};
+        GpuNvml live = {&fake, fake_usable, fake_device_name, fake_supported_types};
+
+        _cleanup_gpu_nvml_snapshot_ GpuNvmlSnapshot *s = snapshot_ok(&live, pfs, 2);
+        GpuNvml seam;
+        gpu_nvml_snapshot_seam(s, &seam);
+
+        /* Change everything the copy was taken from: the PF list, the name, the answers. */
+        unsigned calls = fake.calls;
+        pf[0] = 'x';
+        name[0] = 'x';
+        fake.usable = -EIO;
+        fake.name = NULL;
+        fake.types = NULL;
+
+        assert_int_equal(seam.usable(seam.userdata, "0001:c8:00.0"), 1);
+        assert_seam_name(&seam, "0001:c8:00.0", "NVIDIA L40S PCIe");
+        assert_seam_types(&seam, "0001:c8:00.0", nvml_types, 2);
+        /* Answers are the caller's: changing one does not change the next. */
+        GpuNvmlType *types = NULL;
+        size_t n = 0;
+        assert_int_equal(seam.supported_types(seam.userdata, "0001:c8:00.0", &types, &n), 0);
+        free(types[0].name);
+        types[0].name = strdup("changed");
+        gpu_nvml_types_free(types, n);
+        assert_seam_types(&seam, "0001:c8:00.0", nvml_types, 2);
+
+        /* Listed but not usable, and not listed at all. */
+        assert_seam_unusable(&seam, "0002:c8:00.0", 0);
+        assert_seam_unusable(&seam, "0003:c8:00.0", 0);
+        assert_seam_unusable(&seam, "x001:c8:00.0", 0);
+        assert_int_equal(fake.calls, calls); /* the live seam is not asked again */
+}
+
+/* How each failure of the live seam is kept (gpu.h: the branch, not every error code). */
+static void test_nvml_snapshot_failures(void **state)
+{
+        char pf[] = "0001:c8:00.0";
+        char *pfs[] = {pf};
+        FakeNvml fake = {.pf = pf,
+                         .usable = -EIO,
+                         .name = "NVIDIA L40S PCIe",
+                         .types = nvml_types,
+                         .n_types = 2};
+        GpuNvml live = {&fake, fake_usable, fake_device_name, fake_supported_types};
+        GpuNvml seam;
+
+        /* usable() failing is answered as it was. */
+        GpuNvmlSnapshot *s = snapshot_ok(&live, pfs, 1);
+        gpu_nvml_snapshot_seam(s, &seam);
+        assert_seam_unusable(&seam, pf, -EIO);
+        s = gpu_nvml_snapshot_free(s);
+        assert_null(s);
+
+        /* No device name: -ENOENT, the catalog is still NVML's. */
+        fake.usable = 1;
+        fake.name = NULL;
+        fake.name_error = -EIO;
+        s = snapshot_ok(&live, pfs, 1);
+        gpu_nvml_snapshot_seam(s, &seam);
+        assert_int_equal(seam.usable(seam.userdata, pf), 1);
+        char *name = NULL;
+        assert_int_equal(seam.device_name(seam.userdata, pf, &name), -ENOENT);
+        assert_null(name);
+        assert_seam_types(&seam, pf, nvml_types, 2);
+        s = gpu_nvml_snapshot_free(s);
+
+        /* No supported types: the GPU is not usable at all. */
+        fake.name = "NVIDIA L40S PCIe";
+        fake.types = NULL;
+        fake.types_error = -ETIMEDOUT;
+        s = snapshot_ok(&live, pfs, 1);
+        gpu_nvml_snapshot_seam(s, &seam);
+        assert_seam_unusable(&seam, pf, 0);
+        s = gpu_nvml_snapshot_free(s);
+
+        /* Nor is it under a seam without the optional calls, without a seam, or unlisted. */
+        fake.types = nvml_types;
+        GpuNvml partial = {&fake, fake_usable, NULL, NULL};
+        s = snapshot_ok(&partial, pfs, 1);
+        gpu_nvml_snapshot_seam(s, &seam);
+        assert_seam_unusable(&seam, pf, 0);
+        s = gpu_nvml_snapshot_free(s);
+
+        s = snapshot_ok(NULL, pfs, 1);
+        gpu_nvml_snapshot_seam(s, &seam);
+        assert_seam_unusable(&seam, pf, 0);
+        s = gpu_nvml_snapshot_free(s);
+
+        unsigned calls = fake.calls;
+        s = snapshot_ok(&live, NULL, 0);
+        gpu_nvml_snapshot_seam(s, &seam);
+        assert_seam_unusable(&seam, pf, 0);
+        assert_int_equal(fake.calls, calls);
+        gpu_nvml_snapshot_free(s);
+        assert_null(gpu_nvml_snapshot_free(NULL));
+}
+
+/* Discovery through the copy builds what it builds through the live seam. */
+static void test_nvml_snapshot_discovery(void **state)
+{
+        Fixture *f = *state;
+        mkhost(f, "domain-0001");
+        char pf[] = "0001:c8:00.0";
+        char *pfs[] = {pf};
+        FakeNvml fake = {.pf = pf,
+                         .usable = 1,
+                         .name = "NVIDIA L40S PCIe",
+                         .types = nvml_types,
+                         .n_types = ELEMENTSOF(nvml_types)};
+        GpuNvml live = {&fake, fake_usable, fake_device_name, fake_supported_types};
+        _cleanup_gpu_host_ GpuHost *want = discover_ok(f, &live);
+
+        _cleanup_gpu_nvml_snapshot_ GpuNvmlSnapshot *s = snapshot_ok(&live, pfs, 1);
+        GpuNvml seam;
+        gpu_nvml_snapshot_seam(s, &seam);
+        _cleanup_gpu_host_ GpuHost *h = discover_ok(f, &seam);
+        assert_null(h->warnings);
+        assert_int_equal(h->n_gpus, 1);
+        const Gpu *g = &h->gpus[0], *w = &want->gpus[0];
+        assert_string_equal(g->model, w->model);
+        assert_int_equal(g->catalog_source, GPU_CATALOG_NVML);
+        assert_int_equal(g->n_catalog, w->n_catalog);
+        for (size_t i = 0; i < g->n_catalog; i++) {
+                assert_string_equal(g->catalog[i].name, w->catalog[i].name);
+                assert_int_equal(g->catalog[i].type_id, w->catalog[i].type_id);
+                assert_int_equal(g->catalog[i].framebuffer_mib, w->catalog[i].framebuffer_mib);
+        }
+
+        /* A name NVML could not give is reported as missing, not with the live error code. */
+        fake.name = NULL;
+        fake.name_error = -EIO;
+        _cleanup_gpu_nvml_snapshot_ GpuNvmlSnapshot *nameless = snapshot_ok(&live, pfs, 1);
+        gpu_nvml_snapshot_seam(nameless, &seam);
+        _cleanup_gpu_host_ GpuHost *n = discover_ok(f, &seam);
+        assert_int_equal(n->gpus[0].catalog_source, GPU_CATALOG_NVML);
+        assert_string_equal(n->gpus[0].model, "NVIDIA L40S");
+        assert_has_warning(n, "NVML device name unavailable: 0001:c8:00.0: No such file or "
+                              "directory");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -1543,6 +1736,9 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_nvml_branch, setup, teardown),
             cmocka_unit_test_setup_teardown(test_nvml_failures, setup, teardown),
             cmocka_unit_test_setup_teardown(test_nvml_mdev, setup, teardown),
+            cmocka_unit_test(test_nvml_snapshot_copies),
+            cmocka_unit_test(test_nvml_snapshot_failures),
+            cmocka_unit_test_setup_teardown(test_nvml_snapshot_discovery, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
