@@ -205,12 +205,15 @@ void manager_health_set_driver_version(Manager *m, const char *version)
         free(m->driver_version);
         m->driver_version = strdup(version);
 
+        /* The first version a store sees is recorded, not a change (HEALTH-30). */
+        bool known = health_store_state(m->health)->driver_version != NULL;
         int r = health_store_submit(
             m->health, &(HealthRequest){.kind = HEALTH_REQUEST_DRIVER_VERSION, .text = version},
             on_driver_version_done, m, NULL, &error);
         if (r > 0)
-                log_line(LOG_LEVEL_NOTICE, 0, "host driver version changed", "driver_version",
-                         version, NULL);
+                log_line(LOG_LEVEL_NOTICE, 0,
+                         known ? "host driver version changed" : "host driver version recorded",
+                         "driver_version", version, NULL);
         else if (r < 0)
                 log_line(LOG_LEVEL_DEBUG, r, "host driver version not recorded", "error", error,
                          NULL);

@@ -160,7 +160,7 @@ def error_of(r):
 
 
 class Daemon:
-    def __init__(self, work, name, config, extra_args=()):
+    def __init__(self, work, name, config, extra_args=(), extra_env=None):
         self.log_path = os.path.join(work, name + ".log")
         self.notify_path = os.path.join(work, name + ".notify")
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -170,6 +170,7 @@ class Daemon:
         env = dict(os.environ)
         env["VGPU_SIM_CONTROL"] = CTL
         env["NOTIFY_SOCKET"] = self.notify_path
+        env.update(extra_env or {})
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([VGPUD, "--config", config] + list(extra_args),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -841,12 +842,20 @@ def main():
         for name, fn in groups:
             run_group(name, fn)
 
-        d = Daemon(work, "main", config)
-        daemons.append(d)
-        c = Client(os.path.join(work, "api.sock"), port, mint(secret))
-        ready = poll(lambda: not d.alive() or
-                     (os.path.exists(os.path.join(work, "api.sock")) and
-                      c.get("/readyz", token=None).status == 200), 30, 0.1)
+        # free_port() closes the port before vgpud binds it, so a parallel test may take it
+        # in between: then vgpud exits with EADDRINUSE and starts again on another port.
+        for attempt in range(5):
+            d = Daemon(work, "main", config)
+            daemons.append(d)
+            c = Client(os.path.join(work, "api.sock"), port, mint(secret))
+            ready = poll(lambda: not d.alive() or
+                         (os.path.exists(os.path.join(work, "api.sock")) and
+                          c.get("/readyz", token=None).status == 200), 30, 0.1)
+            if d.alive() or "Address already in use" not in d.log_text():
+                break
+            d.stop()
+            port = free_port()
+            write_config(config, work, port)
         if not ok(ready and d.alive(), "GEN-10: vgpud becomes ready", d.log_text()[-3000:]):
             return 1
         d.read_notify()
