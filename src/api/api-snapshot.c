@@ -279,9 +279,20 @@ static int compute_figures(ApiSnapshot *s)
                 if (!disabled && placement_vf_is_allocatable(ps, pv))
                         s->allocatable_slots++;
         }
+        if (disabled || s->n_profiles == 0)
+                return 0; /* every available is 0 while placement is disabled (API-5) */
+
+        _cleanup_free_ const char **names = calloc(s->n_profiles, sizeof *names);
+        _cleanup_free_ uint64_t *counts = calloc(s->n_profiles, sizeof *counts);
+        if (!names || !counts)
+                return -ENOMEM;
         for (size_t i = 0; i < s->n_profiles; i++)
-                s->profiles[i].available =
-                    disabled ? 0 : placement_count_available(ps, s->profiles[i].name);
+                names[i] = s->profiles[i].name;
+        int r = placement_count_available_many(ps, names, s->n_profiles, counts);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < s->n_profiles; i++)
+                s->profiles[i].available = counts[i];
         return 0;
 }
 

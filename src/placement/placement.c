@@ -387,43 +387,108 @@ bool placement_gpu_must_wait(const PlacementSnapshot *snapshot, const PlacementG
         return false;
 }
 
-static uint64_t gpu_available(const PlacementSnapshot *s, const PlacementGpu *gpu,
-                              const char *profile)
+/* For bsearch/qsort over an array of indices into a name array. */
+typedef struct NameIndex {
+        const char *name;
+        size_t index;
+} NameIndex;
+
+static int name_index_compare(const void *a, const void *b)
 {
-        const PlacementProfile *p = placement_gpu_find_profile(gpu, profile);
+        return strcmp(((const NameIndex *)a)->name, ((const NameIndex *)b)->name);
+}
+
+/* Adds one GPU's availability of every profile to counts (PLACE-21). One pass over the VFs:
+ * /resources asks for every profile on every request, so a pass per profile would cost
+ * profiles x VFs x list entries name comparisons. */
+static void gpu_count_available(const PlacementSnapshot *s, const PlacementGpu *gpu,
+                                const char *const *profiles, const NameIndex *sorted, size_t n,
+                                const PlacementProfile **resolved, uint64_t *listed,
+                                size_t *seen_vf, uint64_t *counts)
+{
         PlacementPath path = placement_gpu_path(gpu);
-        uint64_t n = 0, free_vfs = 0;
+        uint64_t free_vfs = 0;
 
         /* What selection could never place is not available either (DISC-19). */
-        if (!p)
-                return 0;
-        for (size_t i = 0; i < s->n_vfs; i++) {
-                const PlacementVf *vf = &s->vfs[i];
+        for (size_t i = 0; i < n; i++) {
+                resolved[i] = placement_gpu_find_profile(gpu, profiles[i]);
+                listed[i] = 0;
+                seen_vf[i] = SIZE_MAX;
+        }
+
+        for (size_t v = 0; v < s->n_vfs; v++) {
+                const PlacementVf *vf = &s->vfs[v];
                 if (!vf_on_gpu(vf, gpu) || !vf_is_free(vf))
                         continue;
                 free_vfs++;
-                if (path == PLACEMENT_PATH_SYSFS && vf_lists_profile(vf, profile))
-                        n++;
-                else if (path == PLACEMENT_PATH_MDEV && p->mdev_type)
-                        n += vf_mdev_available(vf, p->mdev_type);
+                if (path == PLACEMENT_PATH_SYSFS)
+                        for (size_t c = 0; c < vf->n_creatable; c++) {
+                                if (!vf->creatable[c])
+                                        continue;
+                                NameIndex key = {.name = vf->creatable[c]};
+                                const NameIndex *hit =
+                                    bsearch(&key, sorted, n, sizeof *sorted, name_index_compare);
+                                /* A name listed twice still counts its VF once. */
+                                if (hit && seen_vf[hit->index] != v) {
+                                        seen_vf[hit->index] = v;
+                                        listed[hit->index]++;
+                                }
+                        }
+                else if (path == PLACEMENT_PATH_MDEV)
+                        for (size_t i = 0; i < n; i++)
+                                if (resolved[i] && resolved[i]->mdev_type)
+                                        listed[i] += vf_mdev_available(vf, resolved[i]->mdev_type);
         }
-        if (path != PLACEMENT_PATH_NVML)
-                return n;
 
-        const PlacementNvmlCount *c = gpu_nvml_count(gpu, p->type_id);
-        uint64_t cached = c ? c->count : 0;
-        uint64_t pending = gpu_unfinished_reservations(s, gpu, p->type_id);
-        uint64_t placements = cached > pending ? cached - pending : 0;
-        return placements < free_vfs ? placements : free_vfs;
+        for (size_t i = 0; i < n; i++) {
+                const PlacementProfile *p = resolved[i];
+                if (!p)
+                        continue;
+                if (path != PLACEMENT_PATH_NVML) {
+                        counts[i] += listed[i];
+                        continue;
+                }
+                const PlacementNvmlCount *c = gpu_nvml_count(gpu, p->type_id);
+                uint64_t cached = c ? c->count : 0;
+                uint64_t pending = gpu_unfinished_reservations(s, gpu, p->type_id);
+                uint64_t placements = cached > pending ? cached - pending : 0;
+                counts[i] += placements < free_vfs ? placements : free_vfs;
+        }
+}
+
+int placement_count_available_many(const PlacementSnapshot *snapshot, const char *const *profiles,
+                                   size_t n, uint64_t *ret_counts)
+{
+        if (!snapshot || (n > 0 && (!profiles || !ret_counts)))
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++)
+                if (!profiles[i])
+                        return -EINVAL;
+
+        _cleanup_free_ NameIndex *sorted = calloc(n ? n : 1, sizeof *sorted);
+        _cleanup_free_ const PlacementProfile **resolved = calloc(n ? n : 1, sizeof *resolved);
+        _cleanup_free_ uint64_t *listed = calloc(n ? n : 1, sizeof *listed);
+        _cleanup_free_ uint64_t *counts = calloc(n ? n : 1, sizeof *counts);
+        _cleanup_free_ size_t *seen_vf = calloc(n ? n : 1, sizeof *seen_vf);
+        if (!sorted || !resolved || !listed || !counts || !seen_vf)
+                return -ENOMEM;
+
+        for (size_t i = 0; i < n; i++)
+                sorted[i] = (NameIndex){.name = profiles[i], .index = i};
+        qsort(sorted, n, sizeof *sorted, name_index_compare);
+
+        for (size_t g = 0; g < snapshot->n_gpus; g++)
+                gpu_count_available(snapshot, &snapshot->gpus[g], profiles, sorted, n, resolved,
+                                    listed, seen_vf, counts);
+        memcpy(ret_counts, counts, n * sizeof *counts);
+        return 0;
 }
 
 uint64_t placement_count_available(const PlacementSnapshot *snapshot, const char *profile)
 {
-        uint64_t n = 0;
-        if (!snapshot || !profile)
-                return 0;
-        for (size_t i = 0; i < snapshot->n_gpus; i++)
-                n += gpu_available(snapshot, &snapshot->gpus[i], profile);
+        uint64_t n;
+        if (!profile || placement_count_available_many(snapshot, &profile, 1, &n) < 0)
+                return 0; /* nothing is available that cannot be counted */
         return n;
 }
 

@@ -191,6 +191,11 @@ bool placement_gpu_must_wait(const PlacementSnapshot *snapshot, const PlacementG
  * profiles. The caller reports 0 while placement is disabled (API-5). */
 uint64_t placement_count_available(const PlacementSnapshot *snapshot, const char *profile);
 
+/* The same for n distinct profiles at once, in one pass over the VFs: ret_counts[i] is the
+ * availability of profiles[i]. -EINVAL for a NULL name, -ENOMEM. */
+int placement_count_available_many(const PlacementSnapshot *snapshot, const char *const *profiles,
+                                   size_t n, uint64_t *ret_counts);
+
 /* The production picker: a splitmix64 generator seeded from getrandom(). The state lives with
  * the caller (the Manager), so the module keeps none. */
 typedef struct PlacementRandom {

@@ -845,6 +845,18 @@ static void test_available(void **state)
         assert_int_equal(placement_count_available(&s, P1Q), 3);
         assert_int_equal(placement_count_available(&s, "NVIDIA L40S-3Q"), 0);
         assert_int_equal(placement_count_available(NULL, P2Q), 0);
+
+        /* Every profile at once, in any order, gives each profile's own figure. */
+        const char *const names[] = {"NVIDIA L40S-3Q", P2Q, P1Q};
+        uint64_t counts[3] = {7, 7, 7};
+        assert_int_equal(placement_count_available_many(&s, names, 3, counts), 0);
+        assert_int_equal(counts[0], 0);
+        assert_int_equal(counts[1], 0 + 2 + 3);
+        assert_int_equal(counts[2], 3);
+        const char *const with_null[] = {P2Q, NULL};
+        assert_int_equal(placement_count_available_many(&s, with_null, 2, counts), -EINVAL);
+        assert_int_equal(counts[1], 0 + 2 + 3); /* untouched on error */
+        assert_int_equal(placement_count_available_many(&s, NULL, 0, NULL), 0);
 }
 
 int main(void)
