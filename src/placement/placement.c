@@ -480,7 +480,8 @@ int placement_count_available_many(const PlacementSnapshot *snapshot, const char
         for (size_t g = 0; g < snapshot->n_gpus; g++)
                 gpu_count_available(snapshot, &snapshot->gpus[g], profiles, sorted, n, resolved,
                                     listed, seen_vf, counts);
-        memcpy(ret_counts, counts, n * sizeof *counts);
+        if (n > 0) /* memcpy to NULL is undefined even for 0 bytes */
+                memcpy(ret_counts, counts, n * sizeof *counts);
         return 0;
 }
 
