@@ -16,12 +16,8 @@ typedef struct Command {
 } Command;
 
 static const Command commands[] = {
-#ifdef HAVE_CMD_INVENTORY
     {"inventory", cmd_inventory, "inventory [--sysfs-root DIR] [--json]"},
-#endif
-#ifdef HAVE_CMD_HEALTH_CHECK
     {"health-check", cmd_health_check, "health-check FILE [--threshold N]"},
-#endif
 };
 
 static void usage(FILE *f)
