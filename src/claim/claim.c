@@ -128,6 +128,7 @@ struct Claimer {
         const MonoClock *mono;
 
         int epoll_fd, event_fd, timer_fd;
+        sd_event_source *event_source;
         Claim *claims; /* in entry order */
         WriteOp *writes;
 
@@ -1837,6 +1838,26 @@ int claimer_get_fd(Claimer *cl)
         return cl->epoll_fd;
 }
 
+static int claimer_on_event(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+{
+        return claimer_dispatch(userdata);
+}
+
+int claimer_attach_event(Claimer *cl, sd_event *event)
+{
+        if (!cl)
+                return -EINVAL;
+        if (cl->event_source)
+                return -EBUSY;
+        _cleanup_(sd_event_unrefp) sd_event *e = event ? sd_event_ref(event) : NULL;
+        if (!e) {
+                int r = sd_event_default(&e);
+                if (r < 0)
+                        return r;
+        }
+        return sd_event_add_io(e, &cl->event_source, cl->epoll_fd, EPOLLIN, claimer_on_event, cl);
+}
+
 int claimer_set_gpus(Claimer *cl, char *const *pfs, size_t n)
 {
         _cleanup_strv_free_ char **copy = NULL;
@@ -1966,6 +1987,7 @@ Claimer *claimer_free(Claimer *cl)
         free(cl->discover_error);
         root_free(cl->sysfs);
         free(cl->dev_root);
+        sd_event_source_disable_unref(cl->event_source);
         closep(&cl->epoll_fd);
         closep(&cl->event_fd);
         closep(&cl->timer_fd);

@@ -42,11 +42,9 @@
  * and `repair dirty VF <vf> before claim: <err>` (PLACE-12) are 409 insufficient_resources;
  * unknown_profile is 400; `save vGPU claim: <err>` and configure failures are 500 internal.
  *
- * Driving: like DeviceOps, the Claimer is loop-agnostic. The owner polls claimer_get_fd()
- * (readable when there is work: queued claims, a timer) and calls claimer_dispatch(); it also
- * keeps driving its worker pool, DeviceOps and NvmlClient, whose completions call into the
- * Claimer. Every callback below runs on the owner's thread, never from inside the call that
- * started the work.
+ * Driving: the owner attaches the Claimer to its sd-event loop (claimer_attach_event()), next
+ * to its worker pool, DeviceOps and NvmlClient, whose completions call into the Claimer. Every
+ * callback below runs on the owner's thread, never from inside the call that started the work.
  *
  * Promises: functions return >= 0 or -errno; out-parameters are written only on success; a
  * claim's done() runs exactly once (unless the Claimer is freed first) with the API-21 code,
@@ -55,6 +53,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <systemd/sd-event.h>
 
 #include "base/base.h"
 #include "device/device.h"
@@ -142,8 +141,15 @@ static inline void claimer_freep(Claimer **cl)
 }
 #define _cleanup_claimer_ _cleanup_(claimer_freep)
 
+/*
+ * Adds the Claimer's IO source to event (NULL: sd_event_default()), so that the loop starts
+ * what is due: discoveries, NVML rounds, queued writes, PLACE-8 timeouts. -EBUSY if already
+ * attached; claimer_free() removes the source.
+ */
+int claimer_attach_event(Claimer *cl, sd_event *event);
+
+/* Test-only single steps: the pollable fd and one dispatch of what is due. */
 int claimer_get_fd(Claimer *cl);
-/* Starts what is due: discoveries, NVML rounds, queued writes, PLACE-8 timeouts. */
 int claimer_dispatch(Claimer *cl);
 
 /*
