@@ -251,24 +251,19 @@ uint32_t sim_gpu_vgpus(const SimGpu *g)
 /* ---- host YAML (SIM-2) ----------------------------------------------------------------------- */
 
 /*
- * A copy of a message with control bytes written as \xNN. Messages quote values from the
- * input, and vgpu-sim prints them as one "FILE:line:column: what" line.
+ * Sets *error to the message, escaped as a whole (ESCAPE_ECHO: its quotes are its own). Messages
+ * quote values from the input, and vgpu-sim prints them as one "FILE:line:column: what" line.
  */
-static char *escape_controls(const char *s)
+static int fail_escaped(char **error, const char *fmt, va_list ap) _printf_(2, 0);
+static int fail_escaped(char **error, const char *fmt, va_list ap)
 {
-        size_t n = 1;
-        for (const char *c = s; *c; c++)
-                n += (unsigned char)*c < ' ' || *c == 0x7f ? 4 : 1;
-        char *out = malloc(n), *p = out;
-        if (!out)
-                return NULL;
-        for (const char *c = s; *c; c++)
-                if ((unsigned char)*c < ' ' || *c == 0x7f)
-                        p += sprintf(p, "\\x%02x", (unsigned)(unsigned char)*c);
-                else
-                        *p++ = *c;
-        *p = 0;
-        return out;
+        int r = error_setv(error, -EINVAL, fmt, ap);
+        if (!error || !*error)
+                return r;
+        char *safe = escape_text(*error, strlen(*error), SIZE_MAX, ESCAPE_ECHO | ESCAPE_UTF8);
+        free(*error);
+        *error = safe; /* out of memory: no message rather than an unescaped one */
+        return r;
 }
 
 static void yaml_parser_deletep(yaml_parser_t *p)
@@ -276,28 +271,17 @@ static void yaml_parser_deletep(yaml_parser_t *p)
         yaml_parser_delete(p);
 }
 
-static void yaml_document_deletep(yaml_document_t **d)
-{
-        if (*d)
-                yaml_document_delete(*d);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(yaml_document_t *, yaml_document_delete);
 
 static int yaml_fail(char **error, const yaml_node_t *n, const char *fmt, ...) _printf_(3, 4);
 static int yaml_fail(char **error, const yaml_node_t *n, const char *fmt, ...)
 {
-        _cleanup_free_ char *what = NULL;
         va_list ap;
 
         va_start(ap, fmt);
-        int k = vasprintf(&what, fmt, ap);
+        int r = fail_escaped(error, fmt, ap);
         va_end(ap);
-        if (k < 0)
-                return -ENOMEM;
-        _cleanup_free_ char *safe = escape_controls(what);
-        if (!safe)
-                return -ENOMEM;
-        return error_set(error, -EINVAL, "%zu:%zu: %s", n->start_mark.line + 1,
-                         n->start_mark.column + 1, safe);
+        return error_prefix(error, r, "%zu:%zu", n->start_mark.line + 1, n->start_mark.column + 1);
 }
 
 static const char *yaml_scalar(const yaml_node_t *n)
@@ -1402,18 +1386,12 @@ int sim_host_to_json(const SimHost *h, char **ret)
 static int state_fail(char **error, const char *fmt, ...) _printf_(2, 3);
 static int state_fail(char **error, const char *fmt, ...)
 {
-        _cleanup_free_ char *what = NULL;
         va_list ap;
 
         va_start(ap, fmt);
-        int k = vasprintf(&what, fmt, ap);
+        int r = fail_escaped(error, fmt, ap);
         va_end(ap);
-        if (k < 0)
-                return -ENOMEM;
-        _cleanup_free_ char *safe = escape_controls(what);
-        if (!safe)
-                return -ENOMEM;
-        return error_set(error, -EINVAL, "invalid simulator state: %s", safe);
+        return error_prefix(error, r, "invalid simulator state");
 }
 
 /* A non-negative integer no larger than max, or (when nullable) null. */

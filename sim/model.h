@@ -169,10 +169,7 @@ typedef struct SimHost {
 } SimHost;
 
 SimHost *sim_host_free(SimHost *h);
-static inline void sim_host_freep(SimHost **h)
-{
-        sim_host_free(*h);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(SimHost *, sim_host_free);
 #define _cleanup_sim_host_ _cleanup_(sim_host_freep)
 
 /*

@@ -68,10 +68,7 @@ typedef struct SimTree {
 
 int sim_tree_build(const SimHost *h, SimTree **ret);
 SimTree *sim_tree_free(SimTree *t);
-static inline void sim_tree_freep(SimTree **t)
-{
-        sim_tree_free(*t);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(SimTree *, sim_tree_free);
 #define _cleanup_sim_tree_ _cleanup_(sim_tree_freep)
 
 const SimNode *sim_tree_lookup(const SimTree *t, const char *path);

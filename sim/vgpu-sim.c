@@ -1119,11 +1119,7 @@ static void fuse_opt_free_argsp(struct fuse_args *a)
         fuse_opt_free_args(a);
 }
 
-static void fuse_loop_cfg_destroyp(struct fuse_loop_config **c)
-{
-        if (*c)
-                fuse_loop_cfg_destroy(*c);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct fuse_loop_config *, fuse_loop_cfg_destroy);
 
 static int run(Sim *s, const char *mount, bool foreground, bool allow_other)
 {

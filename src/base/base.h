@@ -35,6 +35,17 @@
 
 #define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
 
+/*
+ * Defines func##p(type *p), which calls func(*p) unless *p is NULL: the cleanup function for
+ * _cleanup_(). DEFINE_TRIVIAL_CLEANUP_FUNC(Root *, root_free) gives root_freep(Root **).
+ */
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func) \
+        static inline void func##p(type *p)     \
+        {                                       \
+                if (*p)                         \
+                        func(*p);               \
+        }
+
 static inline void freep(void *p)
 {
         free(*(void **)p);
@@ -49,26 +60,18 @@ static inline void closep(int *fd)
         }
 }
 
-static inline void fclosep(FILE **f)
-{
-        if (*f)
-                fclose(*f);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(FILE *, fclose);
+DEFINE_TRIVIAL_CLEANUP_FUNC(DIR *, closedir);
 
-static inline void closedirp(DIR **d)
+/* Frees a NULL-terminated vector and its strings; accepts NULL, returns NULL. */
+static inline char **strv_free(char **strv)
 {
-        if (*d)
-                closedir(*d);
+        for (char **s = strv; s && *s; s++)
+                free(*s);
+        free(strv);
+        return NULL;
 }
-
-static inline void strv_freep(char ***strv)
-{
-        if (*strv) {
-                for (char **s = *strv; *s; s++)
-                        free(*s);
-                free(*strv);
-        }
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(char **, strv_free);
 
 #define _cleanup_free_ _cleanup_(freep)
 #define _cleanup_close_ _cleanup_(closep)
@@ -141,6 +144,47 @@ int strv_push(char ***strv, const char *s);
  */
 bool json_text_too_deep(const char *buf, size_t size, unsigned max);
 
+/* ---- outside text in messages and log lines ------------------------------------------------- */
+
+/*
+ * The one rule for showing text from outside (sysfs, NVML, HTTP clients, files, the command
+ * line) in a message or a log line, so that an operator reading the line sees what the text
+ * was and nothing it pretends to be. Byte by byte:
+ *  - below 0x20, and 0x7f (DEL), becomes "\xNN" (two lowercase hex digits): the text stays on
+ *    one line and cannot move the cursor, colour or clear a terminal;
+ *  - "\" becomes "\\": every backslash in the output starts an escape, so a literal "\x0a"
+ *    in the text cannot pass for an escaped newline;
+ *  - '"' becomes "\"": the text cannot close the quotes around it or open new ones;
+ *  - 0x80 and above becomes "\xNN" too: the output is printable ASCII, and a stray high byte
+ *    (0x9b is a terminal control in 8-bit mode) is shown, not interpreted;
+ *  - every other byte is copied.
+ * Flags, for where the text goes:
+ *  - ESCAPE_QUOTE puts the result in double quotes: "<text>";
+ *  - ESCAPE_ECHO copies '"' and '\' as they are, for text echoed as written, whose quotes and
+ *    escapes are its own (an argument read back to the operator, a whole message); only its
+ *    control bytes (and high bytes) are escaped; not with ESCAPE_QUOTE;
+ *  - ESCAPE_UTF8 copies 0x80 and above, for UTF-8 the operator wrote (the configuration, the
+ *    command line), so that it reads as written.
+ * With max < n, only the first max bytes are shown, cut back to the start of a UTF-8
+ * character, and "..." follows (inside the quotes); SIZE_MAX shows all.
+ */
+typedef enum EscapeFlags {
+        ESCAPE_QUOTE = 1 << 0,
+        ESCAPE_ECHO = 1 << 1,
+        ESCAPE_UTF8 = 1 << 2,
+} EscapeFlags;
+
+/* The escaped text of s[0..n), malloc'd; NULL when out of memory. */
+char *escape_text(const char *s, size_t n, size_t max, EscapeFlags flags);
+
+/*
+ * The same into buf (capacity size), NUL-terminated and cut before the first escape that does
+ * not fit; returns the length of the whole escaped text, as snprintf() does. buf may be NULL
+ * when size is 0.
+ */
+size_t escape_text_buf(char *buf, size_t size, const char *s, size_t n, size_t max,
+                       EscapeFlags flags);
+
 /* ---- failure messages --------------------------------------------------------------------- */
 
 /*
@@ -149,8 +193,13 @@ bool json_text_too_deep(const char *buf, size_t size, unsigned max);
  * cause, which the caller frees; on success they leave it untouched. error may be NULL.
  */
 
-/* Stores the formatted message in *error (replacing any old one) and returns r (< 0). */
+/*
+ * Stores the formatted message in *error (replacing any old one, which the arguments may still
+ * use) and returns r (< 0). Out of memory leaves *error NULL; r still tells the failure.
+ */
 int error_set(char **error, int r, const char *fmt, ...) _printf_(3, 4);
+/* error_set() with the arguments as a va_list. */
+int error_setv(char **error, int r, const char *fmt, va_list ap) _printf_(3, 0);
 
 /* Rewrites *error as "<prefix>: <old message>" and returns r; with no old message, the
  * message is strerror(-r). */
@@ -185,7 +234,11 @@ int log_kv(int level, int error, const char *fmt, ...) _printf_(3, 4);
 int log_kvv(int level, int error, const char *message, va_list pairs);
 int log_line(int level, int error, const char *message, ...) _sentinel_;
 
-/* Appends one " key=value" pair, quoted as OPS-4 says, to buf (capacity size); truncates. */
+/*
+ * Appends one " key=value" pair to buf (capacity size), cut to fit (OPS-4): the value as it is
+ * when it is non-empty printable ASCII without space, '"', '=' or '\', else as escape_text()
+ * with ESCAPE_QUOTE writes it.
+ */
 void logfmt_append(char *buf, size_t size, const char *key, const char *value);
 
 #define log_full_errno(level, error, ...) log_kv(level, error, __VA_ARGS__)
@@ -204,6 +257,11 @@ int parse_uint64(const char *s, uint64_t *ret);
 /* As parse_uint64, and the value must lie in [min, max] (-ERANGE otherwise). */
 int parse_uint64_range(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 int parse_uint32(const char *s, uint32_t *ret);
+
+/* The value of a hex digit: 0..15 for 0-9, a-f and A-F; -EINVAL for anything else. */
+int hex_value(char c);
+/* As hex_value(), lowercase only: the canonical form that the kernel and sysfs print. */
+int hex_value_lower(char c);
 
 /* A PCI address "dddd:bb:dd.f", lowercase hex, function 0-7. */
 typedef struct PciAddress {

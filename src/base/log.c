@@ -68,24 +68,10 @@ void logfmt_append(char *buf, size_t size, const char *key, const char *value)
         buf_append(buf, size, " ", 1);
         buf_append(buf, size, key, strlen(key));
         buf_append(buf, size, "=", 1);
-        if (!logfmt_needs_quotes(value)) {
-                buf_append(buf, size, value, strlen(value));
-                return;
-        }
-        buf_append(buf, size, "\"", 1);
-        for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
-                char esc[5];
-                if (*p == '"' || *p == '\\') {
-                        esc[0] = '\\';
-                        esc[1] = (char)*p;
-                        buf_append(buf, size, esc, 2);
-                } else if (*p < ' ' || *p >= 0x7f) {
-                        snprintf(esc, sizeof esc, "\\x%02x", *p);
-                        buf_append(buf, size, esc, 4);
-                } else
-                        buf_append(buf, size, (const char *)p, 1);
-        }
-        buf_append(buf, size, "\"", 1);
+        size_t used = strnlen(buf, size);
+        if (used + 1 < size)
+                escape_text_buf(buf + used, size - used, value, strlen(value), SIZE_MAX,
+                                logfmt_needs_quotes(value) ? ESCAPE_QUOTE : 0);
 }
 
 static int log_emit(int level, int error, const char *message, va_list pairs)

@@ -62,13 +62,20 @@ int parse_uint32(const char *s, uint32_t *ret)
         return 0;
 }
 
-static int hex_value(char c)
+int hex_value(char c)
 {
         if (c >= '0' && c <= '9')
                 return c - '0';
         if (c >= 'a' && c <= 'f')
                 return c - 'a' + 10;
-        return -1; /* uppercase is not canonical and is refused */
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -EINVAL;
+}
+
+int hex_value_lower(char c)
+{
+        return c >= 'A' && c <= 'F' ? -EINVAL : hex_value(c);
 }
 
 /* Reads exactly n lowercase hex digits. */
@@ -76,7 +83,7 @@ static int take_hex(const char **p, size_t n, unsigned *ret)
 {
         unsigned v = 0;
         for (size_t i = 0; i < n; i++) {
-                int d = hex_value((*p)[i]);
+                int d = hex_value_lower((*p)[i]); /* uppercase is not canonical */
                 if (d < 0)
                         return -EINVAL;
                 v = v * 16 + (unsigned)d;

@@ -78,18 +78,26 @@ int strv_push(char ***strv, const char *s)
         return 0;
 }
 
-int error_set(char **error, int r, const char *fmt, ...)
+int error_setv(char **error, int r, const char *fmt, va_list ap)
 {
         char *msg;
-        va_list ap;
 
         if (!error)
                 return r;
-        va_start(ap, fmt);
+        /* Formatted before the old message goes: the arguments may still point into it. */
         int n = vasprintf(&msg, fmt, ap);
-        va_end(ap);
         free(*error);
         *error = n < 0 ? NULL : msg; /* out of memory: the errno still tells the story */
+        return r;
+}
+
+int error_set(char **error, int r, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        r = error_setv(error, r, fmt, ap);
+        va_end(ap);
         return r;
 }
 
@@ -101,10 +109,10 @@ int error_prefix(char **error, int r, const char *fmt, ...)
         if (!error)
                 return r;
         va_start(ap, fmt);
-        int n = vasprintf(&prefix, fmt, ap);
+        (void)error_setv(&prefix, r, fmt, ap);
         va_end(ap);
-        if (n < 0)
-                return r;
+        if (!prefix)
+                return r; /* out of memory: the old message stays */
         return error_set(error, r, "%s: %s", prefix, *error ? *error : strerror(r < 0 ? -r : r));
 }
 

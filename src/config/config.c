@@ -497,51 +497,16 @@ static void key_describe(const ConfigKey *k, char *buf, size_t size)
 }
 
 /*
- * Text from outside, made safe for a one-line message: control bytes become \xNN, and inside
- * quotes (`"<v>"`) so do quotes and backslashes. Beyond max bytes the text is cut at a
- * character boundary and "..." follows.
+ * `"<v>"`, cut at MESSAGE_VALUE_MAX: a value or key from the file (CFG-4, GEN-5). The file is
+ * the operator's own UTF-8, which libyaml has checked, so it stays readable.
  */
-static int escape_for_message(const char *v, size_t n, bool quoted, size_t max, char **ret)
-{
-        size_t shown = n;
-
-        if (shown > max) {
-                shown = max;
-                while (shown > 0 && ((unsigned char)v[shown] & 0xc0) == 0x80)
-                        shown--;
-        }
-        _cleanup_free_ char *s = malloc(shown * 4 + 8);
-        if (!s)
-                return -ENOMEM;
-
-        size_t o = 0;
-        if (quoted)
-                s[o++] = '"';
-        for (size_t i = 0; i < shown; i++) {
-                unsigned char c = (unsigned char)v[i];
-                if (quoted && (c == '"' || c == '\\')) {
-                        s[o++] = '\\';
-                        s[o++] = (char)c;
-                } else if (is_control(c)) {
-                        o += (size_t)sprintf(s + o, "\\x%02x", c);
-                } else
-                        s[o++] = (char)c;
-        }
-        if (shown < n) {
-                memcpy(s + o, "...", 3);
-                o += 3;
-        }
-        if (quoted)
-                s[o++] = '"';
-        s[o] = 0;
-        *ret = TAKE_PTR(s);
-        return 0;
-}
-
-/* `"<v>"`, cut at MESSAGE_VALUE_MAX: a value or key from the file. */
 static int quote_for_message(const char *v, size_t n, char **ret)
 {
-        return escape_for_message(v, n, true, MESSAGE_VALUE_MAX, ret);
+        char *s = escape_text(v, n, MESSAGE_VALUE_MAX, ESCAPE_QUOTE | ESCAPE_UTF8);
+        if (!s)
+                return -ENOMEM;
+        *ret = s;
+        return 0;
 }
 
 static bool is_plain(const yaml_event_t *e)
@@ -631,18 +596,15 @@ static int oom(Loader *l)
 _printf_(4, 5) static int loader_error_at(Loader *l, size_t line, size_t column, const char *fmt,
                                           ...)
 {
-        _cleanup_free_ char *msg = NULL;
         va_list ap;
 
         va_start(ap, fmt);
-        int n = vasprintf(&msg, fmt, ap);
+        int r = error_setv(l->error, -EINVAL, fmt, ap);
         va_end(ap);
-        if (n < 0)
-                return oom(l);
         if (!l->name)
-                return error_set(l->error, -EINVAL, "%s", msg);
+                return r;
         /* libyaml counts from 0; editors and the SPEC's examples from 1. */
-        return error_set(l->error, -EINVAL, "%s:%zu:%zu: %s", l->name, line + 1, column + 1, msg);
+        return error_prefix(l->error, r, "%s:%zu:%zu", l->name, line + 1, column + 1);
 }
 
 #define loader_error(l, mark, ...) loader_error_at(l, (mark).line, (mark).column, __VA_ARGS__)
@@ -1083,7 +1045,8 @@ int config_set(Config *c, const char *assignment, char **error)
         _cleanup_free_ char *shown = NULL, *key = NULL, *quoted = NULL;
 
         /* The assignment is echoed as typed, except that control bytes cannot break the line. */
-        if (escape_for_message(assignment, strlen(assignment), false, SIZE_MAX, &shown) < 0)
+        shown = escape_text(assignment, strlen(assignment), SIZE_MAX, ESCAPE_ECHO | ESCAPE_UTF8);
+        if (!shown)
                 return error_set(error, -ENOMEM, "--set: %s", strerror(ENOMEM));
 
         const char *eq = strchr(assignment, '=');

@@ -159,10 +159,7 @@ typedef struct DeviceScan DeviceScan;
 int device_scan_new(VfioScan *scan, DeviceScan **ret);
 DeviceScan *device_scan_ref(DeviceScan *s);
 DeviceScan *device_scan_unref(DeviceScan *s);
-static inline void device_scan_unrefp(DeviceScan **s)
-{
-        device_scan_unref(*s);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(DeviceScan *, device_scan_unref);
 #define _cleanup_device_scan_ _cleanup_(device_scan_unrefp)
 const VfioScan *device_scan_get(const DeviceScan *s);
 
@@ -204,11 +201,7 @@ int device_ops_new(const DeviceOpsConfig *config, DeviceOps **ret);
  * it would complete into freed memory.
  */
 DeviceOps *device_ops_free(DeviceOps *o);
-static inline void device_ops_freep(DeviceOps **o)
-{
-        if (*o)
-                device_ops_free(*o);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(DeviceOps *, device_ops_free);
 #define _cleanup_device_ops_ _cleanup_(device_ops_freep)
 
 /*

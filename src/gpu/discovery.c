@@ -7,8 +7,6 @@
 
 #include <inttypes.h>
 
-#include "gpu-internal.h"
-
 /* ---- small helpers ------------------------------------------------------------------------- */
 
 /* Makes room for one more element in a growable array. */
@@ -108,7 +106,7 @@ _sentinel_ static int builder_warn(Builder *b, const char *message, const char *
 static int warn_mdev(Builder *b, const char *message, const char *uuid, const char *cause,
                      const char *cause_key)
 {
-        _cleanup_free_ char *shown = gpu_escape(cause, strlen(cause)), *detail = NULL;
+        _cleanup_free_ char *shown = escape_text(cause, strlen(cause), SIZE_MAX, 0), *detail = NULL;
         if (!shown)
                 return -ENOMEM;
         int r = strprintf(&detail, "%s: %s", uuid, shown);
@@ -120,11 +118,11 @@ static int warn_mdev(Builder *b, const char *message, const char *uuid, const ch
 /* A directory entry's name is outside input: the recorded text escapes it. */
 static int warn_entry(Builder *b, const char *message, const char *entry, const char *cause)
 {
-        _cleanup_free_ char *shown = gpu_escape(entry, strlen(entry)), *detail = NULL;
+        _cleanup_free_ char *shown = escape_text(entry, strlen(entry), SIZE_MAX, ESCAPE_QUOTE),
+                            *detail = NULL;
         if (!shown)
                 return -ENOMEM;
-        int r = cause ? strprintf(&detail, "\"%s\": %s", shown, cause)
-                      : strprintf(&detail, "\"%s\"", shown);
+        int r = strprintf(&detail, "%s%s%s", shown, cause ? ": " : "", cause ?: "");
         if (r < 0)
                 return r;
         return builder_warn(b, message, detail, "entry", entry, "error", cause, NULL);
@@ -195,10 +193,11 @@ static int read_parent(const Root *sysfs, const char *device_dir,
         if (r < 0)
                 return error_set(error, r, "read physfn link: %s", strerror(-r));
         if (!pci_address_is_valid(target)) {
-                _cleanup_free_ char *shown = gpu_escape(target, strlen(target));
+                _cleanup_free_ char *shown =
+                    escape_text(target, strlen(target), SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
                         return -ENOMEM;
-                return error_set(error, -EINVAL, "invalid parent address \"%s\"", shown);
+                return error_set(error, -EINVAL, "invalid parent address %s", shown);
         }
         memcpy(parent, target, PCI_ADDRESS_STRLEN);
         return 0;
@@ -665,12 +664,10 @@ static int read_device_id(const Root *sysfs, const char *pf, uint16_t *ret)
         unsigned v = 0;
         for (const char *p = hex; *p; p++) {
                 /* sysfs prints lowercase; anything else is not what the kernel wrote. */
-                if (*p >= '0' && *p <= '9')
-                        v = v * 16 + (unsigned)(*p - '0');
-                else if (*p >= 'a' && *p <= 'f')
-                        v = v * 16 + (unsigned)(*p - 'a' + 10);
-                else
-                        return -EINVAL;
+                int d = hex_value_lower(*p);
+                if (d < 0)
+                        return d;
+                v = v * 16 + (unsigned)d;
         }
         *ret = (uint16_t)v;
         return 0;

@@ -8,28 +8,6 @@
 #include <ctype.h>
 #include <inttypes.h>
 
-#include "gpu-internal.h"
-
-char *gpu_escape(const char *s, size_t n)
-{
-        /* Worst case: every byte becomes \xNN. */
-        char *out = malloc(n * 4 + 1), *w = out;
-        if (!out)
-                return NULL;
-        for (size_t i = 0; i < n; i++) {
-                unsigned char c = (unsigned char)s[i];
-                if (c == '"' || c == '\\') {
-                        *w++ = '\\';
-                        *w++ = (char)c;
-                } else if (c >= 0x20 && c < 0x7f)
-                        *w++ = (char)c;
-                else
-                        w += sprintf(w, "\\x%02x", c);
-        }
-        *w = 0;
-        return out;
-}
-
 /* ---- frameworks ---------------------------------------------------------------------------- */
 
 const char *gpu_framework_to_string(GpuFramework f)
@@ -55,10 +33,10 @@ int gpu_framework_from_string(const char *s, GpuFramework *ret, char **error)
                 *ret = GPU_FRAMEWORK_VENDOR_VFIO;
                 return 0;
         }
-        _cleanup_free_ char *shown = gpu_escape(s, strlen(s));
+        _cleanup_free_ char *shown = escape_text(s, strlen(s), SIZE_MAX, ESCAPE_QUOTE);
         if (!shown)
                 return -ENOMEM;
-        return error_set(error, -EINVAL, "unknown vGPU framework \"%s\"", shown);
+        return error_set(error, -EINVAL, "unknown vGPU framework %s", shown);
 }
 
 /* ---- names and sizes ----------------------------------------------------------------------- */
@@ -222,11 +200,11 @@ static int parse_creatable_line(const char *p, size_t len, size_t line, ProfileL
                                 char **error)
 {
         if (memchr(p, 0, len)) {
-                _cleanup_free_ char *shown = gpu_escape(p, len);
+                _cleanup_free_ char *shown = escape_text(p, len, SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
                         return -ENOMEM;
-                return error_set(error, -EINVAL, "parse creatable vGPU types line %zu: \"%s\"",
-                                 line, shown);
+                return error_set(error, -EINVAL, "parse creatable vGPU types line %zu: %s", line,
+                                 shown);
         }
 
         _cleanup_free_ char *copy = strndup(p, len);
@@ -241,11 +219,11 @@ static int parse_creatable_line(const char *p, size_t len, size_t line, ProfileL
         while (right && isspace((unsigned char)*right))
                 right++;
         if (!right || !*right) {
-                _cleanup_free_ char *shown = gpu_escape(t, strlen(t));
+                _cleanup_free_ char *shown = escape_text(t, strlen(t), SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
                         return -ENOMEM;
-                return error_set(error, -EINVAL, "parse creatable vGPU types line %zu: \"%s\"",
-                                 line, shown);
+                return error_set(error, -EINVAL, "parse creatable vGPU types line %zu: %s", line,
+                                 shown);
         }
 
         *colon = 0;
@@ -257,21 +235,21 @@ static int parse_creatable_line(const char *p, size_t len, size_t line, ProfileL
         uint64_t v;
         int r = parse_uint64_range(id, 1, UINT32_MAX, &v);
         if (r < 0) {
-                _cleanup_free_ char *shown = gpu_escape(id, strlen(id));
+                _cleanup_free_ char *shown = escape_text(id, strlen(id), SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
                         return -ENOMEM;
-                return error_set(error, -EINVAL, "parse vGPU type ID \"%s\": %s", shown,
+                return error_set(error, -EINVAL, "parse vGPU type ID %s: %s", shown,
                                  r == -ERANGE ? "out of range 1..4294967295"
                                               : "not a decimal number");
         }
 
         if (!gpu_profile_name_is_valid(name)) {
-                _cleanup_free_ char *shown = gpu_escape(name, strlen(name));
+                _cleanup_free_ char *shown =
+                    escape_text(name, strlen(name), SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
                         return -ENOMEM;
                 return error_set(error, -EINVAL,
-                                 "parse creatable vGPU types line %zu: invalid vGPU type name "
-                                 "\"%s\"",
+                                 "parse creatable vGPU types line %zu: invalid vGPU type name %s",
                                  line, shown);
         }
         return profile_list_add(l, (uint32_t)v, name, line);
@@ -416,10 +394,10 @@ int gpu_parse_current_type(const char *buf, size_t size, uint32_t *ret, char **e
                         v = v * 10 + (uint64_t)(buf[i] - '0'); /* at most 16 digits: no wrap */
         }
         if (!ok || v > UINT32_MAX) {
-                _cleanup_free_ char *shown = gpu_escape(buf, n);
+                _cleanup_free_ char *shown = escape_text(buf, n, SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
                         return -ENOMEM;
-                return error_set(error, -EINVAL, "invalid current vGPU type \"%s\"", shown);
+                return error_set(error, -EINVAL, "invalid current vGPU type %s", shown);
         }
         *ret = (uint32_t)v;
         return 0;

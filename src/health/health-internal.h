@@ -38,12 +38,6 @@ static inline bool health_record_is_empty(const HealthRecord *r)
         return !r->quarantined && r->n_failures == 0;
 }
 
-/*
- * A value inside a message, in double quotes: printable ASCII stays, '"' and '\' are escaped,
- * any other byte becomes \xNN, so a message stays one printable line. NULL on ENOMEM.
- */
-char *health_quote(const char *s);
-
 /* Replaces *p with a copy of s (NULL clears it). */
 int health_set_string(char **p, const char *s);
 
@@ -66,10 +60,7 @@ typedef struct HealthOp {
  */
 int health_op_new(const HealthRequest *request, Timestamp now, HealthOp **ret, char **error);
 HealthOp *health_op_free(HealthOp *op);
-static inline void health_op_freep(HealthOp **op)
-{
-        health_op_free(*op);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(HealthOp *, health_op_free);
 
 /*
  * What applying op to s would do, when it would change nothing: returns 1 and the result

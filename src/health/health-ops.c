@@ -39,7 +39,8 @@ HealthOp *health_op_free(HealthOp *op)
 
 static int invalid_address(const char *address, char **error)
 {
-        _cleanup_free_ char *q = health_quote(address ? address : "");
+        address = address ?: "";
+        _cleanup_free_ char *q = escape_text(address, strlen(address), SIZE_MAX, ESCAPE_QUOTE);
         if (!q)
                 return -ENOMEM;
         return error_set(error, -EINVAL, "invalid VF address %s", q);
@@ -59,7 +60,7 @@ static int check_key(const char *what, const char *s, char **error)
 {
         if (key_part_is_valid(s))
                 return 0;
-        _cleanup_free_ char *q = health_quote(s);
+        _cleanup_free_ char *q = escape_text(s, strlen(s), SIZE_MAX, ESCAPE_QUOTE);
         if (!q)
                 return -ENOMEM;
         return error_set(error, -EINVAL, "invalid %s %s", what, q);
@@ -141,7 +142,9 @@ int health_op_new(const HealthRequest *req, Timestamp now, HealthOp **ret, char 
                 break;
         case HEALTH_REQUEST_DRIVER_VERSION:
                 if (!req->text || !*req->text || !key_part_is_valid(req->text)) {
-                        _cleanup_free_ char *q = health_quote(req->text ? req->text : "");
+                        const char *text = req->text ?: "";
+                        _cleanup_free_ char *q =
+                            escape_text(text, strlen(text), SIZE_MAX, ESCAPE_QUOTE);
                         if (!q)
                                 return -ENOMEM;
                         return error_set(error, -EINVAL, "invalid driver version %s", q);

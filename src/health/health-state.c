@@ -264,41 +264,7 @@ void health_record_unquarantine(HealthRecord *r)
 #define UNMARSHAL_PREFIX "unmarshal VF health state: "
 #define VALIDATE_PREFIX "validate VF health state"
 
-char *health_quote(const char *s)
-{
-        size_t n = strlen(s);
-        char *q = malloc(n * 4 + 3), *p = q;
-        if (!q)
-                return NULL;
-        *p++ = '"';
-        for (; *s; s++) {
-                unsigned char c = (unsigned char)*s;
-                if (c == '"' || c == '\\') {
-                        *p++ = '\\';
-                        *p++ = (char)c;
-                } else if (c >= 0x20 && c < 0x7f)
-                        *p++ = (char)c;
-                else
-                        p += sprintf(p, "\\x%02x", c);
-        }
-        *p++ = '"';
-        *p = 0;
-        return q;
-}
-
-static int unmarshal_error(char **error, const char *fmt, ...) _printf_(2, 3);
-static int unmarshal_error(char **error, const char *fmt, ...)
-{
-        _cleanup_free_ char *what = NULL;
-        va_list ap;
-
-        va_start(ap, fmt);
-        int n = vasprintf(&what, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-                return -ENOMEM;
-        return error_set(error, -EINVAL, UNMARSHAL_PREFIX "%s", what);
-}
+#define unmarshal_error(error, ...) error_set(error, -EINVAL, UNMARSHAL_PREFIX __VA_ARGS__)
 
 /* "unknown key "<k>"" after the given message prefix. */
 static int unknown_key_error(char **error, const char *prefix, const char *scope, const char *key)
@@ -306,7 +272,7 @@ static int unknown_key_error(char **error, const char *prefix, const char *scope
         _cleanup_free_ char *full = NULL;
         if (strprintf(&full, "%s%s", scope, key) < 0)
                 return -ENOMEM;
-        _cleanup_free_ char *q = health_quote(full);
+        _cleanup_free_ char *q = escape_text(full, strlen(full), SIZE_MAX, ESCAPE_QUOTE);
         if (!q)
                 return -ENOMEM;
         return error_set(error, -EINVAL, "%s: unknown key %s", prefix, q);
@@ -536,7 +502,10 @@ static int validate_failures(json_t *failures, size_t i, HealthRecord *out, char
                 const char *id = json_string_or_empty(f, "instance_id");
                 const char *at = json_string_or_empty(f, "assigned_at");
                 if (j == repeat) {
-                        _cleanup_free_ char *qid = health_quote(id), *qat = health_quote(at);
+                        _cleanup_free_ char *qid =
+                            escape_text(id, strlen(id), SIZE_MAX, ESCAPE_QUOTE);
+                        _cleanup_free_ char *qat =
+                            escape_text(at, strlen(at), SIZE_MAX, ESCAPE_QUOTE);
                         if (!qid || !qat)
                                 return -ENOMEM;
                         return error_set(error, -EINVAL,
@@ -569,7 +538,8 @@ static int validate_record(json_t *rec, size_t i, size_t repeated_address, Healt
 
         const char *address = json_string_or_empty(rec, "vf_address");
         if (!pci_address_is_valid(address)) {
-                _cleanup_free_ char *q = health_quote(address);
+                _cleanup_free_ char *q =
+                    escape_text(address, strlen(address), SIZE_MAX, ESCAPE_QUOTE);
                 if (!q)
                         return -ENOMEM;
                 return error_set(error, -EINVAL, "%s: invalid VF address %s", prefix, q);
@@ -595,7 +565,7 @@ static int validate_record(json_t *rec, size_t i, size_t repeated_address, Healt
                 else if (streq(v, "operator"))
                         out->source = HEALTH_SOURCE_OPERATOR;
                 else {
-                        _cleanup_free_ char *q = health_quote(v);
+                        _cleanup_free_ char *q = escape_text(v, strlen(v), SIZE_MAX, ESCAPE_QUOTE);
                         if (!q)
                                 return -ENOMEM;
                         return error_set(error, -EINVAL, "%s: invalid source %s", prefix, q);

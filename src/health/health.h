@@ -110,10 +110,7 @@ typedef struct HealthState {
 
 int health_state_new(HealthState **ret);
 HealthState *health_state_free(HealthState *s);
-static inline void health_state_freep(HealthState **s)
-{
-        health_state_free(*s);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(HealthState *, health_state_free);
 #define _cleanup_health_state_ _cleanup_(health_state_freep)
 int health_state_copy(const HealthState *s, HealthState **ret);
 
@@ -193,10 +190,7 @@ bool health_threshold_is_valid(uint64_t threshold);
 int health_store_new(int data_dir_fd, const HealthOptions *options, HealthStore **ret);
 /* The store must not be freed while a write it handed out is still in flight. */
 HealthStore *health_store_free(HealthStore *s);
-static inline void health_store_freep(HealthStore **s)
-{
-        health_store_free(*s);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(HealthStore *, health_store_free);
 #define _cleanup_health_store_ _cleanup_(health_store_freep)
 
 /*

@@ -19,17 +19,6 @@ static bool is_unreserved_or_subdelim(char c)
                (c != 0 && strchr("-._~!$&'()*+,;=:@", c));
 }
 
-static int hex_value(char c)
-{
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 /*
  * Decodes n bytes of s. Raw bytes must be pchars (RFC 3986), plus "/" and "?" in a query;
  * "%XX" must be two hex digits and must not encode NUL.

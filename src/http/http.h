@@ -191,11 +191,7 @@ int http_reply_error(HttpRequest *req, unsigned status, const char *code, const 
 int http_request_suspend(HttpRequest *req);
 HttpRequest *http_request_ref(HttpRequest *req);
 HttpRequest *http_request_unref(HttpRequest *req);
-static inline void http_request_unrefp(HttpRequest **req)
-{
-        if (*req)
-                http_request_unref(*req);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(HttpRequest *, http_request_unref);
 
 /* ---- the server ----------------------------------------------------------------------------- */
 
@@ -232,11 +228,7 @@ HttpServer *http_server_free(HttpServer *s);
  * open, suspended requests included, are served to the end. Idempotent.
  */
 void http_server_stop_listening(HttpServer *s);
-static inline void http_server_freep(HttpServer **s)
-{
-        if (*s)
-                http_server_free(*s);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(HttpServer *, http_server_free);
 #define _cleanup_http_server_ _cleanup_(http_server_freep)
 
 /* The TCP listener's bound address (the real port when 0 was asked); -ENOENT without one. */

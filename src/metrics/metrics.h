@@ -37,11 +37,7 @@ typedef struct MetricsWriter MetricsWriter;
 
 int metrics_writer_new(MetricsWriter **ret);
 MetricsWriter *metrics_writer_free(MetricsWriter *w);
-static inline void metrics_writer_freep(MetricsWriter **w)
-{
-        if (*w)
-                metrics_writer_free(*w);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(MetricsWriter *, metrics_writer_free);
 #define _cleanup_metrics_writer_ _cleanup_(metrics_writer_freep)
 
 /* Starts a family: writes its HELP and TYPE lines. help must not be empty. */

@@ -222,11 +222,7 @@ int nvml_client_new(const NvmlClientConfig *config, NvmlClient **ret);
  * stuck, then stops the thread (NVML-17). Pending callbacks do not run. Returns NULL.
  */
 NvmlClient *nvml_client_free(NvmlClient *c);
-static inline void nvml_client_freep(NvmlClient **c)
-{
-        if (*c)
-                nvml_client_free(*c);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(NvmlClient *, nvml_client_free);
 #define _cleanup_nvml_client_ _cleanup_(nvml_client_freep)
 
 /* Readable when nvml_client_dispatch() has work: a result, a deadline, a refused request. */

@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/base.h"
+
 typedef struct Root {
         int fd;
         char *path; /* as configured, for messages */
@@ -22,10 +24,7 @@ typedef struct Root {
 /* Opens path (which must be absolute) as a directory. */
 int root_open(const char *path, Root **ret);
 Root *root_free(Root *r);
-static inline void root_freep(Root **r)
-{
-        root_free(*r);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(Root *, root_free);
 #define _cleanup_root_ __attribute__((cleanup(root_freep)))
 
 /* -EINVAL unless rel is a non-empty relative path without "." or ".." components. */

@@ -551,9 +551,7 @@ static bool is_uuid(const char *s)
         if (strlen(s) != sizeof shape - 1)
                 return false;
         for (size_t i = 0; shape[i]; i++) {
-                bool hex = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') ||
-                           (s[i] >= 'A' && s[i] <= 'F');
-                if (shape[i] == '-' ? s[i] != '-' : !hex)
+                if (shape[i] == '-' ? s[i] != '-' : hex_value(s[i]) < 0)
                         return false;
         }
         return true;

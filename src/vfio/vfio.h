@@ -50,10 +50,7 @@ int vfio_scan(const Root *proc_root, const char *dev_root, VfioScan **ret, char 
 int vfio_scan_startup(const Root *proc_root, const char *dev_root, VfioScan **ret, char **error);
 
 VfioScan *vfio_scan_free(VfioScan *s);
-static inline void vfio_scan_freep(VfioScan **s)
-{
-        vfio_scan_free(*s);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(VfioScan *, vfio_scan_free);
 #define _cleanup_vfio_scan_ __attribute__((cleanup(vfio_scan_freep)))
 
 /*

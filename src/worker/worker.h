@@ -115,11 +115,7 @@ int worker_pool_new(const WorkerPoolConfig *config, WorkerPool **ret);
  * call. Returns NULL.
  */
 WorkerPool *worker_pool_free(WorkerPool *p);
-static inline void worker_pool_freep(WorkerPool **p)
-{
-        if (*p)
-                worker_pool_free(*p);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(WorkerPool *, worker_pool_free);
 #define _cleanup_worker_pool_ _cleanup_(worker_pool_freep)
 
 /*

@@ -1484,6 +1484,192 @@ static void test_error_set_prefix(void **state)
         free(error);
 }
 
+/* A variadic helper of the kind error_setv() is for: a fixed prefix before the caller's text. */
+static int fail_with_prefix(char **error, int r, const char *fmt, ...) _printf_(3, 4);
+static int fail_with_prefix(char **error, int r, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        r = error_setv(error, r, fmt, ap);
+        va_end(ap);
+        return error_prefix(error, r, "prefix");
+}
+
+/* GEN-7 */
+static void test_error_setv(void **state)
+{
+        char *error = NULL;
+
+        assert_int_equal(fail_with_prefix(NULL, -EIO, "ignored %d", 1), -EIO);
+        assert_int_equal(fail_with_prefix(&error, -ENOENT, "open %s: %d", "/x", 2), -ENOENT);
+        assert_string_equal(error, "prefix: open /x: 2");
+        /* the old message may be an argument of the new one */
+        assert_int_equal(fail_with_prefix(&error, -EINVAL, "again: %s", error), -EINVAL);
+        assert_string_equal(error, "prefix: again: prefix: open /x: 2");
+        free(error);
+}
+
+/* ---- escaping outside text ------------------------------------------------------------------- */
+
+static char *escaped(const char *s, size_t n, size_t max, EscapeFlags flags)
+{
+        char *e = escape_text(s, n, max, flags);
+        assert_non_null(e);
+        /* the buffer form gives the same text and says how long it is */
+        char buf[2048];
+        assert_true(strlen(e) < sizeof buf);
+        assert_int_equal(escape_text_buf(buf, sizeof buf, s, n, max, flags), strlen(e));
+        assert_string_equal(buf, e);
+        assert_int_equal(escape_text_buf(NULL, 0, s, n, max, flags), strlen(e));
+        return e;
+}
+
+static void assert_escaped(const char *s, EscapeFlags flags, const char *expected)
+{
+        _cleanup_free_ char *e = escaped(s, strlen(s), SIZE_MAX, flags);
+        assert_string_equal(e, expected);
+}
+
+/* GEN-5, OPS-4, CFG-4: the one rule for outside text in a message or log line */
+static void test_escape_text(void **state)
+{
+        static const struct {
+                const char *s, *bare, *quoted, *echo_utf8;
+        } cases[] = {
+            {"", "", "\"\"", ""},
+            {"plain 0000:e3:00.0 a/b=c", "plain 0000:e3:00.0 a/b=c", "\"plain 0000:e3:00.0 a/b=c\"",
+             "plain 0000:e3:00.0 a/b=c"},
+            {"a\"b", "a\\\"b", "\"a\\\"b\"", "a\"b"},
+            {"a\\b", "a\\\\b", "\"a\\\\b\"", "a\\b"},
+            /* a literal escape in the text cannot pass for one in the output */
+            {"\\x0a", "\\\\x0a", "\"\\\\x0a\"", "\\x0a"},
+            {"tab\there", "tab\\x09here", "\"tab\\x09here\"", "tab\\x09here"},
+            {"line\nbreak\r", "line\\x0abreak\\x0d", "\"line\\x0abreak\\x0d\"",
+             "line\\x0abreak\\x0d"},
+            {"\x1b[2J\x1b]0;title\x07", "\\x1b[2J\\x1b]0;title\\x07",
+             "\"\\x1b[2J\\x1b]0;title\\x07\"", "\\x1b[2J\\x1b]0;title\\x07"},
+            {"del\x7f", "del\\x7f", "\"del\\x7f\"", "del\\x7f"},
+            {"caf\xc3\xa9", "caf\\xc3\\xa9", "\"caf\\xc3\\xa9\"", "caf\xc3\xa9"},
+            {"\23331m\xff", "\\x9b31m\\xff", "\"\\x9b31m\\xff\"", "\23331m\xff"}, /* 0x9b: CSI */
+            {"x\" y=\"z", "x\\\" y=\\\"z", "\"x\\\" y=\\\"z\"", "x\" y=\"z"},
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                assert_escaped(cases[i].s, 0, cases[i].bare);
+                assert_escaped(cases[i].s, ESCAPE_QUOTE, cases[i].quoted);
+                assert_escaped(cases[i].s, ESCAPE_ECHO | ESCAPE_UTF8, cases[i].echo_utf8);
+                /* quoting wins over echo: inside quotes, '"' and '\' are always escaped */
+                assert_escaped(cases[i].s, ESCAPE_QUOTE | ESCAPE_ECHO, cases[i].quoted);
+        }
+        assert_escaped("caf\xc3\xa9 \"\\", ESCAPE_QUOTE | ESCAPE_UTF8, "\"caf\xc3\xa9 \\\"\\\\\"");
+        assert_escaped("\"\xc3\xa9\"", ESCAPE_ECHO, "\"\\xc3\\xa9\"");
+
+        /* a NUL inside the counted bytes is shown, not an end */
+        _cleanup_free_ char *nul = escaped("a\0b", 3, SIZE_MAX, ESCAPE_QUOTE);
+        assert_string_equal(nul, "\"a\\x00b\"");
+
+        /* every byte: the output is printable ASCII, and one line */
+        char all[256];
+        for (int c = 0; c < 256; c++)
+                all[c] = (char)(c == 255 ? 1 : c + 1);
+        static const EscapeFlags flag_sets[] = {0, ESCAPE_QUOTE, ESCAPE_ECHO};
+        for (size_t f = 0; f < ELEMENTSOF(flag_sets); f++) {
+                _cleanup_free_ char *e = escaped(all, sizeof all, SIZE_MAX, flag_sets[f]);
+                for (const char *p = e; *p; p++)
+                        assert_true(*p >= 0x20 && *p < 0x7f);
+        }
+}
+
+/* GEN-5: a long value is cut, never inside a UTF-8 character */
+static void test_escape_text_max(void **state)
+{
+        _cleanup_free_ char *cut = escaped("abcdef", 6, 3, ESCAPE_QUOTE);
+        assert_string_equal(cut, "\"abc...\"");
+        _cleanup_free_ char *exact = escaped("abc", 3, 3, ESCAPE_QUOTE);
+        assert_string_equal(exact, "\"abc\"");
+        /* "é" is two bytes: cutting after 2 bytes of "xé" would split it */
+        _cleanup_free_ char *utf8 = escaped("x\xc3\xa9y", 4, 2, ESCAPE_QUOTE | ESCAPE_UTF8);
+        assert_string_equal(utf8, "\"x...\"");
+        _cleanup_free_ char *bare = escaped("\n\n\n", 3, 1, 0);
+        assert_string_equal(bare, "\\x0a...");
+        _cleanup_free_ char *none = escaped("abc", 3, 0, 0);
+        assert_string_equal(none, "...");
+}
+
+/* The buffer form cuts before an escape that does not fit, never inside one. */
+static void test_escape_text_buf_cut(void **state)
+{
+        char buf[8];
+        /* "\"a\\x0ab\"" needs 8 bytes and a NUL */
+        assert_int_equal(escape_text_buf(buf, sizeof buf, "a\nb", 3, SIZE_MAX, ESCAPE_QUOTE), 8);
+        assert_string_equal(buf, "\"a\\x0ab");
+        assert_int_equal(escape_text_buf(buf, 5, "a\nb", 3, SIZE_MAX, ESCAPE_QUOTE), 8);
+        assert_string_equal(buf, "\"a");
+        /* nothing after a piece that did not fit, even a smaller one */
+        assert_int_equal(escape_text_buf(buf, 4, "\nb", 2, SIZE_MAX, 0), 5);
+        assert_string_equal(buf, "");
+        assert_int_equal(escape_text_buf(buf, 1, "a", 1, SIZE_MAX, 0), 1);
+        assert_string_equal(buf, "");
+}
+
+/* ---- hex digits --------------------------------------------------------------------------------
+ */
+
+static void test_hex_value(void **state)
+{
+        static const char digits[] = "0123456789abcdef", upper[] = "ABCDEF";
+
+        for (int i = 0; i < 16; i++) {
+                assert_int_equal(hex_value(digits[i]), i);
+                assert_int_equal(hex_value_lower(digits[i]), i);
+        }
+        for (int i = 0; i < 6; i++) {
+                assert_int_equal(hex_value(upper[i]), 10 + i);
+                assert_int_equal(hex_value_lower(upper[i]), -EINVAL); /* not canonical */
+        }
+        for (int c = -128; c < 128; c++)
+                if (!strchr("0123456789abcdefABCDEF", c) || c == 0) {
+                        assert_int_equal(hex_value((char)c), -EINVAL);
+                        assert_int_equal(hex_value_lower((char)c), -EINVAL);
+                }
+}
+
+/* ---- cleanup functions ------------------------------------------------------------------------
+ */
+
+typedef struct Counted {
+        int *frees;
+} Counted;
+
+static Counted *counted_free(Counted *c)
+{
+        (*c->frees)++; /* never called with NULL: the cleanup function checks first */
+        free(c);
+        return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(Counted *, counted_free);
+
+static void test_trivial_cleanup_func(void **state)
+{
+        int frees = 0;
+        {
+                _cleanup_(counted_freep) Counted *none = NULL;
+                _cleanup_(counted_freep) Counted *one = malloc(sizeof *one);
+                assert_non_null(one);
+                one->frees = &frees;
+                _cleanup_(counted_freep) Counted *taken = malloc(sizeof *taken);
+                assert_non_null(taken);
+                taken->frees = &frees;
+                free(TAKE_PTR(taken));
+                (void)none;
+        }
+        assert_int_equal(frees, 1);
+
+        _cleanup_strv_free_ char **strv = NULL;
+        assert_int_equal(strv_push(&strv, "a"), 0);
+        assert_null(strv_free(NULL));
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -1526,6 +1712,12 @@ int main(void)
             cmocka_unit_test(test_strv),
             cmocka_unit_test(test_small_helpers),
             cmocka_unit_test(test_error_set_prefix),
+            cmocka_unit_test(test_error_setv),
+            cmocka_unit_test(test_escape_text),
+            cmocka_unit_test(test_escape_text_max),
+            cmocka_unit_test(test_escape_text_buf_cut),
+            cmocka_unit_test(test_hex_value),
+            cmocka_unit_test(test_trivial_cleanup_func),
         };
         return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }
