@@ -16,7 +16,7 @@
 #include <jansson.h>
 
 #include "fuzz/jwt-forge.h"
-#include "http/http-internal.h"
+#include "http/http.h"
 
 #define FUZZ_KEY "fuzz-key-0123456789abcdef-0123456"
 #define FUZZ_NOW_SEC INT64_C(1900000000)
@@ -27,7 +27,7 @@ static json_t *part_json(const char *s, size_t n)
 {
         _cleanup_free_ uint8_t *buf = NULL;
         size_t len;
-        if (http_base64url_decode(s, n, &buf, &len) < 0)
+        if (jwt_base64url_decode(s, n, &buf, &len) < 0)
                 abort();
         json_t *j = json_loadb((const char *)buf, len, JSON_REJECT_DUPLICATES, NULL);
         if (!json_is_object(j))
@@ -69,8 +69,8 @@ static void check_accepted(const char *value, const char *subject)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-        static HttpJwtSecret *secret;
-        if (!secret && http_jwt_secret_new(FUZZ_KEY, strlen(FUZZ_KEY), &secret) < 0)
+        static JwtSecret *secret;
+        if (!secret && jwt_secret_new(FUZZ_KEY, strlen(FUZZ_KEY), &secret) < 0)
                 abort();
         if (size < 1 || memchr(data + 1, 0, size - 1))
                 return 0;

@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         abort();
                 return 0;
         }
-        if (!json_is_object(j) || depth(j) > HTTP_JSON_DEPTH_MAX)
+        if (!json_is_object(j) || depth(j) > JSON_DEPTH_MAX)
                 abort();
 
         _cleanup_free_ char *text = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);

@@ -2,12 +2,14 @@
 #pragma once
 
 /*
- * Test support, shared by tests/unit/test-http.c and fuzz/fuzz-auth-header.c: builds HS256
- * tokens from raw header and payload bytes, so that tests can sign what no JWT library would
- * produce (duplicate keys, string claims, odd headers) and reach the checks behind the
- * signature. Written independently of src/http, which only ever decodes.
+ * Test support, shared by tests/unit/test-jwt.c, tests/unit/test-http.c and
+ * fuzz/fuzz-auth-header.c: builds HS256 tokens from raw header and payload bytes, so that tests
+ * can sign what no JWT library would produce (duplicate keys, string claims, odd headers) and
+ * reach the checks behind the signature. Written independently of src/jwt, which decodes
+ * tokens itself and mints them with libjwt.
  */
 
+#include <jwt.h> /* libjwt's, an independent encoder */
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <stdint.h>
@@ -71,4 +73,18 @@ static inline char *jwt_forge_str(const void *key, size_t key_size, const char *
                                   const char *payload)
 {
         return jwt_forge(key, key_size, header, strlen(header), payload, strlen(payload));
+}
+
+/* A token as libjwt mints it from a JSON object of grants, with any algorithm and key. */
+static inline char *jwt_forge_libjwt(jwt_alg_t alg, const char *key, const char *grants)
+{
+        jwt_t *jwt = NULL;
+        if (jwt_new(&jwt) != 0)
+                return NULL;
+        char *token = NULL;
+        if (jwt_add_grants_json(jwt, grants) == 0 &&
+            jwt_set_alg(jwt, alg, (const unsigned char *)key, key ? (int)strlen(key) : 0) == 0)
+                token = jwt_encode_str(jwt);
+        jwt_free(jwt);
+        return token;
 }

@@ -138,6 +138,9 @@ size_t strv_length(char *const *strv);
 /* Appends a copy of s; *strv may be NULL. */
 int strv_push(char ***strv, const char *s);
 
+/* How deep JSON from outside may nest its arrays and objects (GEN-6). */
+#define JSON_DEPTH_MAX 16
+
 /*
  * True when JSON text nests arrays and objects deeper than max (GEN-6). A byte-level pre-check
  * run before the parser, so a hostile document cannot drive a recursive parser deep.

@@ -2,10 +2,10 @@
 /* vgpuctl's commands: one request each, or a token minted locally (OPS-7, OPS-8). */
 #include "config.h"
 #include "ctl.h"
-#include "http/http.h"
+#include "jwt/jwt.h"
 
 /* The token check in ctl-args.c must match what the daemon accepts in the header. */
-_Static_assert(CTL_TOKEN_MAX + sizeof("Bearer ") - 1 == HTTP_AUTHORIZATION_MAX,
+_Static_assert(CTL_TOKEN_MAX + sizeof("Bearer ") - 1 == JWT_AUTHORIZATION_MAX,
                "CTL_TOKEN_MAX does not fill the Authorization header");
 
 static int fail_oom(const CtlEnv *env)
@@ -130,18 +130,18 @@ static int run_health_route(const CtlArgs *a, const CtlEnv *env, const char *met
 
 static int run_token_mint(const CtlArgs *a, const CtlEnv *env)
 {
-        _cleanup_jwt_secret_ HttpJwtSecret *secret = NULL;
+        _cleanup_jwt_secret_ JwtSecret *secret = NULL;
         _cleanup_free_ char *error = NULL, *token = NULL;
 
         /* The daemon's own loader, so the file is judged exactly as vgpud judges it (API-14). */
-        int r = http_jwt_secret_load(a->secret_file, &secret, &error);
+        int r = jwt_secret_load(a->secret_file, &secret, &error);
         if (r == -ENOMEM)
                 return fail_oom(env);
         if (r < 0) {
                 fprintf(env->err, "error: %s\n", error ? error : strerror(-r));
                 return CTL_EXIT_USAGE;
         }
-        r = http_jwt_mint(secret, a->subject, clock_now(&env->clock), a->ttl, &token);
+        r = jwt_mint(secret, a->subject, clock_now(&env->clock), a->ttl, &token);
         if (r == -ENOMEM)
                 return fail_oom(env);
         if (r < 0) {

@@ -100,9 +100,9 @@ int cmd_daemon(int argc, char **argv)
 
         if (check) {
                 /* API-14: the secret is part of what start-up checks before serving. */
-                _cleanup_jwt_secret_ HttpJwtSecret *secret = NULL;
+                _cleanup_jwt_secret_ JwtSecret *secret = NULL;
                 _cleanup_free_ char *dump = NULL;
-                r = http_jwt_secret_load(config.jwt_secret_file, &secret, &error);
+                r = jwt_secret_load(config.jwt_secret_file, &secret, &error);
                 if (r >= 0)
                         r = config_dump(&config, &dump);
                 config_done(&config);

@@ -299,7 +299,7 @@ int manager_start(Manager *m, Config *config, char **error)
         if (r >= 0)
                 r = open_roots(m, error);
         if (r >= 0)
-                r = http_jwt_secret_load(m->config.jwt_secret_file, &m->jwt_secret, error);
+                r = jwt_secret_load(m->config.jwt_secret_file, &m->jwt_secret, error);
         if (r < 0)
                 return r;
 
@@ -393,7 +393,7 @@ Manager *manager_free(Manager *m)
         free(m->driver_version);
         free(m->logged_disabled);
         if (m->jwt_secret)
-                http_jwt_secret_free(m->jwt_secret);
+                jwt_secret_free(m->jwt_secret);
         root_free(m->sysfs);
         root_free(m->proc);
         closep(&m->data_dir_fd);

@@ -57,7 +57,7 @@ typedef struct Manager {
         WorkerPool *workers;
         NvmlClient *nvml;
         HealthStore *health;
-        HttpJwtSecret *jwt_secret;
+        JwtSecret *jwt_secret;
         HttpServer *http;
         ApiContext api;
 

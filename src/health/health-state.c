@@ -648,9 +648,8 @@ int health_state_parse(const char *buf, size_t size, HealthState **ret, char **e
         if (size > HEALTH_FILE_MAX)
                 return error_set(error, -EFBIG, UNMARSHAL_PREFIX "file larger than %zu bytes",
                                  HEALTH_FILE_MAX);
-        if (json_text_too_deep(buf, size, HEALTH_JSON_DEPTH_MAX))
-                return unmarshal_error(error, "nesting deeper than %d levels",
-                                       HEALTH_JSON_DEPTH_MAX);
+        if (json_text_too_deep(buf, size, JSON_DEPTH_MAX))
+                return unmarshal_error(error, "nesting deeper than %d levels", JSON_DEPTH_MAX);
 
         json_error_t jerr;
         json_auto_t *root = json_loadb(buf, size, JSON_REJECT_DUPLICATES, &jerr);

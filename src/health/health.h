@@ -49,7 +49,6 @@
 #define HEALTH_FILE_MAX ((size_t)4 << 20)                     /* HEALTH-5 */
 #define HEALTH_FAILURES_MAX 64                                /* HEALTH-4 */
 #define HEALTH_REASON_MAX 256                                 /* HEALTH-3, HEALTH-12 */
-#define HEALTH_JSON_DEPTH_MAX 16                              /* GEN-6 */
 
 #define HEALTH_THRESHOLD_MIN 1u /* HEALTH-7 */
 #define HEALTH_THRESHOLD_MAX 64u

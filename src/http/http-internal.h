@@ -55,17 +55,6 @@ int http_route_params(const HttpRoute *route, char *const *segments, size_t n_se
 int http_route_check_query(const HttpRoute *route, const HttpParam *query, size_t n_query,
                            char **error);
 
-/* ---- JSON and base64url (http-route.c, http-auth.c) --------------------------------------------
- */
-
-/* Whether buf nests arrays and objects deeper than max, found before jansson builds anything. */
-
-/*
- * Strict base64url without padding (RFC 7515): only [A-Za-z0-9_-], a length that is not
- * 1 mod 4, and zero bits in the unused tail. -EINVAL otherwise.
- */
-int http_base64url_decode(const char *s, size_t n, uint8_t **ret, size_t *ret_size);
-
 /* ---- listening sockets (http-address.c) -------------------------------------------------------
  */
 

@@ -385,9 +385,9 @@ int http_json_parse_body(const void *buf, size_t size, json_t **ret, char **erro
 {
         if (size == 0)
                 return error_set(error, -EINVAL, "invalid JSON body: the body is empty");
-        if (json_text_too_deep(buf, size, HTTP_JSON_DEPTH_MAX))
+        if (json_text_too_deep(buf, size, JSON_DEPTH_MAX))
                 return error_set(error, -EINVAL, "invalid JSON body: nested deeper than %d levels",
-                                 HTTP_JSON_DEPTH_MAX);
+                                 JSON_DEPTH_MAX);
 
         json_error_t e;
         json_t *j = json_loadb(buf, size, JSON_REJECT_DUPLICATES, &e);

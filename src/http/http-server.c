@@ -74,7 +74,7 @@ struct HttpServer {
         ino_t unix_ino;
         const HttpRoute *routes;
         size_t n_routes;
-        const HttpJwtSecret *secret;
+        const JwtSecret *secret;
         const Clock *clock;
         void *userdata;
         bool stopping;

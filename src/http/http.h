@@ -38,16 +38,13 @@
 #include <systemd/sd-event.h>
 
 #include "base/base.h"
+#include "jwt/jwt.h"
 #include "metrics/metrics.h"
 
 #define HTTP_CONNECTIONS_MAX 64             /* per listener (API-1) */
 #define HTTP_IDLE_TIMEOUT_SEC 10            /* API-1 */
 #define HTTP_BODY_MAX (1024 * 1024)         /* API-15 */
 #define HTTP_DISCARD_MAX (16 * 1024 * 1024) /* API-15 */
-#define HTTP_AUTHORIZATION_MAX 4096         /* API-12: the header value, in bytes */
-#define HTTP_JSON_DEPTH_MAX 16              /* GEN-6 */
-#define HTTP_JWT_SECRET_MIN 32              /* API-14 */
-#define HTTP_JWT_SECRET_MAX 4096            /* API-14 */
 #define HTTP_UNAUTHORIZED_MESSAGE "invalid or missing bearer token"
 
 /* ---- listen addresses ---------------------------------------------------------------------- */
@@ -69,49 +66,12 @@ char *http_address_format(const HttpAddress *a, char buf[static HTTP_ADDRESS_STR
 
 /* ---- bearer tokens (API-12..14) ------------------------------------------------------------- */
 
-/* The HMAC key: the secret file's exact bytes. Cleared from memory when freed. */
-typedef struct HttpJwtSecret HttpJwtSecret;
-
 /*
- * Reads a jwt_secret_file: a regular file of HTTP_JWT_SECRET_MIN..MAX bytes without group or
- * other permission bits, taken byte for byte (no trimming). On failure *error reads
- * "jwt_secret_file <path>: <reason>".
+ * Checks an Authorization header value: at most JWT_AUTHORIZATION_MAX bytes, the scheme
+ * "Bearer" (any case), one or more spaces, then a token for jwt_verify(). NULL means the header
+ * is missing. Same results as jwt_verify().
  */
-int http_jwt_secret_load(const char *path, HttpJwtSecret **ret, char **error);
-/* A secret from memory, with the same size rule (-EINVAL). */
-int http_jwt_secret_new(const void *key, size_t size, HttpJwtSecret **ret);
-HttpJwtSecret *http_jwt_secret_free(HttpJwtSecret *s);
-static inline void http_jwt_secret_freep(HttpJwtSecret **s)
-{
-        if (*s)
-                http_jwt_secret_free(*s);
-}
-#define _cleanup_jwt_secret_ _cleanup_(http_jwt_secret_freep)
-
-/*
- * Mints an HS256 token with "exp" = now + ttl (rounded up to whole seconds, ttl >= 1 s),
- * "iat" = now and, when subject is non-NULL, "sub" (`vgpuctl token mint`).
- */
-int http_jwt_mint(const HttpJwtSecret *secret, const char *subject, Timestamp now, nsec_t ttl,
-                  char **ret);
-
-/*
- * Checks a token (API-13, API-14): three base64url parts, a header whose "alg" is exactly
- * "HS256" and that has no "crit", an HMAC-SHA256 signature that matches in constant time, and
- * a payload object with a numeric "exp" after now and, if present, a numeric "nbf" not after
- * now. Header and payload are strict JSON (duplicate keys refused, nesting <= 16). On success
- * *ret_subject gets a copy of "sub" (NULL when absent). On failure (-EACCES) *error says why,
- * for a debug log; it never contains the token.
- */
-int http_jwt_verify(const HttpJwtSecret *secret, const char *token, Timestamp now,
-                    char **ret_subject, char **error);
-
-/*
- * Checks an Authorization header value: at most HTTP_AUTHORIZATION_MAX bytes, the scheme
- * "Bearer" (any case), one or more spaces, then a token for http_jwt_verify(). NULL means the
- * header is missing. Same results as http_jwt_verify().
- */
-int http_auth_check(const HttpJwtSecret *secret, const char *authorization, Timestamp now,
+int http_auth_check(const JwtSecret *secret, const char *authorization, Timestamp now,
                     char **ret_subject, char **error);
 
 /* ---- requests and routes -------------------------------------------------------------------- */
@@ -201,10 +161,10 @@ typedef struct HttpServerConfig {
         mode_t unix_socket_mode;
         const HttpRoute *routes; /* not copied: must outlive the server */
         size_t n_routes;
-        const HttpJwtSecret *secret; /* not copied; required when a route is not public */
-        const Clock *clock;          /* token times; NULL for clock_realtime */
-        unsigned idle_timeout_sec;   /* 0 for HTTP_IDLE_TIMEOUT_SEC */
-        void *userdata;              /* handed to every handler */
+        const JwtSecret *secret;   /* not copied; required when a route is not public */
+        const Clock *clock;        /* token times; NULL for clock_realtime */
+        unsigned idle_timeout_sec; /* 0 for HTTP_IDLE_TIMEOUT_SEC */
+        void *userdata;            /* handed to every handler */
 } HttpServerConfig;
 
 typedef struct HttpServer HttpServer;

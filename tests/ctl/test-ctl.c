@@ -27,8 +27,7 @@
 #include <curl/curl.h>
 
 #include "ctl/ctl.h"
-#include "http/http-internal.h"
-#include "http/http.h"
+#include "jwt/jwt.h"
 
 extern char **environ;
 
@@ -942,7 +941,7 @@ static json_t *decode_part(const char *s, size_t n)
         _cleanup_free_ uint8_t *buf = NULL;
         size_t size;
 
-        assert_int_equal(http_base64url_decode(s, n, &buf, &size), 0);
+        assert_int_equal(jwt_base64url_decode(s, n, &buf, &size), 0);
         json_t *j = json_loadb((const char *)buf, size, JSON_REJECT_DUPLICATES, NULL);
         assert_non_null(j);
         return j;
@@ -952,7 +951,7 @@ static json_t *decode_part(const char *s, size_t n)
 static void check_token(const char *token, const void *key, size_t key_size, int64_t now,
                         int64_t ttl_sec, const char *sub)
 {
-        _cleanup_jwt_secret_ HttpJwtSecret *secret = NULL, *other = NULL;
+        _cleanup_jwt_secret_ JwtSecret *secret = NULL, *other = NULL;
         _cleanup_free_ char *subject = NULL, *error = NULL;
         const char *dot1 = strchr(token, '.'), *dot2 = dot1 ? strchr(dot1 + 1, '.') : NULL;
 
@@ -968,20 +967,18 @@ static void check_token(const char *token, const void *key, size_t key_size, int
                 assert_null(json_object_get(payload, "sub"));
 
         /* The daemon's verifier accepts it until exp, and only under this exact secret. */
-        assert_int_equal(http_jwt_secret_new(key, key_size, &secret), 0);
-        assert_int_equal(http_jwt_verify(secret, token, (Timestamp){.sec = now}, &subject, &error),
-                         0);
+        assert_int_equal(jwt_secret_new(key, key_size, &secret), 0);
+        assert_int_equal(jwt_verify(secret, token, (Timestamp){.sec = now}, &subject, &error), 0);
         assert_string_equal(subject ? subject : "(none)", sub ? sub : "(none)");
         free(subject);
         subject = NULL;
         assert_int_equal(
-            http_jwt_verify(secret, token, (Timestamp){.sec = now + ttl_sec - 1}, &subject, &error),
-            0);
+            jwt_verify(secret, token, (Timestamp){.sec = now + ttl_sec - 1}, &subject, &error), 0);
         assert_int_equal(
-            http_jwt_verify(secret, token, (Timestamp){.sec = now + ttl_sec}, &subject, &error),
+            jwt_verify(secret, token, (Timestamp){.sec = now + ttl_sec}, &subject, &error),
             -EACCES);
-        assert_int_equal(http_jwt_secret_new("another secret, also 32 bytes...", 32, &other), 0);
-        assert_int_equal(http_jwt_verify(other, token, (Timestamp){.sec = now}, &subject, &error),
+        assert_int_equal(jwt_secret_new("another secret, also 32 bytes...", 32, &other), 0);
+        assert_int_equal(jwt_verify(other, token, (Timestamp){.sec = now}, &subject, &error),
                          -EACCES);
 }
 
@@ -1005,12 +1002,11 @@ static void test_token_mint(void **state) /* OPS-7, API-13, API-14 */
         check_token(f->out, key, sizeof key - 1, TEST_NOW, 5400, "alice");
 
         /* The newline really is part of the key. */
-        _cleanup_jwt_secret_ HttpJwtSecret *trimmed = NULL;
+        _cleanup_jwt_secret_ JwtSecret *trimmed = NULL;
         _cleanup_free_ char *error = NULL, *subject = NULL;
-        assert_int_equal(http_jwt_secret_new(TEST_SECRET, 32, &trimmed), 0);
+        assert_int_equal(jwt_secret_new(TEST_SECRET, 32, &trimmed), 0);
         assert_int_equal(
-            http_jwt_verify(trimmed, f->out, (Timestamp){.sec = TEST_NOW}, &subject, &error),
-            -EACCES);
+            jwt_verify(trimmed, f->out, (Timestamp){.sec = TEST_NOW}, &subject, &error), -EACCES);
 
         /* Defaults: one hour, no subject; --url and friends do not matter to a local command. */
         assert_int_equal(RUN(f, "--url", f->dead_url, "token", "mint", "--secret-file", path),

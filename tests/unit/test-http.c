@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Unit tests for src/http: listen addresses, request targets and routing, bearer tokens and the
- * secret file, and the server itself, driven from an sd-event loop exactly as the daemon does.
+ * Unit tests for src/http: listen addresses, request targets and routing, the Authorization
+ * header, and the server itself, driven from an sd-event loop exactly as the daemon does.
  *
  * The server runs on the test's main thread. Each exchange runs a raw HTTP/1.1 client on a
  * second thread (so that nothing in libcurl smooths over what the server sends), which writes
@@ -11,7 +11,6 @@
  */
 #include <fcntl.h>
 #include <ftw.h>
-#include <jwt.h>
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -42,7 +41,7 @@
 typedef struct Fixture {
         sd_event *event;
         HttpServer *server;
-        HttpJwtSecret *secret;
+        JwtSecret *secret;
         Timestamp now;
         Clock clock;
         char dir[64];
@@ -302,8 +301,8 @@ static int setup(void **state)
         if (f->done_fd < 0 || sd_event_new(&f->event) < 0 ||
             sd_event_add_io(f->event, &f->done_source, f->done_fd, EPOLLIN, on_client_done, f) < 0)
                 return -1;
-        if (http_jwt_secret_new(TEST_KEY, strlen(TEST_KEY), &f->secret) < 0 ||
-            http_jwt_mint(f->secret, "alice", f->now, 3600 * NSEC_PER_SEC, &f->token) < 0)
+        if (jwt_secret_new(TEST_KEY, strlen(TEST_KEY), &f->secret) < 0 ||
+            jwt_mint(f->secret, "alice", f->now, 3600 * NSEC_PER_SEC, &f->token) < 0)
                 return -1;
         *state = f;
         return server_start(f, 0);
@@ -319,7 +318,7 @@ static int teardown(void **state)
         sd_event_source_disable_unref(f->done_source);
         sd_event_unref(f->event);
         close(f->done_fd);
-        http_jwt_secret_free(f->secret);
+        jwt_secret_free(f->secret);
         free(f->token);
         log_set_stream(NULL);
         log_set_max_level(LOG_LEVEL_INFO);
@@ -825,171 +824,6 @@ static void test_json_body(void **state) /* GEN-6, REL-7 */
 /* ---- bearer tokens ----------------------------------------------------------------------------
  */
 
-static char *mint_with_libjwt(jwt_alg_t alg, const char *key, const char *grants)
-{
-        jwt_t *jwt = NULL;
-        if (jwt_new(&jwt) != 0)
-                return NULL;
-        char *token = NULL;
-        if (jwt_add_grants_json(jwt, grants) == 0 &&
-            jwt_set_alg(jwt, alg, (const unsigned char *)key, key ? (int)strlen(key) : 0) == 0)
-                token = jwt_encode_str(jwt);
-        jwt_free(jwt);
-        return token;
-}
-
-static char *forge(const char *header, const char *payload)
-{
-        return jwt_forge_str(TEST_KEY, strlen(TEST_KEY), header, payload);
-}
-
-#define HS256 "{\"alg\":\"HS256\",\"typ\":\"JWT\"}"
-
-static void assert_token_refused(Fixture *f, const char *token, const char *cause)
-{
-        _cleanup_free_ char *error = NULL, *subject = (char *)0x1;
-        assert_int_equal(http_jwt_verify(f->secret, token, f->now, &subject, &error), -EACCES);
-        assert_string_equal(error, cause);
-        assert_ptr_equal(subject, (char *)0x1);
-        subject = NULL;
-}
-
-static void assert_token_accepted(Fixture *f, const char *token, const char *subject)
-{
-        _cleanup_free_ char *error = NULL, *sub = NULL;
-        assert_int_equal(http_jwt_verify(f->secret, token, f->now, &sub, &error), 0);
-        assert_null(error);
-        if (subject)
-                assert_string_equal(sub, subject);
-        else
-                assert_null(sub);
-}
-
-static void test_jwt_verify(void **state) /* API-13, API-14, REL-7 */
-{
-        Fixture *f = *state;
-        char payload[128];
-
-        /* Minted by us and by libjwt (an independent encoder). */
-        assert_token_accepted(f, f->token, "alice");
-        _cleanup_free_ char *lib =
-            mint_with_libjwt(JWT_ALG_HS256, TEST_KEY, "{\"exp\":1900000001,\"sub\":\"bob\"}");
-        assert_token_accepted(f, lib, "bob");
-
-        /* exp must be after now (now = TEST_NOW + 0.5 s); nbf may equal now. */
-        _cleanup_free_ char *exp_next = forge(HS256, "{\"exp\":1900000001}");
-        assert_token_accepted(f, exp_next, NULL);
-        _cleanup_free_ char *exp_now = forge(HS256, "{\"exp\":1900000000}");
-        assert_token_refused(f, exp_now, "token expired");
-        _cleanup_free_ char *exp_real = forge(HS256, "{\"exp\":1900000000.75}");
-        assert_token_accepted(f, exp_real, NULL);
-        _cleanup_free_ char *exp_real_past = forge(HS256, "{\"exp\":1900000000.25}");
-        assert_token_refused(f, exp_real_past, "token expired");
-        _cleanup_free_ char *nbf_now = forge(HS256, "{\"exp\":1900000100,\"nbf\":1900000000.5}");
-        assert_token_accepted(f, nbf_now, NULL);
-        _cleanup_free_ char *nbf_past = forge(HS256, "{\"exp\":1900000100,\"nbf\":1900000000}");
-        assert_token_accepted(f, nbf_past, NULL);
-        _cleanup_free_ char *nbf_future = forge(HS256, "{\"exp\":1900000100,\"nbf\":1900000001}");
-        assert_token_refused(f, nbf_future, "token not valid yet (nbf)");
-        _cleanup_free_ char *lib_nbf =
-            mint_with_libjwt(JWT_ALG_HS256, TEST_KEY, "{\"exp\":1900000100,\"nbf\":1900000060}");
-        assert_token_refused(f, lib_nbf, "token not valid yet (nbf)");
-
-        /* REL-7: exp-less, expired, alg none, HS512, wrong signature, malformed. */
-        _cleanup_free_ char *no_exp = mint_with_libjwt(JWT_ALG_HS256, TEST_KEY, "{\"sub\":\"x\"}");
-        assert_token_refused(f, no_exp, "token has no numeric exp");
-        snprintf(payload, sizeof payload, "{\"exp\":%" PRId64 "}", TEST_NOW - 3600);
-        _cleanup_free_ char *expired = mint_with_libjwt(JWT_ALG_HS256, TEST_KEY, payload);
-        assert_token_refused(f, expired, "token expired");
-        _cleanup_free_ char *none = mint_with_libjwt(JWT_ALG_NONE, NULL, "{\"exp\":1900000100}");
-        assert_token_refused(f, none, "token algorithm is not HS256");
-        _cleanup_free_ char *hs512 =
-            mint_with_libjwt(JWT_ALG_HS512, TEST_KEY, "{\"exp\":1900000100}");
-        assert_token_refused(f, hs512, "token algorithm is not HS256");
-        /* A none-token carrying a valid HS256 signature still names the wrong algorithm. */
-        _cleanup_free_ char *none_signed = forge("{\"alg\":\"none\"}", "{\"exp\":1900000100}");
-        assert_token_refused(f, none_signed, "token algorithm is not HS256");
-        _cleanup_free_ char *hs256_lower = forge("{\"alg\":\"hs256\"}", "{\"exp\":1900000100}");
-        assert_token_refused(f, hs256_lower, "token algorithm is not HS256");
-        _cleanup_free_ char *no_alg = forge("{\"typ\":\"JWT\"}", "{\"exp\":1900000100}");
-        assert_token_refused(f, no_alg, "token algorithm is not HS256");
-        _cleanup_free_ char *wrong_key = mint_with_libjwt(
-            JWT_ALG_HS256, "another key of at least 32 bytes!!", "{\"exp\":1900000100}");
-        assert_token_refused(f, wrong_key, "token signature does not match");
-
-        /* Tampering with the payload after signing. */
-        _cleanup_free_ char *tampered = strdup(f->token);
-        char *dot = strchr(tampered, '.');
-        dot[1] = dot[1] == 'e' ? 'f' : 'e';
-        assert_token_refused(f, tampered, "token signature does not match");
-        /* A truncated signature, and an extra byte's worth. */
-        _cleanup_free_ char *short_sig = strndup(f->token, strlen(f->token) - 3);
-        assert_token_refused(f, short_sig, "token signature does not match");
-        _cleanup_free_ char *long_sig = NULL;
-        assert_int_equal(strprintf(&long_sig, "%sAA", f->token), 0);
-        assert_token_refused(f, long_sig, "token signature is not base64url");
-
-        assert_token_refused(f, "", "token is not three dot-separated parts");
-        assert_token_refused(f, "a.b", "token is not three dot-separated parts");
-        assert_token_refused(f, "a.b.c.d", "token is not three dot-separated parts");
-        assert_token_refused(f, "!!.e30.sig", "token header is not a base64url JSON object");
-        assert_token_refused(f, "e30.e30.s=g", "token algorithm is not HS256");
-        assert_token_refused(f, "W10.e30.", "token header is not a base64url JSON object"); /* [] */
-
-        /* Claims behind a valid signature, strictly parsed. */
-        _cleanup_free_ char *exp_string = forge(HS256, "{\"exp\":\"1900000100\"}");
-        assert_token_refused(f, exp_string, "token has no numeric exp");
-        _cleanup_free_ char *exp_bool = forge(HS256, "{\"exp\":true}");
-        assert_token_refused(f, exp_bool, "token has no numeric exp");
-        _cleanup_free_ char *nbf_string = forge(HS256, "{\"exp\":1900000100,\"nbf\":\"0\"}");
-        assert_token_refused(f, nbf_string, "token nbf is not numeric");
-        _cleanup_free_ char *sub_number = forge(HS256, "{\"exp\":1900000100,\"sub\":7}");
-        assert_token_refused(f, sub_number, "token sub is not a string");
-        _cleanup_free_ char *dup = forge(HS256, "{\"exp\":1,\"exp\":1900000100}");
-        assert_token_refused(f, dup, "token payload is not a base64url JSON object");
-        _cleanup_free_ char *dup_header =
-            forge("{\"alg\":\"HS256\",\"alg\":\"HS256\"}", "{\"exp\":1900000100}");
-        assert_token_refused(f, dup_header, "token header is not a base64url JSON object");
-        _cleanup_free_ char *array = forge(HS256, "[1900000100]");
-        assert_token_refused(f, array, "token payload is not a base64url JSON object");
-        _cleanup_free_ char *crit =
-            forge("{\"alg\":\"HS256\",\"crit\":[\"b64\"],\"b64\":false}", "{\"exp\":1900000100}");
-        assert_token_refused(f, crit, "token header has critical extensions");
-        char deep[128] = "{\"exp\":1900000100,\"x\":";
-        for (int i = 0; i < 16; i++)
-                strcat(deep, "[");
-        for (int i = 0; i < 16; i++)
-                strcat(deep, "]");
-        strcat(deep, "}");
-        _cleanup_free_ char *too_deep = forge(HS256, deep);
-        assert_token_refused(f, too_deep, "token payload is not a base64url JSON object");
-
-        /* Non-canonical base64url: the unused bits of the last character must be zero. */
-        static const char alphabet[] =
-            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        _cleanup_free_ char *canonical = forge(HS256, "{\"exp\":1900000100}");
-        dot = strrchr(canonical, '.');
-        size_t n = strlen(canonical);
-        assert_int_equal(n - (size_t)(dot - canonical) - 1, 43); /* 32 bytes: 2 spare bits */
-        int last = (int)(strchr(alphabet, canonical[n - 1]) - alphabet);
-        assert_int_equal(last & 3, 0);
-        canonical[n - 1] = alphabet[last | 1];
-        assert_token_refused(f, canonical, "token signature is not base64url");
-
-        /* A different key of the same length. */
-        _cleanup_jwt_secret_ HttpJwtSecret *other = NULL;
-        assert_int_equal(http_jwt_secret_new("fedcba9876543210fedcba9876543210", 32, &other), 0);
-        _cleanup_free_ char *error = NULL, *sub = NULL;
-        assert_int_equal(http_jwt_verify(other, f->token, f->now, &sub, &error), -EACCES);
-        assert_string_equal(error, "token signature does not match");
-
-        /* Longer than any Authorization header could carry. */
-        _cleanup_free_ char *huge = malloc(5000);
-        memset(huge, 'a', 4999);
-        huge[4999] = 0;
-        assert_token_refused(f, huge, "token longer than 4096 bytes");
-}
-
 static void test_auth_header(void **state) /* API-12, REL-7 */
 {
         Fixture *f = *state;
@@ -1041,74 +875,7 @@ static void test_auth_header(void **state) /* API-12, REL-7 */
         assert_string_equal(error, "Authorization header longer than 4096 bytes");
 }
 
-static void test_jwt_mint(void **state) /* API-14 */
-{
-        Fixture *f = *state;
-        _cleanup_free_ char *token = NULL, *error = NULL, *sub = NULL;
-
-        /* ttl rounds up to whole seconds; without a subject there is no "sub". */
-        assert_int_equal(http_jwt_mint(f->secret, NULL, f->now, 1500 * NSEC_PER_MSEC, &token), 0);
-        char *dot = strchr(token, '.');
-        uint8_t *payload = NULL;
-        size_t size;
-        assert_int_equal(http_base64url_decode(dot + 1, (size_t)(strchr(dot + 1, '.') - dot - 1),
-                                               &payload, &size),
-                         0);
-        json_auto_t *claims = json_loadb((const char *)payload, size, JSON_REJECT_DUPLICATES, NULL);
-        free(payload);
-        assert_non_null(claims);
-        assert_int_equal(json_integer_value(json_object_get(claims, "exp")), TEST_NOW + 2);
-        assert_int_equal(json_integer_value(json_object_get(claims, "iat")), TEST_NOW);
-        assert_null(json_object_get(claims, "sub"));
-        assert_int_equal(http_jwt_verify(f->secret, token, f->now, &sub, &error), 0);
-        assert_null(sub);
-
-        /* Still valid one second later, expired at exp. */
-        Timestamp later = {.sec = TEST_NOW + 1, .nsec = 999999999};
-        assert_int_equal(http_jwt_verify(f->secret, token, later, &sub, &error), 0);
-        later = (Timestamp){.sec = TEST_NOW + 2};
-        assert_int_equal(http_jwt_verify(f->secret, token, later, &sub, &error), -EACCES);
-        assert_string_equal(error, "token expired");
-
-        char *unchanged = (char *)0x1;
-        assert_int_equal(http_jwt_mint(f->secret, "x", f->now, NSEC_PER_SEC - 1, &unchanged),
-                         -EINVAL);
-        assert_int_equal(http_jwt_mint(f->secret, "x", f->now, 0, &unchanged), -EINVAL);
-        assert_int_equal(http_jwt_mint(f->secret, "x", (Timestamp){.sec = INT64_MAX - 10},
-                                       60 * NSEC_PER_SEC, &unchanged),
-                         -ERANGE);
-        assert_ptr_equal(unchanged, (char *)0x1);
-}
-
-static void test_base64url(void **state)
-{
-        uint8_t *out = NULL;
-        size_t size = 0;
-
-        assert_int_equal(http_base64url_decode("", 0, &out, &size), 0);
-        assert_int_equal(size, 0);
-        free(out);
-        assert_int_equal(http_base64url_decode("_-8", 3, &out, &size), 0);
-        assert_int_equal(size, 2);
-        assert_int_equal(out[0], 0xff);
-        assert_int_equal(out[1], 0xef);
-        free(out);
-        assert_int_equal(http_base64url_decode("YWJj", 4, &out, &size), 0);
-        assert_memory_equal(out, "abc", 3);
-        free(out);
-
-        out = (uint8_t *)0x1;
-        static const char *const bad[] = {"Y",    "YWJjZ", "YQ==", "YW+j",
-                                          "YW/j", "YW j",  "YR",   "YWF"};
-        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
-                assert_int_equal(http_base64url_decode(bad[i], strlen(bad[i]), &out, &size),
-                                 -EINVAL);
-        assert_ptr_equal(out, (uint8_t *)0x1);
-}
-
-/* ---- the secret file --------------------------------------------------------------------------
- */
-
+/* A file in the fixture's directory with the given bytes and mode. */
 static char *write_secret(Fixture *f, const char *name, const void *data, size_t size, mode_t mode)
 {
         char *path = NULL;
@@ -1119,65 +886,6 @@ static char *write_secret(Fixture *f, const char *name, const void *data, size_t
         assert_int_equal(fchmod(fd, mode), 0);
         close(fd);
         return path;
-}
-
-static void assert_secret_refused(const char *path, int r, const char *reason)
-{
-        _cleanup_free_ char *error = NULL, *expected = NULL;
-        HttpJwtSecret *s = (HttpJwtSecret *)0x1;
-        assert_int_equal(http_jwt_secret_load(path, &s, &error), r);
-        assert_int_equal(strprintf(&expected, "jwt_secret_file %s: %s", path, reason), 0);
-        assert_string_equal(error, expected);
-        assert_ptr_equal(s, (HttpJwtSecret *)0x1);
-}
-
-static void test_secret_file(void **state) /* API-14 */
-{
-        Fixture *f = *state;
-        char big[4097];
-        memset(big, 's', sizeof big);
-
-        /* Exact bytes, untrimmed: the trailing newline is part of the key. */
-        _cleanup_free_ char *path = write_secret(f, "ok", TEST_KEY "\n", 33, 0600);
-        _cleanup_jwt_secret_ HttpJwtSecret *s = NULL;
-        _cleanup_free_ char *error = NULL, *sub = NULL;
-        assert_int_equal(http_jwt_secret_load(path, &s, &error), 0);
-        _cleanup_free_ char *with_newline =
-            jwt_forge_str(TEST_KEY "\n", 33, HS256, "{\"exp\":1900000100}");
-        assert_int_equal(http_jwt_verify(s, with_newline, f->now, &sub, &error), 0);
-        _cleanup_free_ char *trimmed = forge(HS256, "{\"exp\":1900000100}");
-        assert_int_equal(http_jwt_verify(s, trimmed, f->now, &sub, &error), -EACCES);
-        http_jwt_secret_free(TAKE_PTR(s));
-
-        /* NUL bytes are key bytes too; 4096 bytes and mode 0400 are fine. */
-        _cleanup_free_ char *binary = write_secret(f, "bin", "\0\1\2\3" TEST_KEY, 36, 0400);
-        assert_int_equal(http_jwt_secret_load(binary, &s, &error), 0);
-        http_jwt_secret_free(TAKE_PTR(s));
-        _cleanup_free_ char *max = write_secret(f, "max", big, 4096, 0600);
-        assert_int_equal(http_jwt_secret_load(max, &s, &error), 0);
-        http_jwt_secret_free(TAKE_PTR(s));
-
-        _cleanup_free_ char *too_big = write_secret(f, "big", big, 4097, 0600);
-        assert_secret_refused(too_big, -EINVAL, "more than 4096 bytes");
-        _cleanup_free_ char *too_small = write_secret(f, "small", TEST_KEY, 31, 0600);
-        assert_secret_refused(too_small, -EINVAL, "31 bytes, at least 32 needed");
-        _cleanup_free_ char *empty = write_secret(f, "empty", "", 0, 0600);
-        assert_secret_refused(empty, -EINVAL, "0 bytes, at least 32 needed");
-        _cleanup_free_ char *group = write_secret(f, "group", TEST_KEY, 32, 0640);
-        assert_secret_refused(group, -EPERM, "mode 0640 gives group or other access");
-        _cleanup_free_ char *other = write_secret(f, "other", TEST_KEY, 32, 0604);
-        assert_secret_refused(other, -EPERM, "mode 0604 gives group or other access");
-        _cleanup_free_ char *gx = write_secret(f, "gx", TEST_KEY, 32, 0610);
-        assert_secret_refused(gx, -EPERM, "mode 0610 gives group or other access");
-        _cleanup_free_ char *missing = NULL;
-        assert_int_equal(strprintf(&missing, "%s/missing", f->dir), 0);
-        assert_secret_refused(missing, -ENOENT, "No such file or directory");
-        assert_secret_refused(f->dir, -EINVAL, "not a regular file");
-
-        /* The in-memory constructor has the same size rule. */
-        assert_int_equal(http_jwt_secret_new(TEST_KEY, 31, &s), -EINVAL);
-        assert_int_equal(http_jwt_secret_new(big, 4097, &s), -EINVAL);
-        assert_null(s);
 }
 
 /* ---- the server: listeners ------------------------------------------------------------------ */
@@ -1501,16 +1209,16 @@ static void test_auth(void **state) /* API-12, API-13, REL-7 */
         assert_unauthorized(f, "Authorization: Bearer not-a-token\r\n");
         assert_unauthorized(f, "Authorization: Basic YWxpY2U6c2VjcmV0\r\n");
 
-        _cleanup_free_ char *wrong = mint_with_libjwt(
+        _cleanup_free_ char *wrong = jwt_forge_libjwt(
             JWT_ALG_HS256, "another key of at least 32 bytes!!", "{\"exp\":1900000100}");
-        _cleanup_free_ char *none = mint_with_libjwt(JWT_ALG_NONE, NULL, "{\"exp\":1900000100}");
+        _cleanup_free_ char *none = jwt_forge_libjwt(JWT_ALG_NONE, NULL, "{\"exp\":1900000100}");
         _cleanup_free_ char *hs512 =
-            mint_with_libjwt(JWT_ALG_HS512, TEST_KEY, "{\"exp\":1900000100}");
+            jwt_forge_libjwt(JWT_ALG_HS512, TEST_KEY, "{\"exp\":1900000100}");
         snprintf(payload, sizeof payload, "{\"exp\":%" PRId64 "}", TEST_NOW - 1);
-        _cleanup_free_ char *expired = mint_with_libjwt(JWT_ALG_HS256, TEST_KEY, payload);
-        _cleanup_free_ char *no_exp = mint_with_libjwt(JWT_ALG_HS256, TEST_KEY, "{\"sub\":\"x\"}");
+        _cleanup_free_ char *expired = jwt_forge_libjwt(JWT_ALG_HS256, TEST_KEY, payload);
+        _cleanup_free_ char *no_exp = jwt_forge_libjwt(JWT_ALG_HS256, TEST_KEY, "{\"sub\":\"x\"}");
         _cleanup_free_ char *nbf =
-            mint_with_libjwt(JWT_ALG_HS256, TEST_KEY, "{\"exp\":1900000100,\"nbf\":1900000050}");
+            jwt_forge_libjwt(JWT_ALG_HS256, TEST_KEY, "{\"exp\":1900000100,\"nbf\":1900000050}");
         const char *tokens[] = {wrong, none, hs512, expired, no_exp, nbf};
         for (size_t i = 0; i < ELEMENTSOF(tokens); i++) {
                 assert_non_null(tokens[i]);
@@ -1529,7 +1237,7 @@ static void test_auth(void **state) /* API-12, API-13, REL-7 */
         /* A valid token in a header over 4096 bytes: refused for its size (API-12). */
         char grants[4200];
         snprintf(grants, sizeof grants, "{\"exp\":1900000100,\"pad\":\"%04000d\"}", 0);
-        _cleanup_free_ char *big = mint_with_libjwt(JWT_ALG_HS256, TEST_KEY, grants);
+        _cleanup_free_ char *big = jwt_forge_libjwt(JWT_ALG_HS256, TEST_KEY, grants);
         assert_true(strlen(big) > 4096);
         free(h);
         assert_int_equal(strprintf(&h, "Authorization: Bearer %s\r\n", big), 0);
@@ -1577,7 +1285,7 @@ static void test_no_secret(void **state) /* API-12 */
 
         /* A server without a secret refuses every token: failing closed. */
         f->server = http_server_free(f->server);
-        f->secret = http_jwt_secret_free(f->secret);
+        f->secret = jwt_secret_free(f->secret);
         assert_int_equal(server_start(f, 0), 0);
         exchange_auth(f, false, "GET", "/ping", NULL, NULL, &r);
         assert_error(&r, 401, UNAUTHORIZED_BODY);
@@ -2170,11 +1878,7 @@ int main(void)
             cmocka_unit_test(test_routes_validate),
             cmocka_unit_test(test_route_find),
             cmocka_unit_test(test_json_body),
-            cmocka_unit_test(test_base64url),
-            cmocka_unit_test_setup_teardown(test_jwt_verify, setup, teardown),
             cmocka_unit_test_setup_teardown(test_auth_header, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_jwt_mint, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_secret_file, setup, teardown),
             cmocka_unit_test_setup_teardown(test_listeners, setup, teardown),
             cmocka_unit_test_setup_teardown(test_unix_socket_mode, setup, teardown),
             cmocka_unit_test_setup_teardown(test_listener_failures, setup, teardown),

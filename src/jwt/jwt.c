@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Bearer tokens (API-12..14). libjwt only mints. Checking is done here: the signature is
+ * compared with CRYPTO_memcmp before anything in the token is trusted, and header and payload
+ * go through the same strict JSON rules as every other input (GEN-6), which libjwt does not
+ * apply.
+ */
+#include "jwt.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <jwt.h> /* libjwt's; "jwt.h" above is this module's */
+#include <limits.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/stat.h>
+
+struct JwtSecret {
+        size_t size;
+        uint8_t key[];
+};
+
+/* ---- secrets ------------------------------------------------------------------------------- */
+
+int jwt_secret_new(const void *key, size_t size, JwtSecret **ret)
+{
+        if (size < JWT_SECRET_MIN || size > JWT_SECRET_MAX)
+                return -EINVAL;
+        JwtSecret *s = malloc(sizeof *s + size);
+        if (!s)
+                return -ENOMEM;
+        s->size = size;
+        memcpy(s->key, key, size);
+        *ret = s;
+        return 0;
+}
+
+JwtSecret *jwt_secret_free(JwtSecret *s)
+{
+        if (s) {
+                OPENSSL_cleanse(s->key, s->size);
+                free(s);
+        }
+        return NULL;
+}
+
+static int secret_file_error(char **error, const char *path, int r)
+{
+        return error_set(error, r, "jwt_secret_file %s: %s", path, strerror(-r));
+}
+
+int jwt_secret_load(const char *path, JwtSecret **ret, char **error)
+{
+        /* One more byte than allowed, so that an oversize file shows. */
+        uint8_t buf[JWT_SECRET_MAX + 1];
+        size_t size = 0;
+
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return secret_file_error(error, path, negative_errno());
+
+        /* The checks apply to the file actually read, not to whatever the path names later. */
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return secret_file_error(error, path, negative_errno());
+        if (!S_ISREG(st.st_mode))
+                return error_set(error, -EINVAL, "jwt_secret_file %s: not a regular file", path);
+        if (st.st_mode & (S_IRWXG | S_IRWXO))
+                return error_set(error, -EPERM,
+                                 "jwt_secret_file %s: mode %04o gives group or other access", path,
+                                 (unsigned)(st.st_mode & 07777));
+
+        while (size < sizeof buf) {
+                ssize_t n = read(fd, buf + size, sizeof buf - size);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        int r = negative_errno();
+                        OPENSSL_cleanse(buf, sizeof buf);
+                        return secret_file_error(error, path, r);
+                }
+                if (n == 0)
+                        break;
+                size += (size_t)n;
+        }
+
+        JwtSecret *s = NULL;
+        int r = jwt_secret_new(buf, size, &s);
+        OPENSSL_cleanse(buf, sizeof buf);
+        if (r == -EINVAL && size > JWT_SECRET_MAX)
+                return error_set(error, r, "jwt_secret_file %s: more than %d bytes", path,
+                                 JWT_SECRET_MAX);
+        if (r == -EINVAL)
+                return error_set(error, r, "jwt_secret_file %s: %zu bytes, at least %d needed",
+                                 path, size, JWT_SECRET_MIN);
+        if (r < 0)
+                return secret_file_error(error, path, r);
+        *ret = s;
+        return 0;
+}
+
+/* ---- minting ------------------------------------------------------------------------------- */
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(jwt_t *, jwt_free);
+
+int jwt_mint(const JwtSecret *secret, const char *subject, Timestamp now, nsec_t ttl, char **ret)
+{
+        _cleanup_(jwt_freep) jwt_t *jwt = NULL;
+
+        if (ttl < NSEC_PER_SEC)
+                return -EINVAL;
+        uint64_t seconds = ttl / NSEC_PER_SEC + (ttl % NSEC_PER_SEC != 0);
+        if (now.sec < 0 || seconds > (uint64_t)(LONG_MAX - now.sec))
+                return -ERANGE;
+
+        /* libjwt reports failures as positive errno values. */
+        int r = jwt_new(&jwt);
+        if (r == 0)
+                r = jwt_add_grant_int(jwt, "iat", (long)now.sec);
+        if (r == 0)
+                r = jwt_add_grant_int(jwt, "exp", (long)(now.sec + (int64_t)seconds));
+        if (r == 0 && subject)
+                r = jwt_add_grant(jwt, "sub", subject);
+        if (r == 0)
+                r = jwt_set_alg(jwt, JWT_ALG_HS256, secret->key, (int)secret->size);
+        if (r != 0)
+                return -abs(r);
+
+        char *token = jwt_encode_str(jwt);
+        if (!token)
+                return negative_errno();
+        *ret = token;
+        return 0;
+}
+
+/* ---- verification -------------------------------------------------------------------------- */
+
+static int base64url_value(char c)
+{
+        if (c >= 'A' && c <= 'Z')
+                return c - 'A';
+        if (c >= 'a' && c <= 'z')
+                return c - 'a' + 26;
+        if (c >= '0' && c <= '9')
+                return c - '0' + 52;
+        if (c == '-')
+                return 62;
+        if (c == '_')
+                return 63;
+        return -1;
+}
+
+int jwt_base64url_decode(const char *s, size_t n, uint8_t **ret, size_t *ret_size)
+{
+        if (n % 4 == 1)
+                return -EINVAL;
+        _cleanup_free_ uint8_t *out = malloc(n / 4 * 3 + 3);
+        if (!out)
+                return -ENOMEM;
+
+        size_t k = 0;
+        uint32_t acc = 0;
+        unsigned bits = 0;
+        for (size_t i = 0; i < n; i++) {
+                int v = base64url_value(s[i]);
+                if (v < 0)
+                        return -EINVAL;
+                acc = acc << 6 | (uint32_t)v;
+                bits += 6;
+                if (bits >= 8) {
+                        bits -= 8;
+                        out[k++] = (uint8_t)(acc >> bits);
+                        acc &= (1u << bits) - 1;
+                }
+        }
+        /* The bits left over pad the last byte out to a whole character: they must be 0. */
+        if (acc != 0)
+                return -EINVAL;
+        *ret = TAKE_PTR(out);
+        *ret_size = k;
+        return 0;
+}
+
+/* A token part's JSON: decoded, strict, an object. NULL on any failure. */
+static json_t *decode_part(const char *s, size_t n)
+{
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t size;
+
+        if (jwt_base64url_decode(s, n, &buf, &size) < 0 ||
+            json_text_too_deep((const char *)buf, size, JSON_DEPTH_MAX))
+                return NULL;
+        json_t *j = json_loadb((const char *)buf, size, JSON_REJECT_DUPLICATES, NULL);
+        if (j && !json_is_object(j)) {
+                json_decref(j);
+                return NULL;
+        }
+        return j;
+}
+
+/* Compares a NumericDate with now: < 0 before it, 0 at it, > 0 after it. */
+static int numeric_date_compare(const json_t *v, Timestamp now)
+{
+        if (json_is_integer(v)) {
+                json_int_t sec = json_integer_value(v);
+                if (sec != now.sec)
+                        return sec < now.sec ? -1 : 1;
+                return now.nsec > 0 ? -1 : 0;
+        }
+        double d = json_real_value(v), n = (double)now.sec + (double)now.nsec / 1e9;
+        return d < n ? -1 : d > n;
+}
+
+int jwt_verify(const JwtSecret *secret, const char *token, Timestamp now, char **ret_subject,
+               char **error)
+{
+        size_t len = strnlen(token, JWT_AUTHORIZATION_MAX + 1);
+        if (len > JWT_AUTHORIZATION_MAX)
+                return error_set(error, -EACCES, "token longer than %d bytes",
+                                 JWT_AUTHORIZATION_MAX);
+
+        const char *dot1 = memchr(token, '.', len);
+        const char *dot2 = dot1 ? memchr(dot1 + 1, '.', len - (size_t)(dot1 + 1 - token)) : NULL;
+        if (!dot2 || memchr(dot2 + 1, '.', len - (size_t)(dot2 + 1 - token)))
+                return error_set(error, -EACCES, "token is not three dot-separated parts");
+        size_t header_len = (size_t)(dot1 - token), payload_len = (size_t)(dot2 - dot1 - 1),
+               signature_len = len - (size_t)(dot2 + 1 - token);
+
+        json_auto_t *header = decode_part(token, header_len);
+        if (!header)
+                return error_set(error, -EACCES, "token header is not a base64url JSON object");
+        /* Anything but HS256 ("none" above all) is refused before the signature is looked at. */
+        const char *alg = json_string_value(json_object_get(header, "alg"));
+        if (!alg || !streq(alg, "HS256"))
+                return error_set(error, -EACCES, "token algorithm is not HS256");
+        if (json_object_get(header, "crit"))
+                return error_set(error, -EACCES, "token header has critical extensions");
+
+        _cleanup_free_ uint8_t *signature = NULL;
+        size_t signature_size;
+        uint8_t mac[EVP_MAX_MD_SIZE];
+        unsigned mac_size = 0;
+        if (jwt_base64url_decode(dot2 + 1, signature_len, &signature, &signature_size) < 0)
+                return error_set(error, -EACCES, "token signature is not base64url");
+        if (!HMAC(EVP_sha256(), secret->key, (int)secret->size, (const unsigned char *)token,
+                  (size_t)(dot2 - token), mac, &mac_size))
+                return error_set(error, -EACCES, "HMAC-SHA256 failed");
+        if (signature_size != mac_size || CRYPTO_memcmp(signature, mac, mac_size) != 0)
+                return error_set(error, -EACCES, "token signature does not match");
+
+        json_auto_t *payload = decode_part(dot1 + 1, payload_len);
+        if (!payload)
+                return error_set(error, -EACCES, "token payload is not a base64url JSON object");
+        json_t *exp = json_object_get(payload, "exp");
+        if (!json_is_number(exp))
+                return error_set(error, -EACCES, "token has no numeric exp");
+        if (numeric_date_compare(exp, now) <= 0)
+                return error_set(error, -EACCES, "token expired");
+        json_t *nbf = json_object_get(payload, "nbf");
+        if (nbf && !json_is_number(nbf))
+                return error_set(error, -EACCES, "token nbf is not numeric");
+        if (nbf && numeric_date_compare(nbf, now) > 0)
+                return error_set(error, -EACCES, "token not valid yet (nbf)");
+        json_t *sub = json_object_get(payload, "sub");
+        if (sub && !json_is_string(sub))
+                return error_set(error, -EACCES, "token sub is not a string");
+
+        char *subject = NULL;
+        if (sub && !(subject = strdup(json_string_value(sub))))
+                return -ENOMEM;
+        *ret_subject = subject;
+        return 0;
+}
