@@ -36,20 +36,6 @@ int manager_arm_timer(Manager *m, sd_event_source **source, nsec_t interval,
 
 /* ---- event sources --------------------------------------------------------------------------- */
 
-static int on_workers(sd_event_source *s, int fd, uint32_t revents, void *userdata)
-{
-        Manager *m = userdata;
-        (void)worker_pool_dispatch_completions(m->workers);
-        return 0;
-}
-
-static int on_nvml(sd_event_source *s, int fd, uint32_t revents, void *userdata)
-{
-        Manager *m = userdata;
-        (void)nvml_client_dispatch(m->nvml);
-        return 0;
-}
-
 static void on_nvml_refreshed(NvmlClient *c, void *userdata)
 {
         manager_nvml_refreshed(userdata);
@@ -269,8 +255,7 @@ static int setup_loop(Manager *m)
         r = worker_pool_new(&wc, &m->workers);
         if (r < 0)
                 return r;
-        r = sd_event_add_io(m->event, &m->workers_source, worker_pool_get_fd(m->workers), EPOLLIN,
-                            on_workers, m);
+        r = worker_pool_attach_event(m->workers, m->event);
         if (r < 0)
                 return r;
 
@@ -283,8 +268,7 @@ static int setup_loop(Manager *m)
         r = nvml_client_new(&nc, &m->nvml);
         if (r < 0)
                 return r;
-        return sd_event_add_io(m->event, &m->nvml_source, nvml_client_get_fd(m->nvml), EPOLLIN,
-                               on_nvml, m);
+        return nvml_client_attach_event(m->nvml, m->event);
 }
 
 int manager_start(Manager *m, Config *config, char **error)
@@ -364,8 +348,6 @@ Manager *manager_free(Manager *m)
         sd_event_source_disable_unref(m->shutdown_timer);
         sd_event_source_disable_unref(m->health_write_defer);
         sd_event_source_disable_unref(m->repair_defer);
-        sd_event_source_disable_unref(m->workers_source);
-        sd_event_source_disable_unref(m->nvml_source);
 
         /* NVML-17: nvmlShutdown unless the NVML thread is stuck. */
         if (m->nvml)

@@ -50,7 +50,6 @@ typedef struct Manager {
 
         sd_event *event;
         sd_event_source *signal_sources[3]; /* SIGTERM, SIGINT, SIGHUP */
-        sd_event_source *workers_source, *nvml_source;
         sd_event_source *reconcile_timer, *health_poll_timer, *shutdown_timer;
         sd_event_source *health_write_defer, *repair_defer;
 

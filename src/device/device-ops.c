@@ -9,6 +9,7 @@
  * still holds the key in the pool, and the VF counts as uncertain until it returns (GEN-4).
  */
 #include <inttypes.h>
+#include <sys/epoll.h>
 #include <sys/timerfd.h>
 
 #include "device.h"
@@ -60,6 +61,7 @@ struct DeviceOps {
         const MonoClock *clock;
         bool system_clock;
         int timer_fd;
+        sd_event_source *event_source; /* on timer_fd */
         nsec_t armed;
         Op *ops;
 };
@@ -489,9 +491,25 @@ int device_ops_get_next_wakeup(DeviceOps *o, nsec_t *ret)
         return 1;
 }
 
-int device_ops_get_fd(DeviceOps *o)
+static int on_timer(sd_event_source *s, int fd, uint32_t revents, void *userdata)
 {
-        return o->timer_fd;
+        (void)device_ops_dispatch(userdata);
+        return 0;
+}
+
+int device_ops_attach_event(DeviceOps *o, sd_event *event)
+{
+        if (!o)
+                return -EINVAL;
+        if (o->event_source)
+                return -EBUSY;
+        _cleanup_(sd_event_unrefp) sd_event *e = event ? sd_event_ref(event) : NULL;
+        if (!e) {
+                int r = sd_event_default(&e);
+                if (r < 0)
+                        return r;
+        }
+        return sd_event_add_io(e, &o->event_source, o->timer_fd, EPOLLIN, on_timer, o);
 }
 
 /* ---- construction -------------------------------------------------------------------------- */
@@ -530,6 +548,7 @@ DeviceOps *device_ops_free(DeviceOps *o)
                 o->ops = op->next;
                 op_free(op);
         }
+        sd_event_source_disable_unref(o->event_source);
         closep(&o->timer_fd);
         free(o);
         return NULL;

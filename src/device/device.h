@@ -15,11 +15,12 @@
  * file can ever be written, and a PF never is.
  *
  * The asynchronous layer (DeviceOps) runs those primitives on the sysfs worker pool for the
- * owner's thread (the event loop): operations on one VF never overlap (DEV-11); each job has the
- * gpu.sysfs_timeout deadline, and a VF with a call stuck past it is refused until the call
- * returns (GEN-4); configure re-checks quarantine and the health store on the loop just before
- * its write is dispatched (DEV-2); a release after a VMM exit retries (DEV-10) and, for an mdev,
- * first waits for the driver's own cleanup (DEV-17); every operation logs one info line (DEV-19).
+ * owner's thread (the event loop, which both are attached to): operations on one VF never overlap
+ * (DEV-11); each job has the gpu.sysfs_timeout deadline, and a VF with a call stuck past it is
+ * refused until the call returns (GEN-4); configure re-checks quarantine and the health store on
+ * the loop just before its write is dispatched (DEV-2); a release after a VMM exit retries (DEV-10)
+ * and, for an mdev, first waits for the driver's own cleanup (DEV-17); every operation logs one
+ * info line (DEV-19).
  *
  * Promises: functions return >= 0 or -errno; out-parameters (ret_*) are written only on
  * success; failures store the SPEC text in *error (may be NULL) and, where a DeviceFailure is
@@ -29,6 +30,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <systemd/sd-event.h>
 
 #include "base/base.h"
 #include "sysfs/sysfs.h"
@@ -188,7 +190,7 @@ typedef struct DeviceOpsConfig {
         nsec_t retry_interval; /* 0 for the default */
         /* Release attempts after a VMM exit, and DEV-17's polls; 0 for the default. */
         unsigned retry_attempts;
-        const MonoClock *clock; /* NULL: CLOCK_MONOTONIC, and the fd below is a real timer */
+        const MonoClock *clock; /* NULL: CLOCK_MONOTONIC, and the attached timer is real */
         DeviceGuard guard;
 } DeviceOpsConfig;
 
@@ -205,12 +207,17 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(DeviceOps *, device_ops_free);
 #define _cleanup_device_ops_ _cleanup_(device_ops_freep)
 
 /*
- * Readable (EPOLLIN) when a retry or poll is due. With an injected clock it never becomes
- * readable: the owner calls device_ops_dispatch() when it has moved its clock.
+ * Adds the layer's timer source to event (NULL: sd_event_default()): the loop starts retries and
+ * polls when they are due. -EBUSY when attached already; device_ops_free() removes the source.
+ * The worker pool is attached on its own (worker_pool_attach_event()).
  */
-int device_ops_get_fd(DeviceOps *o);
+int device_ops_attach_event(DeviceOps *o, sd_event *event);
 
-/* Starts the retries and polls that are due. Returns how many started. */
+/*
+ * One turn of that source: starts the retries and polls that are due; returns how many started.
+ * With an injected clock the timer never fires (the loop cannot see such a clock move): a test
+ * calls this right after moving the clock. Owners on the system clock leave it to the loop.
+ */
 int device_ops_dispatch(DeviceOps *o);
 
 /* The earliest due retry or poll: 1 and *ret, or 0 when none waits. */

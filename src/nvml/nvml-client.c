@@ -59,8 +59,9 @@ struct NvmlClient {
         void *userdata;
 
         WorkerPool *slot;
-        NvmlSession *session; /* NULL when NVML is disabled */
-        int epoll_fd, event_fd;
+        NvmlSession *session;          /* NULL when NVML is disabled */
+        int event_fd;                  /* answers decided on the loop are ready */
+        sd_event_source *event_source; /* on event_fd */
 
         Pending *pending;
         Pending *ready_head, **ready_tail;
@@ -522,7 +523,7 @@ int nvml_client_new(const NvmlClientConfig *config, NvmlClient **ret)
         _cleanup_free_ NvmlClient *c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
-        c->epoll_fd = c->event_fd = -1;
+        c->event_fd = -1;
         c->ready_tail = &c->ready_head;
         c->timeout = config->timeout > 0 ? config->timeout : NVML_DEFAULT_TIMEOUT;
         c->clock = config->clock ? config->clock : &mono_clock_system;
@@ -551,22 +552,8 @@ int nvml_client_new(const NvmlClientConfig *config, NvmlClient **ret)
         }
 
         NvmlClient *made = TAKE_PTR(c);
-        made->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
         made->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (made->epoll_fd < 0 || made->event_fd < 0) {
-                r = negative_errno();
-                nvml_client_free(made);
-                return r;
-        }
-        struct epoll_event ev = {.events = EPOLLIN};
-        ev.data.fd = made->event_fd;
-        if (epoll_ctl(made->epoll_fd, EPOLL_CTL_ADD, made->event_fd, &ev) < 0) {
-                r = negative_errno();
-                nvml_client_free(made);
-                return r;
-        }
-        ev.data.fd = worker_pool_get_fd(made->slot);
-        if (epoll_ctl(made->epoll_fd, EPOLL_CTL_ADD, ev.data.fd, &ev) < 0) {
+        if (made->event_fd < 0) {
                 r = negative_errno();
                 nvml_client_free(made);
                 return r;
@@ -601,7 +588,7 @@ NvmlClient *nvml_client_free(NvmlClient *c)
                 free(p);
         }
         nvml_session_unref(c->session);
-        closep(&c->epoll_fd);
+        sd_event_source_disable_unref(c->event_source);
         closep(&c->event_fd);
         for (size_t i = 0; i < c->n_gpus; i++)
                 cache_gpu_done(&c->gpus[i]);
@@ -613,20 +600,13 @@ NvmlClient *nvml_client_free(NvmlClient *c)
         return NULL;
 }
 
-int nvml_client_get_fd(NvmlClient *c)
-{
-        return c->epoll_fd;
-}
-
-int nvml_client_dispatch(NvmlClient *c)
+/* Delivers the answers decided on the loop; returns how many. */
+static int dispatch_ready(NvmlClient *c)
 {
         uint64_t v;
         (void)!read(c->event_fd, &v, sizeof v);
 
-        int n = worker_pool_dispatch_completions(c->slot);
-        if (n < 0)
-                return n;
-
+        int n = 0;
         Pending *ready = c->ready_head;
         c->ready_head = NULL;
         c->ready_tail = &c->ready_head;
@@ -640,6 +620,41 @@ int nvml_client_dispatch(NvmlClient *c)
                 n++;
         }
         return n;
+}
+
+static int on_ready(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+{
+        (void)dispatch_ready(userdata);
+        return 0;
+}
+
+int nvml_client_attach_event(NvmlClient *c, sd_event *event)
+{
+        if (!c)
+                return -EINVAL;
+        if (c->event_source)
+                return -EBUSY;
+        _cleanup_(sd_event_unrefp) sd_event *e = event ? sd_event_ref(event) : NULL;
+        if (!e) {
+                int r = sd_event_default(&e);
+                if (r < 0)
+                        return r;
+        }
+        int r = sd_event_add_io(e, &c->event_source, c->event_fd, EPOLLIN, on_ready, c);
+        if (r < 0)
+                return r;
+        r = worker_pool_attach_event(c->slot, e);
+        if (r < 0)
+                c->event_source = sd_event_source_disable_unref(c->event_source);
+        return r;
+}
+
+int nvml_client_dispatch(NvmlClient *c)
+{
+        int n = worker_pool_dispatch_completions(c->slot);
+        if (n < 0)
+                return n;
+        return n + dispatch_ready(c);
 }
 
 /* ---- reads ----------------------------------------------------------------------------------- */

@@ -9,13 +9,14 @@
  * call runs on the single NVML thread, a WorkerPool slot (NVML-9, GEN-3); nothing else calls
  * into the library.
  *
- * The loop talks to NVML through an NvmlClient, which it owns and drives like a WorkerPool
- * (one pollable descriptor, nvml_client_dispatch()). A request names PFs and what to ask about
- * each; the answer comes back on the loop, exactly once, through the request's callback, and
- * never synchronously from nvml_client_query(). Before the callback runs the client folds the
- * answer into its state: modes, the fallback state of each GPU and of the host (NVML-11), the
- * fallback counters (NVML-12), the log lines of NVML-13, and the placement cache (NVML-14,
- * NVML-15: an entry is replaced only by an answer whose query started later).
+ * The loop talks to NVML through an NvmlClient, which it owns and attaches to its sd-event loop
+ * like a WorkerPool (nvml_client_attach_event(): the NVML slot's source and the client's own). A
+ * request names PFs and what to ask about each; the answer comes back on the loop, exactly once,
+ * through the request's callback, and never synchronously from nvml_client_query(). Before the
+ * callback runs the client folds the answer into its state: modes, the fallback state of each
+ * GPU and of the host (NVML-11), the fallback counters (NVML-12), the log lines of NVML-13, and
+ * the placement cache (NVML-14, NVML-15: an entry is replaced only by an answer whose query
+ * started later).
  *
  * The client also runs the cache refresher (NVML-14, NVML-15): refreshes are coalesced, one
  * runs at a time, and any number of requests while it runs cause exactly one more run.
@@ -225,10 +226,18 @@ NvmlClient *nvml_client_free(NvmlClient *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(NvmlClient *, nvml_client_free);
 #define _cleanup_nvml_client_ _cleanup_(nvml_client_freep)
 
-/* Readable when nvml_client_dispatch() has work: a result, a deadline, a refused request. */
-int nvml_client_get_fd(NvmlClient *c);
+/*
+ * Adds the client's sources to event (NULL: sd_event_default()): its NVML slot's and one for the
+ * answers decided on the loop (a refused request, NVML disabled). -EBUSY when attached already;
+ * nvml_client_free() removes them.
+ */
+int nvml_client_attach_event(NvmlClient *c, sd_event *event);
 
-/* Ends requests past their deadline and runs ready callbacks; returns how many ran. */
+/*
+ * One turn of those sources: ends requests past their deadline and runs ready callbacks; returns
+ * how many ran. Owners leave this to the loop; only a test with an injected clock calls it,
+ * right after moving the clock (the loop cannot see such a clock move).
+ */
 int nvml_client_dispatch(NvmlClient *c);
 
 typedef void (*NvmlAnswerFunc)(NvmlClient *c, const NvmlAnswer *a, void *userdata);

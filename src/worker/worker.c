@@ -130,6 +130,7 @@ struct WorkerPool {
 
         /* Owned by the owner's thread. */
         int epoll_fd, event_fd, timer_fd;
+        sd_event_source *event_source;
         nsec_t armed_deadline;
 
         pthread_mutex_t lock;
@@ -461,6 +462,7 @@ WorkerPool *worker_pool_free(WorkerPool *p)
         job_list_free(&queue);
         job_list_free(&done);
         job_list_free(&late);
+        sd_event_source_disable_unref(p->event_source);
         closep(&p->epoll_fd);
         closep(&p->event_fd);
         closep(&p->timer_fd);
@@ -537,9 +539,25 @@ int worker_pool_submit(WorkerPool *p, const WorkerJob *job, char **error)
         return 0;
 }
 
-int worker_pool_get_fd(WorkerPool *p)
+static int on_event(sd_event_source *s, int fd, uint32_t revents, void *userdata)
 {
-        return p->epoll_fd;
+        (void)worker_pool_dispatch_completions(userdata);
+        return 0;
+}
+
+int worker_pool_attach_event(WorkerPool *p, sd_event *event)
+{
+        if (!p)
+                return -EINVAL;
+        if (p->event_source)
+                return -EBUSY;
+        _cleanup_(sd_event_unrefp) sd_event *e = event ? sd_event_ref(event) : NULL;
+        if (!e) {
+                int r = sd_event_default(&e);
+                if (r < 0)
+                        return r;
+        }
+        return sd_event_add_io(e, &p->event_source, p->epoll_fd, EPOLLIN, on_event, p);
 }
 
 static void drain_fds(WorkerPool *p)

@@ -6,13 +6,13 @@
  *
  * A WorkerPool runs jobs on its own threads and posts each result back to its owner, the one
  * thread that created it (the event loop). Every function below is called on that thread only;
- * completions run there too, from worker_pool_dispatch_completions(), never on a worker.
+ * completions run there too, never on a worker.
  *
- * The owner polls one descriptor, worker_pool_get_fd(): it becomes readable (EPOLLIN) when a
- * completion is ready or the earliest deadline has passed, so a single sd-event IO source that
- * calls worker_pool_dispatch_completions() drives the pool. The pool has no sd-event dependency.
- * The descriptor's timer runs on CLOCK_MONOTONIC; a pool built with an injected clock (tests)
- * checks deadlines against that clock whenever the owner dispatches, and the owner decides when.
+ * Driving: the owner attaches the pool to its sd-event loop (worker_pool_attach_event()). The
+ * pool's source wakes the loop when a completion is ready or the earliest deadline has passed
+ * (a timer on CLOCK_MONOTONIC). A pool built with an injected clock (tests) checks deadlines
+ * against that clock whenever it dispatches; the loop cannot see such a clock move, so after
+ * moving it the test calls worker_pool_dispatch_completions() itself.
  *
  * Two kinds of pool, one engine:
  *
@@ -35,6 +35,7 @@
  */
 
 #include <stdbool.h>
+#include <systemd/sd-event.h>
 
 #include "base/base.h"
 
@@ -125,13 +126,19 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(WorkerPool *, worker_pool_free);
  */
 int worker_pool_submit(WorkerPool *p, const WorkerJob *job, char **error);
 
-/* Readable when worker_pool_dispatch_completions() has something to do. Owned by the pool. */
-int worker_pool_get_fd(WorkerPool *p);
+/*
+ * Adds the pool's IO source to event (NULL: sd_event_default()); from then on the loop runs what
+ * worker_pool_dispatch_completions() describes whenever there is something to do. -EBUSY when
+ * the pool is attached already; worker_pool_free() removes the source.
+ */
+int worker_pool_attach_event(WorkerPool *p, sd_event *event);
 
 /*
- * Ends jobs whose deadline has passed (by the pool's clock), reaps threads that are no longer
- * needed, and runs every ready completion, in the order the jobs ended. Completions may submit
- * new jobs but must not free the pool. Returns the number of completions run.
+ * One turn of the pool's source: ends jobs whose deadline has passed (by the pool's clock),
+ * reaps threads that are no longer needed, and runs every ready completion, in the order the
+ * jobs ended. Completions may submit new jobs but must not free the pool. Returns the number of
+ * completions run. Owners leave this to the loop; only a test with an injected clock calls it,
+ * right after moving the clock.
  */
 int worker_pool_dispatch_completions(WorkerPool *p);
 

@@ -6,16 +6,15 @@
  * the NVML client on the simulator's fake libnvidia-ml.so.1, a Claimer, and a fake owner whose
  * durable claims live in memory (saves and clears complete on the next loop turn, never inside
  * the call, and a save can be made to fail). Used by tests/integration/test-claim-sim.c and
- * bench/perf4-claims.c; the loop is a bounded poll over every descriptor the parts expose.
+ * bench/perf4-claims.c. Every part is attached to one sd-event loop, as the daemon attaches them;
+ * harness_run_until() runs it (bounded). The simulator client is testlib's.
  */
 
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <limits.h>
-#include <poll.h>
 
 #include "claim/claim.h"
+#include "testlib.h"
 
 #define HARNESS_MAX_CLAIMS 64
 
@@ -47,7 +46,9 @@ typedef struct ClaimOutcome {
 } ClaimOutcome;
 
 struct Harness {
-        char *mnt;
+        TestSim *sim;
+        sd_event *event;
+        sd_event_source *owner_turn; /* completes the fake owner's saves and clears */
         Root *sys, *proc;
         char *dev;
         WorkerPool *pool;
@@ -73,47 +74,24 @@ static inline nsec_t harness_now(void)
         return mono_clock_now(&mono_clock_system);
 }
 
-static inline char *harness_path(const Harness *h, const char *rel)
-{
-        char *p = NULL;
-        if (strprintf(&p, "%s/%s", h->mnt, rel) < 0)
-                abort();
-        return p;
-}
-
-static inline int harness_write(const char *path, const char *value)
-{
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
-        ssize_t n = write(fd, value, strlen(value));
-        if (n < 0)
-                return negative_errno();
-        return (size_t)n == strlen(value) ? 0 : -EIO;
-}
-
 static inline int harness_ctl(const Harness *h, const char *command)
 {
-        _cleanup_free_ char *p = harness_path(h, ".sim/ctl");
-        return harness_write(p, command);
+        return test_sim_ctl(h->sim, "%s", command);
 }
 
+/* state.json, or NULL when it cannot be read. */
 static inline json_t *harness_state(const Harness *h)
 {
-        _cleanup_free_ char *p = harness_path(h, ".sim/state.json"), *text = NULL;
-        if (read_file_at(AT_FDCWD, p, 8 << 20, &text, NULL) < 0)
-                return NULL;
-        return json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+        json_t *st = NULL;
+        return test_sim_state(h->sim, &st) < 0 ? NULL : st;
 }
 
 /* Writes a VF's current_vgpu_type through the simulator's own file, as a test set-up step. */
 static inline int harness_set_type(const Harness *h, const char *vf, const char *type)
 {
-        _cleanup_free_ char *rel = NULL;
-        if (strprintf(&rel, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", vf) < 0)
-                return -ENOMEM;
-        _cleanup_free_ char *p = harness_path(h, rel);
-        return harness_write(p, type);
+        _cleanup_free_ char *p =
+            test_sim_path(h->sim, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", vf);
+        return p ? test_write_once(p, type) : -ENOMEM;
 }
 
 /* ---- the fake owner ----------------------------------------------------------------------- */
@@ -139,6 +117,7 @@ static inline int harness_save(void *userdata, const ClaimRecord *rec, Claim *to
         Harness *h = userdata;
         OwnerOp *op = &h->ops_pending[h->n_pending++];
         *op = (OwnerOp){.token = token};
+        (void)sd_event_source_set_enabled(h->owner_turn, SD_EVENT_ONESHOT);
         h->saved_vfs[h->n_saves++] = strdup(rec->vf);
         if (h->save_error) {
                 op->r = -ENOSPC;
@@ -154,6 +133,7 @@ static inline int harness_clear(void *userdata, const ClaimRecord *rec, Claim *t
         h->n_clears++;
         harness_owner_unclaim(h, rec->vf);
         h->ops_pending[h->n_pending++] = (OwnerOp){.token = token, .clear = true};
+        (void)sd_event_source_set_enabled(h->owner_turn, SD_EVENT_ONESHOT);
         return 0;
 }
 
@@ -177,8 +157,10 @@ static inline void harness_vf_changed(void *userdata, const char *vf)
         (void)claimer_request_nvml_refresh(h->cl, false);
 }
 
-static inline void harness_owner_dispatch(Harness *h)
+/* The owner's turn on the loop: what save() and clear() started completes, in order. */
+static inline int harness_owner_turn(sd_event_source *s, void *userdata)
 {
+        Harness *h = userdata;
         while (h->n_pending > 0) {
                 OwnerOp op = h->ops_pending[0];
                 memmove(&h->ops_pending[0], &h->ops_pending[1],
@@ -190,40 +172,22 @@ static inline void harness_owner_dispatch(Harness *h)
                         claimer_save_done(h->cl, op.token, op.r, op.error);
                 free(op.error);
         }
+        return 0;
 }
 
 /* ---- the loop ----------------------------------------------------------------------------- */
 
-static inline void harness_turn(Harness *h, int timeout_ms)
-{
-        worker_pool_dispatch_completions(h->pool);
-        device_ops_dispatch(h->ops);
-        nvml_client_dispatch(h->nvml);
-        harness_owner_dispatch(h);
-        claimer_dispatch(h->cl);
-        if (h->n_pending > 0)
-                return;
-        struct pollfd pfd[] = {
-            {.fd = worker_pool_get_fd(h->pool), .events = POLLIN},
-            {.fd = device_ops_get_fd(h->ops), .events = POLLIN},
-            {.fd = nvml_client_get_fd(h->nvml), .events = POLLIN},
-            {.fd = claimer_get_fd(h->cl), .events = POLLIN},
-        };
-        (void)poll(pfd, ELEMENTSOF(pfd), timeout_ms);
-}
-
-/* Turns the loop until pred holds or timeout passes: 0 or -ETIMEDOUT. */
+/* Runs the loop until pred holds or timeout passes: 0 or -ETIMEDOUT. */
 static inline int harness_run_until(Harness *h, bool (*pred)(Harness *h, void *arg), void *arg,
                                     nsec_t timeout)
 {
-        nsec_t deadline = harness_now() + timeout;
-        for (;;) {
-                if (pred(h, arg))
-                        return 0;
-                if (harness_now() > deadline)
-                        return -ETIMEDOUT;
-                harness_turn(h, 20);
+        TestWait w = test_wait_begin(h->event, timeout);
+        while (!pred(h, arg)) {
+                int r = test_wait_step(&w);
+                if (r < 0)
+                        return r;
         }
+        return 0;
 }
 
 static inline bool harness_refreshed(Harness *h, void *arg)
@@ -280,18 +244,22 @@ static inline bool harness_all_done(Harness *h, void *arg)
 static inline int harness_start(Harness *h, const char *nvml_library, nsec_t nvml_timeout,
                                 const char **error)
 {
-        const char *mnt = getenv("VGPU_SIM_MOUNT");
-        char real[PATH_MAX];
         int r;
 
         *error = "VGPU_SIM_MOUNT is not set: run this through run-with-sim.sh";
-        if (!mnt || !*mnt || !realpath(mnt, real))
-                return -EINVAL;
-        h->mnt = strdup(real);
-        _cleanup_free_ char *sys = harness_path(h, "sys");
-        h->dev = harness_path(h, "dev");
+        if ((r = test_sim_open(&h->sim)) < 0)
+                return r;
+        *error = "event loop";
+        if ((r = sd_event_new(&h->event)) < 0 ||
+            (r = sd_event_add_defer(h->event, &h->owner_turn, harness_owner_turn, h)) < 0 ||
+            (r = sd_event_source_set_enabled(h->owner_turn, SD_EVENT_OFF)) < 0)
+                return r;
+        _cleanup_free_ char *sys = test_sim_path(h->sim, "sys");
+        h->dev = test_sim_path(h->sim, "dev");
         h->nvml_timeout = nvml_timeout;
         *error = "open roots";
+        if (!sys || !h->dev)
+                return -ENOMEM;
         if ((r = root_open(sys, &h->sys)) < 0 || (r = root_open("/proc", &h->proc)) < 0)
                 return r;
 
@@ -327,6 +295,12 @@ static inline int harness_start(Harness *h, const char *nvml_library, nsec_t nvm
         };
         *error = "claimer";
         if ((r = claimer_new(&cc, &h->cl)) < 0)
+                return r;
+        *error = "attach to the loop";
+        if ((r = worker_pool_attach_event(h->pool, h->event)) < 0 ||
+            (r = device_ops_attach_event(h->ops, h->event)) < 0 ||
+            (r = nvml_client_attach_event(h->nvml, h->event)) < 0 ||
+            (r = claimer_attach_event(h->cl, h->event)) < 0)
                 return r;
 
         /* The PFs, as the owner's start-up discovery would have found them. */
@@ -375,39 +349,17 @@ static inline void harness_stop(Harness *h)
         root_free(h->sys);
         root_free(h->proc);
         free(h->dev);
-        free(h->mnt);
+        sd_event_source_disable_unref(h->owner_turn);
+        sd_event_unref(h->event);
+        test_sim_free(h->sim);
         *h = (Harness){};
 }
 
-/* Writes 0 to every configured VF through the simulator's files; -errno on the first refusal. */
+/*
+ * Gives every VF back through the simulator's files (testlib), waiting out a release lag for at
+ * most 5 s; -errno on the first refusal.
+ */
 static inline int harness_reset_all(Harness *h)
 {
-        json_auto_t *st = harness_state(h);
-        size_t i, k;
-        json_t *gpu, *vf;
-        if (!st)
-                return -EIO;
-        json_array_foreach (json_object_get(st, "gpus"), i, gpu) {
-                json_array_foreach (json_object_get(gpu, "vfs"), k, vf) {
-                        json_t *mdev = json_object_get(vf, "mdev");
-                        if (json_is_object(mdev)) {
-                                _cleanup_free_ char *rel = NULL, *p = NULL;
-                                if (strprintf(&rel, "sys/bus/mdev/devices/%s/remove",
-                                              json_string_value(json_object_get(mdev, "uuid"))) < 0)
-                                        return -ENOMEM;
-                                p = harness_path(h, rel);
-                                int r = harness_write(p, "1");
-                                if (r < 0)
-                                        return r;
-                                continue;
-                        }
-                        if (json_integer_value(json_object_get(vf, "type")) == 0)
-                                continue;
-                        int r = harness_set_type(
-                            h, json_string_value(json_object_get(vf, "address")), "0");
-                        if (r < 0)
-                                return r;
-                }
-        }
-        return 0;
+        return test_sim_release_all(h->sim, 5 * NSEC_PER_SEC);
 }

@@ -6,8 +6,9 @@
  * (host-l40s.yaml: a mixed-size and an equal-size L40S, 4 VFs each) or "mixed"
  * (host-claim-mixed.yaml: one mixed-size L40S with 16 VFs).
  *
- * Every part runs as the daemon runs it: real worker pool, DeviceOps, NVML client and clock.
- * Waits are bounded polls. After every test without an NVML hang the simulator must show no
+ * Every part runs as the daemon runs it: real worker pool, DeviceOps, NVML client and clock, all
+ * attached to one sd-event loop, which a test runs until what it waits for has happened
+ * (bounded). After every test without an NVML hang the simulator must show no
  * query that overlapped a write (PLACE-9), no VF written twice at once (DEV-11) and no
  * forbidden write (DEV-18); then every VF is reset through the simulator's files.
  */
@@ -16,9 +17,6 @@
 #include <stddef.h>
 
 #include <cmocka.h>
-
-#include <signal.h>
-#include <sys/wait.h>
 
 #include "claim-harness.h"
 
@@ -36,9 +34,8 @@ static const char *host_kind;
 
 typedef struct Test {
         Harness h;
-        bool nvml_hang; /* the test hangs NVML on purpose: overlaps are allowed (PLACE-9) */
-        pid_t holder;   /* a stand-in VMM holding a VFIO node open, or 0 */
-        int holder_control;
+        bool nvml_hang;    /* the test hangs NVML on purpose: overlaps are allowed (PLACE-9) */
+        TestHolder holder; /* a stand-in VMM holding a VFIO node open */
 } Test;
 
 /* ---- helpers ------------------------------------------------------------------------------- */
@@ -65,18 +62,11 @@ static const char *vf_name(const char *pf, unsigned i, char buf[static PCI_ADDRE
 
 static json_int_t vf_type(Harness *h, const char *vf)
 {
-        json_auto_t *st = harness_state(h);
-        size_t i, k;
-        json_t *gpu, *v;
-        assert_non_null(st);
-        json_array_foreach (json_object_get(st, "gpus"), i, gpu) {
-                json_array_foreach (json_object_get(gpu, "vfs"), k, v) {
-                        if (streq(json_string_value(json_object_get(v, "address")), vf))
-                                return json_integer_value(json_object_get(v, "type"));
-                }
-        }
-        fail_msg("VF %s not in state.json", vf);
-        return -1;
+        json_int_t type = -1;
+        int r = test_sim_vf_int(h->sim, vf, "type", &type);
+        if (r < 0)
+                fail_msg("type of VF %s in state.json: %s", vf, strerror(-r));
+        return type;
 }
 
 /* VFs configured with type on pf. */
@@ -151,41 +141,12 @@ static void hold_vf(Test *t, const char *vf)
         assert_int_equal(strprintf(&rel, "bus/pci/devices/%s/iommu_group", vf), 0);
         assert_int_equal(root_readlink_basename(h->sys, rel, &group), 0);
         assert_int_equal(strprintf(&node, "%s/vfio/%s", h->dev, group), 0);
-
-        int ready[2], control[2];
-        assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-        assert_int_equal(pipe2(control, O_CLOEXEC), 0);
-        pid_t pid = fork();
-        assert_true(pid >= 0);
-        if (pid == 0) {
-                close(ready[0]);
-                close(control[1]);
-                int fd = open(node, O_RDWR | O_CLOEXEC);
-                char c = fd >= 0 ? 'y' : 'n';
-                (void)!write(ready[1], &c, 1);
-                while (read(control[0], &c, 1) > 0)
-                        ;
-                _exit(0);
-        }
-        close(ready[1]);
-        close(control[0]);
-        struct pollfd pfd = {.fd = ready[0], .events = POLLIN};
-        assert_int_equal(poll(&pfd, 1, 10000), 1);
-        char c = 0;
-        assert_int_equal(read(ready[0], &c, 1), 1);
-        close(ready[0]);
-        t->holder = pid;
-        t->holder_control = control[1];
-        assert_int_equal(c, 'y');
+        assert_int_equal(test_holder_start(node, &t->holder), 0);
 }
 
 static void release_holder(Test *t)
 {
-        if (t->holder <= 0)
-                return;
-        close(t->holder_control);
-        (void)waitpid(t->holder, NULL, 0);
-        t->holder = 0;
+        test_holder_end(&t->holder);
 }
 
 /* ---- set-up and checks --------------------------------------------------------------------- */
@@ -195,6 +156,7 @@ static int setup(void **state)
         Test *t = calloc(1, sizeof *t);
         const char *step;
         assert_non_null(t);
+        t->holder = TEST_HOLDER_NULL;
         log_set_max_level(LOG_LEVEL_ERR);
         int r = harness_start(&t->h, nvml_library, NVML_TIMEOUT, &step);
         if (r < 0)
@@ -208,6 +170,7 @@ static int setup_short_timeout(void **state)
         Test *t = calloc(1, sizeof *t);
         const char *step;
         assert_non_null(t);
+        t->holder = TEST_HOLDER_NULL;
         log_set_max_level(LOG_LEVEL_ERR);
         int r = harness_start(&t->h, nvml_library, NSEC_PER_SEC, &step);
         if (r < 0)
@@ -244,22 +207,16 @@ static int teardown(void **state)
                                          json_string_value(json_object_get(vf, "address")), maxw);
                 }
         }
-        _cleanup_free_ char *fw = harness_path(h, ".sim/forbidden-writes"), *text = NULL;
-        assert_int_equal(read_file_at(AT_FDCWD, fw, 65536, &text, NULL), 0);
+        _cleanup_free_ char *text = NULL;
+        assert_int_equal(test_sim_forbidden_writes(h->sim, &text), 0);
         assert_string_equal(text, ""); /* DEV-18, SIM-16 */
 
+        /* Leave the simulator as the next test expects it: every VF free. A holder's FUSE
+         * release may trail its exit (SIM-12): retried, bounded. */
+        _cleanup_test_sim_ TestSim *sim = NULL;
+        assert_int_equal(test_sim_open(&sim), 0);
         harness_stop(h);
-        /* Leave the simulator as the next test expects it: every VF free. */
-        Harness again = {};
-        const char *mnt = getenv("VGPU_SIM_MOUNT");
-        char real[PATH_MAX];
-        assert_non_null(realpath(mnt, real));
-        again.mnt = real;
-        /* A holder's FUSE release may trail its exit (SIM-12): poll, bounded. */
-        int r = 0;
-        for (unsigned n = 0; n < 200 && (r = harness_reset_all(&again)) == -EBUSY; n++)
-                (void)poll(NULL, 0, 25);
-        assert_int_equal(r, 0);
+        assert_int_equal(test_sim_release_all(sim, 5 * NSEC_PER_SEC), 0);
         free(t);
         return 0;
 }
@@ -551,8 +508,7 @@ static void test_dirty_vf_held_open(void **state) /* PLACE-12, PLACE-16, DEV-9 *
         Harness *h = &t->h;
         ClaimOutcome o = {};
         char vf[PCI_ADDRESS_STRLEN], dirty[PCI_ADDRESS_STRLEN];
-        char *buf = NULL;
-        size_t size = 0;
+        TestLog log;
 
         fill_mixed_4vfs(h);
         for (unsigned i = 0; i < 4; i++) {
@@ -564,15 +520,14 @@ static void test_dirty_vf_held_open(void **state) /* PLACE-12, PLACE-16, DEV-9 *
         vf_name(EQUAL_PF, 0, dirty);
         hold_vf(t, dirty); /* a VMM nobody knows about still has it open */
 
-        FILE *f = open_memstream(&buf, &size);
-        assert_non_null(f);
-        log_set_stream(f);
+        assert_int_equal(test_log_start(&log), 0);
         log_set_max_level(LOG_LEVEL_WARNING);
         start_claims(h, P_2Q, &o, 1);
         run_claims(h, &o, 1);
-        log_set_stream(NULL);
+        _cleanup_free_ char *buf = strdup(test_log_text(&log));
+        test_log_stop(&log);
         log_set_max_level(LOG_LEVEL_ERR);
-        fclose(f);
+        assert_non_null(buf);
 
         assert_int_equal(o.r, -ENOSPC);
         assert_string_equal(o.code, "insufficient_resources");
@@ -587,7 +542,6 @@ static void test_dirty_vf_held_open(void **state) /* PLACE-12, PLACE-16, DEV-9 *
         assert_non_null(strstr(buf, "<4>dirty vGPU VF refused reset; trying another VF vf="));
         assert_int_equal(vf_type(h, dirty), 1148); /* held: never reset */
         assert_int_equal(h->n_saves, 0);           /* the claim was never written */
-        free(buf);
         claim_outcome_clear(&o);
 }
 
@@ -595,18 +549,16 @@ static void test_placed_log_line(void **state) /* PLACE-22 */
 {
         Harness *h = H(state);
         ClaimOutcome o = {};
-        char *buf = NULL;
-        size_t size = 0;
-        FILE *f = open_memstream(&buf, &size);
-        assert_non_null(f);
-        log_set_stream(f);
+        TestLog log;
+        assert_int_equal(test_log_start(&log), 0);
         log_set_max_level(LOG_LEVEL_INFO);
 
         start_claims(h, P_2Q, &o, 1);
         run_claims(h, &o, 1);
-        log_set_stream(NULL);
+        _cleanup_free_ char *buf = strdup(test_log_text(&log));
+        test_log_stop(&log);
         log_set_max_level(LOG_LEVEL_ERR);
-        fclose(f);
+        assert_non_null(buf);
         assert_success(&o);
         _cleanup_free_ char *want = NULL;
         assert_int_equal(strprintf(&want,
@@ -615,7 +567,6 @@ static void test_placed_log_line(void **state) /* PLACE-22 */
                                    o.vf, o.gpu, o.nvml_ms),
                          0);
         assert_non_null(strstr(buf, want));
-        free(buf);
         claim_outcome_clear(&o);
 }
 

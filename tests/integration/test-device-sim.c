@@ -5,8 +5,9 @@
  * VGPU_SIM_MOUNT; the first argument picks the host the group expects: "vfio" (host-l40s.yaml)
  * or "mdev" (host-a40.yaml).
  *
- * Everything goes through the asynchronous layer on a real worker pool and the real clock, the
- * way the daemon drives it; waits are bounded polls. After every test the simulator must show
+ * Everything goes through the asynchronous layer on a real worker pool and the real clock,
+ * attached to an sd-event loop the way the daemon attaches them; a test runs the loop until what
+ * it waits for has happened (bounded). After every test the simulator must show
  * no forbidden write (DEV-18, SIM-16) and no VF with more than one write open at once (DEV-11).
  */
 #include <setjmp.h>
@@ -15,15 +16,12 @@
 
 #include <cmocka.h>
 
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <limits.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 
 #include "device/device.h"
+#include "testlib.h"
 
 /* The mixed-size and the equal-size L40S of host-l40s.yaml, and the A40 of host-a40.yaml. */
 #define MIXED_VF0 "0000:e3:00.4"
@@ -40,19 +38,15 @@
 #define UUID_A "6f1d3c2b-8a4e-4b7f-9c1d-2e3f4a5b6c7d"
 #define UUID_B "0a1b2c3d-4e5f-4a6b-8c7d-8e9f0a1b2c3d"
 
-typedef struct Child {
-        pid_t pid;
-        int control; /* the child exits when this closes */
-} Child;
-
 typedef struct Sim {
-        char *mnt;
+        TestSim *sim;
         Root *sys, *proc;
         char *dev;
         DeviceRoots roots;
+        sd_event *event;
         WorkerPool *pool;
         DeviceOps *ops;
-        Child children[4];
+        TestHolder children[4];
 } Sim;
 
 typedef struct Done {
@@ -69,90 +63,47 @@ typedef struct Done {
 static char *mnt_path(const Sim *s, const char *fmt, ...) _printf_(2, 3);
 static char *mnt_path(const Sim *s, const char *fmt, ...)
 {
-        _cleanup_free_ char *rel = NULL;
-        char *path = NULL;
         va_list ap;
         va_start(ap, fmt);
-        assert_true(vasprintf(&rel, fmt, ap) >= 0);
+        char *path = test_sim_vpath(s->sim, fmt, ap);
         va_end(ap);
-        assert_int_equal(strprintf(&path, "%s/%s", s->mnt, rel), 0);
+        assert_non_null(path);
         return path;
-}
-
-static int write_once(const char *path, const char *value)
-{
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
-        ssize_t n = write(fd, value, strlen(value));
-        if (n < 0)
-                return negative_errno();
-        return (size_t)n == strlen(value) ? 0 : -EIO;
 }
 
 static void ctl(const Sim *s, const char *fmt, ...) _printf_(2, 3);
 static void ctl(const Sim *s, const char *fmt, ...)
 {
-        _cleanup_free_ char *command = NULL, *path = mnt_path(s, ".sim/ctl");
+        _cleanup_free_ char *command = NULL;
         va_list ap;
         va_start(ap, fmt);
         assert_true(vasprintf(&command, fmt, ap) >= 0);
         va_end(ap);
-        int r = write_once(path, command);
+        int r = test_sim_ctl(s->sim, "%s", command);
         if (r < 0)
                 fail_msg(".sim/ctl \"%s\": %s", command, strerror(-r));
 }
 
-static char *read_text(const char *path)
-{
-        char *s = NULL;
-        int r = read_file_at(AT_FDCWD, path, 4 << 20, &s, NULL);
-        if (r < 0)
-                fail_msg("read %s: %s", path, strerror(-r));
-        return s;
-}
-
 static json_t *sim_state(const Sim *s)
 {
-        _cleanup_free_ char *path = mnt_path(s, ".sim/state.json"), *text = read_text(path);
-        json_error_t err;
-        json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &err);
-        if (!j)
-                fail_msg("state.json: %s", err.text);
+        json_t *j = NULL;
+        int r = test_sim_state(s->sim, &j);
+        if (r < 0)
+                fail_msg("state.json: %s", strerror(-r));
         return j;
-}
-
-/* A VF's object in state.json (borrowed from state). */
-static json_t *state_vf(json_t *state, const char *vf)
-{
-        size_t i, k;
-        json_t *gpu, *v;
-        json_array_foreach (json_object_get(state, "gpus"), i, gpu) {
-                json_array_foreach (json_object_get(gpu, "vfs"), k, v) {
-                        if (streq(json_string_value(json_object_get(v, "address")), vf))
-                                return v;
-                }
-        }
-        fail_msg("VF %s not in state.json", vf);
-        return NULL;
 }
 
 static json_int_t vf_int(const Sim *s, const char *vf, const char *key)
 {
-        json_auto_t *state = sim_state(s);
-        json_t *v = json_object_get(state_vf(state, vf), key);
-        assert_true(json_is_integer(v));
-        return json_integer_value(v);
+        json_int_t v;
+        assert_int_equal(test_sim_vf_int(s->sim, vf, key, &v), 0);
+        return v;
 }
 
 /* The mdev's UUID on vf, or "" when it carries none. */
 static void vf_mdev(const Sim *s, const char *vf, char ret[static 37])
 {
-        json_auto_t *state = sim_state(s);
-        json_t *m = json_object_get(state_vf(state, vf), "mdev");
-        ret[0] = 0;
-        if (json_is_object(m))
-                snprintf(ret, 37, "%s", json_string_value(json_object_get(m, "uuid")));
+        assert_int_equal(test_sim_vf_mdev(s->sim, vf, ret), 0);
 }
 
 /* The VFIO node QEMU would open for vf: the legacy group node (GEN-11). */
@@ -168,43 +119,13 @@ static char *group_node(const Sim *s, const char *dir)
 
 static void hold_node(Sim *s, size_t slot, const char *node)
 {
-        int ready[2], control[2];
-        assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-        assert_int_equal(pipe2(control, O_CLOEXEC), 0);
-        pid_t pid = fork();
-        assert_true(pid >= 0);
-        if (pid == 0) {
-                close(ready[0]);
-                close(control[1]);
-                int fd = open(node, O_RDWR | O_CLOEXEC);
-                char c = fd >= 0 ? 'y' : 'n';
-                (void)!write(ready[1], &c, 1);
-                /* Holds the node until the parent closes its end or dies. */
-                while (read(control[0], &c, 1) > 0)
-                        ;
-                _exit(0);
-        }
-        close(ready[1]);
-        close(control[0]);
-        struct pollfd pfd = {.fd = ready[0], .events = POLLIN};
-        assert_int_equal(poll(&pfd, 1, 10000), 1);
-        char c = 0;
-        assert_int_equal(read(ready[0], &c, 1), 1);
-        close(ready[0]);
-        s->children[slot] = (Child){.pid = pid, .control = control[1]};
-        assert_int_equal(c, 'y');
+        assert_int_equal(test_holder_start(node, &s->children[slot]), 0);
 }
 
 /* The VMM exits: its descriptors close, and it is reaped. */
 static void end_child(Sim *s, size_t slot)
 {
-        Child *c = &s->children[slot];
-        if (c->pid <= 0)
-                return;
-        closep(&c->control);
-        c->control = -1;
-        assert_int_equal(waitpid(c->pid, NULL, 0), c->pid);
-        c->pid = 0;
+        test_holder_end(&s->children[slot]);
 }
 
 /* ---- the loop ------------------------------------------------------------------------------ */
@@ -231,26 +152,13 @@ static void done_clear(Done *d)
 
 static nsec_t now(void)
 {
-        return mono_clock_now(&mono_clock_system);
+        return test_now();
 }
 
-/* Runs the owner's side until pred holds, for at most 30 s. */
+/* Runs the loop until pred holds, for at most 30 s. */
 static void run_until(Sim *s, bool (*pred)(Sim *s, const void *arg), const void *arg)
 {
-        nsec_t deadline = now() + 30 * NSEC_PER_SEC;
-        for (;;) {
-                worker_pool_dispatch_completions(s->pool);
-                device_ops_dispatch(s->ops);
-                if (pred(s, arg))
-                        return;
-                if (now() > deadline)
-                        fail_msg("condition not reached within 30 s");
-                struct pollfd pfd[] = {
-                    {.fd = worker_pool_get_fd(s->pool), .events = POLLIN},
-                    {.fd = device_ops_get_fd(s->ops), .events = POLLIN},
-                };
-                (void)poll(pfd, ELEMENTSOF(pfd), 100);
-        }
+        TEST_WAIT_UNTIL(s->event, pred(s, arg));
 }
 
 static bool is_done(Sim *s, const void *arg)
@@ -275,6 +183,8 @@ static void start_ops(Sim *s, nsec_t timeout, nsec_t retry_interval)
             .retry_interval = retry_interval,
         };
         assert_int_equal(device_ops_new(&c, &s->ops), 0);
+        assert_int_equal(worker_pool_attach_event(s->pool, s->event), 0);
+        assert_int_equal(device_ops_attach_event(s->ops, s->event), 0);
 }
 
 static void stop_ops(Sim *s)
@@ -328,15 +238,11 @@ static void assert_failed(const Done *d, int r, DeviceFailureKind kind, const ch
 
 static int group_setup(void **state)
 {
-        const char *mnt = getenv("VGPU_SIM_MOUNT");
-        if (!mnt || !*mnt)
-                fail_msg("VGPU_SIM_MOUNT is not set: run this through run-with-sim.sh");
-
         Sim *s = calloc(1, sizeof *s);
         assert_non_null(s);
-        char real[PATH_MAX];
-        assert_non_null(realpath(mnt, real));
-        s->mnt = strdup(real);
+        if (test_sim_open(&s->sim) < 0)
+                fail_msg("VGPU_SIM_MOUNT is not set: run this through run-with-sim.sh");
+        assert_int_equal(sd_event_new(&s->event), 0);
         _cleanup_free_ char *sys = mnt_path(s, "sys");
         s->dev = mnt_path(s, "dev");
         assert_int_equal(root_open(sys, &s->sys), 0);
@@ -344,7 +250,7 @@ static int group_setup(void **state)
         assert_int_equal(root_open("/proc", &s->proc), 0);
         s->roots = (DeviceRoots){.sysfs = s->sys, .proc = s->proc, .dev_root = s->dev};
         for (size_t i = 0; i < ELEMENTSOF(s->children); i++)
-                s->children[i] = (Child){.control = -1};
+                s->children[i] = TEST_HOLDER_NULL;
         log_set_max_level(LOG_LEVEL_WARNING); /* DEV-19 lines are the unit tests' business */
         *state = s;
         return 0;
@@ -356,7 +262,8 @@ static int group_teardown(void **state)
         root_free(s->sys);
         root_free(s->proc);
         free(s->dev);
-        free(s->mnt);
+        sd_event_unref(s->event);
+        test_sim_free(s->sim);
         free(s);
         return 0;
 }
@@ -417,7 +324,8 @@ static int teardown(void **state)
         stop_ops(s);
 
         /* DEV-18, SIM-16: nothing forbidden was ever attempted. */
-        _cleanup_free_ char *path = mnt_path(s, ".sim/forbidden-writes"), *text = read_text(path);
+        _cleanup_free_ char *text = NULL;
+        assert_int_equal(test_sim_forbidden_writes(s->sim, &text), 0);
         assert_string_equal(text, "");
         return 0;
 }

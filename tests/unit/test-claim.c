@@ -3,7 +3,8 @@
  * The claim flow on fixture trees (SPEC PLACE-7, 11, 12, 16, 18..20, 22, API-21): a vendor-VFIO
  * host written into a temporary directory (regular files stand in for the driver's attributes),
  * no NVML (every GPU decides on its VFs' lists, PLACE-5), a real worker pool and DeviceOps, and a
- * fake owner whose saves complete on the next loop turn. The vgpu-sim tests
+ * fake owner whose saves complete on the next loop turn. Every part is attached to the test's
+ * sd-event loop, which a claim runs until it is done. The vgpu-sim tests
  * (tests/integration/test-claim-sim.c) cover the NVML path and the driver's refusals.
  */
 #include <setjmp.h>
@@ -15,10 +16,10 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <poll.h>
 #include <sys/stat.h>
 
 #include "claim/claim.h"
+#include "testlib.h"
 
 #define PF "0000:e3:00.0"
 #define VF0 "0000:e3:00.4"
@@ -34,8 +35,9 @@
 #define LIST_2Q_4Q LIST_2Q "9     : NVIDIA L40S-4Q\n"
 
 typedef struct Fixture {
-        char dir[PATH_MAX];
-        int fd;
+        TestTree *tree;
+        const char *dir; /* the tree's */
+        int fd;          /* the tree's */
         Root *sys, *proc;
         char *dev;
         WorkerPool *pool;
@@ -55,9 +57,9 @@ typedef struct Fixture {
         char quarantined_buf[PCI_ADDRESS_STRLEN];
         unsigned n_clears;
 
-        char *log;
-        size_t log_size;
-        FILE *log_stream;
+        TestLog log;
+        sd_event *event;
+        sd_event_source *owner_turn; /* completes the fake owner's saves and clears */
 } Fixture;
 
 typedef struct Outcome {
@@ -72,42 +74,24 @@ typedef struct Outcome {
 
 /* ---- the tree ------------------------------------------------------------------------------ */
 
-static void mkparents(Fixture *f, const char *rel)
-{
-        char buf[PATH_MAX];
-        snprintf(buf, sizeof buf, "%s", rel);
-        for (char *p = buf; (p = strchr(p, '/')); p++) {
-                *p = 0;
-                if (mkdirat(f->fd, buf, 0755) < 0 && errno != EEXIST)
-                        fail_msg("mkdir %s: %m", buf);
-                *p = '/';
-        }
-}
-
 static void put(Fixture *f, const char *content, const char *fmt, ...) _printf_(3, 4);
 static void put(Fixture *f, const char *content, const char *fmt, ...)
 {
-        char rel[PATH_MAX];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(rel, sizeof rel, fmt, ap);
+        int r = test_tree_vput(f->tree, content, fmt, ap);
         va_end(ap);
-        mkparents(f, rel);
-        _cleanup_close_ int fd = openat(f->fd, rel, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        assert_true(fd >= 0);
-        assert_int_equal(write_all(fd, content, strlen(content)), 0);
+        assert_int_equal(r, 0);
 }
 
 static void link_at(Fixture *f, const char *target, const char *fmt, ...) _printf_(3, 4);
 static void link_at(Fixture *f, const char *target, const char *fmt, ...)
 {
-        char rel[PATH_MAX];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(rel, sizeof rel, fmt, ap);
+        int r = test_tree_vlink(f->tree, target, fmt, ap);
         va_end(ap);
-        mkparents(f, rel);
-        assert_int_equal(symlinkat(target, f->fd, rel), 0);
+        assert_int_equal(r, 0);
 }
 
 static char *get(Fixture *f, const char *fmt, ...) _printf_(2, 3);
@@ -155,6 +139,7 @@ static int fake_save(void *userdata, const ClaimRecord *rec, Claim *token, char 
         assert_false(timestamp_is_zero(rec->claimed_at));
         f->pending_clear[f->n_pending] = false;
         f->pending[f->n_pending++] = token;
+        assert_int_equal(sd_event_source_set_enabled(f->owner_turn, SD_EVENT_ONESHOT), 0);
         if (f->quarantine_on_save) {
                 f->quarantine_on_save = false;
                 snprintf(f->quarantined_buf, sizeof f->quarantined_buf, "%s", rec->vf);
@@ -174,6 +159,26 @@ static int fake_clear(void *userdata, const ClaimRecord *rec, Claim *token, char
                         memmove(f->claimed[i], f->claimed[--f->n_claimed], PCI_ADDRESS_STRLEN);
         f->pending_clear[f->n_pending] = true;
         f->pending[f->n_pending++] = token;
+        assert_int_equal(sd_event_source_set_enabled(f->owner_turn, SD_EVENT_ONESHOT), 0);
+        return 0;
+}
+
+/* The owner's turn on the loop: what save() and clear() started completes, in order. */
+static int on_owner_turn(sd_event_source *s, void *userdata)
+{
+        Fixture *f = userdata;
+        while (f->n_pending > 0) {
+                Claim *token = f->pending[0];
+                bool clear = f->pending_clear[0];
+                memmove(&f->pending[0], &f->pending[1], --f->n_pending * sizeof(Claim *));
+                memmove(&f->pending_clear[0], &f->pending_clear[1], f->n_pending * sizeof(bool));
+                if (clear)
+                        claimer_clear_done(f->cl, token, 0, NULL);
+                else if (f->save_error)
+                        claimer_save_done(f->cl, token, -EIO, f->save_error);
+                else
+                        claimer_save_done(f->cl, token, 0, NULL);
+        }
         return 0;
 }
 
@@ -216,36 +221,7 @@ static void run_claim(Fixture *f, const char *profile, Outcome *o)
         ClaimRequest req = {.instance_id = "k3x9q2m8v1c4z7n5b0wd", .profile = profile};
         assert_int_equal(claimer_claim(f->cl, &req, on_claim, o), 0);
         assert_false(o->done); /* never from inside the call */
-
-        nsec_t deadline = mono_clock_now(&mono_clock_system) + 30 * NSEC_PER_SEC;
-        while (!o->done) {
-                if (mono_clock_now(&mono_clock_system) > deadline)
-                        fail_msg("claim did not finish within 30 s");
-                worker_pool_dispatch_completions(f->pool);
-                device_ops_dispatch(f->ops);
-                while (f->n_pending > 0) {
-                        Claim *token = f->pending[0];
-                        bool clear = f->pending_clear[0];
-                        memmove(&f->pending[0], &f->pending[1], --f->n_pending * sizeof(Claim *));
-                        memmove(&f->pending_clear[0], &f->pending_clear[1],
-                                f->n_pending * sizeof(bool));
-                        if (clear)
-                                claimer_clear_done(f->cl, token, 0, NULL);
-                        else if (f->save_error)
-                                claimer_save_done(f->cl, token, -EIO, f->save_error);
-                        else
-                                claimer_save_done(f->cl, token, 0, NULL);
-                }
-                claimer_dispatch(f->cl);
-                if (o->done)
-                        break;
-                struct pollfd pfd[] = {
-                    {.fd = worker_pool_get_fd(f->pool), .events = POLLIN},
-                    {.fd = device_ops_get_fd(f->ops), .events = POLLIN},
-                    {.fd = claimer_get_fd(f->cl), .events = POLLIN},
-                };
-                (void)poll(pfd, ELEMENTSOF(pfd), f->n_pending > 0 ? 0 : 50);
-        }
+        TEST_WAIT_UNTIL(f->event, o->done);
 }
 
 static bool guard_quarantined(void *userdata, const char *vf)
@@ -271,17 +247,16 @@ static int setup(void **state)
 {
         Fixture *f = calloc(1, sizeof *f);
         assert_non_null(f);
-        snprintf(f->dir, sizeof f->dir, "%s/vgpud-claim-XXXXXX",
-                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-        assert_non_null(mkdtemp(f->dir));
-        f->fd = open(f->dir, O_DIRECTORY | O_CLOEXEC);
-        assert_true(f->fd >= 0);
+        assert_int_equal(test_tree_new("vgpud-claim", &f->tree), 0);
+        f->dir = f->tree->dir;
+        f->fd = f->tree->fd;
         put(f, "0x26b9\n", "sys/bus/pci/devices/%s/device", PF);
         assert_int_equal(mkdirat(f->fd, "proc", 0755), 0);
         assert_int_equal(mkdirat(f->fd, "dev", 0755), 0);
-        f->log_stream = open_memstream(&f->log, &f->log_size);
-        assert_non_null(f->log_stream);
-        log_set_stream(f->log_stream);
+        assert_int_equal(sd_event_new(&f->event), 0);
+        assert_int_equal(sd_event_add_defer(f->event, &f->owner_turn, on_owner_turn, f), 0);
+        assert_int_equal(sd_event_source_set_enabled(f->owner_turn, SD_EVENT_OFF), 0);
+        assert_int_equal(test_log_start(&f->log), 0);
         log_set_max_level(LOG_LEVEL_INFO);
         *state = f;
         return 0;
@@ -323,32 +298,16 @@ static void start(Fixture *f)
                       .userdata = f},
         };
         assert_int_equal(claimer_new(&cc, &f->cl), 0);
-}
-
-static void remove_tree_at(int parent, const char *name)
-{
-        _cleanup_close_ int fd =
-            openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd >= 0) {
-                DIR *d = fdopendir(fd);
-                assert_non_null(d);
-                fd = -1;
-                struct dirent *de;
-                while ((de = readdir(d)))
-                        if (!streq(de->d_name, ".") && !streq(de->d_name, ".."))
-                                remove_tree_at(dirfd(d), de->d_name);
-                closedir(d);
-                (void)unlinkat(parent, name, AT_REMOVEDIR);
-        } else
-                (void)unlinkat(parent, name, 0);
+        assert_int_equal(worker_pool_attach_event(f->pool, f->event), 0);
+        assert_int_equal(device_ops_attach_event(f->ops, f->event), 0);
+        assert_int_equal(claimer_attach_event(f->cl, f->event), 0);
+        assert_int_equal(claimer_attach_event(f->cl, f->event), -EBUSY);
 }
 
 static int teardown(void **state)
 {
         Fixture *f = *state;
-        log_set_stream(NULL);
-        fclose(f->log_stream);
-        free(f->log);
+        test_log_stop(&f->log);
         if (f->pool) {
                 (void)worker_pool_wait_idle(f->pool, 30 * NSEC_PER_SEC);
                 worker_pool_free(f->pool);
@@ -358,16 +317,16 @@ static int teardown(void **state)
         root_free(f->sys);
         root_free(f->proc);
         free(f->dev);
-        close(f->fd);
-        remove_tree_at(AT_FDCWD, f->dir);
+        test_tree_free(f->tree);
+        sd_event_source_disable_unref(f->owner_turn);
+        sd_event_unref(f->event);
         free(f);
         return 0;
 }
 
 static const char *logged(Fixture *f)
 {
-        fflush(f->log_stream);
-        return f->log ? f->log : "";
+        return test_log_text(&f->log);
 }
 
 /* ---- pure helpers -------------------------------------------------------------------------- */

@@ -4,10 +4,11 @@
  * built as src/nvml/libnvml-stub.so): loading, return-code names, layouts, the NVML thread's
  * timeout and stuck handling, fallback scope, counters and log lines, the placement cache and
  * its refresher, and discovery's seam. Time is an injected clock; hangs are released by the test.
+ * The client is attached to the test's sd-event loop, which the test runs until what it waits
+ * for has happened; after moving the clock past a deadline it dispatches once by hand.
  */
 #include <dlfcn.h>
 #include <libgen.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -17,6 +18,7 @@
 
 #include "gpu/gpu.h"
 #include "nvml/nvml.h"
+#include "testlib.h"
 
 /* ---- the double ------------------------------------------------------------------------------ */
 
@@ -97,22 +99,11 @@ static void stub_default_host(void)
 
 /* ---- harness --------------------------------------------------------------------------------- */
 
-typedef struct FakeClock {
-        _Atomic nsec_t now;
-        MonoClock clock;
-} FakeClock;
-
-static nsec_t fake_now(void *userdata)
-{
-        return atomic_load(&((FakeClock *)userdata)->now);
-}
-
 typedef struct Harness {
-        FakeClock fc;
+        TestClock fc;
+        sd_event *event;
         NvmlClient *client;
-        FILE *log;
-        char *log_buf;
-        size_t log_size;
+        TestLog log;
         int refreshed;
         /* the last answer seen by answer_cb */
         int answers;
@@ -131,11 +122,9 @@ static void on_refreshed(NvmlClient *c, void *userdata)
 static void harness_init(Harness *h, const char *library)
 {
         memset(h, 0, sizeof *h);
-        atomic_store(&h->fc.now, 500 * NSEC_PER_SEC);
-        h->fc.clock = (MonoClock){.now = fake_now, .userdata = &h->fc};
-        h->log = open_memstream(&h->log_buf, &h->log_size);
-        assert_non_null(h->log);
-        log_set_stream(h->log);
+        test_clock_init(&h->fc, 500 * NSEC_PER_SEC);
+        assert_int_equal(test_log_start(&h->log), 0);
+        assert_int_equal(sd_event_new(&h->event), 0);
         NvmlClientConfig cfg = {
             .library = library,
             .timeout = 5 * NSEC_PER_SEC,
@@ -144,6 +133,7 @@ static void harness_init(Harness *h, const char *library)
             .userdata = h,
         };
         assert_int_equal(nvml_client_new(&cfg, &h->client), 0);
+        assert_int_equal(nvml_client_attach_event(h->client, h->event), 0);
         char *gpus[] = {E3, C8};
         assert_int_equal(nvml_client_set_gpus(h->client, gpus, 2), 0);
 }
@@ -151,21 +141,16 @@ static void harness_init(Harness *h, const char *library)
 static void harness_done(Harness *h)
 {
         nvml_client_free(h->client);
-        log_set_stream(NULL);
-        fclose(h->log);
-        free(h->log_buf);
+        sd_event_unref(h->event);
+        test_log_stop(&h->log);
 }
 
 /* The log so far, then forgotten. */
 static char *take_log(Harness *h)
 {
-        fflush(h->log);
-        char *s = strdup(h->log_buf ? h->log_buf : "");
+        char *s = strdup(test_log_text(&h->log));
         assert_non_null(s);
-        fseeko(h->log, 0, SEEK_SET);
-        fflush(h->log);
-        if (h->log_buf)
-                h->log_buf[0] = 0;
+        test_log_clear(&h->log);
         return s;
 }
 
@@ -186,19 +171,15 @@ static void answer_cb(NvmlClient *c, const NvmlAnswer *a, void *userdata)
 
 #define WAIT_LIMIT (10 * NSEC_PER_SEC)
 
-#define WAIT_UNTIL(h, cond)                                                          \
-        do {                                                                         \
-                nsec_t _until = mono_clock_now(&mono_clock_system) + WAIT_LIMIT;     \
-                for (;;) {                                                           \
-                        nvml_client_dispatch((h)->client);                           \
-                        if (cond)                                                    \
-                                break;                                               \
-                        assert_true(mono_clock_now(&mono_clock_system) < _until);    \
-                        struct pollfd _pfd = {.fd = nvml_client_get_fd((h)->client), \
-                                              .events = POLLIN};                     \
-                        (void)poll(&_pfd, 1, 20);                                    \
-                }                                                                    \
-        } while (0)
+/* Runs the loop until cond holds, for at most WAIT_LIMIT of real time. */
+#define WAIT_UNTIL(h, cond) TEST_WAIT_UNTIL_LIMIT((h)->event, WAIT_LIMIT, cond)
+
+/* Moves the injected clock, which the loop cannot see: the client looks at its deadlines now. */
+static void advance(Harness *h, nsec_t d)
+{
+        test_clock_advance(&h->fc, d);
+        (void)nvml_client_dispatch(h->client);
+}
 
 static void refresh(Harness *h, bool init)
 {
@@ -220,9 +201,9 @@ static void claim_query(Harness *h)
 
 static void wait_hung(unsigned n)
 {
-        nsec_t until = mono_clock_now(&mono_clock_system) + WAIT_LIMIT;
+        nsec_t until = test_now() + WAIT_LIMIT;
         while (stub.hung_calls() != n) {
-                assert_true(mono_clock_now(&mono_clock_system) < until);
+                assert_true(test_now() < until);
                 sched_yield();
         }
 }
@@ -616,10 +597,10 @@ static void test_hang_costs_one_timeout(void **state)
         claim_query(&h); /* enters the library and hangs */
         wait_hung(1);
         for (int i = 0; i < 3; i++) {
-                atomic_fetch_add(&h.fc.now, NSEC_PER_SEC);
+                advance(&h, NSEC_PER_SEC);
                 claim_query(&h); /* queued behind it */
         }
-        atomic_fetch_add(&h.fc.now, 2 * NSEC_PER_SEC); /* 5 s after the first was queued */
+        advance(&h, 2 * NSEC_PER_SEC); /* 5 s after the first was queued */
         WAIT_UNTIL(&h, h.answers == 4);
         assert_int_equal(h.host[0], NVML_FALLBACK_TIMEOUT);
         assert_string_equal(h.host_error[0], "NVML request timed out after 5s");
@@ -653,17 +634,15 @@ static void test_hang_costs_one_timeout(void **state)
 
         /* The call returns: its answer reaches nobody, and NVML serves again. */
         stub.hang(false);
-        nsec_t until = mono_clock_now(&mono_clock_system) + WAIT_LIMIT;
+        TestWait w = test_wait_begin(h.event, WAIT_LIMIT);
         for (;;) {
-                nvml_client_dispatch(h.client);
                 claim_query(&h);
                 int before = h.answers;
                 WAIT_UNTIL(&h, h.answers == before + 1);
                 if (h.host[h.answers - 1] == NVML_FALLBACK_NONE)
                         break;
-                assert_true(mono_clock_now(&mono_clock_system) < until);
-                struct pollfd pfd = {.fd = nvml_client_get_fd(h.client), .events = POLLIN};
-                (void)poll(&pfd, 1, 20);
+                /* Still stuck: a turn of the loop, in which the call may come back, then again. */
+                assert_int_equal(test_wait_step(&w), 0);
         }
         assert_int_equal(h.count_1150[h.answers - 1], 2);
         for (int i = 0; i < h.answers - 1; i++)
@@ -686,7 +665,7 @@ static void test_free_while_stuck(void **state)
         stub.hang(true);
         claim_query(&h);
         wait_hung(1);
-        atomic_fetch_add(&h.fc.now, 5 * NSEC_PER_SEC);
+        advance(&h, 5 * NSEC_PER_SEC);
         WAIT_UNTIL(&h, h.answers == 1);
         assert_int_equal(h.host[0], NVML_FALLBACK_TIMEOUT);
         harness_done(&h);
@@ -735,7 +714,7 @@ static void test_newer_query_wins(void **state)
         assert_true(first.started == 500 * NSEC_PER_SEC);
 
         /* A claim-time answer from a later query updates the cache. */
-        atomic_store(&h.fc.now, 600 * NSEC_PER_SEC);
+        test_clock_set(&h.fc, 600 * NSEC_PER_SEC);
         stub.set_free(E3, 1150, 1);
         claim_query(&h);
         WAIT_UNTIL(&h, h.answers == 1);

@@ -2,9 +2,11 @@
 /*
  * The worker pool and the NVML slot: completions posted to the owner, deadlines, uncertain keys,
  * the 16-extra-thread limit, per-key serialisation. Jobs block on gates the test opens; time is
- * an injected clock, except where the descriptor's own timer is under test.
+ * an injected clock, except where the pool's own timer is under test. Each pool is attached to
+ * the test's sd-event loop, which the test runs until what it waits for has happened; with an
+ * injected clock the test dispatches by hand right after moving the clock, and checks how many
+ * completions that ran.
  */
-#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -12,31 +14,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "testlib.h"
 #include "worker/worker.h"
 
 /* ---- helpers ------------------------------------------------------------------------------- */
-
-typedef struct FakeClock {
-        _Atomic nsec_t now;
-        MonoClock clock;
-} FakeClock;
-
-static nsec_t fake_now(void *userdata)
-{
-        FakeClock *c = userdata;
-        return atomic_load(&c->now);
-}
-
-static void fake_clock_init(FakeClock *c)
-{
-        atomic_store(&c->now, 1000 * NSEC_PER_SEC);
-        c->clock = (MonoClock){.now = fake_now, .userdata = c};
-}
-
-static void fake_clock_advance(FakeClock *c, nsec_t d)
-{
-        atomic_fetch_add(&c->now, d);
-}
 
 /* A gate that blocking jobs wait on until the test opens it. */
 typedef struct Gate {
@@ -150,12 +131,6 @@ static void on_recovered(const char *key, int r, void *userdata)
         atomic_fetch_add(&b->recovered, 1);
 }
 
-static void board_init(Board *b)
-{
-        memset(b, 0, sizeof *b);
-        b->owner = pthread_self();
-}
-
 static const char *const keys[] = {"0000:e3:00.4", "0000:e3:00.5", "0000:e3:00.6", "0000:e3:00.7"};
 
 static int submit(WorkerPool *p, Board *b, Gate *g, int id, int key_index, nsec_t timeout,
@@ -191,302 +166,291 @@ static int submit(WorkerPool *p, Board *b, Gate *g, int id, int key_index, nsec_
 #define WAIT_LIMIT (10 * NSEC_PER_SEC)
 
 /*
- * Dispatches until cond holds, waiting on the pool's descriptor between rounds (bounded by
- * WAIT_LIMIT of real time). Threads report through the descriptor, so this waits for events,
- * not for a fixed time.
+ * Runs the loop until cond holds (bounded by WAIT_LIMIT of real time). Threads report through
+ * the pool's source, so this waits for events, not for a fixed time.
  */
-#define WAIT_UNTIL(p, cond)                                                                   \
-        do {                                                                                  \
-                nsec_t _until = mono_clock_now(&mono_clock_system) + WAIT_LIMIT;              \
-                for (;;) {                                                                    \
-                        worker_pool_dispatch_completions(p);                                  \
-                        if (cond)                                                             \
-                                break;                                                        \
-                        assert_true(mono_clock_now(&mono_clock_system) < _until);             \
-                        struct pollfd _pfd = {.fd = worker_pool_get_fd(p), .events = POLLIN}; \
-                        (void)poll(&_pfd, 1, 20);                                             \
-                }                                                                             \
-        } while (0)
+#define WAIT_UNTIL(f, cond) TEST_WAIT_UNTIL_LIMIT((f)->event, WAIT_LIMIT, cond)
 
 /* Waits (bounded) until a job has entered its call; no dispatching needed. */
 static void wait_entered(const atomic_int *counter, int n)
 {
-        nsec_t until = mono_clock_now(&mono_clock_system) + WAIT_LIMIT;
+        nsec_t until = test_now() + WAIT_LIMIT;
         while (atomic_load(counter) < n) {
-                assert_true(mono_clock_now(&mono_clock_system) < until);
+                assert_true(test_now() < until);
                 sched_yield();
         }
 }
 
+/* ---- the fixture --------------------------------------------------------------------------- */
+
+/* What every test starts from: a board, an injected clock, two closed gates and a loop. */
+typedef struct Fixture {
+        Board b;
+        TestClock fc;
+        Gate g[2];
+        sd_event *event;
+        WorkerPool *p;
+} Fixture;
+
+static int setup(void **state)
+{
+        Fixture *f = calloc(1, sizeof *f);
+        assert_non_null(f);
+        f->b.owner = pthread_self();
+        test_clock_init(&f->fc, 1000 * NSEC_PER_SEC);
+        gate_init(&f->g[0]);
+        gate_init(&f->g[1]);
+        assert_int_equal(sd_event_new(&f->event), 0);
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        Fixture *f = *state;
+        worker_pool_free(f->p);
+        gate_destroy(&f->g[0]);
+        gate_destroy(&f->g[1]);
+        sd_event_unref(f->event);
+        free(f);
+        return 0;
+}
+
+/* Starts the pool of cfg, on the fixture's clock when fake, attached to the loop. */
+static WorkerPool *start_pool(Fixture *f, WorkerPoolConfig cfg, bool fake, bool recovered)
+{
+        if (fake)
+                cfg.clock = &f->fc.clock;
+        if (recovered) {
+                cfg.recovered = on_recovered;
+                cfg.userdata = &f->b;
+        }
+        assert_int_equal(worker_pool_new(&cfg, &f->p), 0);
+        assert_int_equal(worker_pool_attach_event(f->p, f->event), 0);
+        return f->p;
+}
+
 /* ---- tests --------------------------------------------------------------------------------- */
 
-/* GEN-2: results post back through the descriptor and complete on the owner's thread. */
+/* GEN-2: results post back through the pool's source and complete on the owner's thread. */
 static void test_completions_posted(void **state)
 {
-        Board b;
-        board_init(&b);
-        WorkerPoolConfig cfg = WORKER_POOL_CONFIG_SYSFS;
-        _cleanup_worker_pool_ WorkerPool *p = NULL;
-        assert_int_equal(worker_pool_new(&cfg, &p), 0);
+        Fixture *f = *state;
+        Board *b = &f->b;
+        WorkerPool *p = start_pool(f, WORKER_POOL_CONFIG_SYSFS, false, false);
         assert_int_equal(worker_pool_get_thread_count(p), 4);
 
-        assert_int_equal(submit(p, &b, NULL, 1, -1, 0, 7, NULL, NULL, NULL), 0);
+        assert_int_equal(submit(p, b, NULL, 1, -1, 0, 7, NULL, NULL, NULL), 0);
         assert_int_equal(
-            submit(p, &b, NULL, 2, 0, 30 * NSEC_PER_SEC, -EIO, "read VF: I/O error", NULL, NULL),
-            0);
+            submit(p, b, NULL, 2, 0, 30 * NSEC_PER_SEC, -EIO, "read VF: I/O error", NULL, NULL), 0);
 
-        struct pollfd pfd = {.fd = worker_pool_get_fd(p), .events = POLLIN};
-        assert_int_equal(poll(&pfd, 1, 10000), 1);
-        WAIT_UNTIL(p, b.n_done == 2);
-        assert_false(b.wrong_thread);
+        /* Bounded: the source wakes the loop as soon as a job ends; 10 s means it never did. */
+        assert_int_equal(sd_event_run(f->event, TEST_USEC(10 * NSEC_PER_SEC)), 1);
+        WAIT_UNTIL(f, b->n_done == 2);
+        assert_false(b->wrong_thread);
         for (int i = 0; i < 2; i++) {
-                assert_true(b.done_had_data[i]);
-                if (b.done_id[i] == 1) {
-                        assert_int_equal(b.done_r[i], 7);
-                        assert_string_equal(b.done_error[i], "(null)");
+                assert_true(b->done_had_data[i]);
+                if (b->done_id[i] == 1) {
+                        assert_int_equal(b->done_r[i], 7);
+                        assert_string_equal(b->done_error[i], "(null)");
                 } else {
-                        assert_int_equal(b.done_r[i], -EIO);
-                        assert_string_equal(b.done_error[i], "read VF: I/O error");
+                        assert_int_equal(b->done_r[i], -EIO);
+                        assert_string_equal(b->done_error[i], "read VF: I/O error");
                 }
         }
-        assert_int_equal(atomic_load(&b.freed), 2);
-        /* Nothing left: dispatching again runs nothing and the descriptor is quiet. */
+        assert_int_equal(atomic_load(&b->freed), 2);
+        /* Nothing left: dispatching again runs nothing and the source is quiet. */
         assert_int_equal(worker_pool_dispatch_completions(p), 0);
-        assert_int_equal(poll(&pfd, 1, 0), 0);
+        assert_int_equal(sd_event_run(f->event, 0), 0);
 }
 
 /* GEN-4: a call past its deadline is abandoned with `timed out after <d>`; its key is uncertain
  * until the call returns; one thread is added per stuck call and leaves when it returns. */
 static void test_deadline_abandons_call(void **state)
 {
-        Board b;
-        board_init(&b);
-        FakeClock fc;
-        fake_clock_init(&fc);
-        Gate g;
-        gate_init(&g);
-        WorkerPoolConfig cfg = WORKER_POOL_CONFIG_SYSFS;
-        cfg.clock = &fc.clock;
-        cfg.recovered = on_recovered;
-        cfg.userdata = &b;
-        _cleanup_worker_pool_ WorkerPool *p = NULL;
-        assert_int_equal(worker_pool_new(&cfg, &p), 0);
+        Fixture *f = *state;
+        Board *b = &f->b;
+        WorkerPool *p = start_pool(f, WORKER_POOL_CONFIG_SYSFS, true, true);
 
         TJob *stuck = NULL;
         assert_int_equal(
-            submit(p, &b, &g, 1, 0, 30 * NSEC_PER_SEC, 0, "late message", &stuck, NULL), 0);
-        wait_entered(&b.entered, 1);
+            submit(p, b, &f->g[0], 1, 0, 30 * NSEC_PER_SEC, 0, "late message", &stuck, NULL), 0);
+        wait_entered(&b->entered, 1);
 
         nsec_t d;
         assert_int_equal(worker_pool_get_next_deadline(p, &d), 1);
         assert_true(d == 1030 * NSEC_PER_SEC);
 
         /* One nanosecond early: nothing happens. */
-        fake_clock_advance(&fc, 30 * NSEC_PER_SEC - 1);
+        test_clock_advance(&f->fc, 30 * NSEC_PER_SEC - 1);
         assert_int_equal(worker_pool_dispatch_completions(p), 0);
         assert_false(worker_pool_key_is_uncertain(p, keys[0]));
 
-        fake_clock_advance(&fc, 1);
+        test_clock_advance(&f->fc, 1);
         assert_int_equal(worker_pool_dispatch_completions(p), 1);
-        assert_int_equal(b.done_r[0], -ETIMEDOUT);
-        assert_false(b.done_had_data[0]);
-        assert_string_equal(b.done_error[0], "timed out after 30s");
+        assert_int_equal(b->done_r[0], -ETIMEDOUT);
+        assert_false(b->done_had_data[0]);
+        assert_string_equal(b->done_error[0], "timed out after 30s");
         assert_true(worker_pool_key_is_uncertain(p, keys[0]));
         assert_false(worker_pool_key_is_uncertain(p, keys[1]));
         assert_int_equal(worker_pool_get_stuck_count(p), 1);
         assert_int_equal(worker_pool_get_thread_count(p), 5);
         assert_int_equal(worker_pool_get_next_deadline(p, &d), 0);
-        assert_int_equal(atomic_load(&b.freed), 0); /* the call still holds its data */
+        assert_int_equal(atomic_load(&b->freed), 0); /* the call still holds its data */
 
         /* Other keys still run while the call hangs. */
-        assert_int_equal(submit(p, &b, NULL, 2, 1, 30 * NSEC_PER_SEC, 0, NULL, NULL, NULL), 0);
+        assert_int_equal(submit(p, b, NULL, 2, 1, 30 * NSEC_PER_SEC, 0, NULL, NULL, NULL), 0);
         /* The same key waits for the stuck call (DEV-11). */
         TJob *same = NULL;
-        assert_int_equal(submit(p, &b, NULL, 3, 0, 300 * NSEC_PER_SEC, 5, NULL, &same, NULL), 0);
-        WAIT_UNTIL(p, b.n_done == 2);
-        assert_int_equal(b.done_id[1], 2);
+        assert_int_equal(submit(p, b, NULL, 3, 0, 300 * NSEC_PER_SEC, 5, NULL, &same, NULL), 0);
+        WAIT_UNTIL(f, b->n_done == 2);
+        assert_int_equal(b->done_id[1], 2);
         assert_false(atomic_load(&same->entered));
 
         /* The call returns: its result is discarded, the key is certain, the extra thread goes. */
-        gate_open(&g);
-        WAIT_UNTIL(p, atomic_load(&b.recovered) == 1 && b.n_done == 3 &&
+        gate_open(&f->g[0]);
+        WAIT_UNTIL(f, atomic_load(&b->recovered) == 1 && b->n_done == 3 &&
                           worker_pool_get_thread_count(p) == 4);
-        assert_int_equal(b.last_recovered_r, 0);
-        assert_string_equal(b.last_recovered_key, keys[0]);
+        assert_int_equal(b->last_recovered_r, 0);
+        assert_string_equal(b->last_recovered_key, keys[0]);
         assert_false(worker_pool_key_is_uncertain(p, keys[0]));
         assert_int_equal(worker_pool_get_stuck_count(p), 0);
-        assert_int_equal(b.done_id[2], 3);
-        assert_int_equal(b.done_r[2], 5);
-        assert_int_equal(atomic_load(&b.freed), 3);
-        for (int i = 0; i < b.n_done; i++)
-                assert_string_not_equal(b.done_error[i], "late message");
-        assert_false(b.wrong_thread);
-
-        worker_pool_free(TAKE_PTR(p));
-        gate_destroy(&g);
+        assert_int_equal(b->done_id[2], 3);
+        assert_int_equal(b->done_r[2], 5);
+        assert_int_equal(atomic_load(&b->freed), 3);
+        for (int i = 0; i < b->n_done; i++)
+                assert_string_not_equal(b->done_error[i], "late message");
+        assert_false(b->wrong_thread);
 }
 
 /* GEN-4: a job whose deadline passes while it waits fails without running; nothing becomes
  * uncertain. Deadlines render per GEN-12. */
 static void test_deadline_while_queued(void **state)
 {
-        Board b;
-        board_init(&b);
-        FakeClock fc;
-        fake_clock_init(&fc);
-        Gate g;
-        gate_init(&g);
-        WorkerPoolConfig cfg = WORKER_POOL_CONFIG_SYSFS;
-        cfg.clock = &fc.clock;
-        _cleanup_worker_pool_ WorkerPool *p = NULL;
-        assert_int_equal(worker_pool_new(&cfg, &p), 0);
+        Fixture *f = *state;
+        Board *b = &f->b;
+        WorkerPool *p = start_pool(f, WORKER_POOL_CONFIG_SYSFS, true, false);
 
         TJob *first = NULL, *second = NULL;
-        assert_int_equal(submit(p, &b, &g, 1, 2, 60 * NSEC_PER_SEC, 0, NULL, &first, NULL), 0);
-        wait_entered(&b.entered, 1);
-        assert_int_equal(submit(p, &b, NULL, 2, 2, 90 * NSEC_PER_SEC, 0, NULL, &second, NULL), 0);
-        fake_clock_advance(&fc, 90 * NSEC_PER_SEC);
+        assert_int_equal(submit(p, b, &f->g[0], 1, 2, 60 * NSEC_PER_SEC, 0, NULL, &first, NULL), 0);
+        wait_entered(&b->entered, 1);
+        assert_int_equal(submit(p, b, NULL, 2, 2, 90 * NSEC_PER_SEC, 0, NULL, &second, NULL), 0);
+        test_clock_advance(&f->fc, 90 * NSEC_PER_SEC);
         /* Both due in one dispatch: the running one is abandoned, the queued one never ran. */
         assert_int_equal(worker_pool_dispatch_completions(p), 2);
-        assert_int_equal(b.done_r[0], -ETIMEDOUT);
-        assert_string_equal(b.done_error[0], "timed out after 1m0s");
-        assert_int_equal(b.done_r[1], -ETIMEDOUT);
-        assert_string_equal(b.done_error[1], "timed out after 1m30s");
-        assert_int_equal(atomic_load(&b.freed), 1); /* the queued one, at once */
+        assert_int_equal(b->done_r[0], -ETIMEDOUT);
+        assert_string_equal(b->done_error[0], "timed out after 1m0s");
+        assert_int_equal(b->done_r[1], -ETIMEDOUT);
+        assert_string_equal(b->done_error[1], "timed out after 1m30s");
+        assert_int_equal(atomic_load(&b->freed), 1); /* the queued one, at once */
         assert_int_equal(worker_pool_get_stuck_count(p), 1);
 
-        gate_open(&g);
-        WAIT_UNTIL(p, worker_pool_get_stuck_count(p) == 0 && atomic_load(&b.freed) == 2);
-        assert_int_equal(atomic_load(&b.entered), 1);
+        gate_open(&f->g[0]);
+        WAIT_UNTIL(f, worker_pool_get_stuck_count(p) == 0 && atomic_load(&b->freed) == 2);
+        assert_int_equal(atomic_load(&b->entered), 1);
 
         /* Only a queued job past its deadline: no stuck call. */
-        Gate g2;
-        gate_init(&g2);
-        assert_int_equal(submit(p, &b, &g2, 3, 1, 10 * NSEC_PER_SEC, 0, NULL, NULL, NULL), 0);
-        wait_entered(&b.entered, 2);
-        assert_int_equal(submit(p, &b, NULL, 4, 1, 1500 * NSEC_PER_MSEC, 0, NULL, NULL, NULL), 0);
-        fake_clock_advance(&fc, 1500 * NSEC_PER_MSEC);
+        assert_int_equal(submit(p, b, &f->g[1], 3, 1, 10 * NSEC_PER_SEC, 0, NULL, NULL, NULL), 0);
+        wait_entered(&b->entered, 2);
+        assert_int_equal(submit(p, b, NULL, 4, 1, 1500 * NSEC_PER_MSEC, 0, NULL, NULL, NULL), 0);
+        test_clock_advance(&f->fc, 1500 * NSEC_PER_MSEC);
         assert_int_equal(worker_pool_dispatch_completions(p), 1);
-        assert_int_equal(b.done_r[2], -ETIMEDOUT);
-        assert_string_equal(b.done_error[2], "timed out after 1.5s");
+        assert_int_equal(b->done_r[2], -ETIMEDOUT);
+        assert_string_equal(b->done_error[2], "timed out after 1.5s");
         assert_false(worker_pool_key_is_uncertain(p, keys[1]));
         assert_int_equal(worker_pool_get_stuck_count(p), 0);
-        gate_open(&g2);
-        WAIT_UNTIL(p, b.n_done == 4);
-        assert_int_equal(b.done_id[3], 3);
-        assert_int_equal(b.done_r[3], 0);
-        assert_int_equal(atomic_load(&b.entered), 2);
-
-        worker_pool_free(TAKE_PTR(p));
-        gate_destroy(&g);
-        gate_destroy(&g2);
+        gate_open(&f->g[1]);
+        WAIT_UNTIL(f, b->n_done == 4);
+        assert_int_equal(b->done_id[3], 3);
+        assert_int_equal(b->done_r[3], 0);
+        assert_int_equal(atomic_load(&b->entered), 2);
 }
 
 /* GEN-4: one extra thread per stuck call, at most 16; then new work fails at once. */
 static void test_exhaustion(void **state)
 {
-        Board b;
-        board_init(&b);
-        FakeClock fc;
-        fake_clock_init(&fc);
-        Gate g;
-        gate_init(&g);
-        WorkerPoolConfig cfg = WORKER_POOL_CONFIG_SYSFS;
-        cfg.clock = &fc.clock;
-        cfg.recovered = on_recovered;
-        cfg.userdata = &b;
-        _cleanup_worker_pool_ WorkerPool *p = NULL;
-        assert_int_equal(worker_pool_new(&cfg, &p), 0);
+        Fixture *f = *state;
+        Board *b = &f->b;
+        WorkerPool *p = start_pool(f, WORKER_POOL_CONFIG_SYSFS, true, true);
 
         /* Four at a time: each round fills the free threads, then their deadline passes. */
         for (int round = 0; round < 4; round++) {
                 for (int i = 0; i < 4; i++)
-                        assert_int_equal(
-                            submit(p, &b, &g, round * 4 + i, -1, NSEC_PER_SEC, 0, NULL, NULL, NULL),
-                            0);
-                wait_entered(&b.entered, (round + 1) * 4);
-                fake_clock_advance(&fc, NSEC_PER_SEC);
+                        assert_int_equal(submit(p, b, &f->g[0], round * 4 + i, -1, NSEC_PER_SEC, 0,
+                                                NULL, NULL, NULL),
+                                         0);
+                wait_entered(&b->entered, (round + 1) * 4);
+                test_clock_advance(&f->fc, NSEC_PER_SEC);
                 assert_int_equal(worker_pool_dispatch_completions(p), 4);
                 assert_int_equal(worker_pool_get_stuck_count(p), (unsigned)(round + 1) * 4);
                 assert_int_equal(worker_pool_get_thread_count(p), 4 + (unsigned)(round + 1) * 4);
         }
 
         _cleanup_free_ char *error = NULL;
-        assert_int_equal(submit(p, &b, NULL, 99, -1, NSEC_PER_SEC, 0, NULL, NULL, &error), -EAGAIN);
+        assert_int_equal(submit(p, b, NULL, 99, -1, NSEC_PER_SEC, 0, NULL, NULL, &error), -EAGAIN);
         assert_string_equal(error, "sysfs worker pool exhausted (16 calls stuck)");
         _cleanup_free_ char *reason = NULL;
         assert_int_equal(worker_pool_check_accepting(p, &reason), -EAGAIN);
         assert_string_equal(reason, "sysfs worker pool exhausted (16 calls stuck)");
         assert_int_equal(worker_pool_get_thread_count(p), 20);
 
-        gate_open(&g);
-        WAIT_UNTIL(p, atomic_load(&b.recovered) == 16 && worker_pool_get_thread_count(p) == 4);
+        gate_open(&f->g[0]);
+        WAIT_UNTIL(f, atomic_load(&b->recovered) == 16 && worker_pool_get_thread_count(p) == 4);
         assert_int_equal(worker_pool_check_accepting(p, NULL), 0);
-        assert_int_equal(submit(p, &b, NULL, 100, -1, NSEC_PER_SEC, 3, NULL, NULL, NULL), 0);
-        WAIT_UNTIL(p, b.n_done == 17);
-        assert_int_equal(b.done_r[16], 3);
-        assert_int_equal(atomic_load(&b.freed), 17);
-
-        worker_pool_free(TAKE_PTR(p));
-        gate_destroy(&g);
+        assert_int_equal(submit(p, b, NULL, 100, -1, NSEC_PER_SEC, 3, NULL, NULL, NULL), 0);
+        WAIT_UNTIL(f, b->n_done == 17);
+        assert_int_equal(b->done_r[16], 3);
+        assert_int_equal(atomic_load(&b->freed), 17);
 }
 
 /* DEV-11: jobs with one key never overlap, and run in submission order; other keys do not
  * wait for them. */
 static void test_key_serialisation(void **state)
 {
-        Board b;
-        board_init(&b);
-        Gate g_first, g_other;
-        gate_init(&g_first);
-        gate_init(&g_other);
-        WorkerPoolConfig cfg = WORKER_POOL_CONFIG_SYSFS;
-        _cleanup_worker_pool_ WorkerPool *p = NULL;
-        assert_int_equal(worker_pool_new(&cfg, &p), 0);
+        Fixture *f = *state;
+        Board *b = &f->b;
+        Gate *g_first = &f->g[0], *g_other = &f->g[1];
+        WorkerPool *p = start_pool(f, WORKER_POOL_CONFIG_SYSFS, false, false);
 
         TJob *k1 = NULL, *k2 = NULL, *k3 = NULL, *l1 = NULL;
-        assert_int_equal(submit(p, &b, &g_first, 1, 0, 0, 0, NULL, &k1, NULL), 0);
-        assert_int_equal(submit(p, &b, NULL, 2, 0, 0, 0, NULL, &k2, NULL), 0);
-        assert_int_equal(submit(p, &b, NULL, 3, 0, 0, 0, NULL, &k3, NULL), 0);
-        assert_int_equal(submit(p, &b, &g_other, 4, 1, 0, 0, NULL, &l1, NULL), 0);
+        assert_int_equal(submit(p, b, g_first, 1, 0, 0, 0, NULL, &k1, NULL), 0);
+        assert_int_equal(submit(p, b, NULL, 2, 0, 0, 0, NULL, &k2, NULL), 0);
+        assert_int_equal(submit(p, b, NULL, 3, 0, 0, 0, NULL, &k3, NULL), 0);
+        assert_int_equal(submit(p, b, g_other, 4, 1, 0, 0, NULL, &l1, NULL), 0);
 
         /* Threads take the first runnable job: the other key was queued after k2 and k3, so
          * once it runs, they were passed over because their key was busy. */
-        wait_entered(&b.entered, 2);
+        wait_entered(&b->entered, 2);
         assert_true(atomic_load(&k1->entered));
         assert_true(atomic_load(&l1->entered));
         assert_false(atomic_load(&k2->entered));
         assert_false(atomic_load(&k3->entered));
 
-        gate_open(&g_other);
-        WAIT_UNTIL(p, b.n_done == 1);
-        assert_int_equal(b.done_id[0], 4);
+        gate_open(g_other);
+        WAIT_UNTIL(f, b->n_done == 1);
+        assert_int_equal(b->done_id[0], 4);
         assert_false(atomic_load(&k2->entered));
 
-        gate_open(&g_first);
-        WAIT_UNTIL(p, b.n_done == 4);
-        assert_int_equal(b.done_id[1], 1);
-        assert_int_equal(b.done_id[2], 2);
-        assert_int_equal(b.done_id[3], 3);
-        assert_int_equal(atomic_load(&b.max_active[0]), 1);
+        gate_open(g_first);
+        WAIT_UNTIL(f, b->n_done == 4);
+        assert_int_equal(b->done_id[1], 1);
+        assert_int_equal(b->done_id[2], 2);
+        assert_int_equal(b->done_id[3], 3);
+        assert_int_equal(atomic_load(&b->max_active[0]), 1);
 
         /* Many jobs on two keys at once: never more than one inside per key. */
         for (int i = 0; i < 40; i++)
-                assert_int_equal(submit(p, &b, NULL, 10 + i, i % 2 ? 2 : 3, 0, 0, NULL, NULL, NULL),
+                assert_int_equal(submit(p, b, NULL, 10 + i, i % 2 ? 2 : 3, 0, 0, NULL, NULL, NULL),
                                  0);
-        WAIT_UNTIL(p, b.n_done == 44);
-        assert_int_equal(atomic_load(&b.max_active[2]), 1);
-        assert_int_equal(atomic_load(&b.max_active[3]), 1);
+        WAIT_UNTIL(f, b->n_done == 44);
+        assert_int_equal(atomic_load(&b->max_active[2]), 1);
+        assert_int_equal(atomic_load(&b->max_active[3]), 1);
         int last2 = 0, last3 = 0;
         for (int i = 4; i < 44; i++) {
-                int *last = (b.done_id[i] - 10) % 2 ? &last2 : &last3;
-                assert_true(b.done_id[i] > *last);
-                *last = b.done_id[i];
+                int *last = (b->done_id[i] - 10) % 2 ? &last2 : &last3;
+                assert_true(b->done_id[i] > *last);
+                *last = b->done_id[i];
         }
-
-        worker_pool_free(TAKE_PTR(p));
-        gate_destroy(&g_first);
-        gate_destroy(&g_other);
 }
 
 /* NVML-9, NVML-10: the slot runs one job at a time; a hung call costs one timeout, the jobs
@@ -494,157 +458,130 @@ static void test_key_serialisation(void **state)
  * late result is discarded. */
 static void test_slot_timeout_then_stuck(void **state)
 {
-        Board b;
-        board_init(&b);
-        FakeClock fc;
-        fake_clock_init(&fc);
-        Gate g;
-        gate_init(&g);
-        WorkerPoolConfig cfg = WORKER_POOL_CONFIG_NVML;
-        cfg.clock = &fc.clock;
-        cfg.recovered = on_recovered;
-        cfg.userdata = &b;
-        _cleanup_worker_pool_ WorkerPool *p = NULL;
-        assert_int_equal(worker_pool_new(&cfg, &p), 0);
+        Fixture *f = *state;
+        Board *b = &f->b;
+        WorkerPool *p = start_pool(f, WORKER_POOL_CONFIG_NVML, true, true);
         assert_int_equal(worker_pool_get_thread_count(p), 1);
 
-        assert_int_equal(submit(p, &b, &g, 1, -1, 5 * NSEC_PER_SEC, 42, "late", NULL, NULL), 0);
-        wait_entered(&b.entered, 1);
+        assert_int_equal(submit(p, b, &f->g[0], 1, -1, 5 * NSEC_PER_SEC, 42, "late", NULL, NULL),
+                         0);
+        wait_entered(&b->entered, 1);
         TJob *queued[5];
         for (int i = 0; i < 5; i++) {
-                fake_clock_advance(&fc, 100 * NSEC_PER_MSEC);
+                test_clock_advance(&f->fc, 100 * NSEC_PER_MSEC);
                 assert_int_equal(
-                    submit(p, &b, NULL, 10 + i, -1, 5 * NSEC_PER_SEC, 0, NULL, &queued[i], NULL),
-                    0);
+                    submit(p, b, NULL, 10 + i, -1, 5 * NSEC_PER_SEC, 0, NULL, &queued[i], NULL), 0);
         }
-        fake_clock_advance(&fc, 4500 * NSEC_PER_MSEC); /* 5 s after the first was queued */
+        test_clock_advance(&f->fc, 4500 * NSEC_PER_MSEC); /* 5 s after the first was queued */
         assert_int_equal(worker_pool_dispatch_completions(p), 6);
-        assert_int_equal(b.done_r[0], -ETIMEDOUT);
-        assert_string_equal(b.done_error[0], "timed out after 5s");
+        assert_int_equal(b->done_r[0], -ETIMEDOUT);
+        assert_string_equal(b->done_error[0], "timed out after 5s");
         for (int i = 1; i < 6; i++) {
-                assert_int_equal(b.done_r[i], -EBUSY);
-                assert_int_equal(b.done_id[i], -1);
-                assert_string_equal(b.done_error[i], "an earlier call is stuck past its deadline");
+                assert_int_equal(b->done_r[i], -EBUSY);
+                assert_int_equal(b->done_id[i], -1);
+                assert_string_equal(b->done_error[i], "an earlier call is stuck past its deadline");
         }
-        assert_int_equal(atomic_load(&b.entered), 1);
+        assert_int_equal(atomic_load(&b->entered), 1);
         assert_int_equal(worker_pool_get_stuck_count(p), 1);
         assert_int_equal(worker_pool_get_thread_count(p), 1);
 
         _cleanup_free_ char *error = NULL;
-        assert_int_equal(submit(p, &b, NULL, 20, -1, 5 * NSEC_PER_SEC, 0, NULL, NULL, &error),
+        assert_int_equal(submit(p, b, NULL, 20, -1, 5 * NSEC_PER_SEC, 0, NULL, NULL, &error),
                          -EBUSY);
         assert_string_equal(error, "an earlier call is stuck past its deadline");
         assert_int_equal(worker_pool_check_accepting(p, NULL), -EBUSY);
 
-        gate_open(&g);
-        WAIT_UNTIL(p, atomic_load(&b.recovered) == 1);
-        assert_int_equal(b.last_recovered_r, 42);
-        assert_string_equal(b.last_recovered_key, "(null)");
-        assert_int_equal(b.n_done, 6); /* the late result reached no completion */
-        assert_int_equal(atomic_load(&b.freed), 6);
+        gate_open(&f->g[0]);
+        WAIT_UNTIL(f, atomic_load(&b->recovered) == 1);
+        assert_int_equal(b->last_recovered_r, 42);
+        assert_string_equal(b->last_recovered_key, "(null)");
+        assert_int_equal(b->n_done, 6); /* the late result reached no completion */
+        assert_int_equal(atomic_load(&b->freed), 6);
 
-        assert_int_equal(submit(p, &b, NULL, 30, -1, 5 * NSEC_PER_SEC, 1, NULL, NULL, NULL), 0);
-        WAIT_UNTIL(p, b.n_done == 7);
-        assert_int_equal(b.done_id[6], 30);
-        assert_int_equal(b.done_r[6], 1);
-
-        worker_pool_free(TAKE_PTR(p));
-        gate_destroy(&g);
+        assert_int_equal(submit(p, b, NULL, 30, -1, 5 * NSEC_PER_SEC, 1, NULL, NULL, NULL), 0);
+        WAIT_UNTIL(f, b->n_done == 7);
+        assert_int_equal(b->done_id[6], 30);
+        assert_int_equal(b->done_r[6], 1);
 }
 
 /* NVML-9: a slot job whose deadline passes in the queue fails without entering; the running
  * call, still within its own deadline, is not disturbed. */
 static void test_slot_queued_deadline(void **state)
 {
-        Board b;
-        board_init(&b);
-        FakeClock fc;
-        fake_clock_init(&fc);
-        Gate g;
-        gate_init(&g);
-        WorkerPoolConfig cfg = WORKER_POOL_CONFIG_NVML;
-        cfg.clock = &fc.clock;
-        _cleanup_worker_pool_ WorkerPool *p = NULL;
-        assert_int_equal(worker_pool_new(&cfg, &p), 0);
+        Fixture *f = *state;
+        Board *b = &f->b;
+        WorkerPool *p = start_pool(f, WORKER_POOL_CONFIG_NVML, true, false);
 
-        assert_int_equal(submit(p, &b, &g, 1, -1, 10 * NSEC_PER_SEC, 0, NULL, NULL, NULL), 0);
-        wait_entered(&b.entered, 1);
+        assert_int_equal(submit(p, b, &f->g[0], 1, -1, 10 * NSEC_PER_SEC, 0, NULL, NULL, NULL), 0);
+        wait_entered(&b->entered, 1);
         TJob *waiting = NULL;
-        assert_int_equal(submit(p, &b, NULL, 2, -1, 2 * NSEC_PER_SEC, 0, NULL, &waiting, NULL), 0);
-        assert_int_equal(submit(p, &b, NULL, 3, -1, 10 * NSEC_PER_SEC, 0, NULL, NULL, NULL), 0);
-        fake_clock_advance(&fc, 2 * NSEC_PER_SEC);
+        assert_int_equal(submit(p, b, NULL, 2, -1, 2 * NSEC_PER_SEC, 0, NULL, &waiting, NULL), 0);
+        assert_int_equal(submit(p, b, NULL, 3, -1, 10 * NSEC_PER_SEC, 0, NULL, NULL, NULL), 0);
+        test_clock_advance(&f->fc, 2 * NSEC_PER_SEC);
         assert_int_equal(worker_pool_dispatch_completions(p), 1);
-        assert_int_equal(b.done_r[0], -ETIMEDOUT);
-        assert_string_equal(b.done_error[0], "timed out after 2s");
+        assert_int_equal(b->done_r[0], -ETIMEDOUT);
+        assert_string_equal(b->done_error[0], "timed out after 2s");
         assert_int_equal(worker_pool_get_stuck_count(p), 0);
 
-        gate_open(&g);
-        WAIT_UNTIL(p, b.n_done == 3);
-        assert_int_equal(b.done_id[1], 1);
-        assert_int_equal(b.done_id[2], 3);
-        assert_int_equal(atomic_load(&b.entered), 2);
-
-        worker_pool_free(TAKE_PTR(p));
-        gate_destroy(&g);
+        gate_open(&f->g[0]);
+        WAIT_UNTIL(f, b->n_done == 3);
+        assert_int_equal(b->done_id[1], 1);
+        assert_int_equal(b->done_id[2], 3);
+        assert_int_equal(atomic_load(&b->entered), 2);
 }
 
-/* GEN-4: with the system clock, the descriptor itself wakes the owner at the deadline. */
+/* GEN-4: with the system clock, the pool's own timer wakes the loop at the deadline. */
 static void test_descriptor_timer(void **state)
 {
-        Board b;
-        board_init(&b);
-        Gate g;
-        gate_init(&g);
-        WorkerPoolConfig cfg = WORKER_POOL_CONFIG_SYSFS;
-        _cleanup_worker_pool_ WorkerPool *p = NULL;
-        assert_int_equal(worker_pool_new(&cfg, &p), 0);
+        Fixture *f = *state;
+        Board *b = &f->b;
+        WorkerPool *p = start_pool(f, WORKER_POOL_CONFIG_SYSFS, false, false);
 
-        assert_int_equal(submit(p, &b, &g, 1, 3, 50 * NSEC_PER_MSEC, 0, NULL, NULL, NULL), 0);
-        struct pollfd pfd = {.fd = worker_pool_get_fd(p), .events = POLLIN};
+        assert_int_equal(submit(p, b, &f->g[0], 1, 3, 50 * NSEC_PER_MSEC, 0, NULL, NULL, NULL), 0);
         /* Bounded: the timer fires after 50 ms; 10 s means it never did. */
-        assert_int_equal(poll(&pfd, 1, 10000), 1);
-        WAIT_UNTIL(p, b.n_done == 1);
-        assert_int_equal(b.done_r[0], -ETIMEDOUT);
-        assert_string_equal(b.done_error[0], "timed out after 50ms");
+        assert_int_equal(sd_event_run(f->event, TEST_USEC(10 * NSEC_PER_SEC)), 1);
+        WAIT_UNTIL(f, b->n_done == 1);
+        assert_int_equal(b->done_r[0], -ETIMEDOUT);
+        assert_string_equal(b->done_error[0], "timed out after 50ms");
         assert_true(worker_pool_key_is_uncertain(p, keys[3]));
 
-        gate_open(&g);
-        WAIT_UNTIL(p, !worker_pool_key_is_uncertain(p, keys[3]) &&
+        gate_open(&f->g[0]);
+        WAIT_UNTIL(f, !worker_pool_key_is_uncertain(p, keys[3]) &&
                           worker_pool_get_thread_count(p) == 4);
         assert_int_equal(worker_pool_wait_idle(p, 10 * NSEC_PER_SEC), 0);
-
-        worker_pool_free(TAKE_PTR(p));
-        gate_destroy(&g);
 }
 
 /* GEN-4: freeing the pool never waits on a hung call; the call frees its data when it returns. */
 static void test_free_with_stuck_call(void **state)
 {
-        Board b;
-        board_init(&b);
-        FakeClock fc;
-        fake_clock_init(&fc);
-        Gate g;
-        gate_init(&g);
-        WorkerPoolConfig cfg = WORKER_POOL_CONFIG_SYSFS;
-        cfg.clock = &fc.clock;
-        WorkerPool *p = NULL;
-        assert_int_equal(worker_pool_new(&cfg, &p), 0);
+        Fixture *f = *state;
+        Board *b = &f->b;
+        WorkerPool *p = start_pool(f, WORKER_POOL_CONFIG_SYSFS, true, false);
 
-        assert_int_equal(submit(p, &b, &g, 1, 0, NSEC_PER_SEC, 0, NULL, NULL, NULL), 0);
-        wait_entered(&b.entered, 1);
-        fake_clock_advance(&fc, NSEC_PER_SEC);
+        assert_int_equal(submit(p, b, &f->g[0], 1, 0, NSEC_PER_SEC, 0, NULL, NULL, NULL), 0);
+        wait_entered(&b->entered, 1);
+        test_clock_advance(&f->fc, NSEC_PER_SEC);
         assert_int_equal(worker_pool_dispatch_completions(p), 1);
         assert_int_equal(worker_pool_wait_idle(p, 10 * NSEC_PER_MSEC), -ETIMEDOUT);
         /* Queued work and undispatched results are dropped without completions. */
-        assert_int_equal(submit(p, &b, NULL, 2, 0, 0, 0, NULL, NULL, NULL), 0);
-        worker_pool_free(p);
-        assert_int_equal(atomic_load(&b.freed), 1);
-        assert_int_equal(b.n_done, 1);
+        assert_int_equal(submit(p, b, NULL, 2, 0, 0, 0, NULL, NULL, NULL), 0);
+        f->p = worker_pool_free(p);
+        assert_int_equal(atomic_load(&b->freed), 1);
+        assert_int_equal(b->n_done, 1);
 
-        gate_open(&g);
-        wait_entered(&b.freed, 2);
-        gate_destroy(&g);
+        gate_open(&f->g[0]);
+        wait_entered(&b->freed, 2);
+}
+
+/* Attaching: once only; freeing the pool takes its source off the loop. */
+static void test_attach_event(void **state)
+{
+        Fixture *f = *state;
+        WorkerPool *p = start_pool(f, WORKER_POOL_CONFIG_SYSFS, false, false);
+        assert_int_equal(worker_pool_attach_event(p, f->event), -EBUSY);
+        assert_int_equal(worker_pool_attach_event(NULL, f->event), -EINVAL);
+        f->p = worker_pool_free(p);
+        assert_int_equal(sd_event_run(f->event, 0), 0);
 }
 
 /* GEN-7: refused arguments. */
@@ -677,16 +614,18 @@ static void test_invalid(void **state)
 
 int main(void)
 {
+#define T(t) cmocka_unit_test_setup_teardown(t, setup, teardown)
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_completions_posted),
-            cmocka_unit_test(test_deadline_abandons_call),
-            cmocka_unit_test(test_deadline_while_queued),
-            cmocka_unit_test(test_free_with_stuck_call),
-            cmocka_unit_test(test_exhaustion),
-            cmocka_unit_test(test_key_serialisation),
-            cmocka_unit_test(test_slot_timeout_then_stuck),
-            cmocka_unit_test(test_slot_queued_deadline),
-            cmocka_unit_test(test_descriptor_timer),
+            T(test_completions_posted),
+            T(test_deadline_abandons_call),
+            T(test_deadline_while_queued),
+            T(test_free_with_stuck_call),
+            T(test_exhaustion),
+            T(test_key_serialisation),
+            T(test_slot_timeout_then_stuck),
+            T(test_slot_queued_deadline),
+            T(test_descriptor_timer),
+            T(test_attach_event),
             cmocka_unit_test(test_invalid),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
