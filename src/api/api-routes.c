@@ -174,8 +174,8 @@ static int answer_records(ApiWaiter *w)
         json_auto_t *body = json_object();
         json_t *records = json_array();
 
-        if (!body || api_json_set(body, "records", records) < 0 ||
-            api_json_set(body, "running_instances", json_array()) < 0)
+        if (!body || json_set(body, "records", records) < 0 ||
+            json_set(body, "running_instances", json_array()) < 0)
                 return -ENOMEM;
         for (char **vf = w->vfs; vf && *vf; vf++) {
                 const HealthRecord *rec = health_state_find(st, *vf);
@@ -185,7 +185,7 @@ static int answer_records(ApiWaiter *w)
                 int r = api_health_record_json(ctx, rec, &o);
                 if (r < 0)
                         return r;
-                if (api_json_push(records, o) < 0)
+                if (json_push(records, o) < 0)
                         return -ENOMEM;
         }
         return http_reply_json(w->req, MHD_HTTP_OK, body);
@@ -200,7 +200,7 @@ static int answer_breaker(ApiWaiter *w)
         int r = api_breaker_json(w->ctx, &breaker);
         if (r < 0)
                 return r;
-        if (api_json_set(body, "breaker", breaker) < 0)
+        if (json_set(body, "breaker", breaker) < 0)
                 return -ENOMEM;
         return http_reply_json(w->req, MHD_HTTP_OK, body);
 }

@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "base/base.h"
+#include "base/json-util.h"
 #include "commands.h"
 #include "gpu/gpu.h"
 #include "sysfs/sysfs.h"
@@ -16,21 +17,6 @@
 #define INVENTORY_USAGE "usage: vgpud inventory [--sysfs-root DIR] [--json]\n"
 
 /* ---- JSON ---------------------------------------------------------------------------------- */
-
-/* Adds value under key, taking it over; a NULL value is an allocation that failed. */
-static int json_set(json_t *o, const char *key, json_t *value)
-{
-        if (!value)
-                return -ENOMEM;
-        return json_object_set_new(o, key, value) < 0 ? -ENOMEM : 0;
-}
-
-static int json_push(json_t *a, json_t *value)
-{
-        if (!value)
-                return -ENOMEM;
-        return json_array_append_new(a, value) < 0 ? -ENOMEM : 0;
-}
 
 static json_t *json_string_or_null(const char *s)
 {

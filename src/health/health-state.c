@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 
+#include "base/json-util.h"
 #include "health-internal.h"
 
 static const Timestamp timestamp_zero = {.sec = TIMESTAMP_ZERO_SEC};
@@ -698,21 +699,6 @@ int health_state_load_at(int dirfd, const char *path, HealthState **ret, char **
 
 /* ---- format (HEALTH-4) --------------------------------------------------------------------- */
 
-/* Sets key to value (stolen), failing on NULL so allocation failures need no extra checks. */
-static int add(json_t *o, const char *key, json_t *value)
-{
-        if (!value || json_object_set_new(o, key, value) < 0)
-                return -ENOMEM;
-        return 0;
-}
-
-static int append(json_t *a, json_t *value)
-{
-        if (!value || json_array_append_new(a, value) < 0)
-                return -ENOMEM;
-        return 0;
-}
-
 static json_t *json_timestamp_new(Timestamp t)
 {
         char buf[TIMESTAMP_STRLEN];
@@ -725,9 +711,9 @@ static json_t *failure_to_json(const HealthFailure *f)
         if (!o)
                 return NULL;
         /* HEALTH-2: empty key parts are left out, as upstream's writer does. */
-        if ((*f->instance_id && add(o, "instance_id", json_string(f->instance_id)) < 0) ||
-            (*f->assigned_at && add(o, "assigned_at", json_string(f->assigned_at)) < 0) ||
-            add(o, "reported_at", json_timestamp_new(f->reported_at)) < 0)
+        if ((*f->instance_id && json_set(o, "instance_id", json_string(f->instance_id)) < 0) ||
+            (*f->assigned_at && json_set(o, "assigned_at", json_string(f->assigned_at)) < 0) ||
+            json_set(o, "reported_at", json_timestamp_new(f->reported_at)) < 0)
                 return NULL;
         return TAKE_PTR(o);
 }
@@ -735,21 +721,21 @@ static json_t *failure_to_json(const HealthFailure *f)
 static json_t *record_to_json(const HealthRecord *r)
 {
         json_auto_t *o = json_object();
-        if (!o || add(o, "vf_address", json_string(r->vf_address)) < 0)
+        if (!o || json_set(o, "vf_address", json_string(r->vf_address)) < 0)
                 return NULL;
         if (r->n_failures > 0) {
                 json_t *failures = json_array();
-                if (add(o, "failures", failures) < 0)
+                if (json_set(o, "failures", failures) < 0)
                         return NULL;
                 for (size_t i = 0; i < r->n_failures; i++)
-                        if (append(failures, failure_to_json(&r->failures[i])) < 0)
+                        if (json_push(failures, failure_to_json(&r->failures[i])) < 0)
                                 return NULL;
         }
         if (r->quarantined) {
-                if (add(o, "quarantined_at", json_timestamp_new(r->quarantined_at)) < 0 ||
-                    (r->reason && add(o, "reason", json_string(r->reason)) < 0) ||
+                if (json_set(o, "quarantined_at", json_timestamp_new(r->quarantined_at)) < 0 ||
+                    (r->reason && json_set(o, "reason", json_string(r->reason)) < 0) ||
                     (!r->source_implicit &&
-                     add(o, "source", json_string(health_source_to_string(r->source))) < 0))
+                     json_set(o, "source", json_string(health_source_to_string(r->source))) < 0))
                         return NULL;
         }
         return TAKE_PTR(o);
@@ -759,22 +745,24 @@ int health_state_format(const HealthState *s, char **ret, size_t *ret_size)
 {
         json_auto_t *root = json_object();
         json_t *records = json_array();
-        if (!root || add(root, "version", json_integer(1)) < 0 || add(root, "records", records) < 0)
+        if (!root || json_set(root, "version", json_integer(1)) < 0 ||
+            json_set(root, "records", records) < 0)
                 return -ENOMEM;
         for (size_t i = 0; i < s->n_records; i++)
-                if (append(records, record_to_json(&s->records[i])) < 0)
+                if (json_push(records, record_to_json(&s->records[i])) < 0)
                         return -ENOMEM;
         if (s->breaker_open) {
                 json_t *breaker = json_object();
-                if (add(root, "breaker", breaker) < 0 ||
-                    add(breaker, "opened_at", json_timestamp_new(s->breaker_opened_at)) < 0 ||
-                    add(breaker, "reason", json_string(s->breaker_reason)) < 0)
+                if (json_set(root, "breaker", breaker) < 0 ||
+                    json_set(breaker, "opened_at", json_timestamp_new(s->breaker_opened_at)) < 0 ||
+                    json_set(breaker, "reason", json_string(s->breaker_reason)) < 0)
                         return -ENOMEM;
         }
-        if (s->driver_version && add(root, "driver_version", json_string(s->driver_version)) < 0)
+        if (s->driver_version &&
+            json_set(root, "driver_version", json_string(s->driver_version)) < 0)
                 return -ENOMEM;
         if (!timestamp_is_zero(s->driver_changed_at) &&
-            add(root, "driver_changed_at", json_timestamp_new(s->driver_changed_at)) < 0)
+            json_set(root, "driver_changed_at", json_timestamp_new(s->driver_changed_at)) < 0)
                 return -ENOMEM;
 
         _cleanup_free_ char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
