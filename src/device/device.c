@@ -69,8 +69,7 @@ static bool is_lower_uuid(const char *s)
         if (strlen(s) != sizeof shape - 1)
                 return false;
         for (size_t i = 0; shape[i]; i++) {
-                bool hex = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f');
-                if (shape[i] == '-' ? s[i] != '-' : !hex)
+                if (shape[i] == '-' ? s[i] != '-' : hex_value_lower(s[i]) < 0)
                         return false;
         }
         return true;

@@ -875,19 +875,6 @@ static void test_auth_header(void **state) /* API-12, REL-7 */
         assert_string_equal(error, "Authorization header longer than 4096 bytes");
 }
 
-/* A file in the fixture's directory with the given bytes and mode. */
-static char *write_secret(Fixture *f, const char *name, const void *data, size_t size, mode_t mode)
-{
-        char *path = NULL;
-        assert_int_equal(strprintf(&path, "%s/%s", f->dir, name), 0);
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        assert_true(fd >= 0);
-        assert_int_equal(write_all(fd, data, size), 0);
-        assert_int_equal(fchmod(fd, mode), 0);
-        close(fd);
-        return path;
-}
-
 /* ---- the server: listeners ------------------------------------------------------------------ */
 
 static void test_listeners(void **state) /* API-1, API-12 */
@@ -1013,7 +1000,9 @@ static void test_listener_failures(void **state) /* API-1, GEN-10 */
         assert_int_equal(strprintf(&msg, "unix_socket %s: Address already in use", f->unix_path),
                          0);
         assert_server_refused(f, &config, -EADDRINUSE, msg);
-        file = write_secret(f, "plain", "x", 1, 0600);
+        assert_int_equal(strprintf(&file, "%s/plain", f->dir), 0);
+        _cleanup_close_ int plain = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(plain >= 0);
         config.unix_socket = file;
         free(msg);
         assert_int_equal(strprintf(&msg, "unix_socket %s: File exists", file), 0);

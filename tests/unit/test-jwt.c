@@ -5,7 +5,6 @@
  * independent encoder. Token times are fixed, so nothing depends on the clock.
  */
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <setjmp.h>
@@ -17,21 +16,17 @@
 
 #include "fuzz/jwt-forge.h"
 #include "jwt/jwt.h"
+#include "testlib.h"
 
 #define TEST_KEY "0123456789abcdef0123456789abcdef" /* 32 bytes: the smallest allowed */
 #define TEST_NOW INT64_C(1900000000)
 
 typedef struct Fixture {
         JwtSecret *secret;
-        Timestamp now; /* TEST_NOW + 0.5 s */
-        char *token;   /* valid for an hour from now, sub "alice" */
-        char dir[64];  /* for secret files */
+        Timestamp now;  /* TEST_NOW + 0.5 s */
+        char *token;    /* valid for an hour from now, sub "alice" */
+        TestTree *tree; /* for secret files */
 } Fixture;
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-        return remove(path);
-}
 
 static int setup(void **state)
 {
@@ -40,8 +35,7 @@ static int setup(void **state)
                 return -1;
         *state = f;
         f->now = (Timestamp){.sec = TEST_NOW, .nsec = 500000000};
-        strcpy(f->dir, "/tmp/test-jwt-XXXXXX");
-        if (!mkdtemp(f->dir))
+        if (test_tree_new("test-jwt", &f->tree) < 0)
                 return -1;
         if (jwt_secret_new(TEST_KEY, strlen(TEST_KEY), &f->secret) < 0 ||
             jwt_mint(f->secret, "alice", f->now, 3600 * NSEC_PER_SEC, &f->token) < 0)
@@ -54,7 +48,7 @@ static int teardown(void **state)
         Fixture *f = *state;
         jwt_secret_free(f->secret);
         free(f->token);
-        nftw(f->dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+        test_tree_free(f->tree);
         free(f);
         return 0;
 }
@@ -283,7 +277,7 @@ static void test_base64url(void **state)
 static char *write_secret(Fixture *f, const char *name, const void *data, size_t size, mode_t mode)
 {
         char *path = NULL;
-        assert_int_equal(strprintf(&path, "%s/%s", f->dir, name), 0);
+        assert_int_equal(strprintf(&path, "%s/%s", f->tree->dir, name), 0);
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         assert_true(fd >= 0);
         assert_int_equal(write_all(fd, data, size), 0);
@@ -341,9 +335,9 @@ static void test_secret_file(void **state) /* API-14 */
         _cleanup_free_ char *gx = write_secret(f, "gx", TEST_KEY, 32, 0610);
         assert_secret_refused(gx, -EPERM, "mode 0610 gives group or other access");
         _cleanup_free_ char *missing = NULL;
-        assert_int_equal(strprintf(&missing, "%s/missing", f->dir), 0);
+        assert_int_equal(strprintf(&missing, "%s/missing", f->tree->dir), 0);
         assert_secret_refused(missing, -ENOENT, "No such file or directory");
-        assert_secret_refused(f->dir, -EINVAL, "not a regular file");
+        assert_secret_refused(f->tree->dir, -EINVAL, "not a regular file");
 
         /* The in-memory constructor has the same size rule. */
         assert_int_equal(jwt_secret_new(TEST_KEY, 31, &s), -EINVAL);
