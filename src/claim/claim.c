@@ -1824,23 +1824,15 @@ int claimer_claim(Claimer *cl, const ClaimRequest *request, ClaimDoneFunc done, 
         return 0;
 }
 
-int claimer_dispatch(Claimer *cl)
+/* The Claimer's source: starts what is due. */
+static int claimer_on_event(sd_event_source *s, int fd, uint32_t revents, void *userdata)
 {
+        Claimer *cl = userdata;
         uint64_t v;
         (void)!read(cl->event_fd, &v, sizeof v);
         (void)!read(cl->timer_fd, &v, sizeof v);
         process(cl);
         return 0;
-}
-
-int claimer_get_fd(Claimer *cl)
-{
-        return cl->epoll_fd;
-}
-
-static int claimer_on_event(sd_event_source *s, int fd, uint32_t revents, void *userdata)
-{
-        return claimer_dispatch(userdata);
 }
 
 int claimer_attach_event(Claimer *cl, sd_event *event)

@@ -148,10 +148,6 @@ static inline void claimer_freep(Claimer **cl)
  */
 int claimer_attach_event(Claimer *cl, sd_event *event);
 
-/* Test-only single steps: the pollable fd and one dispatch of what is due. */
-int claimer_get_fd(Claimer *cl);
-int claimer_dispatch(Claimer *cl);
-
 /*
  * The PFs whose NVML catalogs discovery may use (DISC-18), as the owner's last discovery found
  * them. The Claimer also learns them from its own discoveries.

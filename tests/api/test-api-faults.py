@@ -6,31 +6,27 @@
 # The daemon's failure paths, provoked through its public interfaces: a failing open-handle
 # scan (DEV-14), an open breaker (HEALTH-28, HEALTH-29), SIGHUP and the environment (CFG-7,
 # CFG-8), hung sysfs and NVML (API-16, GEN-4) on SIM-20's host, and discovery on an mdev host
-# (DISC-7, PLACE-21). Run by tests/sim/run-sim-test.sh like test-api.py, whose helpers (TAP,
-# HTTP client, Daemon, metrics parser) it loads; which set of checks runs follows the host the
-# simulator models. Every daemon started here is stopped, and every fault and NVML hang is
-# cleared, whatever happens. Output is TAP; each check names the SPEC requirements it covers.
-import importlib.util
+# (DISC-7, PLACE-21). Run by tests/sim/run-sim-test.sh like test-api.py, with which it shares
+# tests/lib/vgpud_test.py (TAP, HTTP client, Daemon, the simulator's truth, metrics parser);
+# which set of checks runs follows the host the simulator models. Every daemon started here is
+# stopped, and every fault and NVML hang is cleared, whatever happens. Output is TAP; each check
+# names the SPEC requirements it covers.
 import json
 import os
-import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-_spec = importlib.util.spec_from_file_location(
-    "test_api", os.path.join(os.path.dirname(os.path.abspath(__file__)), "test-api.py"))
-api = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(api)
-
-ok, eq, poll = api.ok, api.eq, api.poll
-Client, Daemon, metric, parse_metrics = api.Client, api.Daemon, api.metric, api.parse_metrics
-sim_ctl, sim_state, figures = api.sim_ctl, api.sim_state, api.figures
-MNT, SYS, HEALTH_FILE = api.MNT, api.SYS, api.HEALTH_FILE
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from vgpud_test import (  # noqa: E402 (after the path)
+    CATALOG, HEALTH_FILE, MNT, SYS, VGPUD, eq, error_of, failed, figures, gpu_body, log_count,
+    mdev_truth, mdev_vfs, metric, ok, parse_metrics, plan, poll, profile_gib, read_creatable,
+    run_group, sim_ctl, sim_state, start, stop, timed_get, truth, write_config, write_secret)
 
 # CFG-7: variables vgpud must not read. A proxy it honoured would send loopback requests
 # nowhere; a config or URL override would change what --check-config prints.
@@ -54,73 +50,10 @@ ANSWER_BOUND = 1.0
 # CI machine, so 1s would make the checks before the hang flaky; 5s still shows the deadline.
 SYSFS_TIMEOUT = "5s"
 
-
-def write_config(path, work, extra_top="", extra_gpu=""):
-    # Unix socket only: a TCP port picked here could be taken by a parallel test before vgpud
-    # binds it (CFG-3: an empty listen disables TCP).
-    with open(path, "w") as f:
-        f.write("""listen: ""
-unix_socket: "%s/api.sock"
-jwt_secret_file: "%s/jwt.secret"
-data_dir: "%s/data"
-runtime_dir: "%s/run"
-sysfs_root: "%s/sys"
-dev_root: "%s/dev"
-nvml_library: "%s"
-log_level: debug
-%sgpu:
-  reconcile_interval: 5s
-  vf_quarantine_threshold: 2
-%s""" % (work, work, MNT, work, MNT, MNT, api.FAKE_NVML, extra_top, extra_gpu))
-
-
-def start(work, name, config, secret, sock, extra_env=None):
-    """Starts a daemon and waits for /readyz; returns (daemon, client) or (daemon, None)."""
-    d = Daemon(work, name, config, extra_env=extra_env)
-    c = Client(sock, 0, api.mint(secret))
-    ready = poll(lambda: not d.alive() or
-                 (os.path.exists(sock) and c.get("/readyz", token=None).status == 200), 40, 0.1)
-    if not ok(ready and d.alive(), "GEN-10: vgpud (%s) becomes ready" % name,
-              d.log_text()[-3000:]):
-        return d, None
-    return d, c
-
-
-def stop(d, name):
-    rc = d.stop()
-    if not eq(rc, 0, "OPS-3: SIGTERM exits 0 (%s)" % name) or api.failures:
-        for line in d.log_text().splitlines()[-60:]:
-            print("# log: " + line)
-    text = d.log_text()
-    ok(all(re.fullmatch(r"<[3-7]>\S.*", l) for l in text.splitlines()),
-       "OPS-4: every log line has a priority prefix (%s)" % name,
-       [l for l in text.splitlines() if not re.fullmatch(r"<[3-7]>\S.*", l)][:5])
-
-
-def gpu_body(c):
-    return c.get("/resources").json()["gpu"]
-
-
-def timed_get(c, path, timeout=2.0):
-    """GET with its own client timeout; returns (status or exception text, seconds)."""
-    t0 = time.monotonic()
-    try:
-        conn = api.UnixConnection(c.unix_path, timeout=timeout)
-        try:
-            conn.request("GET", path, headers={"Authorization": "Bearer " + c.token})
-            r = conn.getresponse()
-            r.read()
-            status = r.status
-        finally:
-            conn.close()
-    except Exception as e:  # a timeout is the failure this measures
-        status = "%s: %s" % (type(e).__name__, e)
-    return status, time.monotonic() - t0
-
-
-def log_count(d, pattern):
-    """Log lines that match pattern in full."""
-    return sum(1 for l in d.log_text().splitlines() if re.fullmatch(pattern, l))
+# HEALTH-28/29's threshold for the breaker checks. Unix socket only everywhere: a TCP port picked
+# here could be taken by a parallel test before vgpud binds it (CFG-3: write_config's empty
+# listen disables TCP).
+THRESHOLD = "  vf_quarantine_threshold: 2\n"
 
 
 # ---- CFG-7 ------------------------------------------------------------------------------------
@@ -129,9 +62,9 @@ def log_count(d, pattern):
 def check_env_config(config):
     # CFG-7: unrelated variables change nothing in the effective configuration.
     clean = {k: v for k, v in os.environ.items() if k not in UNRELATED_ENV}
-    a = api.subprocess.run([api.VGPUD, "--config", config, "--check-config"], capture_output=True,
+    a = subprocess.run([VGPUD, "--config", config, "--check-config"], capture_output=True,
                            text=True, timeout=10, env=clean)
-    b = api.subprocess.run([api.VGPUD, "--config", config, "--check-config"], capture_output=True,
+    b = subprocess.run([VGPUD, "--config", config, "--check-config"], capture_output=True,
                            text=True, timeout=10, env=dict(clean, **UNRELATED_ENV))
     ok(a.returncode == 0 and (b.returncode, b.stdout, b.stderr) == (0, a.stdout, a.stderr),
        "CFG-7: --check-config prints the same configuration with VGPUD_*, *_PROXY set",
@@ -191,8 +124,8 @@ def check_scan_failure(c, d, proc):
     ok(bool(g), "DEV-14: placement comes back once a later scan succeeds", gpu_body(c))
     if g:
         # The NVML placement cache may still be refilling: the figures converge to the model's.
-        poll(lambda: figures({"gpu": gpu_body(c)}) == api.truth(), 20, 0.25)
-        eq(figures({"gpu": gpu_body(c)}), api.truth(),
+        poll(lambda: figures({"gpu": gpu_body(c)}) == truth(), 20, 0.25)
+        eq(figures({"gpu": gpu_body(c)}), truth(),
            "PLACE-21: figures after recovery equal the model's")
     eq(metric(parse_metrics(c.get("/metrics").body.decode()),
               "vgpud_resources_gpu_placement_disabled"), 0.0,
@@ -306,7 +239,7 @@ def check_breaker(c, d, mixed_vfs):
     eq(r.status, 200, "API-18: clearing that quarantine")
 
     r = c.request("DELETE", "/gpu/health/breaker")
-    eq((r.status, api.error_of(r)[1]),
+    eq((r.status, error_of(r)[1]),
        (200, {"breaker": {"enabled": True, "open": False, "window": "1h0m0s",
                           "max_quarantines": 4}}),
        "HEALTH-29: DELETE /gpu/health/breaker closes the breaker")
@@ -400,43 +333,14 @@ def check_hangs(c, d):
     ok(bool(g), "API-16, GEN-4: vgpud recovers once sysfs and NVML return (discovery, NVML ok)",
        (gpu_body(c), [x["nvml"] for x in c.get("/gpus").json()["gpus"]]))
     if g:
-        poll(lambda: figures({"gpu": gpu_body(c)}) == api.truth(), 20, 0.25)
-        eq(figures({"gpu": gpu_body(c)}), api.truth(),
+        poll(lambda: figures({"gpu": gpu_body(c)}) == truth(), 20, 0.25)
+        eq(figures({"gpu": gpu_body(c)}), truth(),
            "PLACE-21: figures after recovery equal the model's")
     eq(c.get("/readyz", token=None).status, 200, "API-17: /readyz is still 200")
     ok(d.alive(), "API-16: vgpud survived the hangs")
 
 
 # ---- DISC-7, PLACE-21: an mdev host -------------------------------------------------------------
-
-
-def mdev_vfs():
-    return [v["address"] for v in sim_state()["gpus"][0]["vfs"]]
-
-
-def read_attr(path):
-    with open(os.path.join(SYS, path)) as f:
-        return f.read().strip()
-
-
-def mdev_truth():
-    """/resources per PLACE-21 for an mdev host, from the simulator's sysfs."""
-    st = sim_state()
-    total = used = allocatable = 0
-    avail = {}
-    for gpu in st["gpus"]:
-        for v in gpu["vfs"]:
-            total += 1
-            types = os.path.join("class/mdev_bus", v["address"], "mdev_supported_types")
-            busy = v["mdev"] is not None or v["type"] != 0
-            used += busy
-            allocatable += not busy
-            for t in sorted(os.listdir(os.path.join(SYS, types))):
-                name = read_attr(os.path.join(types, t, "name"))
-                n = 0 if busy else int(read_attr(os.path.join(types, t, "available_instances")))
-                avail[name] = avail.get(name, 0) + n
-    return {"total_slots": total, "used_slots": used, "allocatable_slots": allocatable,
-            "quarantined_slots": 0, "available": avail}
 
 
 def check_mdev(c):
@@ -450,7 +354,7 @@ def check_mdev(c):
        "API-5, PLACE-21: mdev figures are the sum of available_instances over free VFs",
        "%s\n%s" % (json.dumps(figures(c.get("/resources").json())), json.dumps(mdev_truth())))
     g = gpu_body(c)
-    ok(all(p["framebuffer_mb"] == api.profile_gib(p["name"]) * 1024 for p in g["profiles"]) and
+    ok(all(p["framebuffer_mb"] == profile_gib(p["name"]) * 1024 for p in g["profiles"]) and
        len(g["profiles"]) == 10, "DISC-16, API-4: the ten A40 profiles with their framebuffer",
        g["profiles"])
     gs = c.get("/gpus").json()["gpus"]
@@ -519,8 +423,8 @@ def check_mdev(c):
 
 
 def run_l40s(work, secret, daemons):
-    for type_id, name in api.read_creatable("0000:e3:00.4"):
-        api.CATALOG[name] = type_id
+    for type_id, name in read_creatable("0000:e3:00.4"):
+        CATALOG[name] = type_id
     mixed = ["0000:e3:%02x.%d" % ((4 + i) // 8, (4 + i) % 8) for i in range(32)]
 
     # DEV-14's fixture: a process whose fd directory is a regular file (ENOTDIR).
@@ -532,8 +436,8 @@ def run_l40s(work, secret, daemons):
 
     config = os.path.join(work, "faults.yaml")
     write_config(config, work, extra_top='proc_root: "%s"\n' % proc,
-                 extra_gpu="  sysfs_timeout: %s\n  nvml_timeout: 2s\n" % SYSFS_TIMEOUT)
-    api.run_group("env", lambda: check_env_config(config))
+                 extra_gpu=THRESHOLD + "  sysfs_timeout: %s\n  nvml_timeout: 2s\n" % SYSFS_TIMEOUT)
+    run_group("env", lambda: check_env_config(config))
 
     # CFG-7: the whole run below is with unrelated variables in the environment.
     d, c = start(work, "faults", config, secret, os.path.join(work, "api.sock"),
@@ -541,12 +445,12 @@ def run_l40s(work, secret, daemons):
     daemons.append(d)
     if not c:
         return
-    api.run_group("scan", lambda: check_scan_failure(c, d, proc))
-    api.run_group("sighup", lambda: check_sighup_config(c, d, config))
-    api.run_group("breaker", lambda: check_breaker(c, d, mixed))
-    api.run_group("hangs", lambda: check_hangs(c, d))
+    run_group("scan", lambda: check_scan_failure(c, d, proc))
+    run_group("sighup", lambda: check_sighup_config(c, d, config))
+    run_group("breaker", lambda: check_breaker(c, d, mixed))
+    run_group("hangs", lambda: check_hangs(c, d))
     daemons.remove(d)
-    stop(d, "faults")
+    stop(d, " (faults)")
 
 
 def check_mdev_scan(c, proc):
@@ -572,25 +476,22 @@ def run_mdev(work, secret, daemons):
     proc = os.path.join(work, "proc")
     os.makedirs(os.path.join(proc, "1", "fd"))
     config = os.path.join(work, "mdev.yaml")
-    write_config(config, work, extra_top='proc_root: "%s"\n' % proc)
+    write_config(config, work, extra_top='proc_root: "%s"\n' % proc, extra_gpu=THRESHOLD)
     d, c = start(work, "mdev", config, secret, os.path.join(work, "api.sock"))
     daemons.append(d)
     if not c:
         return
-    api.run_group("mdev", lambda: check_mdev(c))
-    api.run_group("mdev-scan", lambda: check_mdev_scan(c, proc))
+    run_group("mdev", lambda: check_mdev(c))
+    run_group("mdev-scan", lambda: check_mdev_scan(c, proc))
     daemons.remove(d)
-    stop(d, "mdev")
+    stop(d, " (mdev)")
 
 
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-faults.", dir=os.environ.get("TMPDIR", "/tmp"))
     daemons = []
     try:
-        secret = os.urandom(48)
-        with open(os.path.join(work, "jwt.secret"), "wb") as f:
-            f.write(secret)
-        os.chmod(os.path.join(work, "jwt.secret"), 0o600)
+        secret = write_secret(work)
         model = sim_state()["gpus"][0]["model"]
         if model == "A40-mdev":
             run_mdev(work, secret, daemons)
@@ -605,9 +506,9 @@ def main():
         for d in daemons:
             d.stop(signal.SIGKILL)
         shutil.rmtree(work, ignore_errors=True)
-        print("1..%d" % api.counter)
+        plan()
 
 
 if __name__ == "__main__":
     main()
-    sys.exit(1 if api.failures else 0)
+    sys.exit(1 if failed() else 0)

@@ -2,14 +2,10 @@
 #include "sim-test.h"
 
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <inttypes.h>
 
 uint64_t st_now_ms(void)
 {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+        return test_now() / NSEC_PER_MSEC;
 }
 
 bool st_poll(bool (*cond)(const SimTest *t, const void *arg), const SimTest *t, const void *arg,
@@ -28,15 +24,11 @@ bool st_poll(bool (*cond)(const SimTest *t, const void *arg), const SimTest *t, 
 
 char *st_path(const SimTest *t, const char *fmt, ...)
 {
-        _cleanup_free_ char *rel = NULL;
-        char *path = NULL;
         va_list ap;
-
         va_start(ap, fmt);
-        int k = vasprintf(&rel, fmt, ap);
+        char *path = test_sim_vpath(t->sim, fmt, ap);
         va_end(ap);
-        assert_true(k >= 0);
-        assert_int_equal(strprintf(&path, "%s/%s", t->mnt, rel), 0);
+        assert_non_null(path);
         return path;
 }
 
@@ -56,18 +48,12 @@ void st_vf_address(const char *pf, unsigned i, char ret[static PCI_ADDRESS_STRLE
 
 int st_write(const char *path, const char *value)
 {
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
-        ssize_t n = write(fd, value, strlen(value));
-        if (n < 0)
-                return negative_errno();
-        return n == (ssize_t)strlen(value) ? 0 : -EIO;
+        return test_write_once(path, value);
 }
 
 int st_try_read(const char *path, char **ret)
 {
-        return read_file_at(AT_FDCWD, path, 1 << 22, ret, NULL);
+        return test_read_file(path, ret);
 }
 
 char *st_read(const char *path)
@@ -81,62 +67,51 @@ char *st_read(const char *path)
 
 int st_ctl(const SimTest *t, const char *fmt, ...)
 {
-        _cleanup_free_ char *command = NULL, *path = st_path(t, ".sim/ctl");
         va_list ap;
-
         va_start(ap, fmt);
-        int k = vasprintf(&command, fmt, ap);
+        int r = test_sim_vctl(t->sim, fmt, ap);
         va_end(ap);
-        assert_true(k >= 0);
-        return st_write(path, command);
+        return r;
 }
 
 char *st_ctl_result(const SimTest *t)
 {
-        _cleanup_free_ char *path = st_path(t, ".sim/ctl");
-        return st_read(path);
+        char *s = NULL;
+        int r = test_sim_ctl_result(t->sim, &s);
+        if (r < 0)
+                fail_msg("read .sim/ctl: %s", strerror(-r));
+        return s;
 }
 
 json_t *st_state(const SimTest *t)
 {
-        _cleanup_free_ char *path = st_path(t, ".sim/state.json"), *text = st_read(path);
-        json_error_t err;
-        json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &err);
-        if (!j)
-                fail_msg("state.json: %s", err.text);
+        json_t *j = NULL;
+        int r = test_sim_state(t->sim, &j);
+        if (r < 0)
+                fail_msg("state.json: %s", strerror(-r));
         return j;
 }
 
 json_t *st_state_vf(json_t *state, const char *vf)
 {
-        size_t i, k;
-        json_t *gpu, *v;
-
-        json_array_foreach (json_object_get(state, "gpus"), i, gpu) {
-                json_array_foreach (json_object_get(gpu, "vfs"), k, v) {
-                        if (streq(json_string_value(json_object_get(v, "address")), vf))
-                                return v;
-                }
-        }
-        fail_msg("VF %s not in state.json", vf);
-        return NULL;
+        json_t *v = test_sim_state_vf(state, vf);
+        if (!v)
+                fail_msg("VF %s not in state.json", vf);
+        return v;
 }
 
 json_int_t st_state_vf_int(const SimTest *t, const char *vf, const char *key)
 {
-        json_auto_t *s = st_state(t);
-        json_t *v = json_object_get(st_state_vf(s, vf), key);
-        if (!json_is_integer(v))
-                fail_msg("%s of VF %s is not an integer", key, vf);
-        return json_integer_value(v);
+        json_int_t v = 0;
+        int r = test_sim_vf_int(t->sim, vf, key, &v);
+        if (r < 0)
+                fail_msg("%s of VF %s: %s", key, vf, strerror(-r));
+        return v;
 }
 
 int st_set_type(const SimTest *t, const char *vf, uint32_t type)
 {
-        _cleanup_free_ char *path = st_vf_attr(t, vf, "current_vgpu_type");
-        char value[16];
-        snprintf(value, sizeof(value), "%" PRIu32, type);
-        return st_write(path, value);
+        return test_sim_set_type(t->sim, vf, type);
 }
 
 static bool release_done(const SimTest *t, const void *arg)
@@ -162,23 +137,16 @@ int st_reset(void **state)
         json_array_foreach (json_object_get(s, "gpus"), i, gpu) {
                 json_array_foreach (json_object_get(gpu, "vfs"), k, vf) {
                         const char *address = json_string_value(json_object_get(vf, "address"));
-                        json_t *mdev = json_object_get(vf, "mdev");
                         assert_int_equal(st_ctl(t, "release-lag %s 0", address), 0);
-                        if (json_is_object(mdev)) {
-                                _cleanup_free_ char *remove =
-                                    st_path(t, "sys/bus/mdev/devices/%s/remove",
-                                            json_string_value(json_object_get(mdev, "uuid")));
-                                assert_int_equal(st_write(remove, "1"), 0);
-                        } else if (json_integer_value(json_object_get(vf, "type")) != 0)
-                                assert_int_equal(st_release(t, address), 0);
                 }
         }
+        assert_int_equal(test_sim_release_all(t->sim, 5 * NSEC_PER_SEC), 0);
         return 0;
 }
 
 int st_group_setup(void **state)
 {
-        const char *mnt = getenv("VGPU_SIM_MOUNT"), *lib = getenv("VGPU_SIM_NVML");
+        const char *lib = getenv("VGPU_SIM_NVML");
         SimTest *t = calloc(1, sizeof(SimTest));
         static const struct {
                 const char *name;
@@ -200,17 +168,16 @@ int st_group_setup(void **state)
 #undef FN
         };
 
-        if (!t || !mnt || !lib) {
+        if (!t || !lib || test_sim_open(&t->sim) < 0) {
                 fprintf(stderr, "# VGPU_SIM_MOUNT and VGPU_SIM_NVML must be set\n");
                 free(t);
                 return -1;
         }
-        t->mnt = strdup(mnt);
         /* As vgpud loads the real library (NVML-1). */
         t->dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-        if (!t->mnt || !t->dl) {
+        if (!t->dl) {
                 fprintf(stderr, "# dlopen %s: %s\n", lib, dlerror());
-                free(t->mnt);
+                test_sim_free(t->sim);
                 free(t);
                 return -1;
         }
@@ -233,7 +200,7 @@ int st_group_teardown(void **state)
                 return 0;
         if (t->dl)
                 dlclose(t->dl);
-        free(t->mnt);
+        test_sim_free(t->sim);
         free(t);
         return 0;
 }

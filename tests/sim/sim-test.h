@@ -3,9 +3,9 @@
 
 /*
  * Helpers for the tests that run against a mounted vgpu-sim (run-sim-test.sh sets
- * VGPU_SIM_MOUNT; meson sets VGPU_SIM_NVML to the built fake library). The fake NVML library
- * is loaded the way vgpud loads the real one: dlopen with RTLD_NOW|RTLD_LOCAL, every function
- * resolved by name.
+ * VGPU_SIM_MOUNT; meson sets VGPU_SIM_NVML to the built fake library): the simulator client of
+ * tests/lib (testlib.h) with cmocka's failures, and the fake NVML library, loaded the way vgpud
+ * loads the real one: dlopen with RTLD_NOW|RTLD_LOCAL, every function resolved by name.
  */
 
 #include <setjmp.h>
@@ -16,6 +16,7 @@
 
 #include "base/base.h"
 #include "nvml.h"
+#include "testlib.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -37,7 +38,7 @@ typedef struct Nvml {
 } Nvml;
 
 typedef struct SimTest {
-        char *mnt;
+        TestSim *sim;
         void *dl;
         Nvml nvml;
 } SimTest;

@@ -8,14 +8,8 @@
 # background jobs with SIGINT ignored. Prints TAP. Runs in a private PID and
 # mount namespace (SIM-21), so nothing outlives it.
 set -eu
-
-if [ -z "${VGPU_SIM_IN_NAMESPACE:-}" ]; then
-        export VGPU_SIM_IN_NAMESPACE=1
-        if [ "$(id -u)" -eq 0 ]; then
-                exec unshare --pid --fork --kill-child --mount-proc -- "$0" "$@"
-        fi
-        exec unshare --user --map-root-user --mount --pid --fork --kill-child --mount-proc -- "$0" "$@"
-fi
+. "$(dirname "$0")/../lib/sim.sh"
+sim_enter_namespace "$0" "$@"
 
 sim=$1
 host=$2
@@ -23,31 +17,13 @@ mnt=$(mktemp -d "${TMPDIR:-/tmp}/vgpu-sim-sigterm.XXXXXX")
 sim_pid=
 reader_pid=
 
-alive() {
-        [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat"
-}
-
-mounted() {
-        grep -q " $mnt " /proc/self/mountinfo
-}
-
-# Polls a condition every 50 ms for at most 10 s.
-poll() {
-        i=0
-        until "$@"; do
-                [ "$i" -ge 200 ] && return 1
-                sleep 0.05
-                i=$((i + 1))
-        done
-}
-
 cleanup() {
         status=$?
         trap - EXIT
         exec 3<&- 2>/dev/null || true
         [ -n "$sim_pid" ] && kill -KILL "$sim_pid" 2>/dev/null || true
         [ -n "$reader_pid" ] && kill -KILL "$reader_pid" 2>/dev/null || true
-        if mounted; then
+        if sim_mounted "$mnt"; then
                 fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
         fi
         rmdir "$mnt" 2>/dev/null || true
@@ -58,7 +34,7 @@ trap cleanup EXIT
 echo "1..7"
 "$sim" --host "$host" --mount "$mnt" --foreground &
 sim_pid=$!
-if poll test -e "$mnt/.sim/state.json"; then echo "ok 1 - mounted"; else echo "not ok 1 - mounted"; exit 1; fi
+if sim_poll test -e "$mnt/.sim/state.json"; then echo "ok 1 - mounted"; else echo "not ok 1 - mounted"; exit 1; fi
 
 # A held VFIO node and a read that hangs until clear-faults, which never comes.
 exec 3<"$mnt/dev/vfio/0"
@@ -66,10 +42,10 @@ printf 'fault read sys/module/nvidia/version hang' >"$mnt/.sim/ctl"
 cat "$mnt/sys/module/nvidia/version" >/dev/null 2>&1 &
 reader_pid=$!
 hung() { grep -q '"operations_delayed": 1,' "$mnt/.sim/state.json"; }
-if poll hung; then echo "ok 2 - a read hangs"; else echo "not ok 2 - a read hangs"; fi
+if sim_poll hung; then echo "ok 2 - a read hangs"; else echo "not ok 2 - a read hangs"; fi
 
 kill -TERM "$sim_pid"
-( poll sh -c "! [ -r /proc/$sim_pid/stat ] || grep -q '^[0-9]* ([^)]*) Z' /proc/$sim_pid/stat" || kill -KILL "$sim_pid" ) &
+( sim_poll sh -c "! [ -r /proc/$sim_pid/stat ] || grep -q '^[0-9]* ([^)]*) Z' /proc/$sim_pid/stat" || kill -KILL "$sim_pid" ) &
 watchdog=$!
 set +e
 wait "$sim_pid"
@@ -78,8 +54,8 @@ set -e
 sim_pid=
 wait "$watchdog" 2>/dev/null || true
 if [ "$st" -eq 0 ]; then echo "ok 3 - SIGTERM exits 0"; else echo "not ok 3 - SIGTERM exits 0 (status $st)"; fi
-if ! mounted; then echo "ok 4 - unmounted"; else echo "not ok 4 - unmounted"; fi
-if poll sh -c "! kill -0 $reader_pid 2>/dev/null || grep -q '^[0-9]* ([^)]*) Z' /proc/$reader_pid/stat"; then
+if ! sim_mounted "$mnt"; then echo "ok 4 - unmounted"; else echo "not ok 4 - unmounted"; fi
+if sim_poll sh -c "! kill -0 $reader_pid 2>/dev/null || grep -q '^[0-9]* ([^)]*) Z' /proc/$reader_pid/stat"; then
         echo "ok 5 - the hung reader returned"
 else
         echo "not ok 5 - the hung reader returned"
@@ -88,9 +64,9 @@ fi
 # SIGINT, from a shell that starts its background jobs with SIGINT ignored.
 "$sim" --host "$host" --mount "$mnt" --foreground &
 sim_pid=$!
-poll test -e "$mnt/.sim/state.json" || true
+sim_poll test -e "$mnt/.sim/state.json" || true
 kill -INT "$sim_pid"
-( poll sh -c "! [ -r /proc/$sim_pid/stat ] || grep -q '^[0-9]* ([^)]*) Z' /proc/$sim_pid/stat" || kill -KILL "$sim_pid" ) &
+( sim_poll sh -c "! [ -r /proc/$sim_pid/stat ] || grep -q '^[0-9]* ([^)]*) Z' /proc/$sim_pid/stat" || kill -KILL "$sim_pid" ) &
 watchdog=$!
 set +e
 wait "$sim_pid"
@@ -99,4 +75,4 @@ set -e
 sim_pid=
 wait "$watchdog" 2>/dev/null || true
 if [ "$st" -eq 0 ]; then echo "ok 6 - SIGINT exits 0"; else echo "not ok 6 - SIGINT exits 0 (status $st)"; fi
-if ! mounted; then echo "ok 7 - unmounted after SIGINT"; else echo "not ok 7 - unmounted after SIGINT"; fi
+if ! sim_mounted "$mnt"; then echo "ok 7 - unmounted after SIGINT"; else echo "not ok 7 - unmounted after SIGINT"; fi

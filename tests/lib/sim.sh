@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# sim.sh: the shell side of running a program against vgpu-sim, sourced by the runner scripts
+# (tests/integration/run-with-sim.sh, tests/sim/run-sim-test.sh) and by tests that drive the
+# simulator themselves (tests/sim/test-sim-sigterm.sh).
+#
+#   sim_enter_namespace SCRIPT ARGS...  re-runs SCRIPT in a private PID namespace with its own
+#                                       /proc and mount namespace (SIM-21), unless already in one
+#   sim_alive PID                       true while PID runs (a zombie has exited)
+#   sim_poll COMMAND...                 runs COMMAND every 50 ms until it succeeds, 10 s at most
+#   sim_mounted DIR                     true while DIR is a mount point
+#   sim_start VGPU_SIM HOST DIR         mounts a fresh simulator of HOST at DIR (sim_pid) and
+#                                       waits, bounded, until it answers
+#   sim_stop                            SIGTERM, 10 s for a clean exit, then SIGKILL; returns
+#                                       the simulator's exit status
+#   sim_unmount DIR                     unmounts DIR if it still is a mount point, removes it
+#   sim_run VGPU_SIM HOST PROGRAM...    all of it: mounts a simulator in a temporary directory,
+#                                       runs PROGRAM with VGPU_SIM_MOUNT, VGPU_SIM_CONTROL and
+#                                       VGPU_SIM_PID set, and always stops and unmounts it; the
+#                                       status is PROGRAM's, or 1 when the simulator did not
+#                                       exit cleanly (a sanitizer report counts)
+#
+# In the namespace, nothing started here outlives the run even if the script is killed: the
+# namespace's init takes every process along, and the mount goes with the mount namespace.
+
+sim_enter_namespace() {
+        script=$1
+        shift
+        [ -n "${VGPU_SIM_IN_NAMESPACE:-}" ] && return 0
+        export VGPU_SIM_IN_NAMESPACE=1
+        if [ "$(id -u)" -eq 0 ]; then
+                exec unshare --pid --fork --kill-child --mount-proc -- "$script" "$@"
+        fi
+        exec unshare --user --map-root-user --mount --pid --fork --kill-child --mount-proc \
+                -- "$script" "$@"
+}
+
+sim_alive() {
+        [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null
+}
+
+sim_poll() {
+        _i=0
+        until "$@"; do
+                [ "$_i" -ge 200 ] && return 1
+                sleep 0.05
+                _i=$((_i + 1))
+        done
+}
+
+sim_mounted() {
+        grep -q " $1 " /proc/self/mountinfo 2>/dev/null
+}
+
+sim_pid=
+
+_sim_answers() { # DIR
+        [ -e "$1/.sim/state.json" ] || ! sim_alive "$sim_pid"
+}
+
+sim_start() {
+        "$1" --host "$2" --mount "$3" --foreground &
+        sim_pid=$!
+        if ! sim_poll _sim_answers "$3" || ! sim_alive "$sim_pid"; then
+                echo "# vgpu-sim did not come up" >&2
+                return 1
+        fi
+}
+
+_sim_gone() {
+        ! sim_alive "$sim_pid"
+}
+
+sim_stop() {
+        [ -n "$sim_pid" ] || return 0
+        kill -TERM "$sim_pid" 2>/dev/null || true
+        sim_poll _sim_gone || kill -KILL "$sim_pid" 2>/dev/null || true
+        _st=0
+        wait "$sim_pid" || _st=$?
+        sim_pid=
+        return "$_st"
+}
+
+sim_unmount() {
+        if sim_mounted "$1"; then
+                fusermount3 -u "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
+        fi
+        rmdir "$1" 2>/dev/null || true
+}
+
+_sim_finish() {
+        status=$?
+        trap - EXIT INT TERM
+        sim_status=0
+        sim_stop || sim_status=$?
+        if [ "$sim_status" -ne 0 ]; then
+                echo "# vgpu-sim exited with status $sim_status" >&2
+                [ "$status" -eq 0 ] && status=1
+        fi
+        sim_unmount "$_sim_dir"
+        exit "$status"
+}
+
+sim_run() {
+        if [ "$#" -lt 3 ]; then
+                echo "usage: $0 VGPU_SIM HOST.yaml PROGRAM [ARGS...]" >&2
+                exit 2
+        fi
+        _sim=$1
+        _host=$2
+        shift 2
+        _sim_dir=$(mktemp -d "${TMPDIR:-/tmp}/vgpu-sim-test.XXXXXX")
+        trap _sim_finish EXIT
+        trap 'exit 130' INT
+        trap 'exit 143' TERM
+        sim_start "$_sim" "$_host" "$_sim_dir" || exit 1
+        export VGPU_SIM_MOUNT="$_sim_dir" VGPU_SIM_CONTROL="$_sim_dir/.sim" VGPU_SIM_PID="$sim_pid"
+        set +e
+        "$@"
+        _rc=$?
+        set -e
+        exit "$_rc"
+}
