@@ -202,13 +202,9 @@ static int fail_invalid(CallFailure *f, const char *fmt, ...) _printf_(2, 3);
 static int fail_invalid(CallFailure *f, const char *fmt, ...)
 {
         va_list ap;
-        free(f->error);
-        f->error = NULL;
         va_start(ap, fmt);
-        if (vasprintf(&f->error, fmt, ap) < 0)
-                f->error = NULL;
+        f->r = error_setv(&f->error, -EBADMSG, fmt, ap);
         va_end(ap);
-        f->r = -EBADMSG;
         f->host = false;
         return f->r;
 }
