@@ -1824,10 +1824,9 @@ int claimer_claim(Claimer *cl, const ClaimRequest *request, ClaimDoneFunc done, 
         return 0;
 }
 
-/* The Claimer's source: starts what is due. */
-static int claimer_on_event(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+/* A turn of the Claimer's source: starts what is due. */
+static int claimer_turn(Claimer *cl)
 {
-        Claimer *cl = userdata;
         uint64_t v;
         (void)!read(cl->event_fd, &v, sizeof v);
         (void)!read(cl->timer_fd, &v, sizeof v);
@@ -1835,20 +1834,7 @@ static int claimer_on_event(sd_event_source *s, int fd, uint32_t revents, void *
         return 0;
 }
 
-int claimer_attach_event(Claimer *cl, sd_event *event)
-{
-        if (!cl)
-                return -EINVAL;
-        if (cl->event_source)
-                return -EBUSY;
-        _cleanup_(sd_event_unrefp) sd_event *e = event ? sd_event_ref(event) : NULL;
-        if (!e) {
-                int r = sd_event_default(&e);
-                if (r < 0)
-                        return r;
-        }
-        return sd_event_add_io(e, &cl->event_source, cl->epoll_fd, EPOLLIN, claimer_on_event, cl);
-}
+DEFINE_ATTACH_EVENT(claimer_attach_event, Claimer, event_source, epoll_fd, claimer_turn)
 
 int claimer_set_gpus(Claimer *cl, char *const *pfs, size_t n)
 {

@@ -9,7 +9,6 @@
  * still holds the key in the pool, and the VF counts as uncertain until it returns (GEN-4).
  */
 #include <inttypes.h>
-#include <sys/epoll.h>
 #include <sys/timerfd.h>
 
 #include "device.h"
@@ -491,26 +490,7 @@ int device_ops_get_next_wakeup(DeviceOps *o, nsec_t *ret)
         return 1;
 }
 
-static int on_timer(sd_event_source *s, int fd, uint32_t revents, void *userdata)
-{
-        (void)device_ops_dispatch(userdata);
-        return 0;
-}
-
-int device_ops_attach_event(DeviceOps *o, sd_event *event)
-{
-        if (!o)
-                return -EINVAL;
-        if (o->event_source)
-                return -EBUSY;
-        _cleanup_(sd_event_unrefp) sd_event *e = event ? sd_event_ref(event) : NULL;
-        if (!e) {
-                int r = sd_event_default(&e);
-                if (r < 0)
-                        return r;
-        }
-        return sd_event_add_io(e, &o->event_source, o->timer_fd, EPOLLIN, on_timer, o);
-}
+DEFINE_ATTACH_EVENT(device_ops_attach_event, DeviceOps, event_source, timer_fd, device_ops_dispatch)
 
 /* ---- construction -------------------------------------------------------------------------- */
 

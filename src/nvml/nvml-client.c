@@ -3,7 +3,6 @@
  * The loop's side of NVML: requests go to the NVML slot, answers come back here and are folded
  * into the fallback state, the counters and the placement cache before the caller sees them.
  */
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 
 #include "nvml-internal.h"
@@ -632,18 +631,11 @@ int nvml_client_attach_event(NvmlClient *c, sd_event *event)
 {
         if (!c)
                 return -EINVAL;
-        if (c->event_source)
-                return -EBUSY;
-        _cleanup_(sd_event_unrefp) sd_event *e = event ? sd_event_ref(event) : NULL;
-        if (!e) {
-                int r = sd_event_default(&e);
-                if (r < 0)
-                        return r;
-        }
-        int r = sd_event_add_io(e, &c->event_source, c->event_fd, EPOLLIN, on_ready, c);
+        int r = worker_attach_io(event, &c->event_source, c->event_fd, on_ready, c);
         if (r < 0)
                 return r;
-        r = worker_pool_attach_event(c->slot, e);
+        /* The slot's source on the loop the client's went to. */
+        r = worker_pool_attach_event(c->slot, sd_event_source_get_event(c->event_source));
         if (r < 0)
                 c->event_source = sd_event_source_disable_unref(c->event_source);
         return r;

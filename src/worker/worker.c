@@ -539,17 +539,10 @@ int worker_pool_submit(WorkerPool *p, const WorkerJob *job, char **error)
         return 0;
 }
 
-static int on_event(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+int worker_attach_io(sd_event *event, sd_event_source **slot, int fd, sd_event_io_handler_t handler,
+                     void *userdata)
 {
-        (void)worker_pool_dispatch_completions(userdata);
-        return 0;
-}
-
-int worker_pool_attach_event(WorkerPool *p, sd_event *event)
-{
-        if (!p)
-                return -EINVAL;
-        if (p->event_source)
+        if (*slot)
                 return -EBUSY;
         _cleanup_(sd_event_unrefp) sd_event *e = event ? sd_event_ref(event) : NULL;
         if (!e) {
@@ -557,8 +550,12 @@ int worker_pool_attach_event(WorkerPool *p, sd_event *event)
                 if (r < 0)
                         return r;
         }
-        return sd_event_add_io(e, &p->event_source, p->epoll_fd, EPOLLIN, on_event, p);
+        /* The source holds its own reference on the loop. */
+        return sd_event_add_io(e, slot, fd, EPOLLIN, handler, userdata);
 }
+
+DEFINE_ATTACH_EVENT(worker_pool_attach_event, WorkerPool, event_source, epoll_fd,
+                    worker_pool_dispatch_completions)
 
 static void drain_fds(WorkerPool *p)
 {

@@ -134,6 +134,33 @@ int worker_pool_submit(WorkerPool *p, const WorkerJob *job, char **error);
 int worker_pool_attach_event(WorkerPool *p, sd_event *event);
 
 /*
+ * The one way onto the loop (ARCHITECTURE.md decision 2), shared by the modules that own a
+ * descriptor: adds an IO source (EPOLLIN) on fd to event (NULL: sd_event_default()) and stores
+ * it in *slot, which its owner drops with sd_event_source_disable_unref() when it is freed.
+ * -EBUSY when *slot is set already.
+ */
+int worker_attach_io(sd_event *event, sd_event_source **slot, int fd, sd_event_io_handler_t handler,
+                     void *userdata);
+
+/*
+ * Defines int name(Type *o, sd_event *event), a module's <module>_attach_event(): attaches
+ * o->fd as o->source (worker_attach_io()), so that the loop runs turn(o) whenever the
+ * descriptor is readable; -EINVAL for a NULL o.
+ */
+#define DEFINE_ATTACH_EVENT(name, Type, source, fd, turn)                                    \
+        static int name##_on_io(sd_event_source *s, int f, uint32_t revents, void *userdata) \
+        {                                                                                    \
+                (void)turn(userdata);                                                        \
+                return 0;                                                                    \
+        }                                                                                    \
+        int name(Type *o, sd_event *event)                                                   \
+        {                                                                                    \
+                if (!o)                                                                      \
+                        return -EINVAL;                                                      \
+                return worker_attach_io(event, &o->source, o->fd, name##_on_io, o);          \
+        }
+
+/*
  * One turn of the pool's source: ends jobs whose deadline has passed (by the pool's clock),
  * reaps threads that are no longer needed, and runs every ready completion, in the order the
  * jobs ended. Completions may submit new jobs but must not free the pool. Returns the number of
