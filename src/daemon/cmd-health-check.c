@@ -18,18 +18,7 @@
 
 #define USAGE "usage: vgpud health-check FILE [--threshold N]\n"
 
-static int usage_error(const char *fmt, ...) _printf_(1, 2);
-static int usage_error(const char *fmt, ...)
-{
-        va_list ap;
-
-        fputs("vgpud health-check: ", stderr);
-        va_start(ap, fmt);
-        vfprintf(stderr, fmt, ap);
-        va_end(ap);
-        fputs("\n" USAGE, stderr);
-        return 2;
-}
+#define usage_error(...) command_usage_error("health-check", USAGE, __VA_ARGS__)
 
 int cmd_health_check(int argc, char **argv)
 {

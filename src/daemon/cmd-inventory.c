@@ -252,17 +252,7 @@ static void print_text(const GpuHost *h, FILE *f)
 
 /* ---- the command --------------------------------------------------------------------------- */
 
-_printf_(1, 2) static int usage_error(const char *fmt, ...)
-{
-        va_list ap;
-
-        fputs("vgpud inventory: ", stderr);
-        va_start(ap, fmt);
-        vfprintf(stderr, fmt, ap);
-        va_end(ap);
-        fputs("\n" INVENTORY_USAGE, stderr);
-        return 2;
-}
+#define usage_error(...) command_usage_error("inventory", INVENTORY_USAGE, __VA_ARGS__)
 
 int cmd_inventory(int argc, char **argv)
 {
