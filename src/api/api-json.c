@@ -51,7 +51,7 @@ int api_resources_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **
 
 static json_t *vf_json(const ApiContext *ctx, const ApiSnapshot *snap, size_t i)
 {
-        const GpuVf *vf = &ctx->host->vfs[i];
+        const GpuVf *vf = &api_host(ctx)->vfs[i];
         const HealthRecord *rec =
             ctx->health ? health_state_find(health_store_state(ctx->health), vf->address) : NULL;
         json_auto_t *o = json_object();
@@ -70,15 +70,6 @@ static json_t *vf_json(const ApiContext *ctx, const ApiSnapshot *snap, size_t i)
         return json_incref(o);
 }
 
-static const char *gpu_mode(const ApiContext *ctx, const Gpu *g)
-{
-        /* API-6: mdev GPUs are equal-size; NVML's answer otherwise, "unknown" while it has
-         * none. */
-        if (ctx->host->framework == GPU_FRAMEWORK_MDEV)
-                return "equal";
-        return nvml_mode_to_string(nvml_client_get_gpu_mode(ctx->nvml, g->address));
-}
-
 int api_gpus_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **ret)
 {
         json_auto_t *root = json_object();
@@ -86,7 +77,7 @@ int api_gpus_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **ret)
         if (!root || json_set(root, "gpus", gpus) < 0)
                 return -ENOMEM;
 
-        const GpuHost *h = ctx->host;
+        const GpuHost *h = api_host(ctx);
         for (size_t g = 0; h && g < h->n_gpus; g++) {
                 const Gpu *gpu = &h->gpus[g];
                 json_t *o = json_object(), *vfs = json_array();
@@ -97,7 +88,10 @@ int api_gpus_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **ret)
                     json_set(o, "model", json_string(gpu->model ? gpu->model : "")) < 0 ||
                     json_set(o, "framework", json_string(gpu_framework_to_string(h->framework))) <
                         0 ||
-                    json_set(o, "mode", json_string(gpu_mode(ctx, gpu))) < 0 ||
+                    /* API-6: the snapshot's mode (equal-size on mdev hosts). */
+                    json_set(o, "mode",
+                             json_string(placement_mode_to_string(
+                                 snap->view->snapshot.gpus[g].mode))) < 0 ||
                     json_set(o, "nvml", json_string(nvml_fallback_to_string(fb))) < 0 ||
                     json_set(o, "vfs", vfs) < 0)
                         return -ENOMEM;
@@ -148,7 +142,7 @@ int api_health_record_json(const ApiContext *ctx, const HealthRecord *rec, json_
                         return -ENOMEM;
         }
 
-        const GpuVf *vf = ctx->host ? gpu_host_find_vf(ctx->host, rec->vf_address) : NULL;
+        const GpuVf *vf = gpu_host_find_vf(api_host(ctx), rec->vf_address);
         if (vf && *vf->parent && json_set(o, "gpu", json_string(vf->parent)) < 0)
                 return -ENOMEM;
         if (json_set(o, "present", json_boolean(vf != NULL)) < 0)

@@ -424,7 +424,7 @@ static int handle_quarantine(HttpRequest *req, void *userdata)
                 return 0;
         if (refuse_unless_ready(ctx, req) != 0)
                 return 0;
-        if (!ctx->host || !gpu_host_find_vf(ctx->host, address))
+        if (!gpu_host_find_vf(api_host(ctx), address))
                 return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
                                         "no VF %s on this host", address);
 
@@ -445,7 +445,7 @@ static int handle_clear(HttpRequest *req, void *userdata)
         if (!address || refuse_body(req) < 0 || refuse_unless_ready(ctx, req) != 0)
                 return 0;
         /* API-18: clearing may name an absent VF that still has a record. */
-        if ((!ctx->host || !gpu_host_find_vf(ctx->host, address)) &&
+        if (!gpu_host_find_vf(api_host(ctx), address) &&
             !health_state_find(health_store_state(ctx->health), address))
                 return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
                                         "no VF %s on this host and no health record for it",
@@ -469,12 +469,12 @@ static int handle_drain(HttpRequest *req, void *userdata)
         const char *reason;
         if (parse_reason(req, &body, &reason) < 0 || refuse_unless_ready(ctx, req) != 0)
                 return 0;
-        if (!ctx->host || !gpu_host_find_gpu(ctx->host, address))
+        if (!gpu_host_find_gpu(api_host(ctx), address))
                 return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
                                         "no GPU %s on this host", address);
 
         char **vfs = NULL;
-        int r = pf_vfs(ctx->host, address, &vfs);
+        int r = pf_vfs(api_host(ctx), address, &vfs);
         if (r < 0)
                 return r;
         return submit_change(
@@ -489,12 +489,12 @@ static int handle_undrain(HttpRequest *req, void *userdata)
         const char *address = address_param(req);
         if (!address || refuse_body(req) < 0 || refuse_unless_ready(ctx, req) != 0)
                 return 0;
-        if (!ctx->host || !gpu_host_find_gpu(ctx->host, address))
+        if (!gpu_host_find_gpu(api_host(ctx), address))
                 return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
                                         "no GPU %s on this host", address);
 
         char **vfs = NULL;
-        int r = pf_vfs(ctx->host, address, &vfs);
+        int r = pf_vfs(api_host(ctx), address, &vfs);
         if (r < 0)
                 return r;
         return submit_change(ctx, req, &(HealthRequest){.kind = HEALTH_REQUEST_CLEAR, .vfs = vfs},

@@ -1,30 +1,35 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * The one view of the host that /resources, /gpus and the resource gauges share (MET-4): the
- * last discovery, the health store's quarantines (pending ones included, HEALTH-20), the NVML
- * placement cache and the uncertain VFs of the worker pool, folded into a placement snapshot
- * and the figures of API-5.
+ * host's placement snapshot (placement_view_build(), the claim flow's too) with the health
+ * store's quarantines (pending ones included, HEALTH-20), the NVML placement cache, the
+ * uncertain VFs of the worker pool and the claim flow's reservations and claims, and the figures
+ * of API-5 computed from it.
  */
 #include "api-internal.h"
 
-typedef struct Storage {
-        PlacementGpu *gpus;
-        PlacementProfile *profiles;
-        PlacementNvmlCount *counts;
-        PlacementVf *vfs;
-        const char **creatable;
-} Storage;
-
-static void storage_free(Storage *st)
+const GpuHost *api_host(const ApiContext *ctx)
 {
-        if (!st)
-                return;
-        free(st->gpus);
-        free(st->profiles);
-        free(st->counts);
-        free(st->vfs);
-        free(st->creatable);
-        free(st);
+        return ctx->tracker ? gpu_tracker_host(ctx->tracker) : NULL;
+}
+
+const char *api_claim_failure_code(ClaimFailure f)
+{
+        return claim_failure_to_string(f != CLAIM_FAILURE_NONE ? f : CLAIM_FAILURE_INTERNAL);
+}
+
+int api_claim_failure_status(ClaimFailure f)
+{
+        switch (f) {
+        case CLAIM_FAILURE_UNKNOWN_PROFILE:
+                return 400;
+        case CLAIM_FAILURE_INSUFFICIENT_RESOURCES:
+                return 409;
+        case CLAIM_FAILURE_PLACEMENT_DISABLED:
+                return 503;
+        default:
+                return 500;
+        }
 }
 
 const char *api_vf_state_to_string(ApiVfState s)
@@ -43,10 +48,10 @@ const char *api_vf_state_to_string(ApiVfState s)
 int api_placement_disabled_reason(const ApiContext *ctx, char **ret)
 {
         const char *reason = ctx->health ? health_store_unavailable_reason(ctx->health) : NULL;
-        if (!reason)
-                reason = ctx->discovery_error;
-        if (!reason)
-                reason = ctx->scan_error;
+        if (!reason && ctx->tracker)
+                reason = gpu_tracker_error(ctx->tracker);
+        if (!reason && ctx->reconciler)
+                reason = reconciler_scan_error(ctx->reconciler);
         if (reason) {
                 char *copy = strdup(reason);
                 if (!copy)
@@ -70,124 +75,21 @@ int api_placement_disabled_reason(const ApiContext *ctx, char **ret)
         return 0;
 }
 
-static PlacementMode placement_mode(NvmlMode m)
+static bool is_quarantined(void *userdata, const char *vf)
 {
-        switch (m) {
-        case NVML_MODE_EQUAL:
-                return PLACEMENT_MODE_EQUAL;
-        case NVML_MODE_MIXED:
-                return PLACEMENT_MODE_MIXED;
-        default:
-                return PLACEMENT_MODE_UNKNOWN;
-        }
+        return health_store_is_quarantined(userdata, vf);
 }
 
-/* The framebuffer of what occupies a VF: its leftover type or its mdev's profile. */
-static uint64_t vf_occupant_mib(const Gpu *g, const GpuVf *vf)
+static int build_view(const ApiContext *ctx, const GpuHost *h, PlacementView **ret)
 {
-        const GpuProfile *p = NULL;
-        if (!g)
-                return 0;
-        if (vf->current_type_id != 0)
-                p = gpu_find_profile_by_type_id(g, vf->current_type_id);
-        else if (vf->current_profile)
-                p = gpu_find_profile(g, vf->current_profile);
-        return p ? p->framebuffer_mib : 0;
-}
-
-static int fill_gpus(const ApiContext *ctx, const GpuHost *h, Storage *st)
-{
-        size_t n_profiles = 0, n_counts = 0;
-        for (size_t i = 0; i < h->n_gpus; i++)
-                n_profiles += h->gpus[i].n_catalog;
-
-        st->gpus = calloc(h->n_gpus ? h->n_gpus : 1, sizeof *st->gpus);
-        st->profiles = calloc(n_profiles ? n_profiles : 1, sizeof *st->profiles);
-        st->counts = calloc(n_profiles ? n_profiles : 1, sizeof *st->counts);
-        if (!st->gpus || !st->profiles || !st->counts)
-                return -ENOMEM;
-
-        n_profiles = 0;
-        for (size_t i = 0; i < h->n_gpus; i++) {
-                const Gpu *g = &h->gpus[i];
-                bool mdev = h->framework == GPU_FRAMEWORK_MDEV;
-                PlacementGpu *pg = &st->gpus[i];
-
-                *pg = (PlacementGpu){
-                    .address = g->address,
-                    .framework = mdev ? PLACEMENT_FRAMEWORK_MDEV : PLACEMENT_FRAMEWORK_VENDOR_VFIO,
-                    .mode = mdev ? PLACEMENT_MODE_EQUAL
-                                 : placement_mode(nvml_client_get_gpu_mode(ctx->nvml, g->address)),
-                    .nvml_usable = nvml_client_get_gpu_fallback(ctx->nvml, g->address, NULL) ==
-                                   NVML_FALLBACK_NONE,
-                    .catalog_from_nvml = g->catalog_source == GPU_CATALOG_NVML,
-                    .catalog = st->profiles + n_profiles,
-                    .n_catalog = g->n_catalog,
-                    .nvml_counts = st->counts + n_counts,
-                };
-                for (size_t k = 0; k < g->n_catalog; k++) {
-                        const GpuProfile *p = &g->catalog[k];
-                        st->profiles[n_profiles++] = (PlacementProfile){
-                            .name = p->name,
-                            .type_id = p->type_id,
-                            .mdev_type = p->mdev_type,
-                            .framebuffer_mib = p->framebuffer_mib,
-                        };
-                        NvmlPlacements np;
-                        if (mdev || p->type_id == 0 ||
-                            nvml_client_get_cached_placements(ctx->nvml, g->address, p->type_id,
-                                                              &np) < 0)
-                                continue;
-                        st->counts[n_counts++] = (PlacementNvmlCount){
-                            .type_id = p->type_id,
-                            .count = np.count,
-                        };
-                        pg->n_nvml_counts++;
-                }
+        PlacementOverlays o = {.nvml = ctx->nvml, .pool = ctx->workers};
+        if (ctx->claimer)
+                claimer_fill_overlays(ctx->claimer, &o);
+        if (ctx->health) {
+                o.is_quarantined = is_quarantined;
+                o.quarantine_userdata = ctx->health;
         }
-        return 0;
-}
-
-static int fill_vfs(const ApiContext *ctx, const GpuHost *h, Storage *st)
-{
-        size_t n_names = 0;
-        for (size_t i = 0; i < h->n_vfs; i++)
-                n_names += h->vfs[i].n_creatable;
-
-        st->vfs = calloc(h->n_vfs ? h->n_vfs : 1, sizeof *st->vfs);
-        st->creatable = calloc(n_names ? n_names : 1, sizeof *st->creatable);
-        if (!st->vfs || !st->creatable)
-                return -ENOMEM;
-
-        n_names = 0;
-        for (size_t i = 0; i < h->n_vfs; i++) {
-                const GpuVf *vf = &h->vfs[i];
-                const Gpu *g = *vf->parent ? gpu_host_find_gpu(h, vf->parent) : NULL;
-                PlacementVf *pv = &st->vfs[i];
-
-                *pv = (PlacementVf){
-                    .address = vf->address,
-                    .parent = g ? g->address : NULL,
-                    .readable = gpu_vf_is_readable(vf),
-                    .current_type = vf->current_type_id,
-                    .has_mdev = vf->mdev_uuids != NULL,
-                    .framebuffer_mib = vf_occupant_mib(g, vf),
-                    /* Claims and reservations come with the instances release. */
-                    .uncertain =
-                        ctx->workers && worker_pool_key_is_uncertain(ctx->workers, vf->address),
-                    .quarantined =
-                        ctx->health && health_store_is_quarantined(ctx->health, vf->address),
-                    .creatable = st->creatable + n_names,
-                    .n_creatable = vf->n_creatable,
-                };
-                for (size_t k = 0; k < vf->n_creatable; k++)
-                        st->creatable[n_names++] = vf->creatable[k].name;
-                if (ctx->mdev_availability) {
-                        pv->mdev_types = ctx->mdev_availability[i].types;
-                        pv->n_mdev_types = ctx->mdev_availability[i].n_types;
-                }
-        }
-        return 0;
+        return placement_view_build(h, &o, ret);
 }
 
 static int compare_figures(const void *a, const void *b)
@@ -249,7 +151,7 @@ static ApiVfState vf_state(const PlacementVf *pv)
 
 static int compute_figures(ApiSnapshot *s)
 {
-        const PlacementSnapshot *ps = &s->placement;
+        const PlacementSnapshot *ps = &s->view->snapshot;
         bool disabled = s->placement_disabled_reason != NULL;
 
         s->vf_states = calloc(ps->n_vfs ? ps->n_vfs : 1, sizeof *s->vf_states);
@@ -301,10 +203,6 @@ int api_snapshot_build(const ApiContext *ctx, ApiSnapshot **ret)
         _cleanup_api_snapshot_ ApiSnapshot *s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
-        Storage *st = calloc(1, sizeof *st);
-        if (!st)
-                return -ENOMEM;
-        s->storage = st;
 
         int r = api_placement_disabled_reason(ctx, &s->placement_disabled_reason);
         if (r < 0)
@@ -315,28 +213,20 @@ int api_snapshot_build(const ApiContext *ctx, ApiSnapshot **ret)
                         return r;
         }
 
-        const GpuHost *h = ctx->host;
+        const GpuHost *h = api_host(ctx);
         /* DISC-7: a discovery error is never "no vGPU host". */
-        s->has_gpu = (h && h->framework != GPU_FRAMEWORK_NONE) || ctx->discovery_error;
+        s->has_gpu = (h && h->framework != GPU_FRAMEWORK_NONE) ||
+                     (ctx->tracker && gpu_tracker_error(ctx->tracker));
         if (!h) {
                 *ret = TAKE_PTR(s);
                 return 0;
         }
 
-        r = fill_gpus(ctx, h, st);
-        if (r >= 0)
-                r = fill_vfs(ctx, h, st);
+        r = build_view(ctx, h, &s->view);
         if (r >= 0)
                 r = collect_profiles(h, s);
-        if (r < 0)
-                return r;
-        s->placement = (PlacementSnapshot){
-            .gpus = st->gpus,
-            .n_gpus = h->n_gpus,
-            .vfs = st->vfs,
-            .n_vfs = h->n_vfs,
-        };
-        r = compute_figures(s);
+        if (r >= 0)
+                r = compute_figures(s);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(s);
@@ -352,7 +242,7 @@ ApiSnapshot *api_snapshot_free(ApiSnapshot *s)
         free(s->placement_warning);
         free(s->vf_states);
         free(s->vf_uncertain);
-        storage_free(s->storage);
+        placement_view_free(s->view);
         free(s);
         return NULL;
 }

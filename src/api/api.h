@@ -4,17 +4,18 @@
 /*
  * api: the REST routes of vgpud and their JSON (SPEC §11, §12), on top of the http module.
  *
- * The daemon owns every piece of state; this module only looks at it through an ApiContext that
- * the daemon keeps current (the last discovery, the health store, the NVML cache, the worker
- * pool, the counters of later stages). Handlers run on the event loop, like everything that
- * touches that state, so nothing here locks.
+ * The modules own every piece of state; this module only reads it, through the modules an
+ * ApiContext points to (the host tracker, the reconciler, the health store, the NVML cache, the
+ * worker pool, the claim flow), and writes none of it but through their calls. Handlers run on
+ * the event loop, like everything that touches that state, so nothing here locks.
  *
  * Promises:
  *  - reads (/resources, /gpus, /gpu/health, /metrics) answer from memory and never wait on
  *    hardware, NVML, disk or the worker pool (API-16); when the health store is unavailable
  *    they ask the daemon to repair it, without waiting (HEALTH-21);
- *  - /resources and the resource gauges of /metrics are computed by one function from the same
- *    state, so two reads with no change in between agree (MET-4);
+ *  - /resources, /gpus and the resource gauges of /metrics read one snapshot, built by
+ *    placement_view_build() like the claim flow's, so two reads with no change in between
+ *    agree (MET-4) and they agree with what a claim would see;
  *  - operator health routes answer only once their change is durable: the request is suspended
  *    until the health write that carries it completes (API-18, HEALTH-25);
  *  - every family of MET-2 is exported from start-up with its fixed label values (MET-3).
@@ -24,7 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "claim/claim.h"
 #include "config/config.h"
+#include "ctrl/ctrl.h"
 #include "gpu/gpu.h"
 #include "health/health.h"
 #include "http/http.h"
@@ -33,80 +36,23 @@
 #include "placement/placement.h"
 #include "worker/worker.h"
 
-/* ---- counters of stages that later releases fill (MET-2, MET-3) ----------------------------- */
-
-typedef enum ApiSentinelResult {
-        API_SENTINEL_OK,
-        API_SENTINEL_FAILED,
-        API_SENTINEL_UNKNOWN,
-        API_SENTINEL_RPC_ERROR,
-        API_SENTINEL_UNSUPPORTED_AGENT,
-        API_SENTINEL_LIST_ERROR,
-        _API_SENTINEL_RESULT_MAX,
-} ApiSentinelResult;
-
-typedef enum ApiReconcileStage {
-        API_STAGE_LIST_INSTANCES,
-        API_STAGE_RELEASE_STALE,
-        API_STAGE_RESET_UNCLAIMED_VFS,
-        API_STAGE_RECONCILE_DEVICES,
-        _API_STAGE_MAX,
-} ApiReconcileStage;
-
-typedef enum ApiInstanceState {
-        API_INSTANCE_CREATING,
-        API_INSTANCE_RUNNING,
-        API_INSTANCE_STOPPING,
-        API_INSTANCE_STOPPED,
-        API_INSTANCE_FAILED,
-        API_INSTANCE_DELETING,
-        _API_INSTANCE_STATE_MAX,
-} ApiInstanceState;
-
-typedef struct ApiCounters {
-        uint64_t sentinel_checks[_API_SENTINEL_RESULT_MAX];
-        uint64_t sentinel_init_failures;
-        uint64_t sentinel_quarantines;
-        uint64_t reconcile_failures[_API_STAGE_MAX];
-        uint64_t stale_release_failures;
-        uint64_t liveness_uncertain;
-        uint64_t instances[_API_INSTANCE_STATE_MAX]; /* a gauge: instances by state */
-        uint64_t forced_kills[2];                    /* [in_grace] */
-} ApiCounters;
-
 /* ---- the view of the daemon's state ---------------------------------------------------------- */
 
 typedef struct ApiWaiter ApiWaiter;
-
-/* One VF's `mdev_supported_types/<type>/available_instances` (PLACE-6, PLACE-21). */
-typedef struct ApiMdevAvailability {
-        PlacementMdevAvailability *types; /* owned by the daemon, with their type strings */
-        size_t n_types;
-} ApiMdevAvailability;
 
 typedef struct ApiContext {
         const Config *config;
         HealthStore *health;
         NvmlClient *nvml;
-        WorkerPool *workers; /* the sysfs pool: uncertain VFs (GEN-4), exhaustion */
-        HttpServer *http;    /* for vgpud_http_requests_total; NULL before the listeners */
-
-        /* The last successful discovery (DISC-7: kept when a later one fails); NULL before it. */
-        const GpuHost *host;
-        /*
-         * mdev hosts: available_instances per VF (index as in host->vfs), read together with
-         * the last discovery; NULL elsewhere.
-         */
-        const ApiMdevAvailability *mdev_availability;
-
-        /* Causes that disable placement besides the health store and the pool (NULL: none). */
-        const char *discovery_error; /* DISC-7 */
-        const char *scan_error;      /* DEV-14: "open-handle scan failed: <err>" */
+        WorkerPool *workers;    /* the sysfs pool: uncertain VFs (GEN-4), exhaustion */
+        GpuTracker *tracker;    /* the host as last discovered, DISC-7's error */
+        Reconciler *reconciler; /* DEV-14's scan failure; NULL: none */
+        Claimer *claimer;       /* reservations and claims (PLACE-21); NULL: none */
+        HttpServer *http;       /* for vgpud_http_requests_total; NULL before the listeners */
 
         bool ready;    /* the first reconcile pass has run (API-17) */
         bool stopping; /* shutting down (OPS-3): mutations are refused */
 
-        ApiCounters counters;
         const char *version;
         const char *commit;
 
@@ -118,6 +64,13 @@ typedef struct ApiContext {
         ApiWaiter *waiters;
         unsigned n_suspended; /* requests suspended on health writes */
 } ApiContext;
+
+/* The host as last discovered (DISC-7: kept when a later discovery fails); NULL before it. */
+const GpuHost *api_host(const ApiContext *ctx);
+
+/* API-21: the error code and HTTP status of a claim failure. */
+const char *api_claim_failure_code(ClaimFailure f);
+int api_claim_failure_status(ClaimFailure f);
 
 /* The route table (API-2 without the instance routes of a later release); userdata is the
  * ApiContext. */
@@ -179,9 +132,8 @@ typedef struct ApiSnapshot {
         /* VFs by state for vgpud_resources_gpu_vfs: uncertain counts apart (MET-2). */
         uint64_t vfs_by_state[_API_VF_STATE_MAX];
         uint64_t vfs_uncertain;
-        /* The placement view the figures come from. */
-        PlacementSnapshot placement;
-        void *storage; /* owns placement's arrays */
+        /* The placement view the figures come from; NULL before the first discovery. */
+        PlacementView *view;
 } ApiSnapshot;
 
 int api_snapshot_build(const ApiContext *ctx, ApiSnapshot **ret);

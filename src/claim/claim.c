@@ -17,7 +17,6 @@
 #define CLAIM_DEFAULT_NVML_TIMEOUT (5 * NSEC_PER_SEC)
 /* How often blocked work (a foreign write, a refresh in the NVML slot) is looked at again. */
 #define CLAIM_POLL_INTERVAL (5 * NSEC_PER_MSEC)
-#define MDEV_AVAILABLE_MAX ((size_t)32)
 
 typedef enum ClaimState {
         CLAIM_DISCOVER, /* waiting for a discovery that started after claim->discovery_floor */
@@ -83,7 +82,7 @@ struct Claim {
 
         /* a failure waiting for its cleanup (clear) before done() */
         int fail_r;
-        const char *fail_code;
+        ClaimFailure fail_kind;
         char *fail_error;
         bool reselect_after_clear;
 };
@@ -104,12 +103,6 @@ typedef struct WriteRecord {
         uint32_t type_id;
         uint64_t done_at;
 } WriteRecord;
-
-/* A VF's mdev availability as the claim's discovery read it (PLACE-6). */
-typedef struct MdevAvail {
-        PlacementMdevAvailability *types;
-        size_t n_types;
-} MdevAvail;
 
 struct Claimer {
         Root *sysfs;
@@ -132,13 +125,9 @@ struct Claimer {
         Claim *claims; /* in entry order */
         WriteOp *writes;
 
-        char **pfs;
-        GpuHost *host;
-        MdevAvail *mdev; /* parallel to host->vfs on mdev hosts */
+        GpuTracker *tracker; /* the host (borrowed) */
         uint64_t discoveries_started, discoveries_done;
         bool discovering, discovering_full;
-        unsigned discover_pending; /* jobs of the running discovery not yet back */
-        char *discover_error;      /* the first failure among them */
 
         uint64_t rounds; /* rounds submitted */
         bool round_in_flight;
@@ -157,18 +146,16 @@ static bool gpu_uses_nvml(Claimer *cl, const char *pf);
 
 /* ---- pure helpers -------------------------------------------------------------------------- */
 
-int claim_code_http_status(const char *code)
+const char *claim_failure_to_string(ClaimFailure f)
 {
-        if (!code)
-                return 0;
-        if (streq(code, "unknown_profile") || streq(code, "invalid_request"))
-                return 400;
-        if (streq(code, "insufficient_resources") || streq(code, "busy") ||
-            streq(code, "invalid_state"))
-                return 409;
-        if (streq(code, "placement_disabled"))
-                return 503;
-        return 500;
+        static const char *const names[_CLAIM_FAILURE_MAX] = {
+            [CLAIM_FAILURE_NONE] = "none",
+            [CLAIM_FAILURE_UNKNOWN_PROFILE] = "unknown_profile",
+            [CLAIM_FAILURE_INSUFFICIENT_RESOURCES] = "insufficient_resources",
+            [CLAIM_FAILURE_PLACEMENT_DISABLED] = "placement_disabled",
+            [CLAIM_FAILURE_INTERNAL] = "internal",
+        };
+        return f < _CLAIM_FAILURE_MAX ? names[f] : "internal";
 }
 
 uint32_t claim_count_unreflected(const ClaimWriteMark *marks, size_t n, uint32_t type_id,
@@ -185,12 +172,17 @@ uint32_t claim_count_unreflected(const ClaimWriteMark *marks, size_t n, uint32_t
         return k;
 }
 
-static const char *policy_to_string(PlacementPolicy p)
+/* ---- small state helpers ------------------------------------------------------------------- */
+
+static const GpuHost *host(Claimer *cl)
 {
-        return p == PLACEMENT_POLICY_PACK ? "pack" : "spread";
+        return gpu_tracker_host(cl->tracker);
 }
 
-/* ---- small state helpers ------------------------------------------------------------------- */
+static bool host_is_mdev(Claimer *cl)
+{
+        return host(cl) && host(cl)->framework == GPU_FRAMEWORK_MDEV;
+}
 
 static nsec_t now_mono(Claimer *cl)
 {
@@ -253,9 +245,9 @@ static bool gpu_is_writing(Claimer *cl, const char *pf)
 {
         if (gpu_has_write_started(cl, pf))
                 return true;
-        for (size_t i = 0; cl->host && i < cl->host->n_vfs; i++)
-                if (streq(cl->host->vfs[i].parent, pf) &&
-                    device_ops_is_busy(cl->ops, cl->host->vfs[i].address))
+        const GpuHost *h = host(cl);
+        for (size_t i = 0; h && i < h->n_vfs; i++)
+                if (streq(h->vfs[i].parent, pf) && device_ops_is_busy(cl->ops, h->vfs[i].address))
                         return true;
         return false;
 }
@@ -273,7 +265,7 @@ static void drop_reservation(Claim *c)
         c->write_done = false;
 }
 
-static void claim_finish(Claim *c, int r, const char *code, const char *error)
+static void claim_finish(Claim *c, int r, ClaimFailure kind, const char *error)
 {
         Claimer *cl = c->cl;
 
@@ -289,20 +281,19 @@ static void claim_finish(Claim *c, int r, const char *code, const char *error)
             .selections = c->selections,
         };
         if (r < 0) {
-                res.code = code ? code : "internal";
-                res.http_status = claim_code_http_status(res.code);
+                res.failure = kind != CLAIM_FAILURE_NONE ? kind : CLAIM_FAILURE_INTERNAL;
                 res.error = error ? error : strerror(-r);
                 cl->stats.claims_failed++;
                 /* The owner logs the failure with its request; this is for tracing. */
                 log_line(LOG_LEVEL_DEBUG, 0, "vGPU claim failed", "instance_id", c->instance_id,
-                         "profile", c->profile, "code", res.code, "error", res.error, NULL);
+                         "profile", c->profile, "failure", claim_failure_to_string(res.failure), "error", res.error, NULL);
         } else {
                 char ms[32];
 
                 res.vf = c->vf;
                 res.gpu = c->gpu;
                 res.type_id = c->type_id;
-                res.framework = gpu_framework_to_string(cl->host->framework);
+                res.framework = gpu_framework_to_string(host(cl)->framework);
                 res.claimed_at = c->claimed_at;
                 res.nvml_ms = c->nvml_ms;
                 cl->stats.claims_ok++;
@@ -310,7 +301,7 @@ static void claim_finish(Claim *c, int r, const char *code, const char *error)
                 /* PLACE-22 */
                 log_line(LOG_LEVEL_INFO, 0, "placed vGPU claim", "instance_id", c->instance_id,
                          "vf", c->vf, "gpu", c->gpu, "profile", c->profile, "policy",
-                         policy_to_string(cl->policy), "nvml_ms", ms, NULL);
+                         placement_policy_to_string(cl->policy), "nvml_ms", ms, NULL);
         }
         if (c->done)
                 c->done(&res, c->userdata);
@@ -348,8 +339,7 @@ static void write_unlink(Claimer *cl, WriteOp *w)
 
 static ClaimRecord claim_record(Claim *c, char *device_path)
 {
-        Claimer *cl = c->cl;
-        bool mdev = cl->host && cl->host->framework == GPU_FRAMEWORK_MDEV;
+        bool mdev = host_is_mdev(c->cl);
         return (ClaimRecord){
             .instance_id = c->instance_id,
             .framework = mdev ? "mdev" : "vendor-vfio",
@@ -367,7 +357,7 @@ static ClaimRecord claim_record(Claim *c, char *device_path)
 static int claim_device_path(Claim *c, char **ret)
 {
         Claimer *cl = c->cl;
-        if (cl->host && cl->host->framework == GPU_FRAMEWORK_MDEV)
+        if (host_is_mdev(cl))
                 return strprintf(ret, "%s/bus/mdev/devices/%s", cl->sysfs->path, c->mdev_uuid);
         return strprintf(ret, "%s/bus/pci/devices/%s", cl->sysfs->path, c->vf);
 }
@@ -376,7 +366,7 @@ static int claim_device_path(Claim *c, char **ret)
  * A failure after the claim was saved: the claim is cleared first (the VF holds nothing of it
  * by now), then done() runs, or, with reselect, the claim selects once more.
  */
-static void claim_fail_after_save(Claim *c, int r, const char *code, const char *error,
+static void claim_fail_after_save(Claim *c, int r, ClaimFailure kind, const char *error,
                                   bool reselect)
 {
         Claimer *cl = c->cl;
@@ -384,7 +374,7 @@ static void claim_fail_after_save(Claim *c, int r, const char *code, const char 
 
         char *copy = error ? strdup(error) : NULL; /* error may be c->fail_error itself */
         c->fail_r = r;
-        c->fail_code = code;
+        c->fail_kind = kind;
         free(c->fail_error);
         c->fail_error = copy;
         c->reselect_after_clear = reselect;
@@ -425,7 +415,7 @@ void claimer_clear_done(Claimer *cl, Claim *c, int r, const char *error)
         if (c->reselect_after_clear && r >= 0)
                 claim_restart(c);
         else
-                claim_finish(c, c->fail_r, c->fail_code, c->fail_error);
+                claim_finish(c, c->fail_r, c->fail_kind, c->fail_error);
         process(cl);
 }
 
@@ -459,21 +449,16 @@ static void on_write_done(const DeviceResult *res, void *userdata);
 
 static void place16_step_done(Claim *c, bool ok);
 
-static void write_failed_to_start(WriteOp *w, int r, const char *error)
+static void write_failed_to_start(Claimer *cl, WriteOp *w, int r, const char *error)
 {
         DeviceResult res = {
             .r = r,
             .outcome = DEVICE_OUTCOME_FAILED,
-            .kind = DEVICE_FAILURE_ERROR,
-            .error = error ? error : strerror(-r),
+            /* Refused at once, on this loop turn: the refusal is still what it was. */
+            .kind = device_ops_refusal_kind(cl->ops, w->vf, w->kind == WRITE_CONFIGURE),
+            .error = error,
             .vf = w->vf,
         };
-        if (r == -EPERM)
-                res.kind = DEVICE_FAILURE_QUARANTINED;
-        else if (error && startswith(error, "VF health state unavailable"))
-                res.kind = DEVICE_FAILURE_STORE;
-        else if (r == -EAGAIN && error && strstr(error, "is uncertain"))
-                res.kind = DEVICE_FAILURE_UNCERTAIN;
         w->started = true;
         on_write_done(&res, w);
 }
@@ -482,7 +467,7 @@ static void start_write(Claimer *cl, WriteOp *w)
 {
         Claim *c = w->claim;
         _cleanup_free_ char *error = NULL;
-        bool mdev = cl->host && cl->host->framework == GPU_FRAMEWORK_MDEV;
+        bool mdev = host_is_mdev(cl);
         int r;
 
         w->started = true;
@@ -507,7 +492,7 @@ static void start_write(Claimer *cl, WriteOp *w)
                 r = device_ops_release(cl->ops, &req, on_write_done, w, &error);
         }
         if (r < 0)
-                write_failed_to_start(w, r, error);
+                write_failed_to_start(cl, w, r, error);
 }
 
 /* Starts the queued writes that PLACE-9 allows now. */
@@ -547,7 +532,7 @@ static void configure_done(Claim *c, const DeviceResult *res)
                         cl->n_records++;
                 }
                 drop_reservation(c);
-                claim_finish(c, 0, NULL, NULL);
+                claim_finish(c, 0, CLAIM_FAILURE_NONE, NULL);
                 return;
         }
 
@@ -558,10 +543,10 @@ static void configure_done(Claim *c, const DeviceResult *res)
                 free(c->fail_error);
                 c->fail_error = strdup(res->error);
                 c->fail_r = -ENOSPC;
-                c->fail_code = "insufficient_resources";
+                c->fail_kind = CLAIM_FAILURE_INSUFFICIENT_RESOURCES;
                 if (strv_push(&c->exclude, c->vf) < 0 ||
                     queue_write(c, WRITE_RESET_REFUSED, c->vf, c->gpu, c->mdev_uuid) < 0)
-                        claim_fail_after_save(c, -ENOMEM, "internal", "out of memory", false);
+                        claim_fail_after_save(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory", false);
                 return;
         case DEVICE_FAILURE_QUARANTINED:
         case DEVICE_FAILURE_UNCERTAIN:
@@ -570,18 +555,18 @@ static void configure_done(Claim *c, const DeviceResult *res)
                  * nothing was written; drop the VF and select once more.
                  */
                 if (strv_push(&c->exclude, c->vf) < 0) {
-                        claim_fail_after_save(c, -ENOMEM, "internal", "out of memory", false);
+                        claim_fail_after_save(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory", false);
                         return;
                 }
-                claim_fail_after_save(c, res->r, "internal", res->error, true);
+                claim_fail_after_save(c, res->r, CLAIM_FAILURE_INTERNAL, res->error, true);
                 return;
         case DEVICE_FAILURE_STORE:
-                claim_fail_after_save(c, res->r, "placement_disabled", res->error, false);
+                claim_fail_after_save(c, res->r, CLAIM_FAILURE_PLACEMENT_DISABLED, res->error, false);
                 return;
         default:
                 /* GEN-4: an exhausted pool disables placement rather than failing internally. */
                 claim_fail_after_save(c, res->r,
-                                      res->r == -EAGAIN ? "placement_disabled" : "internal",
+                                      res->r == -EAGAIN ? CLAIM_FAILURE_PLACEMENT_DISABLED : CLAIM_FAILURE_INTERNAL,
                                       res->error, false);
                 return;
         }
@@ -610,7 +595,7 @@ static void on_write_done(const DeviceResult *res, void *userdata)
                 if (res->r >= 0) {
                         int r = save_claim(c);
                         if (r < 0)
-                                claim_finish(c, r, "internal", "out of memory");
+                                claim_finish(c, r, CLAIM_FAILURE_INTERNAL, "out of memory");
                         break;
                 }
                 /* PLACE-12 */
@@ -621,7 +606,7 @@ static void on_write_done(const DeviceResult *res, void *userdata)
                 c->refused_dirty_vf = vf ? strdup(vf) : NULL;
                 c->refused_dirty_error = strdup(res->error);
                 if (!vf || strv_push(&c->exclude, vf) < 0) {
-                        claim_finish(c, -ENOMEM, "internal", "out of memory");
+                        claim_finish(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory");
                         break;
                 }
                 claim_restart(c);
@@ -632,14 +617,14 @@ static void on_write_done(const DeviceResult *res, void *userdata)
                         _cleanup_free_ char *msg = NULL;
                         (void)strprintf(&msg, "%s; reset after refusal: %s", c->fail_error,
                                         res->error);
-                        claim_finish(c, -EIO, "internal", msg ? msg : res->error);
+                        claim_finish(c, -EIO, CLAIM_FAILURE_INTERNAL, msg ? msg : res->error);
                         break;
                 }
                 if (c->capacity_refusals >= 2)
-                        claim_fail_after_save(c, -ENOSPC, "insufficient_resources", c->fail_error,
+                        claim_fail_after_save(c, -ENOSPC, CLAIM_FAILURE_INSUFFICIENT_RESOURCES, c->fail_error,
                                               false);
                 else
-                        claim_fail_after_save(c, -ENOSPC, "insufficient_resources", c->fail_error,
+                        claim_fail_after_save(c, -ENOSPC, CLAIM_FAILURE_INSUFFICIENT_RESOURCES, c->fail_error,
                                               true);
                 break;
         case WRITE_RESET_PLACE16:
@@ -674,166 +659,21 @@ void claimer_save_done(Claimer *cl, Claim *c, int r, const char *error)
                 /* PLACE-20: the reservation goes, the VF was not touched. */
                 _cleanup_free_ char *msg = NULL;
                 (void)strprintf(&msg, "save vGPU claim: %s", error ? error : strerror(-r));
-                claim_finish(c, r, "internal", msg ? msg : "save vGPU claim");
+                claim_finish(c, r, CLAIM_FAILURE_INTERNAL, msg ? msg : "save vGPU claim");
         } else {
                 c->saved = true;
                 if (queue_write(c, WRITE_CONFIGURE, c->vf, c->gpu, NULL) < 0)
-                        claim_fail_after_save(c, -ENOMEM, "internal", "out of memory", false);
+                        claim_fail_after_save(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory", false);
         }
         process(cl);
 }
 
-/* ---- discovery ----------------------------------------------------------------------------- */
-
-typedef struct DiscoverJob {
-        Root *sysfs;
-        GpuNvmlSnapshot *nvml; /* full: what the NVML seam answers, copied on the loop */
-        bool full;
-        /* light: the VFs whose current_vgpu_type is re-read, and what was read */
-        char **vfs;
-        uint32_t *types;
-        char **errors;
-        GpuHost *host;
-        MdevAvail *mdev;
-        size_t n_mdev;
-} DiscoverJob;
-
-static void mdev_avail_free(MdevAvail *a, size_t n)
-{
-        for (size_t i = 0; a && i < n; i++) {
-                for (size_t k = 0; k < a[i].n_types; k++)
-                        free((char *)a[i].types[k].mdev_type);
-                free(a[i].types);
-        }
-        free(a);
-}
-
-static void discover_job_free(void *data)
-{
-        DiscoverJob *j = data;
-        root_free(j->sysfs);
-        gpu_nvml_snapshot_free(j->nvml);
-        gpu_host_free(j->host);
-        mdev_avail_free(j->mdev, j->n_mdev);
-        size_t n = strv_length(j->vfs);
-        for (size_t i = 0; j->errors && i < n; i++)
-                free(j->errors[i]);
-        free(j->errors);
-        free(j->types);
-        strv_freep(&j->vfs);
-        free(j);
-}
-
-/* The NVML cache is the loop's: discovery on a worker gets a copy of what the seam answers. */
-static int seam_fill(Claimer *cl, DiscoverJob *j)
-{
-        GpuNvml live;
-
-        if (cl->nvml)
-                nvml_client_fill_gpu_seam(cl->nvml, &live);
-        return gpu_nvml_snapshot_new(cl->nvml ? &live : NULL, cl->pfs, strv_length(cl->pfs),
-                                     &j->nvml);
-}
-
-static int read_mdev_avail(const Root *sysfs, const GpuHost *h, MdevAvail **ret)
-{
-        MdevAvail *a = calloc(h->n_vfs ? h->n_vfs : 1, sizeof *a);
-        if (!a)
-                return -ENOMEM;
-        for (size_t i = 0; i < h->n_vfs; i++) {
-                const GpuVf *vf = &h->vfs[i];
-                if (!gpu_vf_is_readable(vf) || vf->n_creatable == 0)
-                        continue;
-                a[i].types = calloc(vf->n_creatable, sizeof *a[i].types);
-                if (!a[i].types) {
-                        mdev_avail_free(a, h->n_vfs);
-                        return -ENOMEM;
-                }
-                for (size_t k = 0; k < vf->n_creatable; k++) {
-                        const char *type = vf->creatable[k].mdev_type;
-                        _cleanup_free_ char *path = NULL, *value = NULL;
-                        uint32_t n = 0;
-                        if (!type)
-                                continue;
-                        if (strprintf(&path,
-                                      "class/mdev_bus/%s/mdev_supported_types/%s/"
-                                      "available_instances",
-                                      vf->address, type) < 0) {
-                                mdev_avail_free(a, h->n_vfs);
-                                return -ENOMEM;
-                        }
-                        /* Unreadable availability is no availability (fail closed). */
-                        if (root_read_attr(sysfs, path, MDEV_AVAILABLE_MAX, &value) < 0 ||
-                            parse_uint32(value, &n) < 0)
-                                n = 0;
-                        char *copy = strdup(type);
-                        if (!copy) {
-                                mdev_avail_free(a, h->n_vfs);
-                                return -ENOMEM;
-                        }
-                        a[i].types[a[i].n_types++] = (PlacementMdevAvailability){
-                            .mdev_type = copy, .available_instances = n};
-                }
-        }
-        *ret = a;
-        return 0;
-}
-
-static int discover_job_run(void *data, char **error)
-{
-        DiscoverJob *j = data;
-        if (!j->full) {
-                /*
-                 * Between full discoveries only the VFs' configuration changes (SR-IOV cycles
-                 * need vgpud stopped, OPS-10), so a claim that decides on NVML placements
-                 * re-reads just that: one bounded read per VF (DISC-5).
-                 */
-                for (size_t i = 0; j->vfs[i]; i++) {
-                        uint32_t t;
-                        if (device_vfio_read_type(j->sysfs, j->vfs[i], &t, &j->errors[i]) >= 0)
-                                j->types[i] = t;
-                        else if (!j->errors[i])
-                                j->errors[i] = strdup("read current vGPU type failed");
-                }
-                return 0;
-        }
-        GpuNvml seam;
-        gpu_nvml_snapshot_seam(j->nvml, &seam);
-        int r = gpu_discover(j->sysfs, &seam, &j->host, error);
-        if (r < 0)
-                return r;
-        if (j->host->framework == GPU_FRAMEWORK_MDEV) {
-                r = read_mdev_avail(j->sysfs, j->host, &j->mdev);
-                if (r < 0)
-                        return r;
-                j->n_mdev = j->host->n_vfs;
-        }
-        return 0;
-}
-
-/* An abandoned job may outlive the Claimer, so it works on its own duplicate of the root. */
-static int root_dup(const Root *r, Root **ret)
-{
-        _cleanup_close_ int fd = fcntl(r->fd, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0)
-                return negative_errno();
-        Root *copy = calloc(1, sizeof *copy);
-        if (!copy)
-                return -ENOMEM;
-        copy->path = strdup(r->path);
-        if (!copy->path) {
-                free(copy);
-                return -ENOMEM;
-        }
-        copy->fd = TAKE_FD(fd);
-        *ret = copy;
-        return 0;
-}
+/* ---- discovery (DISC-20, through the host's one tracker) ------------------------------------ */
 
 /* A GPU decides on fresh NVML placements (PLACE-4) rather than on its VFs' lists. */
 static bool gpu_uses_nvml(Claimer *cl, const char *pf)
 {
-        return cl->nvml && cl->host && cl->host->framework == GPU_FRAMEWORK_VENDOR_VFIO &&
+        return cl->nvml && host(cl) && host(cl)->framework == GPU_FRAMEWORK_VENDOR_VFIO &&
                nvml_client_get_gpu_fallback(cl->nvml, pf, NULL) == NVML_FALLBACK_NONE &&
                nvml_client_get_gpu_mode(cl->nvml, pf) == NVML_MODE_MIXED;
 }
@@ -844,11 +684,12 @@ static bool gpu_uses_nvml(Claimer *cl, const char *pf)
  */
 static bool claim_needs_full_discovery(Claimer *cl, const Claim *c)
 {
-        if (!cl->host || cl->host->framework != GPU_FRAMEWORK_VENDOR_VFIO || c->force_full)
+        const GpuHost *h = host(cl);
+        if (!h || h->framework != GPU_FRAMEWORK_VENDOR_VFIO || c->force_full)
                 return true;
         bool any = false;
-        for (size_t i = 0; i < cl->host->n_gpus; i++) {
-                const Gpu *g = &cl->host->gpus[i];
+        for (size_t i = 0; i < h->n_gpus; i++) {
+                const Gpu *g = &h->gpus[i];
                 if (!gpu_find_profile(g, c->profile))
                         continue;
                 if (!gpu_uses_nvml(cl, g->address) || g->catalog_source != GPU_CATALOG_NVML)
@@ -858,121 +699,27 @@ static bool claim_needs_full_discovery(Claimer *cl, const Claim *c)
         return !any; /* a name no catalog knows: read everything before saying so */
 }
 
-static int light_fill(Claimer *cl, DiscoverJob *j, size_t from, size_t to)
-{
-        size_t n = to - from;
-        j->types = calloc(n + 1, sizeof *j->types);
-        j->errors = calloc(n + 1, sizeof *j->errors);
-        if (!j->types || !j->errors)
-                return -ENOMEM;
-        for (size_t i = from; i < to; i++)
-                if (strv_push(&j->vfs, cl->host->vfs[i].address) < 0)
-                        return -ENOMEM;
-        if (!j->vfs && !(j->vfs = calloc(1, sizeof *j->vfs)))
-                return -ENOMEM;
-        return 0;
-}
-
-/* Folds a light refresh into the host: configured state and profile (DISC-5, DISC-6). */
-static void apply_vf_states(Claimer *cl, DiscoverJob *j)
-{
-        for (size_t i = 0; j->vfs[i]; i++) {
-                GpuVf *vf = (GpuVf *)gpu_host_find_vf(cl->host, j->vfs[i]);
-                if (!vf || !gpu_vf_is_readable(vf))
-                        continue;
-                if (j->errors[i]) {
-                        vf->error = TAKE_PTR(j->errors[i]);
-                        continue;
-                }
-                if (vf->current_type_id == j->types[i])
-                        continue;
-                vf->current_type_id = j->types[i];
-                free(vf->current_profile);
-                vf->current_profile = NULL;
-                const Gpu *g = vf->parent[0] ? gpu_host_find_gpu(cl->host, vf->parent) : NULL;
-                const GpuProfile *p =
-                    g && j->types[i] ? gpu_find_profile_by_type_id(g, j->types[i]) : NULL;
-                if (p)
-                        vf->current_profile = strdup(p->name);
-        }
-}
-
-static void set_pfs_from_host(Claimer *cl)
-{
-        _cleanup_strv_free_ char **pfs = NULL;
-        for (size_t i = 0; i < cl->host->n_gpus; i++)
-                if (strv_push(&pfs, cl->host->gpus[i].address) < 0)
-                        return;
-        strv_freep(&cl->pfs);
-        cl->pfs = TAKE_PTR(pfs);
-}
-
-static void on_discover_done(int r, void *data, const char *error, void *userdata)
+static void on_discover_done(int r, const char *error, void *userdata)
 {
         Claimer *cl = userdata;
-        DiscoverJob *j = data;
         uint64_t seq = cl->discoveries_started; /* one runs at a time */
         bool full = cl->discovering_full;
 
-        if (r >= 0 && j && !full)
-                apply_vf_states(cl, j);
-        else if (r >= 0 && j) {
-                mdev_avail_free(cl->mdev, cl->host ? cl->host->n_vfs : 0);
-                gpu_host_free(cl->host);
-                cl->mdev = TAKE_PTR(j->mdev);
-                j->n_mdev = 0;
-                cl->host = TAKE_PTR(j->host);
-                set_pfs_from_host(cl);
-        } else if (!cl->discover_error)
-                cl->discover_error = strdup(error ? error : strerror(-r));
-        if (--cl->discover_pending > 0)
-                return;
-
-        _cleanup_free_ char *msg = TAKE_PTR(cl->discover_error);
-        if (r >= 0 && msg)
-                r = -EIO;
         cl->discovering = false;
         cl->discoveries_done = seq;
-
         for (Claim *c = cl->claims; c; c = c->next) {
                 if (c->state != CLAIM_DISCOVER || c->discovery_floor >= seq ||
                     (c->needs_full && !full))
                         continue;
-                if (msg) {
+                if (r < 0) {
                         /* API-21: discovery failed → placement disabled. */
-                        claim_finish(c, r < 0 ? r : -EIO, "placement_disabled", msg);
+                        claim_finish(c, r, CLAIM_FAILURE_PLACEMENT_DISABLED, error);
                         continue;
                 }
                 c->state = CLAIM_WAIT;
                 c->discovered_full = full;
         }
         process(cl);
-}
-
-static int submit_discovery(Claimer *cl, bool full, size_t from, size_t to, char **error)
-{
-        DiscoverJob *j = calloc(1, sizeof *j);
-        int r = j ? root_dup(cl->sysfs, &j->sysfs) : -ENOMEM;
-        if (j)
-                j->full = full;
-        if (r >= 0 && full)
-                r = seam_fill(cl, j);
-        else if (r >= 0)
-                r = light_fill(cl, j, from, to);
-        if (r >= 0) {
-                WorkerJob job = {
-                    .timeout = cl->sysfs_timeout,
-                    .run = discover_job_run,
-                    .done = on_discover_done,
-                    .data = j,
-                    .free_data = discover_job_free,
-                    .userdata = cl,
-                };
-                r = worker_pool_submit(cl->pool, &job, error);
-        }
-        if (r < 0 && j)
-                discover_job_free(j);
-        return r;
 }
 
 static void maybe_start_discovery(Claimer *cl)
@@ -989,31 +736,14 @@ static void maybe_start_discovery(Claimer *cl)
         if (!wanted)
                 return;
 
-        /* A light re-read is split over the pool's threads: it is on every claim's path. */
-        size_t n_vfs = full ? 0 : cl->host->n_vfs;
-        size_t chunks = n_vfs / 8;
-        if (chunks < 1)
-                chunks = 1;
-        if (chunks > WORKER_POOL_THREADS)
-                chunks = WORKER_POOL_THREADS;
-        for (size_t k = 0; k < chunks; k++) {
-                _cleanup_free_ char *error = NULL;
-                int r = submit_discovery(cl, full, n_vfs * k / chunks, n_vfs * (k + 1) / chunks,
-                                         &error);
-                if (r >= 0) {
-                        cl->discover_pending++;
-                        continue;
-                }
-                if (k > 0) {
-                        /* The jobs already out finish the discovery, as a failed one. */
-                        if (!cl->discover_error)
-                                cl->discover_error = strdup(error ? error : strerror(-r));
-                        break;
-                }
+        _cleanup_free_ char *error = NULL;
+        int r = full ? gpu_tracker_discover(cl->tracker, on_discover_done, cl, &error)
+                     : gpu_tracker_reread_types(cl->tracker, on_discover_done, cl, &error);
+        if (r < 0) {
+                /* API-21: no discovery (GEN-4's exhausted pool) → placement disabled. */
                 for (Claim *c = cl->claims; c; c = c->next)
                         if (c->state == CLAIM_DISCOVER)
-                                claim_finish(c, r, "placement_disabled",
-                                             error ? error : strerror(-r));
+                                claim_finish(c, r, CLAIM_FAILURE_PLACEMENT_DISABLED, error);
                 return;
         }
         cl->discovering = true;
@@ -1024,34 +754,10 @@ static void maybe_start_discovery(Claimer *cl)
 
 /* ---- the snapshot -------------------------------------------------------------------------- */
 
-typedef struct Snap {
-        PlacementSnapshot s;
-        PlacementGpu *gpus;
-        PlacementProfile **catalogs;
-        PlacementNvmlCount **counts;
-        PlacementVf *vfs;
-        const char ***creatable;
-} Snap;
-
-static void snap_done(Snap *sn)
-{
-        for (size_t i = 0; i < sn->s.n_gpus; i++) {
-                free(sn->catalogs[i]);
-                free(sn->counts[i]);
-        }
-        for (size_t i = 0; i < sn->s.n_vfs; i++)
-                free(sn->creatable[i]);
-        free(sn->gpus);
-        free(sn->catalogs);
-        free(sn->counts);
-        free(sn->vfs);
-        free(sn->creatable);
-        *sn = (Snap){};
-}
-
 /* The NVML answer usable for this GPU: its latest round's, with PLACE-7's subtraction. */
-static int snap_counts(Claimer *cl, const char *pf, PlacementNvmlCount **ret, size_t *ret_n)
+static int snap_counts(void *userdata, const char *pf, PlacementNvmlCount **ret, size_t *ret_n)
 {
+        Claimer *cl = userdata;
         GpuRoundState *g = round_gpu(cl, pf, false);
         if (!g || !g->has_answer || g->n_placements == 0) {
                 *ret = NULL;
@@ -1090,126 +796,47 @@ static int snap_counts(Claimer *cl, const char *pf, PlacementNvmlCount **ret, si
         return 0;
 }
 
-static uint64_t vf_framebuffer(const GpuHost *h, const GpuVf *vf)
+static bool overlay_is_reserved(void *userdata, const char *vf, PlacementReservation *ret)
 {
-        const Gpu *g = vf->parent[0] ? gpu_host_find_gpu(h, vf->parent) : NULL;
-        const GpuProfile *p =
-            g && vf->current_type_id ? gpu_find_profile_by_type_id(g, vf->current_type_id) : NULL;
-        if (p)
-                return p->framebuffer_mib;
-        if (vf->current_profile)
-                return gpu_profile_framebuffer_mib(vf->current_profile);
-        return 0;
+        const Claim *c;
+        if (!vf_is_reserved(userdata, vf, &c))
+                return false;
+        *ret = (PlacementReservation){
+            .type_id = c->type_id,
+            .framebuffer_mib = c->framebuffer_mib,
+            .write_done = c->write_done,
+        };
+        return true;
 }
 
-static int snap_build(Claimer *cl, Snap *sn)
+static bool overlay_is_claimed(void *userdata, const char *vf, uint64_t *ret_framebuffer_mib)
 {
-        const GpuHost *h = cl->host;
-        Snap s = {};
-        int r;
+        Claimer *cl = userdata;
+        return cl->owner.is_claimed &&
+               cl->owner.is_claimed(cl->owner.userdata, vf, ret_framebuffer_mib);
+}
 
-        s.s.n_gpus = h->n_gpus;
-        s.s.n_vfs = h->n_vfs;
-        s.gpus = calloc(h->n_gpus + 1, sizeof *s.gpus);
-        s.catalogs = calloc(h->n_gpus + 1, sizeof *s.catalogs);
-        s.counts = calloc(h->n_gpus + 1, sizeof *s.counts);
-        s.vfs = calloc(h->n_vfs + 1, sizeof *s.vfs);
-        s.creatable = calloc(h->n_vfs + 1, sizeof *s.creatable);
-        if (!s.gpus || !s.catalogs || !s.counts || !s.vfs || !s.creatable) {
-                snap_done(&s);
-                return -ENOMEM;
-        }
-        bool mdev = h->framework == GPU_FRAMEWORK_MDEV;
+void claimer_fill_overlays(Claimer *cl, PlacementOverlays *ret)
+{
+        *ret = (PlacementOverlays){
+            .nvml = cl->nvml,
+            .pool = cl->pool,
+            .is_quarantined = cl->guard.is_quarantined,
+            .quarantine_userdata = cl->guard.userdata,
+            .is_claimed = overlay_is_claimed,
+            .is_reserved = overlay_is_reserved,
+            .claims_userdata = cl,
+        };
+}
 
-        for (size_t i = 0; i < h->n_gpus; i++) {
-                const Gpu *g = &h->gpus[i];
-                PlacementGpu *pg = &s.gpus[i];
-                NvmlFallback f = cl->nvml ? nvml_client_get_gpu_fallback(cl->nvml, g->address, NULL)
-                                          : NVML_FALLBACK_UNAVAILABLE;
-                NvmlMode m =
-                    cl->nvml ? nvml_client_get_gpu_mode(cl->nvml, g->address) : NVML_MODE_UNKNOWN;
-
-                s.catalogs[i] = calloc(g->n_catalog + 1, sizeof **s.catalogs);
-                if (!s.catalogs[i]) {
-                        snap_done(&s);
-                        return -ENOMEM;
-                }
-                for (size_t k = 0; k < g->n_catalog; k++)
-                        s.catalogs[i][k] = (PlacementProfile){
-                            .name = g->catalog[k].name,
-                            .type_id = g->catalog[k].type_id,
-                            .mdev_type = g->catalog[k].mdev_type,
-                            .framebuffer_mib = g->catalog[k].framebuffer_mib,
-                        };
-                size_t n_counts = 0;
-                r = snap_counts(cl, g->address, &s.counts[i], &n_counts);
-                if (r < 0) {
-                        snap_done(&s);
-                        return r;
-                }
-                *pg = (PlacementGpu){
-                    .address = g->address,
-                    .framework = mdev ? PLACEMENT_FRAMEWORK_MDEV : PLACEMENT_FRAMEWORK_VENDOR_VFIO,
-                    .mode = m == NVML_MODE_MIXED   ? PLACEMENT_MODE_MIXED
-                            : m == NVML_MODE_EQUAL ? PLACEMENT_MODE_EQUAL
-                                                   : PLACEMENT_MODE_UNKNOWN,
-                    .nvml_usable = !mdev && f == NVML_FALLBACK_NONE,
-                    .nvml_counts = s.counts[i],
-                    .n_nvml_counts = n_counts,
-                    .catalog_from_nvml = g->catalog_source == GPU_CATALOG_NVML,
-                    .catalog = s.catalogs[i],
-                    .n_catalog = g->n_catalog,
-                };
-        }
-
-        for (size_t i = 0; i < h->n_vfs; i++) {
-                const GpuVf *vf = &h->vfs[i];
-                PlacementVf *pv = &s.vfs[i];
-                const Claim *owner = NULL;
-                uint64_t claimed_fb = 0;
-                bool claimed = cl->owner.is_claimed &&
-                               cl->owner.is_claimed(cl->owner.userdata, vf->address, &claimed_fb);
-                bool reserved = vf_is_reserved(cl, vf->address, &owner);
-
-                s.creatable[i] = calloc(vf->n_creatable + 1, sizeof *s.creatable[i]);
-                if (!s.creatable[i]) {
-                        snap_done(&s);
-                        return -ENOMEM;
-                }
-                for (size_t k = 0; k < vf->n_creatable; k++)
-                        s.creatable[i][k] = vf->creatable[k].name;
-
-                uint64_t fb = vf_framebuffer(h, vf);
-                if (reserved)
-                        fb = owner->framebuffer_mib;
-                else if (claimed && claimed_fb)
-                        fb = claimed_fb;
-                *pv = (PlacementVf){
-                    .address = vf->address,
-                    .parent = vf->parent[0] ? vf->parent : NULL,
-                    .readable = gpu_vf_is_readable(vf),
-                    .current_type = vf->current_type_id,
-                    .has_mdev = vf->mdev_uuids != NULL,
-                    .framebuffer_mib = fb,
-                    .claimed = claimed,
-                    .reserved = reserved && !owner->write_done,
-                    .reserved_type = reserved ? owner->type_id : 0,
-                    .uncertain = worker_pool_key_is_uncertain(cl->pool, vf->address),
-                    .quarantined = cl->guard.is_quarantined &&
-                                   cl->guard.is_quarantined(cl->guard.userdata, vf->address),
-                    .creatable = s.creatable[i],
-                    .n_creatable = vf->n_creatable,
-                    .mdev_types = cl->mdev ? cl->mdev[i].types : NULL,
-                    .n_mdev_types = cl->mdev ? cl->mdev[i].n_types : 0,
-                };
-                /* A reservation whose write is done is still not allocatable until it ends. */
-                if (reserved && owner->write_done)
-                        pv->claimed = true;
-        }
-        s.s.gpus = s.gpus;
-        s.s.vfs = s.vfs;
-        *sn = s;
-        return 0;
+int claimer_build_view(Claimer *cl, PlacementView **ret)
+{
+        PlacementOverlays o;
+        if (!host(cl))
+                return -EAGAIN;
+        claimer_fill_overlays(cl, &o);
+        o.nvml_counts = snap_counts;
+        return placement_view_build(host(cl), &o, ret);
 }
 
 /* ---- waiting (PLACE-7..10) ----------------------------------------------------------------- */
@@ -1261,28 +888,28 @@ typedef enum Readiness {
 } Readiness;
 
 /* What a waiting claim still needs before it may select. */
-static Readiness claim_readiness(Claimer *cl, Claim *c, const Snap *sn, bool collect_only,
+static Readiness claim_readiness(Claimer *cl, Claim *c, const PlacementSnapshot *sn, bool collect_only,
                                  Pair **pairs, size_t *n_pairs)
 {
         Readiness res = READY;
-        for (size_t i = 0; i < sn->s.n_gpus; i++) {
-                const PlacementGpu *g = &sn->s.gpus[i];
+        for (size_t i = 0; i < sn->n_gpus; i++) {
+                const PlacementGpu *g = &sn->gpus[i];
                 const PlacementProfile *p = placement_gpu_find_profile(g, c->profile);
                 if (!p)
                         continue;
                 if (collect_only && (placement_gpu_path(g) != PLACEMENT_PATH_NVML ||
-                                     placement_nvml_answer_is_stale(&sn->s, g, c->profile)))
+                                     placement_nvml_answer_is_stale(sn, g, c->profile)))
                         continue;
                 if (placement_gpu_path(g) != PLACEMENT_PATH_NVML) {
                         if (!c->discovered_full)
                                 return RELIST;
-                        if (placement_gpu_must_wait(&sn->s, g)) {
+                        if (placement_gpu_must_wait(sn, g)) {
                                 c->rediscover = true; /* PLACE-10 */
                                 res = BLOCKED;
                         }
                         continue;
                 }
-                if (placement_nvml_answer_is_stale(&sn->s, g, c->profile)) {
+                if (placement_nvml_answer_is_stale(sn, g, c->profile)) {
                         /*
                          * PLACE-8: no answer so far can be used, only one from a round after
                          * that configure ends. Writes and queries on G never overlap, so once
@@ -1399,7 +1026,7 @@ static void on_round_done(NvmlClient *nc, const NvmlAnswer *a, void *userdata)
 
 /* ---- selection ----------------------------------------------------------------------------- */
 
-static void place16_start(Claim *c, const Snap *sn, int select_r, const char *select_error);
+static void place16_start(Claim *c, const PlacementSnapshot *sn, int select_r, const char *select_error);
 
 static void claim_fail_selection(Claim *c, int r, const char *error)
 {
@@ -1407,25 +1034,29 @@ static void claim_fail_selection(Claim *c, int r, const char *error)
                 _cleanup_free_ char *msg = NULL;
                 (void)strprintf(&msg, "repair dirty VF %s before claim: %s", c->refused_dirty_vf,
                                 c->refused_dirty_error);
-                claim_finish(c, r, "insufficient_resources", msg ? msg : error);
+                claim_finish(c, r, CLAIM_FAILURE_INSUFFICIENT_RESOURCES, msg ? msg : error);
                 return;
         }
         if (c->capacity_refusals > 0 && r == -ENOSPC) {
                 /* PLACE-17: nothing else to try; the driver's refusal is the answer. */
-                claim_finish(c, r, "insufficient_resources", c->fail_error);
+                claim_finish(c, r, CLAIM_FAILURE_INSUFFICIENT_RESOURCES, c->fail_error);
                 return;
         }
-        const char *code = placement_error_code(r);
-        claim_finish(c, r, code ? code : "internal", error);
+        /* placement_select_vf(): -ENOENT is PLACE-19's unknown name, -ENOSPC PLACE-18/19. */
+        claim_finish(c, r,
+                     r == -ENOENT   ? CLAIM_FAILURE_UNKNOWN_PROFILE
+                     : r == -ENOSPC ? CLAIM_FAILURE_INSUFFICIENT_RESOURCES
+                                    : CLAIM_FAILURE_INTERNAL,
+                     error);
 }
 
-static void claim_select(Claimer *cl, Claim *c, const Snap *sn)
+static void claim_select(Claimer *cl, Claim *c, const PlacementSnapshot *sn)
 {
         _cleanup_free_ char *error = NULL;
         const char *unavailable =
             cl->guard.store_unavailable ? cl->guard.store_unavailable(cl->guard.userdata) : NULL;
         if (unavailable) {
-                claim_finish(c, -EAGAIN, "placement_disabled", unavailable); /* HEALTH-16 */
+                claim_finish(c, -EAGAIN, CLAIM_FAILURE_PLACEMENT_DISABLED, unavailable); /* HEALTH-16 */
                 return;
         }
 
@@ -1437,7 +1068,7 @@ static void claim_select(Claimer *cl, Claim *c, const Snap *sn)
         };
         PlacementChoice choice;
         c->selections++;
-        int r = placement_select_vf(&sn->s, &req, &cl->picker, &choice, &error);
+        int r = placement_select_vf(sn, &req, &cl->picker, &choice, &error);
         if (r < 0) {
                 if (r == -ENOSPC && !c->place16_done) {
                         place16_start(c, sn, r, error);
@@ -1461,21 +1092,21 @@ static void claim_select(Claimer *cl, Claim *c, const Snap *sn)
         c->framebuffer_mib = choice.profile->framebuffer_mib;
         c->nvml_ms = (now_mono(cl) - c->entered) / NSEC_PER_MSEC;
         if (!c->chosen_profile) {
-                claim_finish(c, -ENOMEM, "internal", "out of memory");
+                claim_finish(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory");
                 return;
         }
 
         if (choice.dirty) {
                 /* PLACE-11: reset while reserved, before the claim is written. */
-                const GpuVf *vf = gpu_host_find_vf(cl->host, c->vf);
+                const GpuVf *vf = gpu_host_find_vf(host(cl), c->vf);
                 const char *uuid = vf && vf->mdev_uuids ? vf->mdev_uuids[0] : NULL;
                 if (queue_write(c, WRITE_RESET_DIRTY, c->vf, c->gpu, uuid) < 0)
-                        claim_finish(c, -ENOMEM, "internal", "out of memory");
+                        claim_finish(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory");
                 return;
         }
         r = save_claim(c);
         if (r < 0)
-                claim_finish(c, r, "internal", "out of memory");
+                claim_finish(c, r, CLAIM_FAILURE_INTERNAL, "out of memory");
 }
 
 /* ---- PLACE-16: reset every dirty VF not held open, one shared scan ------------------------- */
@@ -1569,7 +1200,7 @@ static void on_scan_done(int r, void *data, const char *error, void *userdata)
         process(cl);
 }
 
-static void place16_start(Claim *c, const Snap *sn, int select_r, const char *select_error)
+static void place16_start(Claim *c, const PlacementSnapshot *sn, int select_r, const char *select_error)
 {
         Claimer *cl = c->cl;
         _cleanup_free_ char *error = NULL;
@@ -1585,11 +1216,11 @@ static void place16_start(Claim *c, const Snap *sn, int select_r, const char *se
                 claim_fail_selection(c, select_r, select_error);
                 return;
         }
-        for (size_t i = 0; i < sn->s.n_vfs; i++) {
-                const PlacementVf *v = &sn->s.vfs[i];
+        for (size_t i = 0; i < sn->n_vfs; i++) {
+                const PlacementVf *v = &sn->vfs[i];
                 if (!v->readable || v->uncertain || !v->parent || !placement_vf_is_dirty(v))
                         continue;
-                const GpuVf *vf = gpu_host_find_vf(cl->host, v->address);
+                const GpuVf *vf = gpu_host_find_vf(host(cl), v->address);
                 const char *uuid = vf && vf->mdev_uuids ? vf->mdev_uuids[0] : "";
                 if (strv_push(&j->vfs, v->address) < 0 || strv_push(&j->gpus, v->parent) < 0 ||
                     strv_push(&j->uuids, uuid) < 0) {
@@ -1648,8 +1279,9 @@ static void maybe_start_refresh(Claimer *cl)
         if (!cl->refresh_wanted || any_write_started(cl) || !cl->nvml)
                 return;
         /* PLACE-9 covers the owner's writes too: a refresh queries every GPU. */
-        for (size_t i = 0; cl->host && i < cl->host->n_vfs; i++)
-                if (device_ops_is_busy(cl->ops, cl->host->vfs[i].address))
+        const GpuHost *h = host(cl);
+        for (size_t i = 0; h && i < h->n_vfs; i++)
+                if (device_ops_is_busy(cl->ops, h->vfs[i].address))
                         return;
         cl->refresh_wanted = false;
         int r = nvml_client_request_refresh(cl->nvml, cl->refresh_init);
@@ -1668,26 +1300,22 @@ static void process_once(Claimer *cl, bool *poll_again, nsec_t *next_deadline)
 
         Pair *pairs = NULL;
         size_t n_pairs = 0;
-        if (cl->host && cl->nvml) {
+        if (host(cl) && cl->nvml) {
                 /*
                  * A claim that only re-reads VF states asks NVML at once, so the round runs
                  * alongside that read (it needs nothing from it); the round still starts after
                  * the claim entered placement (PLACE-7).
                  */
-                Snap sn = {};
-                bool built = false;
+                _cleanup_placement_view_ PlacementView *view = NULL;
                 for (Claim *c = cl->claims; c; c = c->next) {
                         if (c->state != CLAIM_DISCOVER || c->needs_full || !cl->discovering)
                                 continue;
-                        if (!built && snap_build(cl, &sn) < 0)
+                        if (!view && claimer_build_view(cl, &view) < 0)
                                 break;
-                        built = true;
-                        (void)claim_readiness(cl, c, &sn, true, &pairs, &n_pairs);
+                        (void)claim_readiness(cl, c, &view->snapshot, true, &pairs, &n_pairs);
                 }
-                if (built)
-                        snap_done(&sn);
         }
-        if (cl->host) {
+        if (host(cl)) {
                 /* Claims select in entry order, each seeing the reservations of those before. */
                 for (Claim *c = cl->claims; c; c = c->next) {
                         if (c->state != CLAIM_WAIT)
@@ -1696,27 +1324,21 @@ static void process_once(Claimer *cl, bool *poll_again, nsec_t *next_deadline)
                                 _cleanup_free_ char *msg = NULL;
                                 (void)strprintf(&msg, "vGPU placement round timed out after %s",
                                                 format_duration(cl->nvml_timeout, d));
-                                claim_finish(c, -ETIMEDOUT, "placement_disabled", msg);
+                                claim_finish(c, -ETIMEDOUT, CLAIM_FAILURE_PLACEMENT_DISABLED, msg);
                                 continue;
                         }
-                        Snap sn = {};
-                        if (snap_build(cl, &sn) < 0) {
-                                claim_finish(c, -ENOMEM, "internal", "out of memory");
+                        _cleanup_placement_view_ PlacementView *view = NULL;
+                        if (claimer_build_view(cl, &view) < 0) {
+                                claim_finish(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory");
                                 continue;
                         }
-                        Readiness rd = claim_readiness(cl, c, &sn, false, &pairs, &n_pairs);
-                        if (rd == RELIST || (rd == READY && c->rediscover)) {
-                                snap_done(&sn);
+                        Readiness rd =
+                            claim_readiness(cl, c, &view->snapshot, false, &pairs, &n_pairs);
+                        if (rd == RELIST || (rd == READY && c->rediscover))
                                 claim_restart(c);
-                                continue;
-                        }
-                        if (rd == READY) {
-                                claim_select(cl, c, &sn);
-                                snap_done(&sn);
-                                continue;
-                        }
-                        snap_done(&sn);
-                        if (!c->wait_deadline)
+                        else if (rd == READY)
+                                claim_select(cl, c, &view->snapshot);
+                        else if (!c->wait_deadline)
                                 c->wait_deadline = now + cl->nvml_timeout;
                 }
         }
@@ -1836,25 +1458,6 @@ static int claimer_turn(Claimer *cl)
 
 DEFINE_ATTACH_EVENT(claimer_attach_event, Claimer, event_source, epoll_fd, claimer_turn)
 
-int claimer_set_gpus(Claimer *cl, char *const *pfs, size_t n)
-{
-        _cleanup_strv_free_ char **copy = NULL;
-        for (size_t i = 0; i < n; i++) {
-                if (!pci_address_is_valid(pfs[i]))
-                        return -EINVAL;
-                if (strv_push(&copy, pfs[i]) < 0)
-                        return -ENOMEM;
-        }
-        strv_freep(&cl->pfs);
-        cl->pfs = TAKE_PTR(copy);
-        return 0;
-}
-
-const GpuHost *claimer_get_host(Claimer *cl)
-{
-        return cl->host;
-}
-
 bool claimer_gpu_is_querying(Claimer *cl, const char *pf)
 {
         GpuRoundState *g = round_gpu(cl, pf, false);
@@ -1878,8 +1481,8 @@ const ClaimerStats *claimer_get_stats(Claimer *cl)
 
 int claimer_new(const ClaimerConfig *config, Claimer **ret)
 {
-        if (!config || !config->sysfs || !config->proc || !config->dev_root || !config->pool ||
-            !config->ops || !config->owner.save)
+        if (!config || !config->sysfs || !config->tracker || !config->proc || !config->dev_root ||
+            !config->pool || !config->ops || !config->owner.save)
                 return -EINVAL;
 
         Claimer *cl = calloc(1, sizeof *cl);
@@ -1891,6 +1494,7 @@ int claimer_new(const ClaimerConfig *config, Claimer **ret)
                 free(cl);
                 return r;
         }
+        cl->tracker = config->tracker;
         cl->proc = config->proc;
         cl->dev_root = strdup(config->dev_root);
         cl->pool = config->pool;
@@ -1959,10 +1563,7 @@ Claimer *claimer_free(Claimer *cl)
                 free(cl->gpus[i].placements);
         free(cl->gpus);
         free(cl->records);
-        mdev_avail_free(cl->mdev, cl->host ? cl->host->n_vfs : 0);
-        gpu_host_free(cl->host);
-        strv_freep(&cl->pfs);
-        free(cl->discover_error);
+        gpu_tracker_cancel(cl->tracker, cl);
         root_free(cl->sysfs);
         free(cl->dev_root);
         sd_event_source_disable_unref(cl->event_source);

@@ -5,7 +5,8 @@
  * claim: the claim flow of a vGPU instance (SPEC PLACE-1, 2, 7..12, 16, 17, 20, 22; NVML-16).
  *
  * A Claimer runs claims on the owner's thread (the event loop), on top of the owner's worker
- * pool, DeviceOps and NvmlClient. One claim goes:
+ * pool, DeviceOps, NvmlClient and GpuTracker (the host's one picture, which the reconciler's
+ * passes keep current too). One claim goes:
  *
  *   rediscover (DISC-20) → wait for fresh NVML answers for the mixed-size GPUs it needs
  *   (PLACE-7, PLACE-8) or for pending configures of sysfs-path GPUs (PLACE-10) → select
@@ -29,26 +30,27 @@
  * G whose write had not completed when the query was submitted. Because queries and writes on G
  * never overlap, "completed before submission" equals "completed before the query started".
  *
- * Rediscovery (DISC-20, for the GPUs concerned): a claim whose candidate GPUs all decide on
- * fresh NVML placements re-reads only its VFs' current_vgpu_type (split over the pool's threads),
+ * Rediscovery (DISC-20, for the GPUs concerned, through the tracker): a claim whose candidate
+ * GPUs all decide on fresh NVML placements asks for a re-read of the VFs' current_vgpu_type,
  * and its NVML round runs alongside that read; a claim that needs any GPU's creatable lists
  * (equal-size, fallback, mdev, PLACE-5/6/10), a profile no catalog names, or PLACE-16's second
- * selection runs a full gpu_discover(). (decision: VFs only appear or vanish through an SR-IOV
- * cycle, which needs vgpud stopped, OPS-10; reconcile passes still discover in full.)
+ * selection asks for a full discovery. Selection always reads the tracker's host through
+ * placement_view_build(), the snapshot /resources reads too.
  *
- * Failures (ClaimResult.code, API-21): discovery failure, HEALTH-16 store text, a DEV-2 store
+ * Failures (ClaimResult.failure, API-21): discovery failure, HEALTH-16 store text, a DEV-2 store
  * refusal, an exhausted sysfs pool and PLACE-8's `vGPU placement round timed out after <d>` are
- * 503 placement_disabled; PLACE-18/19 texts, a second capacity refusal (the driver's DEV-7 text)
- * and `repair dirty VF <vf> before claim: <err>` (PLACE-12) are 409 insufficient_resources;
- * unknown_profile is 400; `save vGPU claim: <err>` and configure failures are 500 internal.
+ * PLACEMENT_DISABLED; PLACE-18/19 texts, a second capacity refusal (the driver's DEV-7 text)
+ * and `repair dirty VF <vf> before claim: <err>` (PLACE-12) are INSUFFICIENT_RESOURCES; a
+ * name no NVML catalog knows is UNKNOWN_PROFILE; `save vGPU claim: <err>` and configure
+ * failures are INTERNAL. The API maps them to codes and HTTP statuses (api/).
  *
  * Driving: the owner attaches the Claimer to its sd-event loop (claimer_attach_event()), next
  * to its worker pool, DeviceOps and NvmlClient, whose completions call into the Claimer. Every
  * callback below runs on the owner's thread, never from inside the call that started the work.
  *
  * Promises: functions return >= 0 or -errno; out-parameters are written only on success; a
- * claim's done() runs exactly once (unless the Claimer is freed first) with the API-21 code,
- * the HTTP status and the SPEC text of a failure.
+ * claim's done() runs exactly once (unless the Claimer is freed first) with the failure kind
+ * and the SPEC text of a failure.
  */
 
 #include <stdbool.h>
@@ -111,14 +113,15 @@ void claimer_clear_done(Claimer *cl, Claim *token, int r, const char *error);
 /* ---- configuration ------------------------------------------------------------------------- */
 
 typedef struct ClaimerConfig {
-        const Root *sysfs;    /* sysfs_root (borrowed; duplicated for discovery jobs) */
+        const Root *sysfs;    /* sysfs_root (borrowed; duplicated for the PLACE-16 scan) */
+        GpuTracker *tracker;  /* the host's one picture (borrowed); outlives the Claimer */
         const Root *proc;     /* proc_root, for PLACE-16's shared scan */
         const char *dev_root; /* dev_root, absolute */
         WorkerPool *pool;     /* the sysfs pool the DeviceOps uses (borrowed) */
         DeviceOps *ops;       /* borrowed */
         NvmlClient *nvml;     /* borrowed; may be NULL (every GPU on the sysfs path) */
         nsec_t nvml_timeout;  /* gpu.nvml_timeout: PLACE-8's bound; 0 for 5 s */
-        nsec_t sysfs_timeout; /* deadline of discovery and scan jobs; 0 for 30 s */
+        nsec_t sysfs_timeout; /* deadline of the PLACE-16 scan job; 0 for 30 s */
         PlacementPolicy policy;
         PlacementPicker picker; /* PLACE-15; NULL pick: a PlacementRandom of the Claimer's own */
         DeviceGuard guard;      /* quarantine and the health store, as the DeviceOps has it */
@@ -149,15 +152,33 @@ static inline void claimer_freep(Claimer **cl)
 int claimer_attach_event(Claimer *cl, sd_event *event);
 
 /*
- * The PFs whose NVML catalogs discovery may use (DISC-18), as the owner's last discovery found
- * them. The Claimer also learns them from its own discoveries.
+ * The overlays a /resources snapshot folds over the host to show what this Claimer and its
+ * owner hold (PLACE-21): its reservations, the owner's claims, quarantine, uncertain VFs and
+ * NVML's cache. Claims select on the same ones, with fresh NVML answers instead of the cache.
+ * The callbacks point into the Claimer: use the result while it lives.
  */
-int claimer_set_gpus(Claimer *cl, char *const *pfs, size_t n);
+void claimer_fill_overlays(Claimer *cl, PlacementOverlays *ret);
 
-/* The last host a claim discovered (borrowed; NULL before the first). */
-const GpuHost *claimer_get_host(Claimer *cl);
+/*
+ * The snapshot a claim would select on now: the tracker's host with those overlays and the
+ * Claimer's fresh NVML answers (PLACE-7). -EAGAIN before the first discovery, -ENOMEM.
+ */
+int claimer_build_view(Claimer *cl, PlacementView **ret);
 
 /* ---- claims -------------------------------------------------------------------------------- */
+
+/* What kind of failure ended a claim; api/ maps it to API-21's code and status. */
+typedef enum ClaimFailure {
+        CLAIM_FAILURE_NONE,
+        CLAIM_FAILURE_UNKNOWN_PROFILE,        /* PLACE-19: no catalog names the profile */
+        CLAIM_FAILURE_INSUFFICIENT_RESOURCES, /* PLACE-12, 17, 18, 19 */
+        CLAIM_FAILURE_PLACEMENT_DISABLED,     /* DISC-7, HEALTH-16, GEN-4, PLACE-8 */
+        CLAIM_FAILURE_INTERNAL,               /* PLACE-20's save, a configure failure */
+        _CLAIM_FAILURE_MAX,
+} ClaimFailure;
+
+/* "none", "unknown_profile", "insufficient_resources", "placement_disabled", "internal". */
+const char *claim_failure_to_string(ClaimFailure f);
 
 typedef struct ClaimRequest {
         const char *instance_id;
@@ -167,8 +188,7 @@ typedef struct ClaimRequest {
 
 typedef struct ClaimResult {
         int r;               /* >= 0, or -errno */
-        const char *code;    /* on failure: API-21's code ("insufficient_resources", ...) */
-        int http_status;     /* on failure: API-21's status */
+        ClaimFailure failure; /* on failure: what kind (API-21) */
         const char *error;   /* on failure: the SPEC text */
         const char *vf;      /* on success */
         const char *gpu;     /* on success */
@@ -210,9 +230,6 @@ typedef struct ClaimerStats {
 const ClaimerStats *claimer_get_stats(Claimer *cl);
 
 /* ---- pure helpers (unit-tested) ------------------------------------------------------------ */
-
-/* API-21 status for a code: 400, 409, 500 or 503. */
-int claim_code_http_status(const char *code);
 
 /* The PLACE-7 subtraction for one (GPU, type) and an answer of per-GPU round q: see above. */
 typedef struct ClaimWriteMark {

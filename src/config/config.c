@@ -52,7 +52,7 @@ typedef struct ConfigKey {
 } ConfigKey;
 
 _Static_assert(sizeof(ConfigQemuAccel) == sizeof(int), "enums are stored as int");
-_Static_assert(sizeof(ConfigPlacementPolicy) == sizeof(int), "enums are stored as int");
+_Static_assert(sizeof(PlacementPolicy) == sizeof(int), "enums are stored as int");
 
 /* A compile-time error unless Config's field f has type t. */
 #define TYPE_CHECK(f, t) \
@@ -82,8 +82,8 @@ static const EnumValue qemu_accels[] = {
 };
 
 static const EnumValue placement_policies[] = {
-    {"spread", CONFIG_PLACEMENT_POLICY_SPREAD},
-    {"pack", CONFIG_PLACEMENT_POLICY_PACK},
+    {"spread", PLACEMENT_POLICY_SPREAD},
+    {"pack", PLACEMENT_POLICY_PACK},
 };
 
 static const EnumValue log_levels[] = {
@@ -116,7 +116,7 @@ static const ConfigKey config_keys[] = {
     {UINT64("vmm.console_max_bytes", vmm.console_max_bytes, 65536, 1073741824)},
     {SECTION("gpu")},
     {UINT("gpu.vf_quarantine_threshold", gpu.vf_quarantine_threshold, 1, 64)},
-    {ENUM("gpu.placement_policy", gpu.placement_policy, ConfigPlacementPolicy, placement_policies)},
+    {ENUM("gpu.placement_policy", gpu.placement_policy, PlacementPolicy, placement_policies)},
     {DURATION("gpu.nvml_timeout", gpu.nvml_timeout, 100 * NSEC_PER_MSEC, 60 * NSEC_PER_SEC)},
     {DURATION("gpu.sysfs_timeout", gpu.sysfs_timeout, NSEC_PER_SEC, 10 * NSEC_PER_MIN)},
     {DURATION("gpu.reconcile_interval", gpu.reconcile_interval, 5 * NSEC_PER_SEC, NSEC_PER_HOUR)},
@@ -167,7 +167,7 @@ const char *config_qemu_accel_to_string(ConfigQemuAccel a)
         return enum_name(qemu_accels, ELEMENTSOF(qemu_accels), (int)a);
 }
 
-const char *config_placement_policy_to_string(ConfigPlacementPolicy p)
+const char *placement_policy_to_string(PlacementPolicy p)
 {
         return enum_name(placement_policies, ELEMENTSOF(placement_policies), (int)p);
 }
@@ -231,7 +231,7 @@ int config_init_defaults(Config *ret)
             .gpu =
                 {
                     .vf_quarantine_threshold = 2,
-                    .placement_policy = CONFIG_PLACEMENT_POLICY_SPREAD,
+                    .placement_policy = PLACEMENT_POLICY_SPREAD,
                     .nvml_timeout = 5 * NSEC_PER_SEC,
                     .sysfs_timeout = 30 * NSEC_PER_SEC,
                     .reconcile_interval = 60 * NSEC_PER_SEC,

@@ -60,10 +60,11 @@ typedef enum ConfigQemuAccel {
         CONFIG_QEMU_ACCEL_TCG,
 } ConfigQemuAccel;
 
-typedef enum ConfigPlacementPolicy {
-        CONFIG_PLACEMENT_POLICY_SPREAD,
-        CONFIG_PLACEMENT_POLICY_PACK,
-} ConfigPlacementPolicy;
+/* gpu.placement_policy: the one policy enum, which placement/ decides with. */
+typedef enum PlacementPolicy {
+        PLACEMENT_POLICY_SPREAD, /* the default (PLACE-13) */
+        PLACEMENT_POLICY_PACK,   /* PLACE-14 */
+} PlacementPolicy;
 
 typedef struct ConfigVmm {
         nsec_t boot_timeout;        /* 1s..10m, default 30s */
@@ -79,7 +80,7 @@ typedef struct ConfigBreaker {
 
 typedef struct ConfigGpu {
         unsigned vf_quarantine_threshold; /* 1..64, default 2 (HEALTH-7) */
-        ConfigPlacementPolicy placement_policy;
+        PlacementPolicy placement_policy;
         nsec_t nvml_timeout;           /* 100ms..60s, default 5s */
         nsec_t sysfs_timeout;          /* 1s..10m, default 30s */
         nsec_t reconcile_interval;     /* 5s..1h, default 60s */
@@ -199,4 +200,4 @@ int config_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *
 bool config_runtime_dir_is_valid(const char *path);
 
 const char *config_qemu_accel_to_string(ConfigQemuAccel a);
-const char *config_placement_policy_to_string(ConfigPlacementPolicy p);
+const char *placement_policy_to_string(PlacementPolicy p);

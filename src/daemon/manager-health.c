@@ -3,8 +3,7 @@
  * The Manager's side of the VF health store (SPEC §5): the store is asynchronous, its writes
  * run on the worker pool one at a time (begin_write → health_write_run → finish_write,
  * HEALTH-20), repairs are asked for by reads and by reconcile passes (HEALTH-21), the 5 s poll
- * picks up external edits (HEALTH-32), SIGHUP reloads (CFG-8, HEALTH-22), and the host driver
- * version is recorded (HEALTH-30).
+ * picks up external edits (HEALTH-32), and SIGHUP reloads (CFG-8, HEALTH-22).
  */
 #include "manager.h"
 
@@ -189,44 +188,15 @@ void manager_health_reload(Manager *m)
         manager_check_placement(m);
 }
 
-/* ---- driver version (HEALTH-30) -------------------------------------------------------------- */
-
-static void on_driver_version_done(HealthStore *s, int r, const HealthResult *result,
-                                   const char *error, void *userdata)
-{
-        if (r < 0)
-                log_line(LOG_LEVEL_WARNING, r, "host driver version not recorded", "error", error,
-                         NULL);
-}
-
-void manager_health_set_driver_version(Manager *m, const char *version)
-{
-        _cleanup_free_ char *error = NULL;
-        free(m->driver_version);
-        m->driver_version = strdup(version);
-
-        /* The first version a store sees is recorded, not a change (HEALTH-30). */
-        bool known = health_store_state(m->health)->driver_version != NULL;
-        int r = health_store_submit(
-            m->health, &(HealthRequest){.kind = HEALTH_REQUEST_DRIVER_VERSION, .text = version},
-            on_driver_version_done, m, NULL, &error);
-        if (r > 0)
-                log_line(LOG_LEVEL_NOTICE, 0,
-                         known ? "host driver version changed" : "host driver version recorded",
-                         "driver_version", version, NULL);
-        else if (r < 0)
-                log_line(LOG_LEVEL_DEBUG, r, "host driver version not recorded", "error", error,
-                         NULL);
-}
-
 /* ---- set-up ---------------------------------------------------------------------------------- */
 
 /* DISC-17's model of a VF's GPU, for the breaker's trip (b) (HEALTH-33). */
 static const char *model_of(const char *vf_address, void *userdata)
 {
         Manager *m = userdata;
-        const GpuVf *vf = m->host ? gpu_host_find_vf(m->host, vf_address) : NULL;
-        const Gpu *g = vf && *vf->parent ? gpu_host_find_gpu(m->host, vf->parent) : NULL;
+        const GpuHost *h = gpu_tracker_host(m->tracker);
+        const GpuVf *vf = gpu_host_find_vf(h, vf_address);
+        const Gpu *g = vf ? gpu_host_find_gpu(h, vf->parent) : NULL;
         return g ? g->model : NULL;
 }
 

@@ -38,7 +38,8 @@ int manager_arm_timer(Manager *m, sd_event_source **source, nsec_t interval,
 
 static void on_nvml_refreshed(NvmlClient *c, void *userdata)
 {
-        manager_nvml_refreshed(userdata);
+        Manager *m = userdata;
+        reconciler_nvml_refreshed(m->reconciler);
 }
 
 static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata)
@@ -57,7 +58,7 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
 static int on_reconcile_timer(sd_event_source *s, uint64_t usec, void *userdata)
 {
         Manager *m = userdata;
-        int r = manager_reconcile_start(m);
+        int r = reconciler_start(m->reconciler, false);
         if (r < 0)
                 log_error_errno(r, "start reconcile pass: %m");
         return manager_arm_timer(m, &m->reconcile_timer, m->config.gpu.reconcile_interval,
@@ -101,11 +102,13 @@ static int start_listeners(Manager *m)
 
 static void become_ready(Manager *m)
 {
+        const GpuHost *h = gpu_tracker_host(m->tracker);
+
         m->phase = MANAGER_PHASE_RUNNING;
         m->api.ready = true;
         (void)sd_notify(false, "READY=1\nSTATUS=serving");
         log_line(LOG_LEVEL_INFO, 0, "vgpud ready", "gpus",
-                 m->host ? (m->host->n_gpus ? "present" : "none") : "unknown", NULL);
+                 h ? (h->n_gpus ? "present" : "none") : "unknown", NULL);
         manager_check_placement(m);
 
         /* GEN-10: timers start after READY=1. */
@@ -115,10 +118,32 @@ static void become_ready(Manager *m)
                                 manager_on_health_poll);
 }
 
-void manager_reconcile_done(Manager *m)
+void manager_check_placement(Manager *m)
 {
+        _cleanup_free_ char *reason = NULL;
+        if (api_placement_disabled_reason(&m->api, &reason) < 0)
+                return;
+        if (streq_ptr(reason, m->logged_disabled))
+                return;
+        if (reason)
+                log_line(LOG_LEVEL_WARNING, 0, "vGPU placement disabled", "reason", reason, NULL);
+        else
+                log_line(LOG_LEVEL_NOTICE, 0, "vGPU placement enabled", NULL);
+        free(m->logged_disabled);
+        m->logged_disabled = TAKE_PTR(reason);
+        if (m->phase == MANAGER_PHASE_RUNNING)
+                (void)sd_notifyf(false, "STATUS=%s%s",
+                                 m->logged_disabled ? "serving; placement disabled: " : "serving",
+                                 m->logged_disabled ? m->logged_disabled : "");
+}
+
+/* The Reconciler's pass_done: GEN-10's phases move on as passes end. */
+static void on_pass_done(void *userdata, bool startup)
+{
+        Manager *m = userdata;
         int r;
 
+        manager_check_placement(m);
         switch (m->phase) {
         case MANAGER_PHASE_STARTING:
                 /* GEN-10: listeners after the NVML cache fill, then the first pass. */
@@ -128,7 +153,7 @@ void manager_reconcile_done(Manager *m)
                 }
                 m->phase = MANAGER_PHASE_RECONCILING;
                 (void)sd_notify(false, "STATUS=running the first reconcile pass");
-                r = manager_reconcile_start(m);
+                r = reconciler_start(m->reconciler, false);
                 if (r < 0) {
                         log_error_errno(r, "start reconcile pass: %m");
                         manager_stop(m, 1);
@@ -142,11 +167,6 @@ void manager_reconcile_done(Manager *m)
         case MANAGER_PHASE_STOPPING:
                 manager_maybe_finish_stop(m);
                 return;
-        }
-        if (m->pass_again) {
-                r = manager_reconcile_start(m);
-                if (r < 0)
-                        log_error_errno(r, "start reconcile pass: %m");
         }
 }
 
@@ -266,9 +286,39 @@ static int setup_loop(Manager *m)
             .userdata = m,
         };
         r = nvml_client_new(&nc, &m->nvml);
+        if (r >= 0)
+                r = nvml_client_attach_event(m->nvml, m->event);
         if (r < 0)
                 return r;
-        return nvml_client_attach_event(m->nvml, m->event);
+
+        GpuNvml seam;
+        nvml_client_fill_gpu_seam(m->nvml, &seam);
+        GpuTrackerConfig tc = {
+            .sysfs = m->sysfs,
+            .pool = m->workers,
+            .nvml = &seam,
+            .timeout = m->config.gpu.sysfs_timeout,
+        };
+        return gpu_tracker_new(&tc, &m->tracker);
+}
+
+static int setup_reconciler(Manager *m)
+{
+        ReconcilerConfig rc = {
+            .tracker = m->tracker,
+            .pool = m->workers,
+            .nvml = m->nvml,
+            .health = m->health,
+            .proc = m->proc,
+            .dev_root = m->config.dev_root,
+            .sysfs_timeout = m->config.gpu.sysfs_timeout,
+            .pass_done = on_pass_done,
+            .userdata = m,
+        };
+        int r = reconciler_new(&rc, &m->reconciler);
+        if (r >= 0)
+                m->api.reconciler = m->reconciler;
+        return r;
 }
 
 int manager_start(Manager *m, Config *config, char **error)
@@ -297,6 +347,7 @@ int manager_start(Manager *m, Config *config, char **error)
             .config = &m->config,
             .nvml = m->nvml,
             .workers = m->workers,
+            .tracker = m->tracker,
             .version = VGPUD_VERSION,
             .commit = VGPUD_COMMIT,
             .schedule_repair = manager_schedule_repair,
@@ -305,6 +356,9 @@ int manager_start(Manager *m, Config *config, char **error)
         r = manager_health_setup(m);
         if (r < 0)
                 return error_set(error, r, "set up the VF health store: %s", strerror(-r));
+        r = setup_reconciler(m);
+        if (r < 0)
+                return error_set(error, r, "set up the reconciler: %s", strerror(-r));
         return 0;
 }
 
@@ -314,7 +368,7 @@ int manager_run(Manager *m)
                  VGPUD_COMMIT, NULL);
         (void)sd_notify(false, "STATUS=discovering GPUs and initialising NVML");
 
-        int r = manager_reconcile_start(m);
+        int r = reconciler_start(m->reconciler, true);
         if (r < 0) {
                 log_error_errno(r, "start discovery: %m");
                 return 1;
@@ -358,7 +412,8 @@ Manager *manager_free(Manager *m)
          */
         if (m->workers)
                 worker_pool_free(m->workers);
-        free(m->pass);
+        m->reconciler = reconciler_free(m->reconciler);
+        m->tracker = gpu_tracker_free(m->tracker);
 
         /*
          * A health write that did not finish within the grace period still runs on a detached
@@ -368,11 +423,6 @@ Manager *manager_free(Manager *m)
         if (m->health && !m->health_writing)
                 health_store_free(m->health);
 
-        gpu_host_free(m->host);
-        manager_mdev_availability_free(m->mdev_availability, m->n_mdev_availability);
-        free(m->discovery_error);
-        free(m->scan_error);
-        free(m->driver_version);
         free(m->logged_disabled);
         if (m->jwt_secret)
                 jwt_secret_free(m->jwt_secret);

@@ -20,6 +20,7 @@
 #include "api/api.h"
 #include "base/base.h"
 #include "config/config.h"
+#include "ctrl/ctrl.h"
 #include "gpu/gpu.h"
 #include "health/health.h"
 #include "http/http.h"
@@ -40,8 +41,6 @@ typedef enum ManagerPhase {
         MANAGER_PHASE_STOPPING,    /* waiting for in-flight writes (OPS-3) */
 } ManagerPhase;
 
-typedef struct ReconcilePass ReconcilePass;
-
 typedef struct Manager {
         Config config;
         int lock_fd; /* CFG-9 */
@@ -55,24 +54,14 @@ typedef struct Manager {
 
         WorkerPool *workers;
         NvmlClient *nvml;
+        GpuTracker *tracker;    /* the host's one picture (ARCHITECTURE.md decision 3) */
+        Reconciler *reconciler; /* the passes (ctrl/) */
         HealthStore *health;
         JwtSecret *jwt_secret;
         HttpServer *http;
         ApiContext api;
 
-        /* DISC-7: the last successful discovery, kept when a later one fails. */
-        GpuHost *host;
-        ApiMdevAvailability *mdev_availability; /* one per host VF on mdev hosts, else NULL */
-        size_t n_mdev_availability;
-        char *discovery_error;
-        char *scan_error;      /* DEV-14's placement_disabled_reason text */
-        char *driver_version;  /* HEALTH-30: as last read from sysfs */
         char *logged_disabled; /* the placement_disabled_reason last logged */
-
-        ReconcilePass *pass; /* the pass in flight, NULL when none */
-        bool pass_again;     /* REC-1: a pass came due during another */
-        unsigned nvml_refreshes_to_skip;
-        bool waiting_nvml_refresh;
 
         bool health_writing;
         nsec_t last_repair; /* CLOCK_MONOTONIC */
@@ -102,12 +91,6 @@ int manager_run(Manager *m);
 
 /* ---- between the Manager's files ------------------------------------------------------------- */
 
-/* manager-reconcile.c */
-int manager_reconcile_start(Manager *m);
-void manager_reconcile_done(Manager *m);
-void manager_nvml_refreshed(Manager *m);
-void manager_check_placement(Manager *m);
-void manager_mdev_availability_free(ApiMdevAvailability *a, size_t n);
 
 /* manager-health.c */
 int manager_health_setup(Manager *m);
@@ -116,9 +99,9 @@ void manager_schedule_repair(void *userdata);
 int manager_health_repair(Manager *m);
 int manager_on_health_poll(sd_event_source *s, uint64_t usec, void *userdata);
 void manager_health_reload(Manager *m);
-void manager_health_set_driver_version(Manager *m, const char *version);
 
 /* manager.c */
+void manager_check_placement(Manager *m);
 void manager_stop(Manager *m, int status);
 void manager_maybe_finish_stop(Manager *m);
 int manager_arm_timer(Manager *m, sd_event_source **source, nsec_t interval,

@@ -320,35 +320,54 @@ static Step first_step(const Op *op)
         return op->after_vmm_exit ? STEP_MDEV_POLL : STEP_MDEV_REMOVE;
 }
 
+/* GEN-4, then DEV-2 for an operation that configures: why it may not start now. */
+static DeviceFailureKind refusal_kind(DeviceOps *o, const char *key, const char *vf,
+                                      bool configures)
+{
+        if (worker_pool_key_is_uncertain(o->config.pool, key))
+                return DEVICE_FAILURE_UNCERTAIN;
+        if (!configures)
+                return DEVICE_FAILURE_ERROR;
+        /* DEV-2: the last word on the loop before anything is written. The store comes first:
+         * while it is unavailable, its quarantine answers mean nothing. */
+        const DeviceGuard *g = &o->config.guard;
+        if (g->store_unavailable && g->store_unavailable(g->userdata))
+                return DEVICE_FAILURE_STORE;
+        if (g->is_quarantined && g->is_quarantined(g->userdata, vf))
+                return DEVICE_FAILURE_QUARANTINED;
+        return DEVICE_FAILURE_ERROR;
+}
+
+DeviceFailureKind device_ops_refusal_kind(DeviceOps *o, const char *vf, bool configures)
+{
+        return refusal_kind(o, vf, vf, configures);
+}
+
 /*
  * Starts op: the GEN-4 and DEV-2 refusals, then its first job. On failure *kind says what
  * refused it (a failure report, written only then).
  */
 static int op_start(DeviceOps *o, Op *op, DeviceFailureKind *kind, char **error)
 {
-        if (worker_pool_key_is_uncertain(o->config.pool, op->key)) {
-                char object[sizeof "mdev " + 40];
+        const DeviceGuard *g = &o->config.guard;
+        char object[sizeof "mdev " + 40];
+
+        switch (refusal_kind(o, op->key, op->vf,
+                             op->kind == OP_CONFIGURE || op->kind == OP_MDEV_CREATE)) {
+        case DEVICE_FAILURE_UNCERTAIN:
                 *kind = DEVICE_FAILURE_UNCERTAIN;
                 return error_set(error, -EAGAIN,
                                  "%s is uncertain: an earlier sysfs call on it has not returned",
                                  op_object(op, object, sizeof object));
-        }
-
-        if (op->kind == OP_CONFIGURE || op->kind == OP_MDEV_CREATE) {
-                /* DEV-2: the last word on the loop before anything is written. The store comes
-                 * first: while it is unavailable, its quarantine answers mean nothing. */
-                const DeviceGuard *g = &o->config.guard;
-                const char *unavailable =
-                    g->store_unavailable ? g->store_unavailable(g->userdata) : NULL;
-                if (unavailable) {
-                        *kind = DEVICE_FAILURE_STORE;
-                        return error_set(error, -EAGAIN, "%s", unavailable);
-                }
-                if (g->is_quarantined && g->is_quarantined(g->userdata, op->vf)) {
-                        *kind = DEVICE_FAILURE_QUARANTINED;
-                        return error_set(error, -EPERM, "%s vGPU on VF %s is quarantined",
-                                         op->kind == OP_CONFIGURE ? "vendor VFIO" : "mdev", op->vf);
-                }
+        case DEVICE_FAILURE_STORE:
+                *kind = DEVICE_FAILURE_STORE;
+                return error_set(error, -EAGAIN, "%s", g->store_unavailable(g->userdata));
+        case DEVICE_FAILURE_QUARANTINED:
+                *kind = DEVICE_FAILURE_QUARANTINED;
+                return error_set(error, -EPERM, "%s vGPU on VF %s is quarantined",
+                                 op->kind == OP_CONFIGURE ? "vendor VFIO" : "mdev", op->vf);
+        default:
+                break;
         }
 
         int r = op_submit_step(o, op, first_step(op), error);
@@ -619,7 +638,7 @@ static int submit(DeviceOps *o, OpKind kind, const char *vf, const char *type, c
         _cleanup_(op_freep) Op *op = NULL;
         int r = op_new(o, kind, vf, type, uuid, instance_id, done, userdata, &op);
         if (r < 0)
-                return r;
+                return error_set(error, r, "%s", strerror(-r));
         if (release) {
                 op->after_vmm_exit = release->after_vmm_exit;
                 op->reset = !release->instance_id;
@@ -651,7 +670,7 @@ int device_ops_release(DeviceOps *o, const DeviceReleaseRequest *request, Device
                        void *userdata, char **error)
 {
         if (!request)
-                return -EINVAL;
+                return error_set(error, -EINVAL, "no release request");
 
         /* DISC-22: the claim's recorded framework decides, whatever the host runs now. */
         const DeviceClaim *c = &request->claim;

@@ -229,6 +229,14 @@ int device_ops_get_next_wakeup(DeviceOps *o, nsec_t *ret);
  */
 bool device_ops_is_busy(DeviceOps *o, const char *key);
 
+/*
+ * Why an operation on vf would be refused at once now: DEVICE_FAILURE_UNCERTAIN (GEN-4) or, for
+ * one that configures (a type write, an mdev create), DEVICE_FAILURE_STORE or
+ * DEVICE_FAILURE_QUARANTINED (DEV-2); DEVICE_FAILURE_ERROR when nothing refuses it. A caller
+ * whose request failed at once asks this to tell a refusal from another error, never the text.
+ */
+DeviceFailureKind device_ops_refusal_kind(DeviceOps *o, const char *vf, bool configures);
+
 typedef enum DeviceOutcome {
         DEVICE_OUTCOME_CONFIGURED,     /* the type was written, the mdev created */
         DEVICE_OUTCOME_UNCHANGED,      /* the VF already held the type (DEV-3) */

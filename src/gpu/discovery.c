@@ -160,7 +160,7 @@ static int compare_gpus(const void *a, const void *b)
 const Gpu *gpu_host_find_gpu(const GpuHost *h, const char *address)
 {
         Gpu key = {};
-        if (!pci_address_is_valid(address) || h->n_gpus == 0)
+        if (!h || !pci_address_is_valid(address) || h->n_gpus == 0)
                 return NULL;
         memcpy(key.address, address, PCI_ADDRESS_STRLEN);
         return bsearch(&key, h->gpus, h->n_gpus, sizeof key, compare_gpus);
@@ -169,7 +169,7 @@ const Gpu *gpu_host_find_gpu(const GpuHost *h, const char *address)
 const GpuVf *gpu_host_find_vf(const GpuHost *h, const char *address)
 {
         GpuVf key = {};
-        if (!pci_address_is_valid(address) || h->n_vfs == 0)
+        if (!h || !pci_address_is_valid(address) || h->n_vfs == 0)
                 return NULL;
         memcpy(key.address, address, PCI_ADDRESS_STRLEN);
         return bsearch(&key, h->vfs, h->n_vfs, sizeof key, compare_vfs);
@@ -266,10 +266,25 @@ static int read_mdev_type(const Root *sysfs, const char *types_dir, const char *
         if (r >= 0)
                 framebuffer_mib = gpu_mdev_description_framebuffer_mib(description);
 
+        /* PLACE-6: availability that cannot be read is no availability (fail closed). */
+        _cleanup_free_ char *available = NULL;
+        uint32_t available_instances = 0;
+        free(path);
+        path = NULL;
+        r = strprintf(&path, "%s/%s/available_instances", types_dir, type);
+        if (r < 0)
+                return r;
+        r = root_read_attr(sysfs, path, GPU_MDEV_AVAILABLE_MAX, &available);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0 || parse_uint32(available, &available_instances) < 0)
+                available_instances = 0;
+
         *ret = (GpuProfile){
             .name = TAKE_PTR(name),
             .mdev_type = TAKE_PTR(mdev_type),
             .framebuffer_mib = framebuffer_mib,
+            .available_instances = available_instances,
         };
         return 0;
 }
@@ -499,6 +514,22 @@ static int discover_active_mdevs(const Root *sysfs, Builder *b, char **error)
 
 /* ---- vendor VFIO detection (DISC-4..DISC-8, DISC-10..DISC-13) ------------------------------ */
 
+int gpu_read_current_type(const Root *sysfs, const char *vf, uint32_t *ret, char **error)
+{
+        _cleanup_free_ char *path = NULL, *buf = NULL;
+        size_t size;
+
+        int r = strprintf(&path, "bus/pci/devices/%s/nvidia/current_vgpu_type", vf);
+        if (r < 0)
+                return r;
+        r = root_read_file(sysfs, path, GPU_CURRENT_TYPE_MAX, &buf, &size);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return error_set(error, r, "read current vGPU type: %s", strerror(-r));
+        return gpu_parse_current_type(buf, size, ret, error);
+}
+
 /* Reads one vendor VF; on failure vf keeps what was read and the message says what was not. */
 static int read_vendor_vf(const Root *sysfs, const char *address, GpuVf *vf, char **error)
 {
@@ -516,21 +547,10 @@ static int read_vendor_vf(const Root *sysfs, const char *address, GpuVf *vf, cha
         if (r < 0)
                 return r;
 
-        r = strprintf(&path, "%s/nvidia/current_vgpu_type", dir);
-        if (r < 0)
-                return r;
-        r = root_read_file(sysfs, path, GPU_CURRENT_TYPE_MAX, &buf, &size);
-        if (r == -ENOMEM)
-                return r;
-        if (r < 0)
-                return error_set(error, r, "read current vGPU type: %s", strerror(-r));
-        r = gpu_parse_current_type(buf, size, &vf->current_type_id, error);
+        r = gpu_read_current_type(sysfs, address, &vf->current_type_id, error);
         if (r < 0)
                 return r;
 
-        free(path);
-        free(buf);
-        path = buf = NULL;
         r = strprintf(&path, "%s/nvidia/creatable_vgpu_types", dir);
         if (r < 0)
                 return r;

@@ -24,6 +24,7 @@
 
 #include "base/base.h"
 #include "sysfs/sysfs.h"
+#include "worker/worker.h"
 
 /* ---- frameworks (DISC-1, DISC-22) ---------------------------------------------------------- */
 
@@ -49,12 +50,19 @@ int gpu_framework_from_string(const char *s, GpuFramework *ret, char **error);
 #define GPU_CURRENT_TYPE_MAX ((size_t)16)           /* DISC-5 */
 #define GPU_ATTR_MAX ((size_t)4096)                 /* name, description, device */
 #define GPU_PROFILE_NAME_MAX ((size_t)127)          /* DISC-13 */
+#define GPU_MDEV_AVAILABLE_MAX ((size_t)32)         /* available_instances (PLACE-6) */
+#define GPU_DRIVER_VERSION_MAX ((size_t)256)        /* module/nvidia/version (HEALTH-30) */
 
 typedef struct GpuProfile {
         char *name;               /* "NVIDIA L40S-2Q": 1..127 printable ASCII bytes */
         uint32_t type_id;         /* vendor-VFIO and NVML: card-local type ID; 0 for mdev */
         char *mdev_type;          /* mdev: the type directory ("nvidia-901"); else NULL */
         uint64_t framebuffer_mib; /* 0 means unknown */
+        /*
+         * An mdev VF's supported type: its available_instances as discovery read it (PLACE-6);
+         * an unreadable or malformed value reads 0 (fail closed). 0 everywhere else.
+         */
+        uint32_t available_instances;
 } GpuProfile;
 
 void gpu_profiles_free(GpuProfile *profiles, size_t n);
@@ -75,6 +83,12 @@ int gpu_parse_creatable_types(const char *buf, size_t size, GpuProfile **ret, si
  * fails with -EINVAL and `invalid current vGPU type "<v>"`.
  */
 int gpu_parse_current_type(const char *buf, size_t size, uint32_t *ret, char **error);
+
+/*
+ * Reads a vendor VF's nvidia/current_vgpu_type (DISC-5) through the root. Fails with the text
+ * discovery gives an unreadable VF: `read current vGPU type: <err>` or the parser's.
+ */
+int gpu_read_current_type(const Root *sysfs, const char *vf, uint32_t *ret, char **error);
 
 /*
  * Framebuffer size in MiB from a profile name (DISC-14): "<...>-<N><A|B|C|Q>..." gives
@@ -221,6 +235,7 @@ static inline bool gpu_vf_is_configured(const GpuVf *vf)
         return vf->current_type_id != 0 || vf->mdev_uuids;
 }
 
+/* By address; NULL when h (which may be NULL) has none. */
 const Gpu *gpu_host_find_gpu(const GpuHost *h, const char *address);
 const GpuVf *gpu_host_find_vf(const GpuHost *h, const char *address);
 
@@ -237,3 +252,78 @@ const GpuProfile *gpu_find_profile_by_type_id(const Gpu *g, uint32_t type_id);
  * resolve them per GPU with gpu_find_profile().
  */
 int gpu_host_model_catalog(const GpuHost *h, const char *model, GpuProfile **ret, size_t *ret_n);
+
+/* ---- the one picture of the host (ARCHITECTURE.md decision 3) ------------------------------- */
+
+/*
+ * A GpuTracker keeps the host's one GpuHost current: the reconciler's passes and every claim
+ * (DISC-20) ask it to discover, so /resources, /gpus, metrics and claims all read the same
+ * table. Discovery jobs run on the sysfs worker pool with a deadline (GEN-4); results are folded
+ * in on the owner's thread (the loop), where every function here is called.
+ *
+ * Two kinds of run, which never overlap:
+ *  - a full discovery (gpu_discover, the driver version of HEALTH-30): on success the host is
+ *    replaced; on failure the last host is kept and gpu_tracker_error() carries the failure
+ *    (`discover mdev VFs: <err>`, `discover vendor VFIO VFs: <err>`, `discover GPUs: <err>` for
+ *    a job that timed out, or the pool's GEN-4 text when no job could start) until a full
+ *    discovery succeeds (DISC-7);
+ *  - a re-read of every vendor VF's current_vgpu_type (DISC-5), split over the pool's threads:
+ *    what a claim deciding on NVML placements needs (VFs only appear or vanish through an
+ *    SR-IOV cycle, which needs vgpud stopped, OPS-10). A VF that cannot be re-read becomes
+ *    unreadable (DISC-6). Without a host yet, a re-read is a full discovery.
+ * A request made while a run is in flight waits for the next run (which starts after it, so it
+ * sees every change made before the request); requests waiting together share one run, and a
+ * full run answers the re-reads waiting with it. done() runs once per request, later, on the
+ * owner's thread, after the result is folded in.
+ *
+ * Full discoveries copy the live NVML seam's answers on the loop for the GPUs of the current
+ * host (a GPU found for the first time takes the sysfs branch until the next discovery).
+ */
+#define GPU_TRACKER_TIMEOUT_DEFAULT (30 * NSEC_PER_SEC) /* gpu.sysfs_timeout */
+
+typedef struct GpuTracker GpuTracker;
+
+typedef struct GpuTrackerConfig {
+        const Root *sysfs;   /* duplicated */
+        WorkerPool *pool;    /* the sysfs pool (borrowed); free it before the tracker */
+        const GpuNvml *nvml; /* the live seam (copied); NULL: every GPU on the sysfs branch */
+        nsec_t timeout;      /* per job; 0 for GPU_TRACKER_TIMEOUT_DEFAULT */
+} GpuTrackerConfig;
+
+/* r >= 0 when the run succeeded; else r < 0 and error says why. */
+typedef void (*GpuTrackerDone)(int r, const char *error, void *userdata);
+
+typedef struct GpuTrackerStats {
+        uint64_t discoveries; /* full runs started */
+        uint64_t rereads;     /* re-read runs started */
+} GpuTrackerStats;
+
+int gpu_tracker_new(const GpuTrackerConfig *config, GpuTracker **ret);
+GpuTracker *gpu_tracker_free(GpuTracker *t);
+static inline void gpu_tracker_freep(GpuTracker **t)
+{
+        gpu_tracker_free(*t);
+}
+
+/*
+ * Request a full discovery / a re-read of the VFs' types: 0 once started or queued. When the
+ * tracker is idle and the run cannot start (GEN-4's exhausted pool, ENOMEM), the request fails
+ * here with *error (a full one also sets gpu_tracker_error()) and done() never runs; a queued
+ * request whose run cannot start later gets done() with the failure.
+ */
+int gpu_tracker_discover(GpuTracker *t, GpuTrackerDone done, void *userdata, char **error);
+int gpu_tracker_reread_types(GpuTracker *t, GpuTrackerDone done, void *userdata, char **error);
+
+/* Forgets the callbacks of every request made with userdata (its owner is going away). */
+void gpu_tracker_cancel(GpuTracker *t, void *userdata);
+
+/* A run is in flight or waiting. */
+bool gpu_tracker_is_busy(const GpuTracker *t);
+
+/* The host as last discovered (borrowed; NULL before the first successful discovery). */
+const GpuHost *gpu_tracker_host(const GpuTracker *t);
+/* DISC-7's placement_disabled_reason text, NULL while the last full discovery succeeded. */
+const char *gpu_tracker_error(const GpuTracker *t);
+/* module/nvidia/version as last read (HEALTH-30), NULL when never read. */
+const char *gpu_tracker_driver_version(const GpuTracker *t);
+const GpuTrackerStats *gpu_tracker_get_stats(const GpuTracker *t);

@@ -339,30 +339,6 @@ int placement_select_vf(const PlacementSnapshot *snapshot, const PlacementReques
         return 0;
 }
 
-const char *placement_error_code(int r)
-{
-        switch (r) {
-        case -ENOENT:
-                return "unknown_profile";
-        case -ENOSPC:
-                return "insufficient_resources";
-        default:
-                return NULL;
-        }
-}
-
-int placement_error_http_status(int r)
-{
-        switch (r) {
-        case -ENOENT:
-                return 400;
-        case -ENOSPC:
-                return 409;
-        default:
-                return 0;
-        }
-}
-
 bool placement_nvml_answer_is_stale(const PlacementSnapshot *snapshot, const PlacementGpu *gpu,
                                     const char *profile)
 {

@@ -14,6 +14,11 @@
  *  - names resolve per GPU (DISC-19): a GPU whose own catalog lacks the profile is no
  *    candidate for it, and a choice carries the type as that GPU's catalog has it.
  *
+ *  - one picture of the host (ARCHITECTURE.md decision 3): placement_view_build() is the only
+ *    code that turns a GpuHost into a snapshot, for claims, /resources, /gpus and metrics
+ *    alike. It reads state in memory only (the host, the NVML client's cache, the worker pool's
+ *    uncertain keys, the caller's overlays) and does no I/O either.
+ *
  * Not here: waiting. A claim must not select while placement_nvml_answer_is_stale() or
  * placement_gpu_must_wait() holds for a GPU it needs (PLACE-8, PLACE-10); this module only
  * answers those questions. Reserving, resetting and writing are the claim flow's.
@@ -28,6 +33,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/config.h"
+#include "gpu/gpu.h"
+#include "nvml/nvml.h"
+#include "worker/worker.h"
+
 typedef enum PlacementFramework {
         PLACEMENT_FRAMEWORK_VENDOR_VFIO,
         PLACEMENT_FRAMEWORK_MDEV,
@@ -39,10 +49,9 @@ typedef enum PlacementMode {
         PLACEMENT_MODE_MIXED,
 } PlacementMode;
 
-typedef enum PlacementPolicy {
-        PLACEMENT_POLICY_SPREAD, /* the default (PLACE-13) */
-        PLACEMENT_POLICY_PACK,   /* PLACE-14 */
-} PlacementPolicy;
+/* "unknown", "equal" or "mixed" (API-6). */
+const char *placement_mode_to_string(PlacementMode m);
+PlacementMode placement_mode_from_nvml(NvmlMode m);
 
 /* Which rule decides eligibility on a GPU. */
 typedef enum PlacementPath {
@@ -161,15 +170,10 @@ bool placement_vf_is_allocatable(const PlacementSnapshot *snapshot, const Placem
  *   -ENOSPC  409 insufficient_resources (PLACE-18 second case, PLACE-19);
  *   -EINVAL  a missing argument, or a picker answer out of range;
  *   -ENOMEM.
- * placement_error_code() and placement_error_http_status() map the first two for the API.
  */
 int placement_select_vf(const PlacementSnapshot *snapshot, const PlacementRequest *request,
                         const PlacementPicker *picker, PlacementChoice *ret, char **error);
 
-/* "unknown_profile" for -ENOENT, "insufficient_resources" for -ENOSPC, else NULL. */
-const char *placement_error_code(int r);
-/* 400 for -ENOENT, 409 for -ENOSPC, else 0. */
-int placement_error_http_status(int r);
 
 /*
  * PLACE-8: true when the GPU holds an unfinished reservation of a type other than the
@@ -205,3 +209,65 @@ typedef struct PlacementRandom {
 int placement_random_init(PlacementRandom *ret);
 /* A PlacementPicker.pick: userdata is a PlacementRandom; uniform (no modulo bias). */
 size_t placement_random_pick(size_t n, void *userdata);
+
+/* ---- the one host→placement snapshot ------------------------------------------------------- */
+
+/* What an unfinished claim's reservation puts on a VF (PLACE-2). */
+typedef struct PlacementReservation {
+        uint32_t type_id;         /* vendor VFIO: the type it will write */
+        uint64_t framebuffer_mib; /* its profile's */
+        /* Its configure completed: not allocatable, and counted as claimed, until it ends. */
+        bool write_done;
+} PlacementReservation;
+
+/*
+ * What the snapshot folds over the host. Every member may be NULL: no NVML (every GPU of unknown
+ * mode, none NVML-usable), no uncertain VF, nothing quarantined, claimed or reserved.
+ */
+typedef struct PlacementOverlays {
+        NvmlClient *nvml; /* modes, fallbacks and cached placements (NVML-14) */
+        WorkerPool *pool; /* the sysfs pool: its uncertain keys (GEN-4) */
+
+        /* The health store's quarantine, pending entries included (HEALTH-20). */
+        bool (*is_quarantined)(void *userdata, const char *vf);
+        void *quarantine_userdata;
+
+        /* Durable claims (instance records), with their profile's framebuffer (0: unknown). */
+        bool (*is_claimed)(void *userdata, const char *vf, uint64_t *ret_framebuffer_mib);
+        /* The claim flow's reservations. */
+        bool (*is_reserved)(void *userdata, const char *vf, PlacementReservation *ret);
+        /*
+         * A GPU's NVML counts as the caller wants them decided on: the claim flow passes its
+         * fresh round answers with PLACE-7's subtraction (a malloc'd array, or NULL and 0 when
+         * it has none). NULL: the client's cached placements of every catalog type (/resources,
+         * PLACE-21).
+         */
+        int (*nvml_counts)(void *userdata, const char *pf, PlacementNvmlCount **ret,
+                           size_t *ret_n);
+        void *claims_userdata;
+} PlacementOverlays;
+
+/*
+ * A snapshot with the storage behind it. The rules it applies, once for every reader:
+ *  - a GPU's mode is NVML's; on mdev hosts it is equal-size (API-6) and NVML's placements are
+ *    never used (PLACE-6 decides);
+ *  - NVML is usable for a GPU that is not in fallback (NVML-11);
+ *  - a VF's framebuffer is its reservation's, else its claim's, else that of what occupies it:
+ *    the leftover type in its GPU's catalog, else its mdev's profile in that catalog, else the
+ *    size the profile's name gives (DISC-14);
+ *  - an mdev VF's availability is what discovery read (PLACE-6).
+ * snapshot points into the view and into host, which must outlive it unchanged.
+ */
+typedef struct PlacementView {
+        PlacementSnapshot snapshot;
+        void *storage;
+} PlacementView;
+
+int placement_view_build(const GpuHost *host, const PlacementOverlays *overlays,
+                         PlacementView **ret);
+PlacementView *placement_view_free(PlacementView *v);
+static inline void placement_view_freep(PlacementView **v)
+{
+        placement_view_free(*v);
+}
+#define _cleanup_placement_view_ _cleanup_(placement_view_freep)

@@ -38,6 +38,21 @@ Root *root_free(Root *r)
         return NULL;
 }
 
+int root_dup(const Root *r, Root **ret)
+{
+        _cleanup_close_ int fd = fcntl(r->fd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return negative_errno();
+        _cleanup_free_ char *path = strdup(r->path);
+        _cleanup_free_ Root *copy = calloc(1, sizeof *copy);
+        if (!path || !copy)
+                return -ENOMEM;
+        copy->fd = TAKE_FD(fd);
+        copy->path = TAKE_PTR(path);
+        *ret = TAKE_PTR(copy);
+        return 0;
+}
+
 int root_check_path(const char *rel)
 {
         if (!rel || !*rel || rel[0] == '/')

@@ -27,6 +27,12 @@ Root *root_free(Root *r);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Root *, root_free);
 #define _cleanup_root_ __attribute__((cleanup(root_freep)))
 
+/*
+ * An independent copy (its own descriptor). A job abandoned at its deadline keeps running after
+ * the loop has moved on, possibly after the root's owner is gone, so jobs work on a copy.
+ */
+int root_dup(const Root *r, Root **ret);
+
 /* -EINVAL unless rel is a non-empty relative path without "." or ".." components. */
 int root_check_path(const char *rel);
 

@@ -3,7 +3,7 @@
  * API-19: the router and api/openapi.yaml list the same (method, path) pairs, and the served
  * document is the repository's file byte for byte. Also the route table's own rules: it
  * validates, public routes are exactly /healthz, /readyz and /openapi.yaml (API-12), and no
- * instance route is in this release.
+ * instance route is in this release. And API-21's code and status for each claim failure kind.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -138,6 +138,26 @@ static void test_route_table(void **state)
         }
 }
 
+static void test_claim_failure_mapping(void **state) /* API-21 */
+{
+        static const struct {
+                ClaimFailure failure;
+                const char *code;
+                int status;
+        } table[] = {
+            {CLAIM_FAILURE_UNKNOWN_PROFILE, "unknown_profile", 400},
+            {CLAIM_FAILURE_INSUFFICIENT_RESOURCES, "insufficient_resources", 409},
+            {CLAIM_FAILURE_PLACEMENT_DISABLED, "placement_disabled", 503},
+            {CLAIM_FAILURE_INTERNAL, "internal", 500},
+            /* A failure without a kind is an internal one, never a success. */
+            {CLAIM_FAILURE_NONE, "internal", 500},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(table); i++) {
+                assert_string_equal(api_claim_failure_code(table[i].failure), table[i].code);
+                assert_int_equal(api_claim_failure_status(table[i].failure), table[i].status);
+        }
+}
+
 int main(int argc, char **argv)
 {
         if (argc != 2) {
@@ -149,6 +169,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_router_and_document_agree),
             cmocka_unit_test(test_embedded_document_is_the_file),
             cmocka_unit_test(test_route_table),
+            cmocka_unit_test(test_claim_failure_mapping),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 
+#include "api/api.h"
 #include "claim/claim.h"
 #include "testlib.h"
 
@@ -54,8 +55,10 @@ struct Harness {
         WorkerPool *pool;
         DeviceOps *ops;
         NvmlClient *nvml;
+        GpuTracker *tracker;
         Claimer *cl;
         nsec_t nvml_timeout;
+        int discovered; /* the last tracker run asked for: 0 pending, 1 done, -errno */
 
         /* the fake owner */
         OwnerOp ops_pending[2 * HARNESS_MAX_CLAIMS];
@@ -201,8 +204,9 @@ static inline void harness_on_claim(const ClaimResult *res, void *userdata)
         *o = (ClaimOutcome){
             .done = true,
             .r = res->r,
-            .code = res->code ? strdup(res->code) : NULL,
-            .status = res->http_status,
+            /* API-21 as the API maps a failure kind. */
+            .code = res->r < 0 ? strdup(api_claim_failure_code(res->failure)) : NULL,
+            .status = res->r < 0 ? api_claim_failure_status(res->failure) : 0,
             .error = res->error ? strdup(res->error) : NULL,
             .nvml_ms = res->nvml_ms,
             .selections = res->selections,
@@ -236,6 +240,27 @@ static inline bool harness_all_done(Harness *h, void *arg)
 }
 
 /* ---- set-up --------------------------------------------------------------------------------- */
+
+static inline void harness_on_discovered(int r, const char *error, void *userdata)
+{
+        Harness *h = userdata;
+        h->discovered = r < 0 ? r : 1;
+}
+
+static inline bool harness_discovered(Harness *h, void *arg)
+{
+        return h->discovered != 0;
+}
+
+/* A full discovery through the tracker, as a reconcile pass runs it. */
+static inline int harness_discover(Harness *h)
+{
+        h->discovered = 0;
+        int r = gpu_tracker_discover(h->tracker, harness_on_discovered, h, NULL);
+        if (r >= 0)
+                r = harness_run_until(h, harness_discovered, NULL, 30 * NSEC_PER_SEC);
+        return r < 0 ? r : h->discovered < 0 ? h->discovered : 0;
+}
 
 /*
  * Opens the roots of the mounted simulator, starts the parts and fills the NVML cache (NVML-14)
@@ -279,8 +304,15 @@ static inline int harness_start(Harness *h, const char *nvml_library, nsec_t nvm
         *error = "NVML client";
         if ((r = nvml_client_new(&nc, &h->nvml)) < 0)
                 return r;
+        GpuNvml seam;
+        nvml_client_fill_gpu_seam(h->nvml, &seam);
+        GpuTrackerConfig tc = {.sysfs = h->sys, .pool = h->pool, .nvml = &seam};
+        *error = "host tracker";
+        if ((r = gpu_tracker_new(&tc, &h->tracker)) < 0)
+                return r;
         ClaimerConfig cc = {
             .sysfs = h->sys,
+            .tracker = h->tracker,
             .proc = h->proc,
             .dev_root = h->dev,
             .pool = h->pool,
@@ -303,18 +335,17 @@ static inline int harness_start(Harness *h, const char *nvml_library, nsec_t nvm
             (r = claimer_attach_event(h->cl, h->event)) < 0)
                 return r;
 
-        /* The PFs, as the owner's start-up discovery would have found them. */
-        _cleanup_(gpu_host_freep) GpuHost *host = NULL;
+        /* As the reconciler's start-up pass: discover, then fill the NVML cache for the PFs. */
         *error = "initial discovery";
-        if ((r = gpu_discover(h->sys, NULL, &host, NULL)) < 0)
+        if ((r = harness_discover(h)) < 0)
                 return r;
+        const GpuHost *host = gpu_tracker_host(h->tracker);
         _cleanup_free_ char **pfs = calloc(host->n_gpus + 1, sizeof *pfs);
         if (!pfs)
                 return -ENOMEM;
         for (size_t i = 0; i < host->n_gpus; i++)
-                pfs[i] = host->gpus[i].address;
-        if ((r = nvml_client_set_gpus(h->nvml, pfs, host->n_gpus)) < 0 ||
-            (r = claimer_set_gpus(h->cl, pfs, host->n_gpus)) < 0)
+                pfs[i] = (char *)host->gpus[i].address;
+        if ((r = nvml_client_set_gpus(h->nvml, pfs, host->n_gpus)) < 0)
                 return r;
         /* A short nvml_timeout may cut the first (cold) refresh: try a few times. */
         *error = "NVML cache refresh";
@@ -328,6 +359,10 @@ static inline int harness_start(Harness *h, const char *nvml_library, nsec_t nvm
                 if (attempt == 5)
                         return -ETIMEDOUT;
         }
+        /* The first real pass: discovery with NVML's catalogs (DISC-18). */
+        *error = "discovery with NVML";
+        if ((r = harness_discover(h)) < 0)
+                return r;
         *error = NULL;
         return 0;
 }
@@ -342,6 +377,7 @@ static inline void harness_stop(Harness *h)
                 h->nvml = nvml_client_free(h->nvml);
         h->ops = device_ops_free(h->ops);
         h->cl = claimer_free(h->cl);
+        h->tracker = gpu_tracker_free(h->tracker);
         for (size_t i = 0; i < h->n_saves; i++)
                 free(h->saved_vfs[i]);
         for (size_t i = 0; i < h->n_pending; i++)

@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <sys/stat.h>
 
+#include "api/api.h"
 #include "claim/claim.h"
 #include "testlib.h"
 
@@ -42,6 +43,7 @@ typedef struct Fixture {
         char *dev;
         WorkerPool *pool;
         DeviceOps *ops;
+        GpuTracker *tracker;
         Claimer *cl;
 
         Claim *pending[8];
@@ -200,8 +202,9 @@ static void on_claim(const ClaimResult *res, void *userdata)
         *o = (Outcome){
             .done = true,
             .r = res->r,
-            .code = res->code ? strdup(res->code) : NULL,
-            .status = res->http_status,
+            /* API-21 as the API maps a failure kind. */
+            .code = res->r < 0 ? strdup(api_claim_failure_code(res->failure)) : NULL,
+            .status = res->r < 0 ? api_claim_failure_status(res->failure) : 0,
             .error = res->error ? strdup(res->error) : NULL,
             .selections = res->selections,
         };
@@ -284,8 +287,11 @@ static void start(Fixture *f)
             .guard = guard,
         };
         assert_int_equal(device_ops_new(&dc, &f->ops), 0);
+        GpuTrackerConfig tc = {.sysfs = f->sys, .pool = f->pool};
+        assert_int_equal(gpu_tracker_new(&tc, &f->tracker), 0);
         ClaimerConfig cc = {
             .sysfs = f->sys,
+            .tracker = f->tracker,
             .proc = f->proc,
             .dev_root = f->dev,
             .pool = f->pool,
@@ -314,6 +320,7 @@ static int teardown(void **state)
         }
         device_ops_free(f->ops);
         claimer_free(f->cl);
+        gpu_tracker_free(f->tracker);
         root_free(f->sys);
         root_free(f->proc);
         free(f->dev);
@@ -347,13 +354,17 @@ static void test_unreflected_counts(void **state) /* PLACE-7 */
         assert_int_equal(claim_count_unreflected(NULL, 0, 1150, 9), 0);
 }
 
-static void test_code_status(void **state) /* API-21 */
+static void test_failure_names(void **state) /* API-21 */
 {
-        assert_int_equal(claim_code_http_status("unknown_profile"), 400);
-        assert_int_equal(claim_code_http_status("insufficient_resources"), 409);
-        assert_int_equal(claim_code_http_status("placement_disabled"), 503);
-        assert_int_equal(claim_code_http_status("internal"), 500);
-        assert_int_equal(claim_code_http_status(NULL), 0);
+        assert_string_equal(claim_failure_to_string(CLAIM_FAILURE_NONE), "none");
+        assert_string_equal(claim_failure_to_string(CLAIM_FAILURE_UNKNOWN_PROFILE),
+                            "unknown_profile");
+        assert_string_equal(claim_failure_to_string(CLAIM_FAILURE_INSUFFICIENT_RESOURCES),
+                            "insufficient_resources");
+        assert_string_equal(claim_failure_to_string(CLAIM_FAILURE_PLACEMENT_DISABLED),
+                            "placement_disabled");
+        assert_string_equal(claim_failure_to_string(CLAIM_FAILURE_INTERNAL), "internal");
+        assert_string_equal(claim_failure_to_string(_CLAIM_FAILURE_MAX), "internal");
 }
 
 /* ---- the flow ------------------------------------------------------------------------------ */
@@ -554,7 +565,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_unreflected_counts),
-            cmocka_unit_test(test_code_status),
+            cmocka_unit_test(test_failure_names),
             cmocka_unit_test_setup_teardown(test_claim_configures_and_logs, setup, teardown),
             cmocka_unit_test_setup_teardown(test_failed_save_drops_reservation, setup, teardown),
             cmocka_unit_test_setup_teardown(test_hidden_name_on_sysfs_catalog, setup, teardown),

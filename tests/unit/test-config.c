@@ -210,7 +210,7 @@ static void test_defaults(void **state)
         assert_int_equal(c->vmm.stop_timeout, 30 * NSEC_PER_SEC);
         assert_int_equal(c->vmm.console_max_bytes, 16777216);
         assert_int_equal(c->gpu.vf_quarantine_threshold, 2);
-        assert_int_equal(c->gpu.placement_policy, CONFIG_PLACEMENT_POLICY_SPREAD);
+        assert_int_equal(c->gpu.placement_policy, PLACEMENT_POLICY_SPREAD);
         assert_int_equal(c->gpu.nvml_timeout, 5 * NSEC_PER_SEC);
         assert_int_equal(c->gpu.sysfs_timeout, 30 * NSEC_PER_SEC);
         assert_int_equal(c->gpu.reconcile_interval, 60 * NSEC_PER_SEC);
@@ -337,7 +337,7 @@ static void test_every_key_loads(void **state)
         assert_int_equal(c->vmm.stop_timeout, NSEC_PER_SEC);
         assert_int_equal(c->vmm.console_max_bytes, 65536);
         assert_int_equal(c->gpu.vf_quarantine_threshold, 64);
-        assert_int_equal(c->gpu.placement_policy, CONFIG_PLACEMENT_POLICY_PACK);
+        assert_int_equal(c->gpu.placement_policy, PLACEMENT_POLICY_PACK);
         assert_int_equal(c->gpu.nvml_timeout, 100 * NSEC_PER_MSEC);
         assert_int_equal(c->gpu.sysfs_timeout, 10 * NSEC_PER_MIN);
         assert_int_equal(c->gpu.reconcile_interval, 5 * NSEC_PER_SEC);
@@ -639,9 +639,9 @@ static void test_enumerations(void **state)
         value_fails("qemu_accel", "", "one of auto, kvm, tcg", "\"\"");
 
         _cleanup_(config_donep) Config *p = loaded("gpu: {placement_policy: pack}\n");
-        assert_int_equal(p->gpu.placement_policy, CONFIG_PLACEMENT_POLICY_PACK);
+        assert_int_equal(p->gpu.placement_policy, PLACEMENT_POLICY_PACK);
         set_ok(p, "gpu.placement_policy=spread");
-        assert_int_equal(p->gpu.placement_policy, CONFIG_PLACEMENT_POLICY_SPREAD);
+        assert_int_equal(p->gpu.placement_policy, PLACEMENT_POLICY_SPREAD);
         value_fails("gpu.placement_policy", "fill", "one of spread, pack", "\"fill\"");
 
         static const struct {
@@ -664,7 +664,7 @@ static void test_enumerations(void **state)
         value_fails("log_level", "6", what, "\"6\"");
 
         assert_string_equal(config_qemu_accel_to_string(CONFIG_QEMU_ACCEL_KVM), "kvm");
-        assert_string_equal(config_placement_policy_to_string(CONFIG_PLACEMENT_POLICY_PACK),
+        assert_string_equal(placement_policy_to_string(PLACEMENT_POLICY_PACK),
                             "pack");
         assert_null(config_qemu_accel_to_string((ConfigQemuAccel)42));
 }

@@ -18,6 +18,8 @@
 #include "base/base.h"
 #include "gpu/gpu.h"
 #include "sysfs/sysfs.h"
+#include "testlib.h"
+#include "worker/worker.h"
 
 /* ---- fixtures ------------------------------------------------------------------------------ */
 
@@ -1696,6 +1698,225 @@ static void test_nvml_snapshot_discovery(void **state)
                               "directory");
 }
 
+/* ---- the tracker --------------------------------------------------------------------------- */
+
+typedef struct TrackerRun {
+        Fixture *f;
+        sd_event *event;
+        WorkerPool *pool;
+        GpuTracker *t;
+} TrackerRun;
+
+typedef struct Done {
+        unsigned calls;
+        int r;
+        char *error;
+        /* what to ask for from inside the callback */
+        TrackerRun *again;
+        struct Done *again_done;
+} Done;
+
+static void on_tracker_done(int r, const char *error, void *userdata)
+{
+        Done *d = userdata;
+        d->calls++;
+        d->r = r;
+        free(d->error);
+        d->error = error ? strdup(error) : NULL;
+        if (d->again) {
+                assert_int_equal(gpu_tracker_discover(d->again->t, on_tracker_done, d->again_done,
+                                                      NULL),
+                                 0);
+                d->again = NULL;
+        }
+}
+
+static void move_path(Fixture *f, const char *from, const char *to)
+{
+        _cleanup_free_ char *a = path_of(f, from), *b = path_of(f, to);
+        assert_int_equal(rename(a, b), 0);
+}
+
+static void tracker_start(TrackerRun *run, Fixture *f)
+{
+        *run = (TrackerRun){.f = f};
+        assert_int_equal(sd_event_new(&run->event), 0);
+        WorkerPoolConfig pc = WORKER_POOL_CONFIG_SYSFS;
+        assert_int_equal(worker_pool_new(&pc, &run->pool), 0);
+        assert_int_equal(worker_pool_attach_event(run->pool, run->event), 0);
+        GpuTrackerConfig tc = {.sysfs = f->root, .pool = run->pool};
+        assert_int_equal(gpu_tracker_new(&tc, &run->t), 0);
+}
+
+static void tracker_stop(TrackerRun *run)
+{
+        run->pool = worker_pool_free(run->pool);
+        run->t = gpu_tracker_free(run->t);
+        run->event = sd_event_unref(run->event);
+}
+
+/* Turns the loop until every request made so far has been answered. */
+static void tracker_settle(TrackerRun *run)
+{
+        TEST_WAIT_UNTIL(run->event, !gpu_tracker_is_busy(run->t));
+}
+
+/* DISC-5, DISC-6, DISC-20: a re-read folds VF states into the host; a full run replaces it */
+static void test_tracker_discovers_and_rereads(void **state)
+{
+        Fixture *f = *state;
+        TrackerRun run;
+        Done full = {}, reread = {};
+        mkhost(f, "domain-0001");
+        tracker_start(&run, f);
+
+        assert_null(gpu_tracker_host(run.t));
+        /* Without a host yet, a re-read is a full discovery. */
+        assert_int_equal(gpu_tracker_reread_types(run.t, on_tracker_done, &reread, NULL), 0);
+        assert_int_equal(reread.calls, 0); /* never from inside the call */
+        tracker_settle(&run);
+        assert_int_equal(reread.calls, 1);
+        assert_int_equal(reread.r, 0);
+        assert_int_equal(gpu_tracker_get_stats(run.t)->discoveries, 1);
+        const GpuHost *h = gpu_tracker_host(run.t);
+        assert_non_null(h);
+        assert_int_equal(gpu_host_find_vf(h, "0001:c8:00.5")->current_type_id, 0);
+
+        put(f, "devices/pci0001:c8/0001:c8:00.5/nvidia/current_vgpu_type", "1145\n");
+        put(f, "devices/pci0001:c8/0001:c8:00.6/nvidia/current_vgpu_type", "x\n");
+        assert_int_equal(gpu_tracker_reread_types(run.t, on_tracker_done, &reread, NULL), 0);
+        tracker_settle(&run);
+        assert_int_equal(reread.calls, 2);
+        assert_int_equal(gpu_tracker_get_stats(run.t)->rereads, 1);
+        assert_ptr_equal(gpu_tracker_host(run.t), h); /* folded in, not replaced */
+        const GpuVf *vf = gpu_host_find_vf(h, "0001:c8:00.5");
+        assert_int_equal(vf->current_type_id, 1145);
+        assert_string_equal(vf->current_profile, "NVIDIA L40S-1B");
+        /* A VF that cannot be re-read is unreadable, with discovery's own text. */
+        vf = gpu_host_find_vf(h, "0001:c8:00.6");
+        assert_false(gpu_vf_is_readable(vf));
+        assert_string_equal(vf->error, "invalid current vGPU type \"x\"");
+
+        put(f, "devices/pci0001:c8/0001:c8:00.6/nvidia/current_vgpu_type", "0\n");
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &full, NULL), 0);
+        tracker_settle(&run);
+        assert_int_equal(full.r, 0);
+        assert_true(gpu_vf_is_readable(gpu_host_find_vf(gpu_tracker_host(run.t), "0001:c8:00.6")));
+        assert_null(gpu_tracker_error(run.t));
+        free(full.error);
+        free(reread.error);
+        tracker_stop(&run);
+}
+
+/* DISC-7: a failed discovery keeps the last host and says why until one succeeds */
+static void test_tracker_keeps_host_on_failure(void **state)
+{
+        Fixture *f = *state;
+        TrackerRun run;
+        Done d = {};
+        mkhost(f, "domain-0001");
+        tracker_start(&run, f);
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        const GpuHost *h = gpu_tracker_host(run.t);
+        assert_non_null(h);
+        size_t n_vfs = h->n_vfs;
+
+        move_path(f, "bus/pci/devices", "bus/pci/devices.away");
+        put(f, "bus/pci/devices", "");
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        assert_int_equal(d.r, -ENOTDIR);
+        const char *want = "discover vendor VFIO VFs: list bus/pci/devices: Not a directory";
+        assert_string_equal(d.error, want);
+        assert_string_equal(gpu_tracker_error(run.t), want);
+        assert_ptr_equal(gpu_tracker_host(run.t), h);
+        assert_int_equal(gpu_tracker_host(run.t)->n_vfs, n_vfs);
+
+        /* A re-read is no discovery: it neither clears nor sets the error. */
+        assert_int_equal(gpu_tracker_reread_types(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        assert_string_equal(gpu_tracker_error(run.t), want);
+
+        remove_path(f, "bus/pci/devices");
+        move_path(f, "bus/pci/devices.away", "bus/pci/devices");
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        assert_int_equal(d.r, 0);
+        assert_null(d.error);
+        assert_null(gpu_tracker_error(run.t));
+        free(d.error);
+        tracker_stop(&run);
+}
+
+/* DISC-20, PLACE-9: runs never overlap; a request waits for a run that starts after it */
+static void test_tracker_batches_requests(void **state)
+{
+        Fixture *f = *state;
+        TrackerRun run;
+        Done a = {}, b = {}, c = {}, r1 = {}, r2 = {};
+        mkhost(f, "domain-0001");
+        tracker_start(&run, f);
+
+        /* a starts run 1; b and the re-read r1 wait and share run 2, a full one. From a's
+         * callback, c asks again: run 2 is already in flight, so c gets run 3. */
+        a.again = &run;
+        a.again_done = &c;
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &a, NULL), 0);
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &b, NULL), 0);
+        assert_int_equal(gpu_tracker_reread_types(run.t, on_tracker_done, &r1, NULL), 0);
+        assert_true(gpu_tracker_is_busy(run.t));
+        tracker_settle(&run);
+        assert_int_equal(a.calls, 1);
+        assert_int_equal(b.calls, 1);
+        assert_int_equal(c.calls, 1);
+        assert_int_equal(r1.calls, 1);
+        assert_int_equal(gpu_tracker_get_stats(run.t)->discoveries, 3);
+        assert_int_equal(gpu_tracker_get_stats(run.t)->rereads, 0);
+
+        /* A cancelled request is never answered; the run still happens. */
+        assert_int_equal(gpu_tracker_reread_types(run.t, on_tracker_done, &r2, NULL), 0);
+        gpu_tracker_cancel(run.t, &r2);
+        tracker_settle(&run);
+        assert_int_equal(r2.calls, 0);
+        assert_int_equal(gpu_tracker_get_stats(run.t)->rereads, 1);
+        tracker_stop(&run);
+}
+
+/* PLACE-6: an mdev VF's available_instances as discovery read it; unreadable reads 0 */
+static void test_mdev_availability(void **state)
+{
+        Fixture *f = *state;
+        mkhost(f, "mdev"); /* every VF but .5 (busy) has one 2Q left (nvidia-901) */
+        put(f, "class/mdev_bus/0000:41:00.4/mdev_supported_types/nvidia-901/available_instances",
+            "lots\n");
+        remove_path(f,
+                    "class/mdev_bus/0000:41:00.7/mdev_supported_types/nvidia-901/available_instances");
+        _cleanup_gpu_host_ GpuHost *h = discover_ok(f, NULL);
+        static const struct {
+                const char *vf;
+                uint32_t available_2q;
+        } want[] = {
+            {"0000:41:00.4", 0}, /* garbage */
+            {"0000:41:00.5", 0}, /* busy */
+            {"0000:41:00.6", 1},
+            {"0000:41:00.7", 0}, /* unreadable */
+        };
+        for (size_t i = 0; i < ELEMENTSOF(want); i++) {
+                const GpuVf *vf = gpu_host_find_vf(h, want[i].vf);
+                assert_non_null(vf);
+                assert_int_equal(vf->n_creatable, 10);
+                for (size_t k = 0; k < vf->n_creatable; k++)
+                        assert_int_equal(vf->creatable[k].available_instances,
+                                         streq(vf->creatable[k].mdev_type, "nvidia-901")
+                                             ? want[i].available_2q
+                                             : 0);
+        }
+        /* The catalog is what the card offers, not what a VF has left. */
+        for (size_t k = 0; k < h->gpus[0].n_catalog; k++)
+                assert_int_equal(h->gpus[0].catalog[k].available_instances, 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -1739,6 +1960,10 @@ int main(void)
             cmocka_unit_test(test_nvml_snapshot_copies),
             cmocka_unit_test(test_nvml_snapshot_failures),
             cmocka_unit_test_setup_teardown(test_nvml_snapshot_discovery, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_tracker_discovers_and_rereads, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_tracker_keeps_host_on_failure, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_tracker_batches_requests, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_mdev_availability, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -468,8 +468,6 @@ static void test_uniform_pick(void **state)
             select_with(&s, P2Q, PLACEMENT_POLICY_SPREAD, NULL, 0, &script, &c, &error), -EINVAL);
         assert_string_equal(error, "select vGPU VF: picker returned 4 of 4");
         assert_null(c.vf);
-        assert_null(placement_error_code(-EINVAL));
-        assert_int_equal(placement_error_http_status(-EINVAL), 0);
 }
 
 /* PLACE-15: the production picker */
@@ -686,8 +684,6 @@ static void test_failure_messages(void **state)
                                   "VFs consuming framebuffer): profile \"NVIDIA L40S-2Q\"";
         int r = fails_with(&s, P2Q, no_profiles);
         assert_int_equal(r, -ENOSPC);
-        assert_string_equal(placement_error_code(r), "insufficient_resources");
-        assert_int_equal(placement_error_http_status(r), 409);
         s = (PlacementSnapshot){};
         fails_with(&s, P2Q, no_profiles);
 
@@ -697,8 +693,6 @@ static void test_failure_messages(void **state)
         s = SNAPSHOT(nvml, vfs);
         r = fails_with(&s, "NVIDIA L40S-3Q", "unknown vGPU profile \"NVIDIA L40S-3Q\"");
         assert_int_equal(r, -ENOENT);
-        assert_string_equal(placement_error_code(r), "unknown_profile");
-        assert_int_equal(placement_error_http_status(r), 400);
 
         /* One catalog from shrinking sysfs lists: the name may only be hidden by capacity. */
         nvml[1].catalog_from_nvml = false;
@@ -711,8 +705,6 @@ static void test_failure_messages(void **state)
         vfs[0].quarantined = true;
         r = fails_with(&s, P2Q, NO_VF_2Q);
         assert_int_equal(r, -ENOSPC);
-        assert_string_equal(placement_error_code(r), "insufficient_resources");
-        assert_int_equal(placement_error_http_status(r), 409);
 
         /* A NULL error pointer is allowed; a missing argument is refused. */
         Script script = {};
@@ -859,6 +851,221 @@ static void test_available(void **state)
         assert_int_equal(placement_count_available_many(&s, NULL, 0, NULL), 0);
 }
 
+/* ---- the one host→placement snapshot ------------------------------------------------------ */
+
+#define PF_V "0000:e3:00.0"
+#define PF_M "0000:41:00.0"
+
+static GpuProfile l40s_catalog[] = {
+    {.name = "NVIDIA L40S-2Q", .type_id = 1148, .framebuffer_mib = 2048},
+    {.name = "NVIDIA L40S-4Q", .type_id = 1150, .framebuffer_mib = 4096},
+};
+
+static bool view_claimed(void *userdata, const char *vf, uint64_t *ret_fb)
+{
+        if (!streq(vf, "0000:e3:00.7"))
+                return false;
+        *ret_fb = 8192;
+        return true;
+}
+
+static bool view_reserved(void *userdata, const char *vf, PlacementReservation *ret)
+{
+        if (streq(vf, "0000:e3:01.0")) {
+                *ret = (PlacementReservation){.type_id = 1148, .framebuffer_mib = 2048};
+                return true;
+        }
+        if (streq(vf, "0000:e3:01.1")) {
+                *ret = (PlacementReservation){
+                    .type_id = 1150, .framebuffer_mib = 4096, .write_done = true};
+                return true;
+        }
+        return false;
+}
+
+static bool view_quarantined(void *userdata, const char *vf)
+{
+        return streq(vf, userdata);
+}
+
+static unsigned counts_asked;
+
+static int view_counts(void *userdata, const char *pf, PlacementNvmlCount **ret, size_t *ret_n)
+{
+        counts_asked++;
+        PlacementNvmlCount *c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        *c = (PlacementNvmlCount){.type_id = 1150, .count = 3, .unreflected = 1};
+        *ret = c;
+        *ret_n = 1;
+        return 0;
+}
+
+/* PLACE-2, PLACE-21, API-6, DISC-6, DISC-14: every overlay, and the framebuffer rules */
+static void test_view_vendor_vfio(void **state)
+{
+        GpuProfile creatable[] = {l40s_catalog[0], l40s_catalog[1]};
+        Gpu gpu = {.address = PF_V,
+                   .catalog_source = GPU_CATALOG_NVML,
+                   .catalog = l40s_catalog,
+                   .n_catalog = ELEMENTSOF(l40s_catalog)};
+        GpuVf vfs[] = {
+            {.address = "0000:e3:00.4", .parent = PF_V, .creatable = creatable, .n_creatable = 2},
+            /* a leftover type: its size comes from the GPU's catalog */
+            {.address = "0000:e3:00.5", .parent = PF_V, .current_type_id = 1150},
+            /* a type the catalog lacks, named by a profile: its size comes from the name */
+            {.address = "0000:e3:00.6",
+             .parent = PF_V,
+             .current_type_id = 9999,
+             .current_profile = "NVIDIA L40S-8Q"},
+            /* claimed: the claim's size wins over the leftover's */
+            {.address = "0000:e3:00.7", .parent = PF_V, .current_type_id = 1150},
+            /* an unfinished reservation, and one whose write is done */
+            {.address = "0000:e3:01.0", .parent = PF_V},
+            {.address = "0000:e3:01.1", .parent = PF_V, .current_type_id = 1150},
+            {.address = "0000:e3:01.2", .parent = PF_V, .error = "read current vGPU type: EIO"},
+            {.address = "0000:e3:01.3", .parent = PF_V},
+            {.address = "0000:e3:01.4", .parent = ""},
+        };
+        GpuHost h = {.framework = GPU_FRAMEWORK_VENDOR_VFIO,
+                     .gpus = &gpu,
+                     .n_gpus = 1,
+                     .vfs = vfs,
+                     .n_vfs = ELEMENTSOF(vfs)};
+        PlacementOverlays o = {
+            .is_quarantined = view_quarantined,
+            .quarantine_userdata = "0000:e3:01.3",
+            .is_claimed = view_claimed,
+            .is_reserved = view_reserved,
+            .nvml_counts = view_counts,
+        };
+        _cleanup_placement_view_ PlacementView *v = NULL;
+        counts_asked = 0;
+        assert_int_equal(placement_view_build(&h, &o, &v), 0);
+        const PlacementSnapshot *s = &v->snapshot;
+
+        assert_int_equal(s->n_gpus, 1);
+        const PlacementGpu *g = &s->gpus[0];
+        assert_string_equal(g->address, PF_V);
+        assert_int_equal(g->framework, PLACEMENT_FRAMEWORK_VENDOR_VFIO);
+        /* No NVML client: mode unknown (treated as equal-size), NVML not usable. */
+        assert_int_equal(g->mode, PLACEMENT_MODE_UNKNOWN);
+        assert_false(g->nvml_usable);
+        assert_true(g->catalog_from_nvml);
+        assert_int_equal(g->n_catalog, 2);
+        assert_string_equal(g->catalog[1].name, "NVIDIA L40S-4Q");
+        assert_int_equal(g->catalog[1].framebuffer_mib, 4096);
+        assert_int_equal(counts_asked, 1);
+        assert_int_equal(g->n_nvml_counts, 1);
+        assert_int_equal(g->nvml_counts[0].count, 3);
+        assert_int_equal(g->nvml_counts[0].unreflected, 1);
+
+        assert_int_equal(s->n_vfs, ELEMENTSOF(vfs));
+        const PlacementVf *pv = s->vfs;
+        assert_true(placement_vf_is_allocatable(s, &pv[0]));
+        assert_int_equal(pv[0].n_creatable, 2);
+        assert_string_equal(pv[0].creatable[1], "NVIDIA L40S-4Q");
+        assert_null(pv[0].mdev_types);
+        assert_int_equal(pv[1].framebuffer_mib, 4096);
+        assert_true(placement_vf_is_dirty(&pv[1]));
+        assert_int_equal(pv[2].framebuffer_mib, 8192);
+        assert_true(pv[3].claimed);
+        assert_int_equal(pv[3].framebuffer_mib, 8192);
+        assert_false(placement_vf_is_dirty(&pv[3]));
+        assert_true(pv[4].reserved);
+        assert_false(pv[4].claimed);
+        assert_int_equal(pv[4].reserved_type, 1148);
+        assert_int_equal(pv[4].framebuffer_mib, 2048);
+        assert_false(pv[5].reserved); /* its write is done: it counts as claimed */
+        assert_true(pv[5].claimed);
+        assert_int_equal(pv[5].framebuffer_mib, 4096);
+        assert_false(pv[6].readable);
+        assert_true(pv[7].quarantined);
+        assert_false(pv[7].claimed);
+        assert_null(pv[8].parent);
+        for (size_t i = 0; i < s->n_vfs; i++)
+                assert_false(pv[i].uncertain); /* no pool, nothing uncertain */
+
+        /* Without overlays: the host as discovered, nothing claimed, reserved or quarantined. */
+        _cleanup_placement_view_ PlacementView *bare = NULL;
+        assert_int_equal(placement_view_build(&h, NULL, &bare), 0);
+        for (size_t i = 0; i < bare->snapshot.n_vfs; i++) {
+                const PlacementVf *b = &bare->snapshot.vfs[i];
+                assert_false(b->claimed || b->reserved || b->quarantined || b->uncertain);
+        }
+        assert_int_equal(bare->snapshot.gpus[0].n_nvml_counts, 0);
+        assert_int_equal(bare->snapshot.vfs[3].framebuffer_mib, 4096);
+        assert_int_equal(placement_view_build(NULL, NULL, &bare), -EINVAL);
+}
+
+/* API-6, PLACE-6, DISC-14: mdev GPUs are equal-size, never NVML's, and carry availability */
+static void test_view_mdev(void **state)
+{
+        GpuProfile catalog[] = {
+            {.name = "NVIDIA A40-2Q", .mdev_type = "nvidia-901", .framebuffer_mib = 2048},
+            {.name = "NVIDIA A40-4Q", .mdev_type = "nvidia-903", .framebuffer_mib = 4096},
+        };
+        GpuProfile free_vf[] = {
+            {.name = "NVIDIA A40-2Q", .mdev_type = "nvidia-901", .available_instances = 1},
+            {.name = "NVIDIA A40-4Q", .mdev_type = "nvidia-903", .available_instances = 0},
+        };
+        char *uuids[] = {"3b0c2f4e-8d1a-4c6b-9e2f-5a7d1c3e9b40", NULL};
+        Gpu gpu = {.address = PF_M, .catalog = catalog, .n_catalog = ELEMENTSOF(catalog)};
+        GpuVf vfs[] = {
+            {.address = "0000:41:00.4", .parent = PF_M, .creatable = free_vf, .n_creatable = 2},
+            /* an mdev of a type the catalog lacks: its size comes from its profile's name */
+            {.address = "0000:41:00.5",
+             .parent = PF_M,
+             .mdev_uuids = uuids,
+             .current_profile = "NVIDIA A40-8Q"},
+            {.address = "0000:41:00.6", .parent = PF_M, .mdev_uuids = uuids,
+             .current_profile = "NVIDIA A40-4Q"},
+            {.address = "0000:41:00.7", .parent = PF_M, .error = "gone", .creatable = free_vf,
+             .n_creatable = 2},
+        };
+        GpuHost h = {.framework = GPU_FRAMEWORK_MDEV,
+                     .gpus = &gpu,
+                     .n_gpus = 1,
+                     .vfs = vfs,
+                     .n_vfs = ELEMENTSOF(vfs)};
+        PlacementOverlays o = {.nvml_counts = view_counts};
+        _cleanup_placement_view_ PlacementView *v = NULL;
+        counts_asked = 0;
+        assert_int_equal(placement_view_build(&h, &o, &v), 0);
+        const PlacementSnapshot *s = &v->snapshot;
+
+        assert_int_equal(s->gpus[0].framework, PLACEMENT_FRAMEWORK_MDEV);
+        assert_int_equal(s->gpus[0].mode, PLACEMENT_MODE_EQUAL);
+        assert_false(s->gpus[0].nvml_usable);
+        assert_int_equal(counts_asked, 0); /* PLACE-6 decides: NVML's counts are never used */
+        assert_int_equal(s->gpus[0].n_nvml_counts, 0);
+        assert_int_equal(placement_gpu_path(&s->gpus[0]), PLACEMENT_PATH_MDEV);
+
+        assert_int_equal(s->vfs[0].n_mdev_types, 2);
+        assert_string_equal(s->vfs[0].mdev_types[0].mdev_type, "nvidia-901");
+        assert_int_equal(s->vfs[0].mdev_types[0].available_instances, 1);
+        assert_int_equal(s->vfs[0].mdev_types[1].available_instances, 0);
+        assert_true(s->vfs[1].has_mdev);
+        assert_int_equal(s->vfs[1].framebuffer_mib, 8192);
+        assert_int_equal(s->vfs[2].framebuffer_mib, 4096);
+        assert_int_equal(s->vfs[3].n_mdev_types, 0); /* unreadable: no availability */
+        assert_int_equal(placement_count_available(s, "NVIDIA A40-2Q"), 1);
+        assert_int_equal(placement_count_available(s, "NVIDIA A40-4Q"), 0);
+}
+
+static void test_mode_names(void **state) /* API-6 */
+{
+        assert_string_equal(placement_mode_to_string(PLACEMENT_MODE_EQUAL), "equal");
+        assert_string_equal(placement_mode_to_string(PLACEMENT_MODE_MIXED), "mixed");
+        assert_string_equal(placement_mode_to_string(PLACEMENT_MODE_UNKNOWN), "unknown");
+        assert_int_equal(placement_mode_from_nvml(NVML_MODE_MIXED), PLACEMENT_MODE_MIXED);
+        assert_int_equal(placement_mode_from_nvml(NVML_MODE_EQUAL), PLACEMENT_MODE_EQUAL);
+        assert_int_equal(placement_mode_from_nvml(NVML_MODE_UNKNOWN), PLACEMENT_MODE_UNKNOWN);
+        assert_string_equal(placement_policy_to_string(PLACEMENT_POLICY_PACK), "pack");
+        assert_string_equal(placement_policy_to_string(PLACEMENT_POLICY_SPREAD), "spread");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -880,6 +1087,9 @@ int main(void)
             cmocka_unit_test(test_nvml_answer_stale),
             cmocka_unit_test(test_sysfs_must_wait),
             cmocka_unit_test(test_available),
+            cmocka_unit_test(test_view_vendor_vfio),
+            cmocka_unit_test(test_view_mdev),
+            cmocka_unit_test(test_mode_names),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

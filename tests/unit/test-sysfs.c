@@ -469,6 +469,27 @@ static void test_root_write_attr(void **state)
         assert_memory_equal(buf, "0000:e3:00.4", 12);
 }
 
+/* GEN-4: a job keeps its own copy of a root, usable after the original is gone */
+static void test_root_dup(void **state)
+{
+        Fixture *f = *state;
+        Root *copy = NULL;
+        assert_int_equal(root_dup(f->root, &copy), 0);
+        assert_non_null(copy);
+        assert_true(copy->fd >= 0);
+        assert_int_not_equal(copy->fd, f->root->fd);
+        assert_string_equal(copy->path, f->root->path);
+        assert_ptr_not_equal(copy->path, f->root->path);
+
+        f->root = root_free(f->root);
+        char *value = NULL;
+        assert_int_equal(root_read_attr(copy, "attr", 64, &value), 0);
+        assert_string_equal(value, "value");
+        free(value);
+        /* The teardown frees the fixture's root: hand it the copy. */
+        f->root = copy;
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -481,6 +502,7 @@ int main(void)
             fixture_test(test_root_list_dir),
             fixture_test(test_root_exists),
             fixture_test(test_root_write_attr),
+            fixture_test(test_root_dup),
         };
         return cmocka_run_group_tests_name("sysfs", tests, NULL, NULL);
 }

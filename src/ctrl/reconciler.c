@@ -1,0 +1,353 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Reconcile passes (ctrl.h): discovery through the tracker, the open-handle scan, the health
+ * repair and the NVML refresh, each posting back into pass_step_done().
+ */
+#include "ctrl.h"
+#include "vfio/vfio.h"
+
+typedef struct Pass {
+        nsec_t started;
+        unsigned pending; /* steps that have not posted back */
+        bool startup;     /* the start-up pass of GEN-10 */
+} Pass;
+
+struct Reconciler {
+        ReconcilerConfig config;
+        Root *proc;
+        char *dev_root;
+
+        Pass *pass;      /* in flight, NULL when none */
+        bool again;      /* REC-1: a pass came due during another */
+        char *scan_error;
+        char *logged_discovery_error; /* DISC-7's text as last logged */
+        unsigned nvml_refreshes_to_skip;
+        bool waiting_nvml_refresh;
+};
+
+static void pass_step_done(Reconciler *rc);
+
+/* ---- discovery (DISC-7, DISC-20, HEALTH-30, NVML-14) ---------------------------------------- */
+
+static void log_discovery(Reconciler *rc, const char *error)
+{
+        if (streq_ptr(rc->logged_discovery_error, error))
+                return;
+        if (error)
+                log_line(LOG_LEVEL_ERR, 0, "GPU discovery failed; keeping the last VF table",
+                         "error", error, NULL);
+        else
+                log_line(LOG_LEVEL_INFO, 0, "GPU discovery succeeded again", NULL);
+        free(rc->logged_discovery_error);
+        rc->logged_discovery_error = error ? strdup(error) : NULL;
+}
+
+static void on_driver_version_done(HealthStore *s, int r, const HealthResult *result,
+                                   const char *error, void *userdata)
+{
+        if (r < 0)
+                log_line(LOG_LEVEL_WARNING, r, "host driver version not recorded", "error", error,
+                         NULL);
+}
+
+/* HEALTH-30: the first version a store sees is recorded, not a change. */
+static void record_driver_version(Reconciler *rc, const char *version)
+{
+        HealthStore *health = rc->config.health;
+        _cleanup_free_ char *error = NULL;
+        if (!health || !version)
+                return;
+        bool known = health_store_state(health)->driver_version != NULL;
+        int r = health_store_submit(
+            health, &(HealthRequest){.kind = HEALTH_REQUEST_DRIVER_VERSION, .text = version},
+            on_driver_version_done, rc, NULL, &error);
+        if (r > 0)
+                log_line(LOG_LEVEL_NOTICE, 0,
+                         known ? "host driver version changed" : "host driver version recorded",
+                         "driver_version", version, NULL);
+        else if (r < 0)
+                log_line(LOG_LEVEL_DEBUG, r, "host driver version not recorded", "error", error,
+                         NULL);
+}
+
+/* NVML-14: the cache covers exactly the GPUs discovered now. */
+static void set_nvml_gpus(Reconciler *rc, const GpuHost *h)
+{
+        _cleanup_free_ char **pfs = calloc(h->n_gpus + 1, sizeof *pfs);
+        if (!pfs) {
+                log_error("out of memory updating the NVML GPU list");
+                return;
+        }
+        for (size_t i = 0; i < h->n_gpus; i++)
+                pfs[i] = (char *)h->gpus[i].address;
+        int r = nvml_client_set_gpus(rc->config.nvml, pfs, h->n_gpus);
+        if (r < 0)
+                log_warning_errno(r, "set NVML GPU list: %m");
+}
+
+static void request_nvml_refresh(Reconciler *rc)
+{
+        /* A refresh already running may predate this discovery; the one after it does not
+         * (NVML-15 coalesces every request meanwhile into exactly one more run). */
+        rc->nvml_refreshes_to_skip = nvml_client_refresh_is_running(rc->config.nvml) ? 1 : 0;
+        int r = nvml_client_request_refresh(rc->config.nvml, true);
+        if (r < 0) {
+                log_warning_errno(r, "NVML placement cache refresh not started: %m");
+                return;
+        }
+        rc->waiting_nvml_refresh = true;
+        rc->pass->pending++;
+}
+
+static void on_discover_done(int r, const char *error, void *userdata)
+{
+        Reconciler *rc = userdata;
+        GpuTracker *t = rc->config.tracker;
+
+        log_discovery(rc, gpu_tracker_error(t));
+        if (r >= 0) {
+                set_nvml_gpus(rc, gpu_tracker_host(t));
+                if (!rc->pass->startup)
+                        record_driver_version(rc, gpu_tracker_driver_version(t));
+        }
+        request_nvml_refresh(rc);
+        pass_step_done(rc);
+}
+
+/* ---- the open-handle scan (DEV-14) ----------------------------------------------------------- */
+
+typedef struct ScanJob {
+        Root *proc;
+        char *dev_root;
+        char *scan_error; /* vfio_scan_startup()'s own text, which names the scan */
+} ScanJob;
+
+static void scan_job_free(void *data)
+{
+        ScanJob *j = data;
+        root_free(j->proc);
+        free(j->dev_root);
+        free(j->scan_error);
+        free(j);
+}
+
+static int scan_job_run(void *data, char **error)
+{
+        ScanJob *j = data;
+        _cleanup_vfio_scan_ VfioScan *scan = NULL;
+        return vfio_scan_startup(j->proc, j->dev_root, &scan, &j->scan_error);
+}
+
+static void set_scan_error(Reconciler *rc, char *error)
+{
+        if (streq_ptr(rc->scan_error, error)) {
+                free(error);
+                return;
+        }
+        if (error)
+                log_line(LOG_LEVEL_ERR, 0, "open-handle scan failed; placement disabled", "error",
+                         error, NULL);
+        else if (rc->scan_error)
+                log_line(LOG_LEVEL_INFO, 0, "open-handle scan succeeded again", NULL);
+        free(rc->scan_error);
+        rc->scan_error = error;
+}
+
+/* A scan the pool ended (deadline, no thread) fails with the pool's text, named as a scan. */
+static char *scan_failure(const char *error, int r)
+{
+        char *msg = NULL;
+        (void)strprintf(&msg, "open-handle scan failed: %s", error);
+        return msg ? msg : strdup(strerror(-r));
+}
+
+static void on_scan_done(int r, void *data, const char *error, void *userdata)
+{
+        Reconciler *rc = userdata;
+        ScanJob *j = data;
+
+        if (r >= 0)
+                set_scan_error(rc, NULL);
+        else if (j && j->scan_error)
+                set_scan_error(rc, TAKE_PTR(j->scan_error));
+        else
+                set_scan_error(rc, scan_failure(error, r));
+        pass_step_done(rc);
+}
+
+static int submit_scan(Reconciler *rc)
+{
+        _cleanup_free_ char *error = NULL;
+        ScanJob *j = calloc(1, sizeof *j);
+        if (!j)
+                return -ENOMEM;
+        int r = root_dup(rc->proc, &j->proc);
+        if (r >= 0 && !(j->dev_root = strdup(rc->dev_root)))
+                r = -ENOMEM;
+        if (r < 0) {
+                scan_job_free(j);
+                return r;
+        }
+        WorkerJob job = {
+            .timeout = rc->config.sysfs_timeout ? rc->config.sysfs_timeout
+                                                : GPU_TRACKER_TIMEOUT_DEFAULT,
+            .run = scan_job_run,
+            .done = on_scan_done,
+            .data = j,
+            .free_data = scan_job_free,
+            .userdata = rc,
+        };
+        r = worker_pool_submit(rc->config.pool, &job, &error);
+        if (r < 0) {
+                scan_job_free(j);
+                set_scan_error(rc, scan_failure(error, r));
+                return 0;
+        }
+        rc->pass->pending++;
+        return 0;
+}
+
+/* ---- the health repair step (HEALTH-21) ------------------------------------------------------ */
+
+static void on_repair_done(HealthStore *s, int r, const HealthResult *result, const char *error,
+                           void *userdata)
+{
+        if (r < 0)
+                log_line(LOG_LEVEL_WARNING, r, "VF health state repair failed", "error", error,
+                         NULL);
+        pass_step_done(userdata);
+}
+
+static void submit_repair(Reconciler *rc)
+{
+        _cleanup_free_ char *error = NULL;
+        if (!rc->config.health)
+                return;
+        int r = health_store_submit(rc->config.health,
+                                    &(HealthRequest){.kind = HEALTH_REQUEST_REPAIR},
+                                    on_repair_done, rc, NULL, &error);
+        if (r < 0)
+                log_line(LOG_LEVEL_DEBUG, r, "VF health state repair failed", "error", error, NULL);
+        else if (r > 0)
+                rc->pass->pending++;
+}
+
+/* ---- passes ---------------------------------------------------------------------------------- */
+
+static void pass_step_done(Reconciler *rc)
+{
+        Pass *p = rc->pass;
+        if (--p->pending > 0)
+                return;
+        char took[DURATION_STRLEN];
+        format_duration(mono_clock_now(&mono_clock_system) - p->started, took);
+        log_line(LOG_LEVEL_DEBUG, 0, p->startup ? "start-up discovery done" : "reconcile pass done",
+                 "duration", took, NULL);
+        bool startup = p->startup;
+        rc->pass = NULL;
+        free(p);
+
+        if (rc->config.pass_done)
+                rc->config.pass_done(rc->config.userdata, startup);
+        if (rc->again && !rc->pass) {
+                int r = reconciler_start(rc, false);
+                if (r < 0)
+                        log_error_errno(r, "start reconcile pass: %m");
+        }
+}
+
+void reconciler_nvml_refreshed(Reconciler *rc)
+{
+        if (!rc->waiting_nvml_refresh)
+                return;
+        if (rc->nvml_refreshes_to_skip > 0) {
+                rc->nvml_refreshes_to_skip--;
+                return;
+        }
+        rc->waiting_nvml_refresh = false;
+        if (rc->pass)
+                pass_step_done(rc);
+}
+
+int reconciler_start(Reconciler *rc, bool startup)
+{
+        if (rc->pass) {
+                rc->again = true;
+                return 0;
+        }
+        Pass *p = calloc(1, sizeof *p);
+        if (!p)
+                return -ENOMEM;
+        *p = (Pass){
+            .started = mono_clock_now(&mono_clock_system),
+            .startup = startup,
+            /* Held until every step is submitted, so that a step finishing early cannot end
+             * the pass. */
+            .pending = 1,
+        };
+        rc->pass = p;
+        rc->again = false;
+
+        _cleanup_free_ char *error = NULL;
+        int r = gpu_tracker_discover(rc->config.tracker, on_discover_done, rc, &error);
+        if (r >= 0)
+                p->pending++;
+        else {
+                /* DISC-7 and GEN-4: the tracker keeps the failure; the pass goes on. */
+                log_discovery(rc, gpu_tracker_error(rc->config.tracker));
+                request_nvml_refresh(rc);
+        }
+        if (!startup)
+                r = submit_scan(rc);
+        if (r < 0)
+                log_error_errno(r, "start reconcile pass: %m");
+        if (!startup)
+                submit_repair(rc);
+        pass_step_done(rc);
+        return 0;
+}
+
+bool reconciler_is_running(const Reconciler *rc)
+{
+        return rc->pass != NULL;
+}
+
+const char *reconciler_scan_error(const Reconciler *rc)
+{
+        return rc->scan_error;
+}
+
+int reconciler_new(const ReconcilerConfig *config, Reconciler **ret)
+{
+        if (!config || !config->tracker || !config->pool || !config->nvml || !config->proc ||
+            !config->dev_root)
+                return -EINVAL;
+        _cleanup_free_ Reconciler *rc = calloc(1, sizeof *rc);
+        if (!rc)
+                return -ENOMEM;
+        rc->config = *config;
+        int r = root_dup(config->proc, &rc->proc);
+        if (r < 0)
+                return r;
+        rc->dev_root = strdup(config->dev_root);
+        if (!rc->dev_root) {
+                root_free(rc->proc);
+                return -ENOMEM;
+        }
+        *ret = TAKE_PTR(rc);
+        return 0;
+}
+
+Reconciler *reconciler_free(Reconciler *rc)
+{
+        if (!rc)
+                return NULL;
+        gpu_tracker_cancel(rc->config.tracker, rc);
+        free(rc->pass);
+        free(rc->scan_error);
+        free(rc->logged_discovery_error);
+        root_free(rc->proc);
+        free(rc->dev_root);
+        free(rc);
+        return NULL;
+}

@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Unit tests of ctrl's Reconciler on fixture trees: a pass discovers through the tracker, scans
+ * /proc and refreshes NVML; the start-up pass does not scan; passes never overlap; failures of
+ * discovery (DISC-7) and of the scan (DEV-14) are kept, logged once, and cleared by success.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "ctrl/ctrl.h"
+#include "testlib.h"
+
+#define PF "0001:c8:00.0"
+#define VF "0001:c8:00.4"
+
+typedef struct Fixture {
+        TestTree *tree;
+        Root *sys, *proc;
+        char *dev;
+        sd_event *event;
+        WorkerPool *pool;
+        NvmlClient *nvml;
+        GpuTracker *tracker;
+        Reconciler *rc;
+        unsigned passes, startup_passes;
+        bool start_again; /* pass_done asks for one more pass, as the Manager does */
+        TestLog log;
+} Fixture;
+
+static void on_pass_done(void *userdata, bool startup)
+{
+        Fixture *f = userdata;
+        f->passes++;
+        f->startup_passes += startup;
+        if (f->start_again) {
+                f->start_again = false;
+                assert_int_equal(reconciler_start(f->rc, false), 0);
+        }
+}
+
+static void on_refreshed(NvmlClient *c, void *userdata)
+{
+        Fixture *f = userdata;
+        reconciler_nvml_refreshed(f->rc);
+}
+
+/* One L40S with one vendor VF (DISC-4). */
+static void put_host(Fixture *f)
+{
+        assert_int_equal(test_tree_put(f->tree, "0x26b9\n", "sys/bus/pci/devices/%s/device", PF),
+                         0);
+        assert_int_equal(test_tree_put(f->tree, "0\n",
+                                       "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF),
+                         0);
+        assert_int_equal(test_tree_put(f->tree, "ID    : vGPU Name\n1148  : NVIDIA L40S-2Q\n",
+                                       "sys/bus/pci/devices/%s/nvidia/creatable_vgpu_types", VF),
+                         0);
+        assert_int_equal(test_tree_link(f->tree, "../" PF, "sys/bus/pci/devices/%s/physfn", VF),
+                         0);
+}
+
+static int setup(void **state)
+{
+        Fixture *f = calloc(1, sizeof *f);
+        assert_non_null(f);
+        assert_int_equal(test_tree_new("vgpud-ctrl", &f->tree), 0);
+        put_host(f);
+        assert_int_equal(test_tree_put(f->tree, "580.159.01\n", "sys/module/nvidia/version"), 0);
+        assert_int_equal(test_mkdirs_at(f->tree->fd, "proc"), 0);
+        assert_int_equal(test_mkdirs_at(f->tree->fd, "dev"), 0);
+        assert_int_equal(test_log_start(&f->log), 0);
+        log_set_max_level(LOG_LEVEL_INFO);
+
+        _cleanup_free_ char *sys = test_tree_path(f->tree, "sys");
+        _cleanup_free_ char *proc = test_tree_path(f->tree, "proc");
+        f->dev = test_tree_path(f->tree, "dev");
+        assert_int_equal(root_open(sys, &f->sys), 0);
+        assert_int_equal(root_open(proc, &f->proc), 0);
+        assert_int_equal(sd_event_new(&f->event), 0);
+        WorkerPoolConfig pc = WORKER_POOL_CONFIG_SYSFS;
+        assert_int_equal(worker_pool_new(&pc, &f->pool), 0);
+        assert_int_equal(worker_pool_attach_event(f->pool, f->event), 0);
+        /* No library: NVML is unavailable, and its refreshes still end (NVML-11). */
+        NvmlClientConfig nc = {.timeout = NSEC_PER_SEC, .refreshed = on_refreshed, .userdata = f};
+        assert_int_equal(nvml_client_new(&nc, &f->nvml), 0);
+        assert_int_equal(nvml_client_attach_event(f->nvml, f->event), 0);
+        GpuTrackerConfig tc = {.sysfs = f->sys, .pool = f->pool};
+        assert_int_equal(gpu_tracker_new(&tc, &f->tracker), 0);
+        ReconcilerConfig rc = {
+            .tracker = f->tracker,
+            .pool = f->pool,
+            .nvml = f->nvml,
+            .proc = f->proc,
+            .dev_root = f->dev,
+            .pass_done = on_pass_done,
+            .userdata = f,
+        };
+        assert_int_equal(reconciler_new(&rc, &f->rc), 0);
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        Fixture *f = *state;
+        worker_pool_free(f->pool);
+        nvml_client_free(f->nvml);
+        reconciler_free(f->rc);
+        gpu_tracker_free(f->tracker);
+        sd_event_unref(f->event);
+        root_free(f->sys);
+        root_free(f->proc);
+        free(f->dev);
+        test_log_stop(&f->log);
+        test_tree_free(f->tree);
+        free(f);
+        return 0;
+}
+
+static void run_pass(Fixture *f, bool startup)
+{
+        unsigned before = f->passes;
+        assert_int_equal(reconciler_start(f->rc, startup), 0);
+        assert_true(reconciler_is_running(f->rc));
+        TEST_WAIT_UNTIL(f->event, f->passes > before && !reconciler_is_running(f->rc));
+}
+
+static unsigned log_count(Fixture *f, const char *needle)
+{
+        unsigned n = 0;
+        for (const char *p = test_log_text(&f->log); (p = strstr(p, needle)); p++)
+                n++;
+        return n;
+}
+
+/* REC-1, DISC-20, NVML-14 */
+static void test_pass_discovers(void **state)
+{
+        Fixture *f = *state;
+        run_pass(f, false);
+        assert_int_equal(f->passes, 1);
+        assert_int_equal(f->startup_passes, 0);
+        const GpuHost *h = gpu_tracker_host(f->tracker);
+        assert_non_null(h);
+        assert_non_null(gpu_host_find_vf(h, VF));
+        assert_null(gpu_tracker_error(f->tracker));
+        assert_null(reconciler_scan_error(f->rc));
+        assert_string_equal(gpu_tracker_driver_version(f->tracker), "580.159.01");
+        assert_int_equal(log_count(f, "reconcile pass done"), 0); /* a debug line */
+}
+
+/* GEN-10: the start-up pass discovers and fills NVML, and does not scan */
+static void test_startup_pass_skips_scan(void **state)
+{
+        Fixture *f = *state;
+        /* A /proc the scan cannot read (DEV-14) goes unnoticed by the start-up pass ... */
+        assert_int_equal(test_tree_put(f->tree, "", "proc/1/fd"), 0);
+        run_pass(f, true);
+        assert_int_equal(f->startup_passes, 1);
+        assert_non_null(gpu_tracker_host(f->tracker));
+        assert_null(reconciler_scan_error(f->rc));
+
+        /* ... and disables placement from the first real pass on, logged once. */
+        run_pass(f, false);
+        run_pass(f, false);
+        const char *want = "open-handle scan failed: read process 1 file descriptors: Not a "
+                           "directory";
+        assert_string_equal(reconciler_scan_error(f->rc), want);
+        assert_int_equal(log_count(f, "open-handle scan failed; placement disabled"), 1);
+
+        assert_int_equal(test_remove_tree_at(f->tree->fd, "proc/1"), 0);
+        run_pass(f, false);
+        assert_null(reconciler_scan_error(f->rc));
+        assert_int_equal(log_count(f, "open-handle scan succeeded again"), 1);
+}
+
+/* REC-1: a pass asked for during another runs right after it, never alongside */
+static void test_passes_never_overlap(void **state)
+{
+        Fixture *f = *state;
+        assert_int_equal(reconciler_start(f->rc, false), 0);
+        assert_int_equal(reconciler_start(f->rc, false), 0); /* due meanwhile */
+        assert_int_equal(reconciler_start(f->rc, false), 0); /* coalesced with the one above */
+        TEST_WAIT_UNTIL(f->event, f->passes == 2 && !reconciler_is_running(f->rc));
+        assert_int_equal(gpu_tracker_get_stats(f->tracker)->discoveries, 2);
+
+        /* The owner may start the next pass from pass_done (GEN-10's phases do). */
+        f->start_again = true;
+        assert_int_equal(reconciler_start(f->rc, false), 0);
+        TEST_WAIT_UNTIL(f->event, f->passes == 4 && !reconciler_is_running(f->rc));
+        assert_int_equal(gpu_tracker_get_stats(f->tracker)->discoveries, 4);
+}
+
+/* DISC-7: a failed discovery keeps the table, is logged once, and success is logged once */
+static void test_discovery_failure_is_kept(void **state)
+{
+        Fixture *f = *state;
+        run_pass(f, false);
+        const GpuHost *h = gpu_tracker_host(f->tracker);
+        assert_int_equal(test_remove_tree_at(f->tree->fd, "sys/bus/pci/devices"), 0);
+        assert_int_equal(test_tree_put(f->tree, "", "sys/bus/pci/devices"), 0);
+        run_pass(f, false);
+        run_pass(f, false);
+        const char *want = "discover vendor VFIO VFs: list bus/pci/devices: Not a directory";
+        assert_string_equal(gpu_tracker_error(f->tracker), want);
+        assert_ptr_equal(gpu_tracker_host(f->tracker), h);
+        assert_int_equal(log_count(f, "GPU discovery failed; keeping the last VF table"), 1);
+        assert_int_equal(f->passes, 3); /* the pass still ends */
+        assert_int_equal(log_count(f, "GPU discovery succeeded again"), 0);
+
+        assert_int_equal(test_remove_tree_at(f->tree->fd, "sys/bus/pci/devices"), 0);
+        put_host(f);
+        run_pass(f, false);
+        assert_null(gpu_tracker_error(f->tracker));
+        assert_int_equal(log_count(f, "GPU discovery succeeded again"), 1);
+        assert_non_null(gpu_host_find_vf(gpu_tracker_host(f->tracker), VF));
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test_setup_teardown(test_pass_discovers, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_startup_pass_skips_scan, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_passes_never_overlap, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_discovery_failure_is_kept, setup, teardown),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
