@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 
 #include "base/base.h"
+#include "testlib.h"
 #include "vfio/vfio.h"
 
 #define N_NODES 64
@@ -271,11 +272,7 @@ static void reap_holders(const pid_t *pids, int n)
 
 static void remove_tree(const char *path)
 {
-        /* The fixture is ours alone and a few hundred entries; rm is the plain tool for it. */
-        pid_t pid;
-        char *argv[] = {"rm", "-rf", (char *)path, NULL};
-        if (posix_spawnp(&pid, "rm", NULL, NULL, argv, environ) == 0)
-                waitpid(pid, NULL, 0);
+        (void)test_remove_tree_at(AT_FDCWD, path);
 }
 
 /* ---- timing -------------------------------------------------------------------------------- */

@@ -17,7 +17,6 @@
  *   row <id> <measurement> <vgpud> <baseline> <ratio> <target> <result>
  */
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -25,6 +24,7 @@
 #include <sys/stat.h>
 
 #include "health/health.h"
+#include "testlib.h"
 
 #define VFS 200
 #define REPETITIONS 5
@@ -82,14 +82,9 @@ static double median(double *v, size_t n)
         return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-        return remove(path);
-}
-
 static void remove_tree(const char *path)
 {
-        nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        (void)test_remove_tree_at(AT_FDCWD, path);
 }
 
 /* ---- vgpud --------------------------------------------------------------------------------- */

@@ -10,7 +10,6 @@
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -28,6 +27,7 @@
 
 #include "ctl/ctl.h"
 #include "jwt/jwt.h"
+#include "testlib.h"
 
 extern char **environ;
 
@@ -300,11 +300,6 @@ static int setup(void **state)
         return 0;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-        return remove(path);
-}
-
 static int teardown(void **state)
 {
         Fixture *f = *state;
@@ -312,7 +307,7 @@ static int teardown(void **state)
         server_stop(&f->tcp);
         server_stop(&f->unix_server);
         close(f->dead_fd);
-        nftw(f->dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+        (void)test_remove_tree_at(AT_FDCWD, f->dir);
         free(f->out);
         free(f->err);
         free(f);

@@ -134,6 +134,7 @@ typedef struct TestLog {
         FILE *stream;
         char *buf;
         size_t size;
+        size_t seen; /* what test_log_clear() forgot */
 } TestLog;
 
 int test_log_start(TestLog *l);

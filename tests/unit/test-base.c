@@ -9,7 +9,6 @@
  * faults and restores the umask and the log settings, also when an assertion failed.
  */
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +18,7 @@
 #include <cmocka.h>
 
 #include "base/base.h"
+#include "testlib.h"
 
 /* ---- syscall fault injection ----------------------------------------------------------------- */
 
@@ -107,56 +107,32 @@ int __wrap_close(int fd)
 /* ---- fixture: a temporary directory, a log capture, the process settings a test may change --- */
 
 typedef struct Fixture {
+        TestTree *tree; /* removed with every directory a test left read-only */
         char path[PATH_MAX];
-        int dirfd;
+        int dirfd; /* the tree's */
         mode_t saved_umask;
         int saved_log_level;
-        FILE *log;
-        char *log_buf;
-        size_t log_size, log_seen;
+        TestLog log;
 } Fixture;
-
-static int rm_unlock(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-        if (type == FTW_D)
-                chmod(path, 0700);
-        return 0;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-        remove(path);
-        return 0;
-}
-
-static void rm_rf(const char *path)
-{
-        /* First make every directory writable (a test may leave one read-only), then remove. */
-        nftw(path, rm_unlock, 16, FTW_PHYS);
-        nftw(path, rm_entry, 16, FTW_PHYS | FTW_DEPTH);
-}
 
 static int fixture_setup(void **state)
 {
         Fixture *f = calloc(1, sizeof *f);
         if (!f)
                 return -1;
-        const char *tmp = getenv("TMPDIR");
-        snprintf(f->path, sizeof f->path, "%s/vgpud-test-base.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(f->path)) {
+        if (test_tree_new("vgpud-test-base", &f->tree) < 0) {
                 free(f);
                 return -1;
         }
-        f->dirfd = open(f->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        f->log = open_memstream(&f->log_buf, &f->log_size);
-        if (f->dirfd < 0 || !f->log) {
-                rm_rf(f->path);
-                free(f);
-                return -1;
-        }
+        snprintf(f->path, sizeof f->path, "%s", f->tree->dir);
+        f->dirfd = f->tree->fd;
         f->saved_umask = umask(022);
         f->saved_log_level = log_get_max_level();
-        log_set_stream(f->log);
+        if (test_log_start(&f->log) < 0) {
+                test_tree_free(f->tree);
+                free(f);
+                return -1;
+        }
         faults_disarm();
         *state = f;
         return 0;
@@ -166,13 +142,10 @@ static int fixture_teardown(void **state)
 {
         Fixture *f = *state;
         faults_disarm();
-        log_set_stream(NULL);
+        test_log_stop(&f->log);
         log_set_max_level(f->saved_log_level);
         umask(f->saved_umask);
-        fclose(f->log);
-        free(f->log_buf);
-        __real_close(f->dirfd);
-        rm_rf(f->path);
+        test_tree_free(f->tree);
         free(f);
         return 0;
 }
@@ -182,10 +155,9 @@ static int fixture_teardown(void **state)
 /* The log output written since the last call, as a malloc'd string. */
 static char *log_take(Fixture *f)
 {
-        fflush(f->log);
-        char *s = strndup(f->log_buf + f->log_seen, f->log_size - f->log_seen);
+        char *s = strdup(test_log_text(&f->log));
         assert_non_null(s);
-        f->log_seen = f->log_size;
+        test_log_clear(&f->log);
         return s;
 }
 

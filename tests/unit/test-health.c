@@ -6,7 +6,6 @@
  * can be asserted.
  */
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -17,6 +16,7 @@
 #include <cmocka.h>
 
 #include "health/health.h"
+#include "testlib.h"
 
 /* ---- syscall wrappers ---------------------------------------------------------------------- */
 
@@ -212,8 +212,9 @@ typedef struct Completion {
 } Completion;
 
 typedef struct Fixture {
+        TestTree *tree;
         char path[PATH_MAX];
-        int fd;
+        int fd; /* the tree's */
         Timestamp now;
         Clock clock;
         HealthOptions options;
@@ -263,11 +264,9 @@ static int setup(void **state)
 {
         Fixture *fx = calloc(1, sizeof *fx);
         assert_non_null(fx);
-        const char *tmp = getenv("TMPDIR");
-        snprintf(fx->path, sizeof fx->path, "%s/test-health-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        assert_non_null(mkdtemp(fx->path));
-        fx->fd = open(fx->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        assert_true(fx->fd >= 0);
+        assert_int_equal(test_tree_new("test-health", &fx->tree), 0);
+        snprintf(fx->path, sizeof fx->path, "%s", fx->tree->dir);
+        fx->fd = fx->tree->fd;
         fx->now = ts("2026-09-02T20:00:00Z");
         fx->clock = (Clock){.now = fixture_now, .userdata = fx};
         fx->options = HEALTH_OPTIONS_DEFAULT;
@@ -280,18 +279,12 @@ static int setup(void **state)
         return 0;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-        return remove(path);
-}
-
 static int teardown(void **state)
 {
         Fixture *fx = *state;
         fault_disarm();
         health_store_free(fx->store);
-        close(fx->fd);
-        nftw(fx->path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        test_tree_free(fx->tree);
         free(fx);
         return 0;
 }

@@ -10,7 +10,6 @@
  * Unix socket in a temporary directory. Token times come from an injected clock.
  */
 #include <fcntl.h>
-#include <ftw.h>
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -28,6 +27,7 @@
 #include "fuzz/jwt-forge.h"
 #include "http/http-internal.h"
 #include "http/http.h"
+#include "testlib.h"
 
 #define TEST_KEY "0123456789abcdef0123456789abcdef" /* 32 bytes: the smallest allowed */
 #define TEST_NOW INT64_C(1900000000)
@@ -54,9 +54,7 @@ typedef struct Fixture {
         bool client_done;
         pthread_t client;
 
-        char *log_buf;
-        size_t log_size;
-        FILE *log;
+        TestLog log;
 
         /* What the handlers saw and did. */
         HttpRequest *pending;
@@ -85,14 +83,7 @@ static int on_client_done(sd_event_source *s, int fd, uint32_t revents, void *us
 /* Runs the loop until *flag is set; fails the test after LOOP_DEADLINE_SEC. */
 static void loop_until(Fixture *f, const bool *flag)
 {
-        struct timespec start, now;
-        clock_gettime(CLOCK_MONOTONIC, &start);
-        while (!*flag) {
-                assert_true(sd_event_run(f->event, 100 * 1000) >= 0);
-                clock_gettime(CLOCK_MONOTONIC, &now);
-                if (now.tv_sec - start.tv_sec > LOOP_DEADLINE_SEC)
-                        fail_msg("event loop deadline passed");
-        }
+        TEST_WAIT_UNTIL_LIMIT(f->event, LOOP_DEADLINE_SEC * NSEC_PER_SEC, *flag);
 }
 
 static void client_start(Fixture *f, void *(*fn)(void *), void *arg)
@@ -112,11 +103,6 @@ static void client_signal_done(const Fixture *f)
         uint64_t one = 1;
         if (write(f->done_fd, &one, sizeof one) != sizeof one)
                 abort();
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-        return remove(path);
 }
 
 /* ---- handlers -------------------------------------------------------------------------------- */
@@ -291,10 +277,8 @@ static int setup(void **state)
                 return -1;
         snprintf(f->unix_path, sizeof f->unix_path, "%s/api.sock", f->dir);
 
-        f->log = open_memstream(&f->log_buf, &f->log_size);
-        if (!f->log)
+        if (test_log_start(&f->log) < 0)
                 return -1;
-        log_set_stream(f->log);
         log_set_max_level(LOG_LEVEL_DEBUG);
 
         f->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -320,11 +304,9 @@ static int teardown(void **state)
         close(f->done_fd);
         jwt_secret_free(f->secret);
         free(f->token);
-        log_set_stream(NULL);
+        test_log_stop(&f->log);
         log_set_max_level(LOG_LEVEL_INFO);
-        fclose(f->log);
-        free(f->log_buf);
-        nftw(f->dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+        (void)test_remove_tree_at(AT_FDCWD, f->dir);
         free(f);
         return 0;
 }
@@ -332,8 +314,7 @@ static int teardown(void **state)
 /* The captured log so far. */
 static const char *fixture_log(Fixture *f)
 {
-        fflush(f->log);
-        return f->log_buf ? f->log_buf : "";
+        return test_log_text(&f->log);
 }
 
 /* ---- a raw HTTP/1.1 client (runs on the client thread) ----------------------------------------
@@ -1837,13 +1818,11 @@ static void test_metrics_and_log(void **state) /* API-20, MET-1, MET-3 */
         assert_null(strstr(log, strrchr(f->token, '.') + 1));
 
         /* The log is only written at debug level. */
-        fflush(f->log);
-        size_t before = f->log_size;
+        size_t before = strlen(test_log_text(&f->log));
         log_set_max_level(LOG_LEVEL_INFO);
         exchange_auth(f, false, "GET", "/ping", NULL, NULL, &r);
         response_done(&r);
-        fflush(f->log);
-        assert_int_equal(f->log_size, before);
+        assert_int_equal(strlen(test_log_text(&f->log)), before);
 }
 
 static void test_query_in_log(void **state) /* API-20 */

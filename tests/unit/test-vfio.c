@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "base/base.h"
+#include "testlib.h"
 #include "vfio/vfio.h"
 
 extern char **environ;
@@ -87,8 +88,9 @@ char *__wrap_strndup(const char *s, size_t n)
 /* ---- fixture trees ------------------------------------------------------------------------- */
 
 typedef struct Fixture {
-        char *dir; /* the temp dir */
-        int fd;
+        TestTree *tree;
+        char *dir;  /* the tree's: the temp dir */
+        int fd;     /* the tree's */
         Root *proc; /* <dir>/proc, a fake proc root */
         Root *sys;  /* <dir>/sys */
         char *dev;  /* "<dir>/dev", the dev_root */
@@ -100,31 +102,13 @@ typedef struct Fixture {
 
 static void mkdirs_at(int dirfd, const char *path)
 {
-        char buf[PATH_MAX];
-        assert_true(strlen(path) < sizeof buf);
-        strcpy(buf, path);
-        for (char *p = buf;; p++)
-                if (*p == '/' || *p == 0) {
-                        char c = *p;
-                        *p = 0;
-                        if (mkdirat(dirfd, buf, 0755) < 0)
-                                assert_int_equal(errno, EEXIST);
-                        if (c == 0)
-                                return;
-                        *p = c;
-                }
+        assert_int_equal(test_mkdirs_at(dirfd, path), 0);
 }
 
 /* Creates the parents of path below dirfd. */
 static void parents_at(int dirfd, const char *path)
 {
-        char buf[PATH_MAX];
-        strcpy(buf, path);
-        char *slash = strrchr(buf, '/');
-        if (slash) {
-                *slash = 0;
-                mkdirs_at(dirfd, buf);
-        }
+        assert_int_equal(test_mkparents_at(dirfd, path), 0);
 }
 
 static void symlink_fmt(Fixture *f, const char *target, const char *fmt, ...) _printf_(3, 4);
@@ -167,26 +151,6 @@ static void add_dev_fd(Fixture *f, const char *pid, int fd, const char *rel)
         add_fd(f, pid, fd, target);
 }
 
-static void remove_tree_at(int parent, const char *name)
-{
-        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0) {
-                unlinkat(parent, name, 0);
-                return;
-        }
-        DIR *d = fdopendir(fd);
-        if (!d) {
-                close(fd);
-                return;
-        }
-        struct dirent *de;
-        while ((de = readdir(d)))
-                if (!streq(de->d_name, ".") && !streq(de->d_name, ".."))
-                        remove_tree_at(dirfd(d), de->d_name);
-        closedir(d);
-        unlinkat(parent, name, AT_REMOVEDIR);
-}
-
 static int setup(void **state)
 {
         Fixture *f = calloc(1, sizeof *f);
@@ -194,11 +158,9 @@ static int setup(void **state)
         *f = (Fixture){.fd = -1, .hold_fd = -1, .sock_fd = -1};
         memset(&inject, 0, sizeof inject);
 
-        const char *tmp = getenv("TMPDIR");
-        assert_int_equal(strprintf(&f->dir, "%s/test-vfio-XXXXXX", tmp && *tmp ? tmp : "/tmp"), 0);
-        assert_non_null(mkdtemp(f->dir));
-        f->fd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        assert_true(f->fd >= 0);
+        assert_int_equal(test_tree_new("test-vfio", &f->tree), 0);
+        f->dir = f->tree->dir;
+        f->fd = f->tree->fd;
         mkdirs_at(f->fd, "proc");
         mkdirs_at(f->fd, "sys/bus/pci/devices");
         mkdirs_at(f->fd, "dev/vfio/devices");
@@ -225,12 +187,8 @@ static int teardown(void **state)
         closep(&f->sock_fd);
         root_free(f->proc);
         root_free(f->sys);
-        if (f->fd >= 0) {
-                remove_tree_at(AT_FDCWD, f->dir);
-                close(f->fd);
-        }
+        test_tree_free(f->tree);
         free(f->dev);
-        free(f->dir);
         free(f);
         return 0;
 }

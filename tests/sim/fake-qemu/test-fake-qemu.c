@@ -15,7 +15,6 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
@@ -27,6 +26,7 @@
 #include <sys/wait.h>
 
 #include "base/base.h"
+#include "testlib.h"
 
 #define INSTANCE_ID "k3x9q2m8v1c4z7n5b0wd"
 #define NAME "render-01"
@@ -134,11 +134,6 @@ static void wait_console(const Fixture *f, const char *needle)
         }
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-        return remove(path) < 0 ? -errno : 0;
-}
-
 /* ---- fixture ------------------------------------------------------------------------------- */
 
 static int setup(void **state)
@@ -205,7 +200,7 @@ static int teardown(void **state)
                 r = -1;
         }
         if (f->dir)
-                nftw(f->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+                (void)test_remove_tree_at(AT_FDCWD, f->dir);
         free(f->dir);
         free(f->qmp_socket);
         free(f->agent_socket);
@@ -1205,7 +1200,7 @@ static void test_gpu_less(void **state)
         Fixture *f = *state;
         _cleanup_free_ char *sim = NULL;
         assert_int_equal(strprintf(&sim, "%s/.sim", f->dir), 0);
-        nftw(sim, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        assert_int_equal(test_remove_tree_at(AT_FDCWD, sim), 0);
 
         spawn_default(f, NULL);
         client_free(qmp_open(f));
