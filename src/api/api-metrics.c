@@ -104,8 +104,8 @@ static int write_instances(MetricsWriter *w, const ApiContext *ctx)
         const HealthStore *hs = ctx->health;
         int r;
 
-        static const char *const results[] = {"ok",        "failed",           "unknown",
-                                              "rpc_error", "unsupported_agent", "list_error"};
+        static const char *const results[] = {
+            "ok", "failed", "unknown", "rpc_error", "unsupported_agent", "list_error"};
         r = write_labelled(w,
                            &(Family){"vgpud_instances_vgpu_sentinel_checks_total", METRIC_COUNTER,
                                      "Guest GPU init checks by result."},

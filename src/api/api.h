@@ -138,10 +138,7 @@ typedef struct ApiSnapshot {
 
 int api_snapshot_build(const ApiContext *ctx, ApiSnapshot **ret);
 ApiSnapshot *api_snapshot_free(ApiSnapshot *s);
-static inline void api_snapshot_freep(ApiSnapshot **s)
-{
-        api_snapshot_free(*s);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(ApiSnapshot *, api_snapshot_free);
 #define _cleanup_api_snapshot_ _cleanup_(api_snapshot_freep)
 
 /* The /resources body (API-4, API-5). */

@@ -286,7 +286,8 @@ static void claim_finish(Claim *c, int r, ClaimFailure kind, const char *error)
                 cl->stats.claims_failed++;
                 /* The owner logs the failure with its request; this is for tracing. */
                 log_line(LOG_LEVEL_DEBUG, 0, "vGPU claim failed", "instance_id", c->instance_id,
-                         "profile", c->profile, "failure", claim_failure_to_string(res.failure), "error", res.error, NULL);
+                         "profile", c->profile, "failure", claim_failure_to_string(res.failure),
+                         "error", res.error, NULL);
         } else {
                 char ms[32];
 
@@ -546,7 +547,8 @@ static void configure_done(Claim *c, const DeviceResult *res)
                 c->fail_kind = CLAIM_FAILURE_INSUFFICIENT_RESOURCES;
                 if (strv_push(&c->exclude, c->vf) < 0 ||
                     queue_write(c, WRITE_RESET_REFUSED, c->vf, c->gpu, c->mdev_uuid) < 0)
-                        claim_fail_after_save(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory", false);
+                        claim_fail_after_save(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory",
+                                              false);
                 return;
         case DEVICE_FAILURE_QUARANTINED:
         case DEVICE_FAILURE_UNCERTAIN:
@@ -555,18 +557,21 @@ static void configure_done(Claim *c, const DeviceResult *res)
                  * nothing was written; drop the VF and select once more.
                  */
                 if (strv_push(&c->exclude, c->vf) < 0) {
-                        claim_fail_after_save(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory", false);
+                        claim_fail_after_save(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory",
+                                              false);
                         return;
                 }
                 claim_fail_after_save(c, res->r, CLAIM_FAILURE_INTERNAL, res->error, true);
                 return;
         case DEVICE_FAILURE_STORE:
-                claim_fail_after_save(c, res->r, CLAIM_FAILURE_PLACEMENT_DISABLED, res->error, false);
+                claim_fail_after_save(c, res->r, CLAIM_FAILURE_PLACEMENT_DISABLED, res->error,
+                                      false);
                 return;
         default:
                 /* GEN-4: an exhausted pool disables placement rather than failing internally. */
                 claim_fail_after_save(c, res->r,
-                                      res->r == -EAGAIN ? CLAIM_FAILURE_PLACEMENT_DISABLED : CLAIM_FAILURE_INTERNAL,
+                                      res->r == -EAGAIN ? CLAIM_FAILURE_PLACEMENT_DISABLED
+                                                        : CLAIM_FAILURE_INTERNAL,
                                       res->error, false);
                 return;
         }
@@ -621,11 +626,11 @@ static void on_write_done(const DeviceResult *res, void *userdata)
                         break;
                 }
                 if (c->capacity_refusals >= 2)
-                        claim_fail_after_save(c, -ENOSPC, CLAIM_FAILURE_INSUFFICIENT_RESOURCES, c->fail_error,
-                                              false);
+                        claim_fail_after_save(c, -ENOSPC, CLAIM_FAILURE_INSUFFICIENT_RESOURCES,
+                                              c->fail_error, false);
                 else
-                        claim_fail_after_save(c, -ENOSPC, CLAIM_FAILURE_INSUFFICIENT_RESOURCES, c->fail_error,
-                                              true);
+                        claim_fail_after_save(c, -ENOSPC, CLAIM_FAILURE_INSUFFICIENT_RESOURCES,
+                                              c->fail_error, true);
                 break;
         case WRITE_RESET_PLACE16:
                 place16_step_done(c, res->r >= 0);
@@ -663,7 +668,8 @@ void claimer_save_done(Claimer *cl, Claim *c, int r, const char *error)
         } else {
                 c->saved = true;
                 if (queue_write(c, WRITE_CONFIGURE, c->vf, c->gpu, NULL) < 0)
-                        claim_fail_after_save(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory", false);
+                        claim_fail_after_save(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory",
+                                              false);
         }
         process(cl);
 }
@@ -888,8 +894,8 @@ typedef enum Readiness {
 } Readiness;
 
 /* What a waiting claim still needs before it may select. */
-static Readiness claim_readiness(Claimer *cl, Claim *c, const PlacementSnapshot *sn, bool collect_only,
-                                 Pair **pairs, size_t *n_pairs)
+static Readiness claim_readiness(Claimer *cl, Claim *c, const PlacementSnapshot *sn,
+                                 bool collect_only, Pair **pairs, size_t *n_pairs)
 {
         Readiness res = READY;
         for (size_t i = 0; i < sn->n_gpus; i++) {
@@ -1026,7 +1032,8 @@ static void on_round_done(NvmlClient *nc, const NvmlAnswer *a, void *userdata)
 
 /* ---- selection ----------------------------------------------------------------------------- */
 
-static void place16_start(Claim *c, const PlacementSnapshot *sn, int select_r, const char *select_error);
+static void place16_start(Claim *c, const PlacementSnapshot *sn, int select_r,
+                          const char *select_error);
 
 static void claim_fail_selection(Claim *c, int r, const char *error)
 {
@@ -1056,7 +1063,8 @@ static void claim_select(Claimer *cl, Claim *c, const PlacementSnapshot *sn)
         const char *unavailable =
             cl->guard.store_unavailable ? cl->guard.store_unavailable(cl->guard.userdata) : NULL;
         if (unavailable) {
-                claim_finish(c, -EAGAIN, CLAIM_FAILURE_PLACEMENT_DISABLED, unavailable); /* HEALTH-16 */
+                claim_finish(c, -EAGAIN, CLAIM_FAILURE_PLACEMENT_DISABLED,
+                             unavailable); /* HEALTH-16 */
                 return;
         }
 
@@ -1200,7 +1208,8 @@ static void on_scan_done(int r, void *data, const char *error, void *userdata)
         process(cl);
 }
 
-static void place16_start(Claim *c, const PlacementSnapshot *sn, int select_r, const char *select_error)
+static void place16_start(Claim *c, const PlacementSnapshot *sn, int select_r,
+                          const char *select_error)
 {
         Claimer *cl = c->cl;
         _cleanup_free_ char *error = NULL;

@@ -137,11 +137,7 @@ int claimer_new(const ClaimerConfig *config, Claimer **ret);
  * (their pending completions point into the Claimer); the DeviceOps after them.
  */
 Claimer *claimer_free(Claimer *cl);
-static inline void claimer_freep(Claimer **cl)
-{
-        if (*cl)
-                claimer_free(*cl);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(Claimer *, claimer_free);
 #define _cleanup_claimer_ _cleanup_(claimer_freep)
 
 /*
@@ -187,12 +183,12 @@ typedef struct ClaimRequest {
 } ClaimRequest;
 
 typedef struct ClaimResult {
-        int r;               /* >= 0, or -errno */
+        int r;                /* >= 0, or -errno */
         ClaimFailure failure; /* on failure: what kind (API-21) */
-        const char *error;   /* on failure: the SPEC text */
-        const char *vf;      /* on success */
-        const char *gpu;     /* on success */
-        const char *profile; /* the request's */
+        const char *error;    /* on failure: the SPEC text */
+        const char *vf;       /* on success */
+        const char *gpu;      /* on success */
+        const char *profile;  /* the request's */
         uint32_t type_id;
         const char *framework;
         Timestamp claimed_at;

@@ -50,10 +50,7 @@ typedef struct ReconcilerConfig {
 int reconciler_new(const ReconcilerConfig *config, Reconciler **ret);
 /* Abandons a pass in flight without calling pass_done. Free the worker pool first. */
 Reconciler *reconciler_free(Reconciler *r);
-static inline void reconciler_freep(Reconciler **r)
-{
-        reconciler_free(*r);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(Reconciler *, reconciler_free);
 
 /*
  * Starts a pass (startup: GEN-10's start-up pass), or, while one runs, has another start right

@@ -17,8 +17,8 @@ struct Reconciler {
         Root *proc;
         char *dev_root;
 
-        Pass *pass;      /* in flight, NULL when none */
-        bool again;      /* REC-1: a pass came due during another */
+        Pass *pass; /* in flight, NULL when none */
+        bool again; /* REC-1: a pass came due during another */
         char *scan_error;
         char *logged_discovery_error; /* DISC-7's text as last logged */
         unsigned nvml_refreshes_to_skip;
@@ -189,8 +189,8 @@ static int submit_scan(Reconciler *rc)
                 return r;
         }
         WorkerJob job = {
-            .timeout = rc->config.sysfs_timeout ? rc->config.sysfs_timeout
-                                                : GPU_TRACKER_TIMEOUT_DEFAULT,
+            .timeout =
+                rc->config.sysfs_timeout ? rc->config.sysfs_timeout : GPU_TRACKER_TIMEOUT_DEFAULT,
             .run = scan_job_run,
             .done = on_scan_done,
             .data = j,
@@ -223,9 +223,9 @@ static void submit_repair(Reconciler *rc)
         _cleanup_free_ char *error = NULL;
         if (!rc->config.health)
                 return;
-        int r = health_store_submit(rc->config.health,
-                                    &(HealthRequest){.kind = HEALTH_REQUEST_REPAIR},
-                                    on_repair_done, rc, NULL, &error);
+        int r =
+            health_store_submit(rc->config.health, &(HealthRequest){.kind = HEALTH_REQUEST_REPAIR},
+                                on_repair_done, rc, NULL, &error);
         if (r < 0)
                 log_line(LOG_LEVEL_DEBUG, r, "VF health state repair failed", "error", error, NULL);
         else if (r > 0)

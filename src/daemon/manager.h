@@ -72,10 +72,7 @@ typedef struct Manager {
 
 int manager_new(Manager **ret);
 Manager *manager_free(Manager *m);
-static inline void manager_freep(Manager **m)
-{
-        manager_free(*m);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
 #define _cleanup_manager_ _cleanup_(manager_freep)
 
 /*
@@ -90,7 +87,6 @@ int manager_start(Manager *m, Config *config, char **error);
 int manager_run(Manager *m);
 
 /* ---- between the Manager's files ------------------------------------------------------------- */
-
 
 /* manager-health.c */
 int manager_health_setup(Manager *m);

@@ -151,10 +151,7 @@ typedef struct GpuNvmlSnapshot GpuNvmlSnapshot;
 int gpu_nvml_snapshot_new(const GpuNvml *live, char *const *pfs, size_t n_pfs,
                           GpuNvmlSnapshot **ret);
 GpuNvmlSnapshot *gpu_nvml_snapshot_free(GpuNvmlSnapshot *s);
-static inline void gpu_nvml_snapshot_freep(GpuNvmlSnapshot **s)
-{
-        gpu_nvml_snapshot_free(*s);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(GpuNvmlSnapshot *, gpu_nvml_snapshot_free);
 #define _cleanup_gpu_nvml_snapshot_ _cleanup_(gpu_nvml_snapshot_freep)
 
 /* A seam answering from the copy; it borrows s, which must outlive it. */
@@ -210,10 +207,7 @@ typedef struct GpuHost {
 } GpuHost;
 
 GpuHost *gpu_host_free(GpuHost *h);
-static inline void gpu_host_freep(GpuHost **h)
-{
-        gpu_host_free(*h);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(GpuHost *, gpu_host_free);
 #define _cleanup_gpu_host_ _cleanup_(gpu_host_freep)
 
 /*
@@ -300,10 +294,7 @@ typedef struct GpuTrackerStats {
 
 int gpu_tracker_new(const GpuTrackerConfig *config, GpuTracker **ret);
 GpuTracker *gpu_tracker_free(GpuTracker *t);
-static inline void gpu_tracker_freep(GpuTracker **t)
-{
-        gpu_tracker_free(*t);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(GpuTracker *, gpu_tracker_free);
 
 /*
  * Request a full discovery / a re-read of the VFs' types: 0 once started or queued. When the

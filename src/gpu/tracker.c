@@ -203,7 +203,8 @@ static int job_new(GpuTracker *t, bool full, Job **ret)
         int r = root_dup(t->sysfs, &j->sysfs);
         if (r >= 0 && full) {
                 /* The live seam is the loop's; the job answers from a copy (DISC-18). */
-                _cleanup_free_ char **pfs = calloc((t->host ? t->host->n_gpus : 0) + 1, sizeof *pfs);
+                _cleanup_free_ char **pfs =
+                    calloc((t->host ? t->host->n_gpus : 0) + 1, sizeof *pfs);
                 for (size_t i = 0; pfs && t->host && i < t->host->n_gpus; i++)
                         pfs[i] = t->host->gpus[i].address;
                 r = pfs ? gpu_nvml_snapshot_new(t->has_nvml ? &t->nvml : NULL, pfs,

@@ -69,8 +69,8 @@ static int cached_counts(NvmlClient *nvml, const Gpu *g, PlacementNvmlCount **re
                     nvml_client_get_cached_placements(nvml, g->address, g->catalog[k].type_id,
                                                       &np) < 0)
                         continue;
-                counts[n++] = (PlacementNvmlCount){.type_id = g->catalog[k].type_id,
-                                                   .count = np.count};
+                counts[n++] =
+                    (PlacementNvmlCount){.type_id = g->catalog[k].type_id, .count = np.count};
         }
         *ret = TAKE_PTR(counts);
         *ret_n = n;
@@ -107,13 +107,13 @@ static int fill_gpu(const GpuHost *h, const PlacementOverlays *o, size_t i, Stor
             .address = g->address,
             .framework = mdev ? PLACEMENT_FRAMEWORK_MDEV : PLACEMENT_FRAMEWORK_VENDOR_VFIO,
             /* API-6: mdev GPUs are equal-size; PLACE-6 decides there, never NVML. */
-            .mode = mdev        ? PLACEMENT_MODE_EQUAL
-                    : o->nvml ? placement_mode_from_nvml(
-                                    nvml_client_get_gpu_mode(o->nvml, g->address))
-                              : PLACEMENT_MODE_UNKNOWN,
-            .nvml_usable = !mdev && o->nvml &&
-                           nvml_client_get_gpu_fallback(o->nvml, g->address, NULL) ==
-                               NVML_FALLBACK_NONE,
+            .mode = mdev ? PLACEMENT_MODE_EQUAL
+                    : o->nvml
+                        ? placement_mode_from_nvml(nvml_client_get_gpu_mode(o->nvml, g->address))
+                        : PLACEMENT_MODE_UNKNOWN,
+            .nvml_usable =
+                !mdev && o->nvml &&
+                nvml_client_get_gpu_fallback(o->nvml, g->address, NULL) == NVML_FALLBACK_NONE,
             .nvml_counts = counts,
             .n_nvml_counts = n_counts,
             .catalog_from_nvml = g->catalog_source == GPU_CATALOG_NVML,
@@ -137,12 +137,13 @@ static uint64_t occupant_mib(const GpuHost *h, const GpuVf *vf)
         return vf->current_profile ? gpu_profile_framebuffer_mib(vf->current_profile) : 0;
 }
 
-static void fill_vf(const GpuHost *h, const PlacementOverlays *o, const GpuVf *vf,
-                    PlacementVf *pv, const char **creatable, PlacementMdevAvailability *mdev)
+static void fill_vf(const GpuHost *h, const PlacementOverlays *o, const GpuVf *vf, PlacementVf *pv,
+                    const char **creatable, PlacementMdevAvailability *mdev)
 {
         uint64_t claimed_mib = 0;
         PlacementReservation res = {};
-        bool claimed = o->is_claimed && o->is_claimed(o->claims_userdata, vf->address, &claimed_mib);
+        bool claimed =
+            o->is_claimed && o->is_claimed(o->claims_userdata, vf->address, &claimed_mib);
         bool reserved = o->is_reserved && o->is_reserved(o->claims_userdata, vf->address, &res);
         bool is_mdev = h->framework == GPU_FRAMEWORK_MDEV;
 

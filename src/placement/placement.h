@@ -174,7 +174,6 @@ bool placement_vf_is_allocatable(const PlacementSnapshot *snapshot, const Placem
 int placement_select_vf(const PlacementSnapshot *snapshot, const PlacementRequest *request,
                         const PlacementPicker *picker, PlacementChoice *ret, char **error);
 
-
 /*
  * PLACE-8: true when the GPU holds an unfinished reservation of a type other than the
  * profile's type on it, so its NVML answer is stale for that profile and the claim waits for
@@ -242,8 +241,7 @@ typedef struct PlacementOverlays {
          * it has none). NULL: the client's cached placements of every catalog type (/resources,
          * PLACE-21).
          */
-        int (*nvml_counts)(void *userdata, const char *pf, PlacementNvmlCount **ret,
-                           size_t *ret_n);
+        int (*nvml_counts)(void *userdata, const char *pf, PlacementNvmlCount **ret, size_t *ret_n);
         void *claims_userdata;
 } PlacementOverlays;
 
@@ -266,8 +264,5 @@ typedef struct PlacementView {
 int placement_view_build(const GpuHost *host, const PlacementOverlays *overlays,
                          PlacementView **ret);
 PlacementView *placement_view_free(PlacementView *v);
-static inline void placement_view_freep(PlacementView **v)
-{
-        placement_view_free(*v);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(PlacementView *, placement_view_free);
 #define _cleanup_placement_view_ _cleanup_(placement_view_freep)

@@ -664,8 +664,7 @@ static void test_enumerations(void **state)
         value_fails("log_level", "6", what, "\"6\"");
 
         assert_string_equal(config_qemu_accel_to_string(CONFIG_QEMU_ACCEL_KVM), "kvm");
-        assert_string_equal(placement_policy_to_string(PLACEMENT_POLICY_PACK),
-                            "pack");
+        assert_string_equal(placement_policy_to_string(PLACEMENT_POLICY_PACK), "pack");
         assert_null(config_qemu_accel_to_string((ConfigQemuAccel)42));
 }
 

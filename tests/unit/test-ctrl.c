@@ -51,14 +51,13 @@ static void put_host(Fixture *f)
 {
         assert_int_equal(test_tree_put(f->tree, "0x26b9\n", "sys/bus/pci/devices/%s/device", PF),
                          0);
-        assert_int_equal(test_tree_put(f->tree, "0\n",
-                                       "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF),
-                         0);
+        assert_int_equal(
+            test_tree_put(f->tree, "0\n", "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF),
+            0);
         assert_int_equal(test_tree_put(f->tree, "ID    : vGPU Name\n1148  : NVIDIA L40S-2Q\n",
                                        "sys/bus/pci/devices/%s/nvidia/creatable_vgpu_types", VF),
                          0);
-        assert_int_equal(test_tree_link(f->tree, "../" PF, "sys/bus/pci/devices/%s/physfn", VF),
-                         0);
+        assert_int_equal(test_tree_link(f->tree, "../" PF, "sys/bus/pci/devices/%s/physfn", VF), 0);
 }
 
 static int setup(void **state)

@@ -1724,9 +1724,8 @@ static void on_tracker_done(int r, const char *error, void *userdata)
         free(d->error);
         d->error = error ? strdup(error) : NULL;
         if (d->again) {
-                assert_int_equal(gpu_tracker_discover(d->again->t, on_tracker_done, d->again_done,
-                                                      NULL),
-                                 0);
+                assert_int_equal(
+                    gpu_tracker_discover(d->again->t, on_tracker_done, d->again_done, NULL), 0);
                 d->again = NULL;
         }
 }
@@ -1890,8 +1889,8 @@ static void test_mdev_availability(void **state)
         mkhost(f, "mdev"); /* every VF but .5 (busy) has one 2Q left (nvidia-901) */
         put(f, "class/mdev_bus/0000:41:00.4/mdev_supported_types/nvidia-901/available_instances",
             "lots\n");
-        remove_path(f,
-                    "class/mdev_bus/0000:41:00.7/mdev_supported_types/nvidia-901/available_instances");
+        remove_path(
+            f, "class/mdev_bus/0000:41:00.7/mdev_supported_types/nvidia-901/available_instances");
         _cleanup_gpu_host_ GpuHost *h = discover_ok(f, NULL);
         static const struct {
                 const char *vf;
