@@ -151,33 +151,30 @@ static void release_holder(Test *t)
 
 /* ---- set-up and checks --------------------------------------------------------------------- */
 
-static int setup(void **state)
+/* Starts the harness with nvml_timeout; nvml_hang for a test that hangs NVML on purpose. */
+static int setup_with(void **state, nsec_t nvml_timeout, bool nvml_hang)
 {
         Test *t = calloc(1, sizeof *t);
         const char *step;
         assert_non_null(t);
         t->holder = TEST_HOLDER_NULL;
         log_set_max_level(LOG_LEVEL_ERR);
-        int r = harness_start(&t->h, nvml_library, NVML_TIMEOUT, &step);
+        int r = harness_start(&t->h, nvml_library, nvml_timeout, &step);
         if (r < 0)
                 fail_msg("start: %s: %s", step, strerror(-r));
+        t->nvml_hang = nvml_hang;
         *state = t;
         return 0;
 }
 
+static int setup(void **state)
+{
+        return setup_with(state, NVML_TIMEOUT, false);
+}
+
 static int setup_short_timeout(void **state)
 {
-        Test *t = calloc(1, sizeof *t);
-        const char *step;
-        assert_non_null(t);
-        t->holder = TEST_HOLDER_NULL;
-        log_set_max_level(LOG_LEVEL_ERR);
-        int r = harness_start(&t->h, nvml_library, NSEC_PER_SEC, &step);
-        if (r < 0)
-                fail_msg("start: %s: %s", step, strerror(-r));
-        t->nvml_hang = true;
-        *state = t;
-        return 0;
+        return setup_with(state, NSEC_PER_SEC, true);
 }
 
 static int teardown(void **state)

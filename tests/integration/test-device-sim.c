@@ -21,7 +21,7 @@
 #include <signal.h>
 
 #include "device/device.h"
-#include "testlib.h"
+#include "sim-test.h"
 
 /* The mixed-size and the equal-size L40S of host-l40s.yaml, and the A40 of host-a40.yaml. */
 #define MIXED_VF0 "0000:e3:00.4"
@@ -39,7 +39,7 @@
 #define UUID_B "0a1b2c3d-4e5f-4a6b-8c7d-8e9f0a1b2c3d"
 
 typedef struct Sim {
-        TestSim *sim;
+        SimTest *st;
         Root *sys, *proc;
         char *dev;
         DeviceRoots roots;
@@ -60,59 +60,13 @@ typedef struct Done {
 
 /* ---- the simulator ------------------------------------------------------------------------- */
 
-static char *mnt_path(const Sim *s, const char *fmt, ...) _printf_(2, 3);
-static char *mnt_path(const Sim *s, const char *fmt, ...)
-{
-        va_list ap;
-        va_start(ap, fmt);
-        char *path = test_sim_vpath(s->sim, fmt, ap);
-        va_end(ap);
-        assert_non_null(path);
-        return path;
-}
-
-static void ctl(const Sim *s, const char *fmt, ...) _printf_(2, 3);
-static void ctl(const Sim *s, const char *fmt, ...)
-{
-        _cleanup_free_ char *command = NULL;
-        va_list ap;
-        va_start(ap, fmt);
-        assert_true(vasprintf(&command, fmt, ap) >= 0);
-        va_end(ap);
-        int r = test_sim_ctl(s->sim, "%s", command);
-        if (r < 0)
-                fail_msg(".sim/ctl \"%s\": %s", command, strerror(-r));
-}
-
-static json_t *sim_state(const Sim *s)
-{
-        json_t *j = NULL;
-        int r = test_sim_state(s->sim, &j);
-        if (r < 0)
-                fail_msg("state.json: %s", strerror(-r));
-        return j;
-}
-
-static json_int_t vf_int(const Sim *s, const char *vf, const char *key)
-{
-        json_int_t v;
-        assert_int_equal(test_sim_vf_int(s->sim, vf, key, &v), 0);
-        return v;
-}
-
-/* The mdev's UUID on vf, or "" when it carries none. */
-static void vf_mdev(const Sim *s, const char *vf, char ret[static 37])
-{
-        assert_int_equal(test_sim_vf_mdev(s->sim, vf, ret), 0);
-}
-
 /* The VFIO node QEMU would open for vf: the legacy group node (GEN-11). */
 static char *group_node(const Sim *s, const char *dir)
 {
         _cleanup_free_ char *rel = NULL, *group = NULL;
         assert_int_equal(strprintf(&rel, "%s/iommu_group", dir), 0);
         assert_int_equal(root_readlink_basename(s->sys, rel, &group), 0);
-        return mnt_path(s, "dev/vfio/%s", group);
+        return st_path(s->st, "dev/vfio/%s", group);
 }
 
 /* ---- children holding nodes (a stand-in VMM) ----------------------------------------------- */
@@ -240,11 +194,10 @@ static int group_setup(void **state)
 {
         Sim *s = calloc(1, sizeof *s);
         assert_non_null(s);
-        if (test_sim_open(&s->sim) < 0)
-                fail_msg("VGPU_SIM_MOUNT is not set: run this through run-with-sim.sh");
+        s->st = st_open();
         assert_int_equal(sd_event_new(&s->event), 0);
-        _cleanup_free_ char *sys = mnt_path(s, "sys");
-        s->dev = mnt_path(s, "dev");
+        _cleanup_free_ char *sys = st_path(s->st, "sys");
+        s->dev = st_path(s->st, "dev");
         assert_int_equal(root_open(sys, &s->sys), 0);
         /* SIM-21: /proc is the namespace's own, listing only the test's processes. */
         assert_int_equal(root_open("/proc", &s->proc), 0);
@@ -263,7 +216,7 @@ static int group_teardown(void **state)
         root_free(s->proc);
         free(s->dev);
         sd_event_unref(s->event);
-        test_sim_free(s->sim);
+        st_close(s->st);
         free(s);
         return 0;
 }
@@ -285,10 +238,10 @@ static int teardown(void **state)
                         kill(s->children[i].pid, SIGKILL);
                         end_child(s, i);
                 }
-        ctl(s, "clear-faults");
+        st_command(s->st, "clear-faults");
         stop_ops(s);
 
-        json_auto_t *st = sim_state(s);
+        json_auto_t *st = st_state(s->st);
         size_t i, k;
         json_t *gpu, *vf;
         json_array_foreach (json_object_get(st, "gpus"), i, gpu) {
@@ -299,7 +252,7 @@ static int teardown(void **state)
                         if (maxw > 1) /* DEV-11 */
                                 fail_msg("VF %s saw %" JSON_INTEGER_FORMAT " concurrent writes",
                                          address, maxw);
-                        ctl(s, "release-lag %s 0", address);
+                        st_command(s->st, "release-lag %s 0", address);
                 }
         }
 
@@ -325,7 +278,7 @@ static int teardown(void **state)
 
         /* DEV-18, SIM-16: nothing forbidden was ever attempted. */
         _cleanup_free_ char *text = NULL;
-        assert_int_equal(test_sim_forbidden_writes(s->sim, &text), 0);
+        assert_int_equal(test_sim_forbidden_writes(s->st->sim, &text), 0);
         assert_string_equal(text, "");
         return 0;
 }
@@ -339,7 +292,7 @@ static void test_configure_and_release(void **state) /* DEV-3, DEV-5, DEV-8, DEV
 
         configure(s, MIXED_VF0, TYPE_4Q, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
-        assert_int_equal(vf_int(s, MIXED_VF0, "type"), 1150);
+        assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 1150);
         done_clear(&d);
 
         configure(s, MIXED_VF0, TYPE_4Q, &d);
@@ -349,12 +302,12 @@ static void test_configure_and_release(void **state) /* DEV-3, DEV-5, DEV-8, DEV
         /* Another type: reset first (DEV-4), then the new one. */
         configure(s, MIXED_VF0, TYPE_2Q, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
-        assert_int_equal(vf_int(s, MIXED_VF0, "type"), 1148);
+        assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 1148);
         done_clear(&d);
 
         release(s, "vendor-vfio", MIXED_VF0, NULL, false, &d);
         assert_ok(&d, DEVICE_OUTCOME_RELEASED);
-        assert_int_equal(vf_int(s, MIXED_VF0, "type"), 0);
+        assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 0);
         done_clear(&d);
 
         release(s, "vendor-vfio", MIXED_VF0, NULL, false, &d);
@@ -374,7 +327,7 @@ static void test_driver_refusals(void **state) /* DEV-7, SIM-11 */
         configure(s, EQUAL_VF1, TYPE_4Q, &d);
         assert_failed(&d, -EINVAL, DEVICE_FAILURE_CAPACITY,
                       "driver refused vGPU type 1150 on VF " EQUAL_VF1 ": Invalid argument");
-        assert_int_equal(vf_int(s, EQUAL_VF1, "type"), 0);
+        assert_int_equal(st_state_vf_int(s->st, EQUAL_VF1, "type"), 0);
         done_clear(&d);
 
         /* Beyond the maximum: ENOSPC. */
@@ -391,7 +344,7 @@ static void test_driver_refusals(void **state) /* DEV-7, SIM-11 */
         /* A 0 refused while the driver still tears down (release lag): EBUSY, in a release and
          * in the reset half of a configure, and never a capacity refusal. */
         _cleanup_free_ char *node = group_node(s, "bus/pci/devices/" EQUAL_VF0);
-        ctl(s, "release-lag " EQUAL_VF0 " 60000");
+        st_command(s->st, "release-lag " EQUAL_VF0 " 60000");
         hold_node(s, 0, node);
         end_child(s, 0);
         release(s, "vendor-vfio", EQUAL_VF0, NULL, false, &d);
@@ -401,19 +354,20 @@ static void test_driver_refusals(void **state) /* DEV-7, SIM-11 */
         configure(s, EQUAL_VF0, TYPE_2Q, &d);
         assert_failed(&d, -EBUSY, DEVICE_FAILURE_REFUSED,
                       "destroy vGPU on VF " EQUAL_VF0 ": Device or resource busy");
-        assert_int_equal(vf_int(s, EQUAL_VF0, "type"), 1156);
+        assert_int_equal(st_state_vf_int(s->st, EQUAL_VF0, "type"), 1156);
         done_clear(&d);
 
         /* Injected EIO on the store of a type: still the driver's refusal (DEV-7). */
-        ctl(s,
-            "fault write sys/bus/pci/devices/" MIXED_VF1 "/nvidia/current_vgpu_type EIO count=1");
+        st_command(s->st, "fault write sys/bus/pci/devices/" MIXED_VF1
+                          "/nvidia/current_vgpu_type EIO count=1");
         configure(s, MIXED_VF1, TYPE_4Q, &d);
         assert_failed(&d, -EIO, DEVICE_FAILURE_CAPACITY,
                       "driver refused vGPU type 1150 on VF " MIXED_VF1 ": Input/output error");
         done_clear(&d);
 
         /* And EIO on the read (DEV-8). */
-        ctl(s, "fault read sys/bus/pci/devices/" MIXED_VF1 "/nvidia/current_vgpu_type EIO count=1");
+        st_command(s->st, "fault read sys/bus/pci/devices/" MIXED_VF1
+                          "/nvidia/current_vgpu_type EIO count=1");
         release(s, "vendor-vfio", MIXED_VF1, NULL, false, &d);
         assert_failed(&d, -EIO, DEVICE_FAILURE_ERROR,
                       "read current vGPU type for VF " MIXED_VF1 ": Input/output error");
@@ -465,9 +419,9 @@ static void test_one_vf_never_overlaps(void **state) /* DEV-11 */
                         fail_msg("operation %zu failed: %s", i, d[i].error);
                 done_clear(&d[i]);
         }
-        json_int_t maxw = vf_int(s, MIXED_VF0, "max_concurrent_writes");
+        json_int_t maxw = st_state_vf_int(s->st, MIXED_VF0, "max_concurrent_writes");
         assert_true(maxw == 1);
-        assert_true(vf_int(s, MIXED_VF1, "max_concurrent_writes") == 1);
+        assert_true(st_state_vf_int(s->st, MIXED_VF1, "max_concurrent_writes") == 1);
 }
 
 static void test_vf_held_open_is_never_touched(void **state) /* DEV-4, DEV-9, DEV-12, DEV-13 */
@@ -504,25 +458,25 @@ static void test_vf_held_open_is_never_touched(void **state) /* DEV-4, DEV-9, DE
         assert_int_equal(d.kind, DEVICE_FAILURE_IN_USE);
         assert_int_equal(d.attempts, 1);
         done_clear(&d);
-        assert_int_equal(vf_int(s, MIXED_VF0, "type"), 1150);
+        assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 1150);
 
         /* The iommufd cdev counts the same. */
         end_child(s, 0);
         char cdev[64];
         snprintf(cdev, sizeof cdev, "dev/vfio/devices/vfio%" JSON_INTEGER_FORMAT,
-                 vf_int(s, MIXED_VF0, "vfio"));
-        _cleanup_free_ char *cdev_path = mnt_path(s, "%s", cdev);
+                 st_state_vf_int(s->st, MIXED_VF0, "vfio"));
+        _cleanup_free_ char *cdev_path = st_path(s->st, "%s", cdev);
         hold_node(s, 1, cdev_path);
         release(s, "vendor-vfio", MIXED_VF0, NULL, false, &d);
         assert_int_equal(d.kind, DEVICE_FAILURE_IN_USE);
         done_clear(&d);
-        assert_int_equal(vf_int(s, MIXED_VF0, "type"), 1150);
+        assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 1150);
 
         /* The VMM exits: the release goes through (retrying while the driver lags). */
         end_child(s, 1);
         release(s, "vendor-vfio", MIXED_VF0, NULL, true, &d);
         assert_ok(&d, DEVICE_OUTCOME_RELEASED);
-        assert_int_equal(vf_int(s, MIXED_VF0, "type"), 0);
+        assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 0);
         done_clear(&d);
 }
 
@@ -539,7 +493,7 @@ static void test_release_lag_is_retried(void **state) /* DEV-10, SIM-12 */
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
         done_clear(&d);
 
-        ctl(s, "release-lag " MIXED_VF1 " 1500");
+        st_command(s->st, "release-lag " MIXED_VF1 " 1500");
         _cleanup_free_ char *node = group_node(s, "bus/pci/devices/" MIXED_VF1);
         hold_node(s, 0, node);
         end_child(s, 0);
@@ -550,7 +504,7 @@ static void test_release_lag_is_retried(void **state) /* DEV-10, SIM-12 */
         assert_true(d.attempts >= 2 && d.attempts <= 4);
         /* Attempts a second apart: at least one interval passed per retry. */
         assert_true(now() - start >= (nsec_t)(d.attempts - 1) * NSEC_PER_SEC);
-        assert_int_equal(vf_int(s, MIXED_VF1, "type"), 0);
+        assert_int_equal(st_state_vf_int(s->st, MIXED_VF1, "type"), 0);
         done_clear(&d);
 }
 
@@ -563,7 +517,8 @@ static void test_hung_write_makes_vf_uncertain(void **state) /* GEN-4, GEN-12, S
         stop_ops(s);
         start_ops(s, 300 * NSEC_PER_MSEC, 0);
 
-        ctl(s, "fault write sys/bus/pci/devices/" MIXED_VF1 "/nvidia/current_vgpu_type hang");
+        st_command(s->st,
+                   "fault write sys/bus/pci/devices/" MIXED_VF1 "/nvidia/current_vgpu_type hang");
         configure(s, MIXED_VF1, TYPE_4Q, &d);
         assert_failed(&d, -ETIMEDOUT, DEVICE_FAILURE_TIMEOUT, "timed out after 300ms");
         done_clear(&d);
@@ -581,9 +536,9 @@ static void test_hung_write_makes_vf_uncertain(void **state) /* GEN-4, GEN-12, S
         done_clear(&d);
 
         /* clear-faults lets the held store finish: the VF is certain again. */
-        ctl(s, "clear-faults");
+        st_command(s->st, "clear-faults");
         run_until(s, is_certain, MIXED_VF1);
-        assert_int_equal(vf_int(s, MIXED_VF1, "type"), 1150);
+        assert_int_equal(st_state_vf_int(s->st, MIXED_VF1, "type"), 1150);
         release(s, "vendor-vfio", MIXED_VF1, NULL, false, &d);
         assert_ok(&d, DEVICE_OUTCOME_RELEASED);
         done_clear(&d);
@@ -609,7 +564,7 @@ static void test_mdev_create_and_remove(void **state) /* DEV-16, DEV-17 */
         create(s, A40_VF0, "NVIDIA A40-2Q", UUID_A, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
         done_clear(&d);
-        vf_mdev(s, A40_VF0, uuid);
+        st_vf_mdev(s->st, A40_VF0, uuid);
         assert_string_equal(uuid, UUID_A);
         _cleanup_free_ char *type = NULL;
         assert_int_equal(
@@ -641,7 +596,7 @@ static void test_mdev_create_and_remove(void **state) /* DEV-16, DEV-17 */
         run_until(s, is_done, &d);
         assert_ok(&d, DEVICE_OUTCOME_RELEASED);
         done_clear(&d);
-        vf_mdev(s, A40_VF0, uuid);
+        st_vf_mdev(s->st, A40_VF0, uuid);
         assert_string_equal(uuid, "");
 
         release(s, "mdev", A40_VF0, UUID_A, false, &d);
@@ -664,18 +619,18 @@ static void test_mdev_in_use_then_released(void **state) /* DEV-17, DEV-10, DEV-
         release(s, "mdev", A40_VF1, UUID_B, false, &d);
         assert_failed(&d, -EBUSY, DEVICE_FAILURE_IN_USE, "mdev " UUID_B " is still in use");
         done_clear(&d);
-        vf_mdev(s, A40_VF1, uuid);
+        st_vf_mdev(s->st, A40_VF1, uuid);
         assert_string_equal(uuid, UUID_B);
 
         /* The VMM exits, the driver lags: DEV-17 waits its polls (100 ms apart here), then
          * removes, retrying through the lag. */
-        ctl(s, "release-lag " A40_VF1 " 1500");
+        st_command(s->st, "release-lag " A40_VF1 " 1500");
         end_child(s, 0);
         nsec_t start = now();
         release(s, "mdev", A40_VF1, UUID_B, true, &d);
         assert_ok(&d, DEVICE_OUTCOME_RELEASED);
         assert_true(now() - start >= 10 * 100 * NSEC_PER_MSEC);
-        vf_mdev(s, A40_VF1, uuid);
+        st_vf_mdev(s->st, A40_VF1, uuid);
         assert_string_equal(uuid, "");
         done_clear(&d);
 }

@@ -2,10 +2,10 @@
 #pragma once
 
 /*
- * Helpers for the tests that run against a mounted vgpu-sim (run-sim-test.sh sets
- * VGPU_SIM_MOUNT; meson sets VGPU_SIM_NVML to the built fake library): the simulator client of
- * tests/lib (testlib.h) with cmocka's failures, and the fake NVML library, loaded the way vgpud
- * loads the real one: dlopen with RTLD_NOW|RTLD_LOCAL, every function resolved by name.
+ * Helpers for the cmocka tests that run against a mounted vgpu-sim (the runner scripts set
+ * VGPU_SIM_MOUNT; meson sets VGPU_SIM_NVML to the built fake library): testlib's simulator
+ * client with cmocka's failures, and the fake NVML library, loaded the way vgpud loads the real
+ * one: dlopen with RTLD_NOW|RTLD_LOCAL, every function resolved by name.
  */
 
 #include <setjmp.h>
@@ -43,6 +43,10 @@ typedef struct SimTest {
         Nvml nvml;
 } SimTest;
 
+/* The mount only (no NVML library); fails the test when VGPU_SIM_MOUNT is not set. */
+SimTest *st_open(void);
+SimTest *st_close(SimTest *t);
+
 /* Group set-up: finds the mount, loads the fake NVML library (not yet initialised). */
 int st_group_setup(void **state);
 int st_group_teardown(void **state);
@@ -76,6 +80,8 @@ int st_try_read(const char *path, char **ret);
 
 /* One .sim/ctl command; 0 or -errno. */
 int st_ctl(const SimTest *t, const char *fmt, ...) _printf_(2, 3);
+/* The same; fails the test when the simulator refuses it. */
+void st_command(const SimTest *t, const char *fmt, ...) _printf_(2, 3);
 
 /* What reading .sim/ctl shows after this process's last command. */
 char *st_ctl_result(const SimTest *t);
@@ -86,6 +92,8 @@ json_t *st_state(const SimTest *t);
 /* The state.json object of one VF (borrowed from state). */
 json_t *st_state_vf(json_t *state, const char *vf);
 json_int_t st_state_vf_int(const SimTest *t, const char *vf, const char *key);
+/* The UUID of the mdev on vf, or "" when it carries none. */
+void st_vf_mdev(const SimTest *t, const char *vf, char ret[static 37]);
 
 /* Writes a type to current_vgpu_type; 0 or -errno. */
 int st_set_type(const SimTest *t, const char *vf, uint32_t type);

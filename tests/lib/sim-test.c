@@ -74,6 +74,19 @@ int st_ctl(const SimTest *t, const char *fmt, ...)
         return r;
 }
 
+void st_command(const SimTest *t, const char *fmt, ...)
+{
+        _cleanup_free_ char *command = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vasprintf(&command, fmt, ap);
+        va_end(ap);
+        assert_true(k >= 0);
+        int r = test_sim_ctl(t->sim, "%s", command);
+        if (r < 0)
+                fail_msg(".sim/ctl \"%s\": %s", command, strerror(-r));
+}
+
 char *st_ctl_result(const SimTest *t)
 {
         char *s = NULL;
@@ -109,6 +122,13 @@ json_int_t st_state_vf_int(const SimTest *t, const char *vf, const char *key)
         return v;
 }
 
+void st_vf_mdev(const SimTest *t, const char *vf, char ret[static 37])
+{
+        int r = test_sim_vf_mdev(t->sim, vf, ret);
+        if (r < 0)
+                fail_msg("mdev of VF %s: %s", vf, strerror(-r));
+}
+
 int st_set_type(const SimTest *t, const char *vf, uint32_t type)
 {
         return test_sim_set_type(t->sim, vf, type);
@@ -142,6 +162,26 @@ int st_reset(void **state)
         }
         assert_int_equal(test_sim_release_all(t->sim, 5 * NSEC_PER_SEC), 0);
         return 0;
+}
+
+SimTest *st_open(void)
+{
+        SimTest *t = calloc(1, sizeof(SimTest));
+        assert_non_null(t);
+        if (test_sim_open(&t->sim) < 0)
+                fail_msg("VGPU_SIM_MOUNT is not set: run this through run-with-sim.sh");
+        return t;
+}
+
+SimTest *st_close(SimTest *t)
+{
+        if (t) {
+                if (t->dl)
+                        dlclose(t->dl);
+                test_sim_free(t->sim);
+                free(t);
+        }
+        return NULL;
 }
 
 int st_group_setup(void **state)
@@ -195,13 +235,7 @@ int st_group_setup(void **state)
 
 int st_group_teardown(void **state)
 {
-        SimTest *t = *state;
-        if (!t)
-                return 0;
-        if (t->dl)
-                dlclose(t->dl);
-        test_sim_free(t->sim);
-        free(t);
+        st_close(*state);
         return 0;
 }
 
