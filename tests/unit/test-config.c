@@ -13,6 +13,7 @@
 
 #include "base/base.h"
 #include "config/config.h"
+#include "testlib.h"
 
 #define FILE_NAME "vgpud.yaml"
 
@@ -171,9 +172,7 @@ static char *make_tmpdir(void)
 
 static void remove_tree(const char *dir)
 {
-        _cleanup_free_ char *cmd = NULL;
-        assert_int_equal(strprintf(&cmd, "rm -rf '%s'", dir), 0);
-        assert_int_equal(system(cmd), 0);
+        assert_int_equal(test_remove_tree_at(AT_FDCWD, dir), 0);
 }
 
 static void replace(char **field, const char *value)

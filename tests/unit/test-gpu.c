@@ -5,7 +5,6 @@
  * edge cases are built here file by file. Every tree is removed after its test.
  */
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <setjmp.h>
 #include <spawn.h>
@@ -24,11 +23,9 @@
 /* ---- fixtures ------------------------------------------------------------------------------ */
 
 typedef struct Fixture {
-        char *dir;  /* the sysfs root of this test */
-        Root *root; /* opened on it */
-        FILE *log;  /* where log lines go during the test */
-        char *log_buf;
-        size_t log_size;
+        char *dir;   /* the sysfs root of this test */
+        Root *root;  /* opened on it */
+        TestLog log; /* where log lines go during the test */
 } Fixture;
 
 static int setup(void **state)
@@ -39,26 +36,17 @@ static int setup(void **state)
         assert_int_equal(strprintf(&f->dir, "%s/vgpud-test-gpu.XXXXXX", tmp ? tmp : "/tmp"), 0);
         assert_non_null(mkdtemp(f->dir));
         assert_int_equal(root_open(f->dir, &f->root), 0);
-        f->log = open_memstream(&f->log_buf, &f->log_size);
-        assert_non_null(f->log);
-        log_set_stream(f->log);
+        assert_int_equal(test_log_start(&f->log), 0);
         *state = f;
         return 0;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-        return remove(path) < 0 ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
         Fixture *f = *state;
-        log_set_stream(NULL);
-        fclose(f->log);
-        free(f->log_buf);
+        test_log_stop(&f->log);
         root_free(f->root);
-        assert_int_equal(nftw(f->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+        assert_int_equal(test_remove_tree_at(AT_FDCWD, f->dir), 0);
         free(f->dir);
         free(f);
         return 0;
@@ -66,8 +54,7 @@ static int teardown(void **state)
 
 static const char *log_text(Fixture *f)
 {
-        fflush(f->log);
-        return f->log_buf ? f->log_buf : "";
+        return test_log_text(&f->log);
 }
 
 static char *path_of(Fixture *f, const char *rel)
@@ -122,10 +109,7 @@ static void remove_path(Fixture *f, const char *rel)
         _cleanup_free_ char *p = path_of(f, rel);
         struct stat st;
         assert_int_equal(lstat(p, &st), 0);
-        if (S_ISDIR(st.st_mode))
-                assert_int_equal(nftw(p, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
-        else
-                assert_int_equal(unlink(p), 0);
+        assert_int_equal(test_remove_tree_at(AT_FDCWD, p), 0);
 }
 
 /* Replaces whatever is at rel by a regular file. */

@@ -5,7 +5,6 @@
  * assertion failed. No test touches the real /sys.
  */
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,23 +15,13 @@
 
 #include "base/base.h"
 #include "sysfs/sysfs.h"
+#include "testlib.h"
 
 typedef struct Fixture {
         char path[PATH_MAX];
         int dirfd;
         Root *root;
 } Fixture;
-
-static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-        remove(path);
-        return 0;
-}
-
-static void rm_rf(const char *path)
-{
-        nftw(path, rm_entry, 16, FTW_PHYS | FTW_DEPTH);
-}
 
 static int put_file(int dirfd, const char *name, const char *content)
 {
@@ -133,7 +122,7 @@ static int fixture_setup(void **state)
         if (f->dirfd < 0 || build_tree(f->dirfd) < 0 || root_open(f->path, &f->root) < 0) {
                 if (f->dirfd >= 0)
                         close(f->dirfd);
-                rm_rf(f->path);
+                (void)test_remove_tree_at(AT_FDCWD, f->path);
                 free(f);
                 return -1;
         }
@@ -146,7 +135,7 @@ static int fixture_teardown(void **state)
         Fixture *f = *state;
         root_free(f->root);
         close(f->dirfd);
-        rm_rf(f->path);
+        (void)test_remove_tree_at(AT_FDCWD, f->path);
         free(f);
         return 0;
 }
