@@ -24,9 +24,10 @@ import uuid
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    CATALOG, HEALTH_FILE, MNT, SYS, VGPUD, eq, error_of, failed, figures, gpu_body, log_count,
-    mdev_truth, mdev_vfs, metric, ok, parse_metrics, plan, poll, profile_gib, read_creatable,
-    run_group, sim_ctl, sim_state, start, stop, timed_get, truth, write_config, write_secret)
+    CATALOG, HEALTH_FILE, MNT, SYS, VGPUD, eq, error_of, exit_status, figures, finish, gpu_body,
+    log_count, mdev_truth, mdev_vfs, metric, ok, parse_metrics, poll, profile_gib,
+    read_creatable, run_group, sim_ctl, sim_state, start, stop, timed_get, truth, write_config,
+    write_secret)
 
 # CFG-7: variables vgpud must not read. A proxy it honoured would send loopback requests
 # nowhere; a config or URL override would change what --check-config prints.
@@ -503,12 +504,9 @@ def main():
             sim_ctl("nvml clear")
         except OSError:
             pass
-        for d in daemons:
-            d.stop(signal.SIGKILL)
-        shutil.rmtree(work, ignore_errors=True)
-        plan()
+        finish(daemons, work)
 
 
 if __name__ == "__main__":
     main()
-    sys.exit(1 if failed() else 0)
+    sys.exit(exit_status())

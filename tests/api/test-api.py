@@ -23,7 +23,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
     CATALOG, CTL, HEALTH_FILE, OPENAPI, VGPUD, Client, Daemon, configure, copy_secret, eq,
-    error_of, failed, figures, free_port, metric, mint, ok, parse_metrics, plan, poll,
+    error_of, exit_status, figures, finish, free_port, metric, mint, ok, parse_metrics, poll,
     profile_gib, read_creatable, readyz, run_group, sim_ctl, sim_state, skip, stop, truth,
     write_config, write_secret)
 
@@ -567,12 +567,9 @@ def main():
         run_group("not-ready", lambda: check_not_ready(work, secret))
         return 0
     finally:
-        for d in daemons:
-            d.stop(signal.SIGKILL)
-        shutil.rmtree(work, ignore_errors=True)
-        plan()
+        finish(daemons, work)
 
 
 if __name__ == "__main__":
     main()
-    sys.exit(1 if failed() else 0)
+    sys.exit(exit_status())

@@ -21,6 +21,7 @@
 #include <signal.h>
 
 #include "device/device.h"
+#include "device-done.h"
 #include "sim-test.h"
 
 /* The mixed-size and the equal-size L40S of host-l40s.yaml, and the A40 of host-a40.yaml. */
@@ -49,15 +50,6 @@ typedef struct Sim {
         TestHolder children[4];
 } Sim;
 
-typedef struct Done {
-        bool called;
-        int r;
-        DeviceOutcome outcome;
-        DeviceFailureKind kind;
-        char *error;
-        unsigned attempts;
-} Done;
-
 /* ---- the simulator ------------------------------------------------------------------------- */
 
 /* The VFIO node QEMU would open for vf: the legacy group node (GEN-11). */
@@ -84,26 +76,6 @@ static void end_child(Sim *s, size_t slot)
 
 /* ---- the loop ------------------------------------------------------------------------------ */
 
-static void on_done(const DeviceResult *res, void *userdata)
-{
-        Done *d = userdata;
-        assert_false(d->called);
-        *d = (Done){
-            .called = true,
-            .r = res->r,
-            .outcome = res->outcome,
-            .kind = res->kind,
-            .error = res->error ? strdup(res->error) : NULL,
-            .attempts = res->attempts,
-        };
-}
-
-static void done_clear(Done *d)
-{
-        free(d->error);
-        *d = (Done){};
-}
-
 static nsec_t now(void)
 {
         return test_now();
@@ -118,7 +90,7 @@ static void run_until(Sim *s, bool (*pred)(Sim *s, const void *arg), const void 
 static bool is_done(Sim *s, const void *arg)
 {
         (void)s;
-        return ((const Done *)arg)->called;
+        return ((const DeviceDone *)arg)->called;
 }
 
 static bool is_certain(Sim *s, const void *arg)
@@ -151,16 +123,17 @@ static void stop_ops(Sim *s)
 }
 
 /* Runs one operation to its end. */
-static void configure(Sim *s, const char *vf, const char *type, Done *d)
+static void configure(Sim *s, const char *vf, const char *type, DeviceDone *d)
 {
         _cleanup_free_ char *e = NULL;
-        if (device_ops_configure(s->ops, vf, type, "k3x9q2m8v1c4z7n5b0wd", on_done, d, &e) < 0)
+        if (device_ops_configure(s->ops, vf, type, "k3x9q2m8v1c4z7n5b0wd", device_done_record, d,
+                                 &e) < 0)
                 fail_msg("configure %s: %s", vf, e);
         run_until(s, is_done, d);
 }
 
 static void release(Sim *s, const char *framework, const char *vf, const char *uuid,
-                    bool after_exit, Done *d)
+                    bool after_exit, DeviceDone *d)
 {
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req = {
@@ -168,19 +141,19 @@ static void release(Sim *s, const char *framework, const char *vf, const char *u
             .instance_id = "k3x9q2m8v1c4z7n5b0wd",
             .after_vmm_exit = after_exit,
         };
-        if (device_ops_release(s->ops, &req, on_done, d, &e) < 0)
+        if (device_ops_release(s->ops, &req, device_done_record, d, &e) < 0)
                 fail_msg("release %s: %s", vf ? vf : uuid, e);
         run_until(s, is_done, d);
 }
 
-static void assert_ok(const Done *d, DeviceOutcome outcome)
+static void assert_ok(const DeviceDone *d, DeviceOutcome outcome)
 {
         if (d->r < 0)
                 fail_msg("operation failed: %s", d->error);
         assert_int_equal(d->outcome, outcome);
 }
 
-static void assert_failed(const Done *d, int r, DeviceFailureKind kind, const char *message)
+static void assert_failed(const DeviceDone *d, int r, DeviceFailureKind kind, const char *message)
 {
         assert_true(d->called);
         assert_int_equal(d->r, r);
@@ -262,7 +235,7 @@ static int teardown(void **state)
                 json_array_foreach (json_object_get(gpu, "vfs"), k, vf) {
                         const char *address = json_string_value(json_object_get(vf, "address"));
                         json_t *mdev = json_object_get(vf, "mdev");
-                        Done d = {};
+                        DeviceDone d = {};
                         if (json_is_object(mdev))
                                 release(s, "mdev", address,
                                         json_string_value(json_object_get(mdev, "uuid")), true, &d);
@@ -271,7 +244,7 @@ static int teardown(void **state)
                         else
                                 continue;
                         assert_ok(&d, DEVICE_OUTCOME_RELEASED);
-                        done_clear(&d);
+                        device_done_clear(&d);
                 }
         }
         stop_ops(s);
@@ -288,58 +261,58 @@ static int teardown(void **state)
 static void test_configure_and_release(void **state) /* DEV-3, DEV-5, DEV-8, DEV-9 */
 {
         Sim *s = *state;
-        Done d = {};
+        DeviceDone d = {};
 
         configure(s, MIXED_VF0, TYPE_4Q, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
         assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 1150);
-        done_clear(&d);
+        device_done_clear(&d);
 
         configure(s, MIXED_VF0, TYPE_4Q, &d);
         assert_ok(&d, DEVICE_OUTCOME_UNCHANGED);
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* Another type: reset first (DEV-4), then the new one. */
         configure(s, MIXED_VF0, TYPE_2Q, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
         assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 1148);
-        done_clear(&d);
+        device_done_clear(&d);
 
         release(s, "vendor-vfio", MIXED_VF0, NULL, false, &d);
         assert_ok(&d, DEVICE_OUTCOME_RELEASED);
         assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 0);
-        done_clear(&d);
+        device_done_clear(&d);
 
         release(s, "vendor-vfio", MIXED_VF0, NULL, false, &d);
         assert_ok(&d, DEVICE_OUTCOME_NOT_CONFIGURED);
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 static void test_driver_refusals(void **state) /* DEV-7, SIM-11 */
 {
         Sim *s = *state;
-        Done d = {};
+        DeviceDone d = {};
 
         /* Equal-size: the first vGPU fixes the size; another size is EINVAL. */
         configure(s, EQUAL_VF0, TYPE_2Q, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
-        done_clear(&d);
+        device_done_clear(&d);
         configure(s, EQUAL_VF1, TYPE_4Q, &d);
         assert_failed(&d, -EINVAL, DEVICE_FAILURE_CAPACITY,
                       "driver refused vGPU type 1150 on VF " EQUAL_VF1 ": Invalid argument");
         assert_int_equal(st_state_vf_int(s->st, EQUAL_VF1, "type"), 0);
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* Beyond the maximum: ENOSPC. */
         release(s, "vendor-vfio", EQUAL_VF0, NULL, false, &d);
-        done_clear(&d);
+        device_done_clear(&d);
         configure(s, EQUAL_VF0, TYPE_48Q, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
-        done_clear(&d);
+        device_done_clear(&d);
         configure(s, EQUAL_VF1, TYPE_48Q, &d);
         assert_failed(&d, -ENOSPC, DEVICE_FAILURE_CAPACITY,
                       "driver refused vGPU type 1156 on VF " EQUAL_VF1 ": No space left on device");
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* A 0 refused while the driver still tears down (release lag): EBUSY, in a release and
          * in the reset half of a configure, and never a capacity refusal. */
@@ -350,12 +323,12 @@ static void test_driver_refusals(void **state) /* DEV-7, SIM-11 */
         release(s, "vendor-vfio", EQUAL_VF0, NULL, false, &d);
         assert_failed(&d, -EBUSY, DEVICE_FAILURE_REFUSED,
                       "destroy vGPU on VF " EQUAL_VF0 ": Device or resource busy");
-        done_clear(&d);
+        device_done_clear(&d);
         configure(s, EQUAL_VF0, TYPE_2Q, &d);
         assert_failed(&d, -EBUSY, DEVICE_FAILURE_REFUSED,
                       "destroy vGPU on VF " EQUAL_VF0 ": Device or resource busy");
         assert_int_equal(st_state_vf_int(s->st, EQUAL_VF0, "type"), 1156);
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* Injected EIO on the store of a type: still the driver's refusal (DEV-7). */
         st_command(s->st, "fault write sys/bus/pci/devices/" MIXED_VF1
@@ -363,7 +336,7 @@ static void test_driver_refusals(void **state) /* DEV-7, SIM-11 */
         configure(s, MIXED_VF1, TYPE_4Q, &d);
         assert_failed(&d, -EIO, DEVICE_FAILURE_CAPACITY,
                       "driver refused vGPU type 1150 on VF " MIXED_VF1 ": Input/output error");
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* And EIO on the read (DEV-8). */
         st_command(s->st, "fault read sys/bus/pci/devices/" MIXED_VF1
@@ -371,11 +344,11 @@ static void test_driver_refusals(void **state) /* DEV-7, SIM-11 */
         release(s, "vendor-vfio", MIXED_VF1, NULL, false, &d);
         assert_failed(&d, -EIO, DEVICE_FAILURE_ERROR,
                       "read current vGPU type for VF " MIXED_VF1 ": Input/output error");
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 typedef struct Batch {
-        Done *done;
+        DeviceDone *done;
         size_t n;
 } Batch;
 
@@ -393,7 +366,7 @@ static void test_one_vf_never_overlaps(void **state) /* DEV-11 */
 {
         Sim *s = *state;
         enum { N = 40 };
-        Done d[N] = {};
+        DeviceDone d[N] = {};
         static const char *const types[] = {TYPE_2Q, TYPE_4Q, "1147", "1152"};
         _cleanup_free_ char *e = NULL;
 
@@ -406,10 +379,11 @@ static void test_one_vf_never_overlaps(void **state) /* DEV-11 */
                             .claim = {.framework = "vendor-vfio", .vf = vf},
                             .instance_id = "k3x9q2m8v1c4z7n5b0wd",
                         };
-                        assert_int_equal(device_ops_release(s->ops, &req, on_done, &d[i], &e), 0);
+                        assert_int_equal(
+                            device_ops_release(s->ops, &req, device_done_record, &d[i], &e), 0);
                 } else
                         assert_int_equal(device_ops_configure(s->ops, vf, types[i % 4], NULL,
-                                                              on_done, &d[i], &e),
+                                                              device_done_record, &d[i], &e),
                                          0);
         }
         Batch b = {d, N};
@@ -417,7 +391,7 @@ static void test_one_vf_never_overlaps(void **state) /* DEV-11 */
         for (size_t i = 0; i < N; i++) {
                 if (d[i].r < 0)
                         fail_msg("operation %zu failed: %s", i, d[i].error);
-                done_clear(&d[i]);
+                device_done_clear(&d[i]);
         }
         json_int_t maxw = st_state_vf_int(s->st, MIXED_VF0, "max_concurrent_writes");
         assert_true(maxw == 1);
@@ -427,11 +401,11 @@ static void test_one_vf_never_overlaps(void **state) /* DEV-11 */
 static void test_vf_held_open_is_never_touched(void **state) /* DEV-4, DEV-9, DEV-12, DEV-13 */
 {
         Sim *s = *state;
-        Done d = {};
+        DeviceDone d = {};
 
         configure(s, MIXED_VF0, TYPE_4Q, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* A VMM holds the legacy group node. */
         _cleanup_free_ char *node = group_node(s, "bus/pci/devices/" MIXED_VF0);
@@ -440,24 +414,24 @@ static void test_vf_held_open_is_never_touched(void **state) /* DEV-4, DEV-9, DE
         release(s, "vendor-vfio", MIXED_VF0, NULL, false, &d);
         assert_failed(&d, -EBUSY, DEVICE_FAILURE_IN_USE,
                       "vendor VFIO vGPU on VF " MIXED_VF0 " is still in use");
-        done_clear(&d);
+        device_done_clear(&d);
 
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest reset = {.claim = {.framework = "vendor-vfio", .vf = MIXED_VF0}};
-        assert_int_equal(device_ops_release(s->ops, &reset, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(s->ops, &reset, device_done_record, &d, &e), 0);
         run_until(s, is_done, &d);
         assert_int_equal(d.kind, DEVICE_FAILURE_IN_USE);
-        done_clear(&d);
+        device_done_clear(&d);
 
         configure(s, MIXED_VF0, TYPE_2Q, &d);
         assert_failed(&d, -EBUSY, DEVICE_FAILURE_IN_USE,
                       "vendor VFIO vGPU on VF " MIXED_VF0 " is still in use");
-        done_clear(&d);
+        device_done_clear(&d);
         /* Even after a VMM exit is claimed, a live holder stops the retries at once. */
         release(s, "vendor-vfio", MIXED_VF0, NULL, true, &d);
         assert_int_equal(d.kind, DEVICE_FAILURE_IN_USE);
         assert_int_equal(d.attempts, 1);
-        done_clear(&d);
+        device_done_clear(&d);
         assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 1150);
 
         /* The iommufd cdev counts the same. */
@@ -469,7 +443,7 @@ static void test_vf_held_open_is_never_touched(void **state) /* DEV-4, DEV-9, DE
         hold_node(s, 1, cdev_path);
         release(s, "vendor-vfio", MIXED_VF0, NULL, false, &d);
         assert_int_equal(d.kind, DEVICE_FAILURE_IN_USE);
-        done_clear(&d);
+        device_done_clear(&d);
         assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 1150);
 
         /* The VMM exits: the release goes through (retrying while the driver lags). */
@@ -477,13 +451,13 @@ static void test_vf_held_open_is_never_touched(void **state) /* DEV-4, DEV-9, DE
         release(s, "vendor-vfio", MIXED_VF0, NULL, true, &d);
         assert_ok(&d, DEVICE_OUTCOME_RELEASED);
         assert_int_equal(st_state_vf_int(s->st, MIXED_VF0, "type"), 0);
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 static void test_release_lag_is_retried(void **state) /* DEV-10, SIM-12 */
 {
         Sim *s = *state;
-        Done d = {};
+        DeviceDone d = {};
 
         /* The real interval this time: one second apart. */
         stop_ops(s);
@@ -491,7 +465,7 @@ static void test_release_lag_is_retried(void **state) /* DEV-10, SIM-12 */
 
         configure(s, MIXED_VF1, TYPE_4Q, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
-        done_clear(&d);
+        device_done_clear(&d);
 
         st_command(s->st, "release-lag " MIXED_VF1 " 1500");
         _cleanup_free_ char *node = group_node(s, "bus/pci/devices/" MIXED_VF1);
@@ -505,13 +479,13 @@ static void test_release_lag_is_retried(void **state) /* DEV-10, SIM-12 */
         /* Attempts a second apart: at least one interval passed per retry. */
         assert_true(now() - start >= (nsec_t)(d.attempts - 1) * NSEC_PER_SEC);
         assert_int_equal(st_state_vf_int(s->st, MIXED_VF1, "type"), 0);
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 static void test_hung_write_makes_vf_uncertain(void **state) /* GEN-4, GEN-12, SIM-14 */
 {
         Sim *s = *state;
-        Done d = {};
+        DeviceDone d = {};
         _cleanup_free_ char *e = NULL;
 
         stop_ops(s);
@@ -521,19 +495,19 @@ static void test_hung_write_makes_vf_uncertain(void **state) /* GEN-4, GEN-12, S
                    "fault write sys/bus/pci/devices/" MIXED_VF1 "/nvidia/current_vgpu_type hang");
         configure(s, MIXED_VF1, TYPE_4Q, &d);
         assert_failed(&d, -ETIMEDOUT, DEVICE_FAILURE_TIMEOUT, "timed out after 300ms");
-        done_clear(&d);
+        device_done_clear(&d);
         assert_true(worker_pool_key_is_uncertain(s->pool, MIXED_VF1));
 
         /* Neither reset nor released while the call is out. */
         DeviceReleaseRequest req = {.claim = {.framework = "vendor-vfio", .vf = MIXED_VF1}};
-        assert_int_equal(device_ops_release(s->ops, &req, on_done, &d, &e), -EAGAIN);
+        assert_int_equal(device_ops_release(s->ops, &req, device_done_record, &d, &e), -EAGAIN);
         assert_string_equal(e, "VF " MIXED_VF1
                                " is uncertain: an earlier sysfs call on it has not returned");
         assert_false(d.called);
         /* Other VFs carry on. */
         configure(s, MIXED_VF0, TYPE_2Q, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* clear-faults lets the held store finish: the VF is certain again. */
         st_command(s->st, "clear-faults");
@@ -541,16 +515,16 @@ static void test_hung_write_makes_vf_uncertain(void **state) /* GEN-4, GEN-12, S
         assert_int_equal(st_state_vf_int(s->st, MIXED_VF1, "type"), 1150);
         release(s, "vendor-vfio", MIXED_VF1, NULL, false, &d);
         assert_ok(&d, DEVICE_OUTCOME_RELEASED);
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 /* ---- mdev ---------------------------------------------------------------------------------- */
 
-static void create(Sim *s, const char *vf, const char *profile, const char *uuid, Done *d)
+static void create(Sim *s, const char *vf, const char *profile, const char *uuid, DeviceDone *d)
 {
         _cleanup_free_ char *e = NULL;
-        if (device_ops_mdev_create(s->ops, vf, profile, uuid, "k3x9q2m8v1c4z7n5b0wd", on_done, d,
-                                   &e) < 0)
+        if (device_ops_mdev_create(s->ops, vf, profile, uuid, "k3x9q2m8v1c4z7n5b0wd",
+                                   device_done_record, d, &e) < 0)
                 fail_msg("create on %s: %s", vf, e);
         run_until(s, is_done, d);
 }
@@ -558,12 +532,12 @@ static void create(Sim *s, const char *vf, const char *profile, const char *uuid
 static void test_mdev_create_and_remove(void **state) /* DEV-16, DEV-17 */
 {
         Sim *s = *state;
-        Done d = {};
+        DeviceDone d = {};
         char uuid[37];
 
         create(s, A40_VF0, "NVIDIA A40-2Q", UUID_A, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
-        done_clear(&d);
+        device_done_clear(&d);
         st_vf_mdev(s->st, A40_VF0, uuid);
         assert_string_equal(uuid, UUID_A);
         _cleanup_free_ char *type = NULL;
@@ -575,50 +549,50 @@ static void test_mdev_create_and_remove(void **state) /* DEV-16, DEV-17 */
         create(s, A40_VF1, "NVIDIA A40-5Q", UUID_B, &d);
         assert_failed(&d, -ENOENT, DEVICE_FAILURE_ERROR,
                       "create mdev on VF " A40_VF1 ": no mdev type named \"NVIDIA A40-5Q\"");
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* The driver refuses another size on an equal-size card: a capacity refusal. */
         create(s, A40_VF1, "NVIDIA A40-4Q", UUID_B, &d);
         assert_failed(&d, -EINVAL, DEVICE_FAILURE_CAPACITY,
                       "create mdev on VF " A40_VF1 ": Invalid argument");
-        done_clear(&d);
+        device_done_clear(&d);
         /* ... or a VF that carries an mdev already. */
         create(s, A40_VF0, "NVIDIA A40-2Q", UUID_B, &d);
         assert_failed(&d, -EBUSY, DEVICE_FAILURE_CAPACITY,
                       "create mdev on VF " A40_VF0 ": Device or resource busy");
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* A reset removes it at once. */
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req = {
             .claim = {.framework = "mdev", .vf = A40_VF0, .mdev_uuid = UUID_A}};
-        assert_int_equal(device_ops_release(s->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(s->ops, &req, device_done_record, &d, &e), 0);
         run_until(s, is_done, &d);
         assert_ok(&d, DEVICE_OUTCOME_RELEASED);
-        done_clear(&d);
+        device_done_clear(&d);
         st_vf_mdev(s->st, A40_VF0, uuid);
         assert_string_equal(uuid, "");
 
         release(s, "mdev", A40_VF0, UUID_A, false, &d);
         assert_ok(&d, DEVICE_OUTCOME_NOT_CONFIGURED);
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 static void test_mdev_in_use_then_released(void **state) /* DEV-17, DEV-10, DEV-12 */
 {
         Sim *s = *state;
-        Done d = {};
+        DeviceDone d = {};
         char uuid[37];
 
         create(s, A40_VF1, "NVIDIA A40-2Q", UUID_B, &d);
         assert_ok(&d, DEVICE_OUTCOME_CONFIGURED);
-        done_clear(&d);
+        device_done_clear(&d);
 
         _cleanup_free_ char *node = group_node(s, "bus/mdev/devices/" UUID_B);
         hold_node(s, 0, node);
         release(s, "mdev", A40_VF1, UUID_B, false, &d);
         assert_failed(&d, -EBUSY, DEVICE_FAILURE_IN_USE, "mdev " UUID_B " is still in use");
-        done_clear(&d);
+        device_done_clear(&d);
         st_vf_mdev(s->st, A40_VF1, uuid);
         assert_string_equal(uuid, UUID_B);
 
@@ -632,7 +606,7 @@ static void test_mdev_in_use_then_released(void **state) /* DEV-17, DEV-10, DEV-
         assert_true(now() - start >= 10 * 100 * NSEC_PER_MSEC);
         st_vf_mdev(s->st, A40_VF1, uuid);
         assert_string_equal(uuid, "");
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 int main(int argc, char **argv)

@@ -77,14 +77,23 @@ def run_group(name, fn):
         ok(False, "%s: no exception" % name, traceback.format_exc())
 
 
-def failed():
-    """True once a check has failed."""
-    return failures > 0
-
-
 def plan():
     """The TAP plan line, printed last."""
     print("1..%d" % counter)
+
+
+def finish(daemons, work):
+    """The end of a run, whatever happened: kills the daemons still running, removes the work
+    tree and prints the plan."""
+    for d in daemons:
+        d.stop(signal.SIGKILL)
+    shutil.rmtree(work, ignore_errors=True)
+    plan()
+
+
+def exit_status():
+    """The script's exit status: 1 once a check has failed."""
+    return 1 if failures else 0
 
 
 # ---- HTTP -----------------------------------------------------------------------------------

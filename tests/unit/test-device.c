@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 
 #include "device/device.h"
+#include "device-done.h"
 #include "testlib.h"
 
 #define VF "0000:e3:00.4"
@@ -264,17 +265,6 @@ static void advance(nsec_t d)
 }
 
 /* ---- fixture trees ------------------------------------------------------------------------- */
-
-typedef struct Done {
-        bool called;
-        int r;
-        DeviceOutcome outcome;
-        DeviceFailureKind kind;
-        char *error;
-        char vf[PCI_ADDRESS_STRLEN]; /* "" when the result named none */
-        uint32_t type_id;
-        unsigned attempts;
-} Done;
 
 typedef struct Fixture {
         TestTree *tree;
@@ -1399,30 +1389,6 @@ static void start_ops(Fixture *f)
         start_ops_with(f, WORKER_POOL_MAX_EXTRA, &fake.clock, 0);
 }
 
-static void on_done(const DeviceResult *res, void *userdata)
-{
-        Done *d = userdata;
-        assert_false(d->called);
-        assert_int_equal(res->r < 0, res->outcome == DEVICE_OUTCOME_FAILED);
-        *d = (Done){
-            .called = true,
-            .r = res->r,
-            .outcome = res->outcome,
-            .kind = res->kind,
-            .error = res->error ? strdup(res->error) : NULL,
-            .type_id = res->type_id,
-            .attempts = res->attempts,
-        };
-        if (res->vf)
-                snprintf(d->vf, sizeof d->vf, "%s", res->vf);
-}
-
-static void done_clear(Done *d)
-{
-        free(d->error);
-        *d = (Done){};
-}
-
 /*
  * Runs the loop until pred holds, for at most 10 s of real time. The injected clock may have
  * moved since the last wait, which the loop cannot see: first the pool and DeviceOps look at
@@ -1438,7 +1404,7 @@ static void pump_until(Fixture *f, bool (*pred)(Fixture *f, const void *arg), co
 static bool is_done(Fixture *f, const void *arg)
 {
         (void)f;
-        return ((const Done *)arg)->called;
+        return ((const DeviceDone *)arg)->called;
 }
 
 static bool is_waiting(Fixture *f, const void *arg)
@@ -1482,15 +1448,16 @@ static void release_request(DeviceReleaseRequest *req, const char *framework, co
 static void test_ops_outcomes_are_logged(void **state) /* DEV-19, DEV-3, DEV-8 */
 {
         Fixture *f = *state;
-        Done d = {};
+        DeviceDone d = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
 
         add_vf(f, VF, GROUP, "0\n");
         start_ops(f);
 
-        assert_int_equal(
-            device_ops_configure(f->ops, VF, "7", "k3x9q2m8v1c4z7n5b0wd", on_done, &d, &e), 0);
+        assert_int_equal(device_ops_configure(f->ops, VF, "7", "k3x9q2m8v1c4z7n5b0wd",
+                                              device_done_record, &d, &e),
+                         0);
         assert_true(device_ops_is_busy(f->ops, VF));
         pump_until(f, is_done, &d);
         assert_int_equal(d.r, 1);
@@ -1500,18 +1467,20 @@ static void test_ops_outcomes_are_logged(void **state) /* DEV-19, DEV-3, DEV-8 *
         assert_false(device_ops_is_busy(f->ops, VF));
         assert_logged(f, "<6>configure vGPU vf=" VF " type=7 instance_id=k3x9q2m8v1c4z7n5b0wd "
                          "outcome=configured\n");
-        done_clear(&d);
+        device_done_clear(&d);
 
-        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, device_done_record, &d, &e),
+                         0);
         pump_until(f, is_done, &d);
         assert_int_equal(d.outcome, DEVICE_OUTCOME_UNCHANGED);
         assert_logged(f, "<6>configure vGPU vf=" VF " type=7 outcome=unchanged\n");
-        done_clear(&d);
+        device_done_clear(&d);
 
         put(f, "0\n", TYPE_ATTR);
         inject_rule(TYPE_ATTR, 0, ENOSPC, 1, false);
-        assert_int_equal(
-            device_ops_configure(f->ops, VF, "9", "k3x9q2m8v1c4z7n5b0wd", on_done, &d, &e), 0);
+        assert_int_equal(device_ops_configure(f->ops, VF, "9", "k3x9q2m8v1c4z7n5b0wd",
+                                              device_done_record, &d, &e),
+                         0);
         pump_until(f, is_done, &d);
         assert_int_equal(d.r, -ENOSPC);
         assert_int_equal(d.kind, DEVICE_FAILURE_CAPACITY);
@@ -1520,11 +1489,11 @@ static void test_ops_outcomes_are_logged(void **state) /* DEV-19, DEV-3, DEV-8 *
         assert_logged(f, "<6>configure vGPU vf=" VF " type=9 instance_id=k3x9q2m8v1c4z7n5b0wd "
                          "outcome=failed error=\"driver refused vGPU type 9 on VF " VF
                          ": No space left on device\"\n");
-        done_clear(&d);
+        device_done_clear(&d);
 
         put(f, "7\n", TYPE_ATTR);
         release_request(&req, "vendor-vfio", VF, NULL, "k3x9q2m8v1c4z7n5b0wd", false);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         pump_until(f, is_done, &d);
         assert_int_equal(d.r, 1);
         assert_int_equal(d.outcome, DEVICE_OUTCOME_RELEASED);
@@ -1532,21 +1501,21 @@ static void test_ops_outcomes_are_logged(void **state) /* DEV-19, DEV-3, DEV-8 *
         assert_int_equal(d.attempts, 1);
         assert_logged(f, "<6>release vGPU vf=" VF " type=7 instance_id=k3x9q2m8v1c4z7n5b0wd "
                          "outcome=released attempts=1\n");
-        done_clear(&d);
+        device_done_clear(&d);
 
         release_request(&req, "vendor-vfio", VF, NULL, NULL, false);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         pump_until(f, is_done, &d);
         assert_int_equal(d.outcome, DEVICE_OUTCOME_NOT_CONFIGURED);
         assert_logged(f, "<6>reset vGPU vf=" VF " outcome=not_configured attempts=1\n");
-        done_clear(&d);
+        device_done_clear(&d);
         assert_null(e);
 }
 
 static void test_ops_invalid_requests(void **state) /* DEV-1, DISC-22, DEV-19 */
 {
         Fixture *f = *state;
-        Done d = {};
+        DeviceDone d = {};
         DeviceReleaseRequest req;
         start_ops(f);
 
@@ -1561,24 +1530,24 @@ static void test_ops_invalid_requests(void **state) /* DEV-1, DISC-22, DEV-19 */
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 _cleanup_free_ char *e = NULL;
-                assert_int_equal(
-                    device_ops_configure(f->ops, bad[i].vf, bad[i].type, NULL, on_done, &d, &e),
-                    -EINVAL);
+                assert_int_equal(device_ops_configure(f->ops, bad[i].vf, bad[i].type, NULL,
+                                                      device_done_record, &d, &e),
+                                 -EINVAL);
                 assert_string_equal(e, bad[i].message);
         }
         assert_logged(f, "<6>configure vGPU vf=" VF " type=0 outcome=failed "
                          "error=\"invalid vendor VFIO vGPU profile type \\\"0\\\"\"\n");
 
         _cleanup_free_ char *e = NULL;
-        assert_int_equal(
-            device_ops_mdev_create(f->ops, VF, "NVIDIA A40-2Q", "nope", NULL, on_done, &d, &e),
-            -EINVAL);
+        assert_int_equal(device_ops_mdev_create(f->ops, VF, "NVIDIA A40-2Q", "nope", NULL,
+                                                device_done_record, &d, &e),
+                         -EINVAL);
         assert_string_equal(e, "invalid mdev UUID \"nope\"");
 
         free(e);
         e = NULL;
         release_request(&req, "vfio", VF, NULL, "k3x9q2m8v1c4z7n5b0wd", true);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), -EINVAL);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), -EINVAL);
         assert_string_equal(e, "unknown vGPU framework \"vfio\"");
         assert_logged(f, "<6>release vGPU vf=" VF " instance_id=k3x9q2m8v1c4z7n5b0wd "
                          "outcome=failed error=\"unknown vGPU framework \\\"vfio\\\"\"\n");
@@ -1586,14 +1555,14 @@ static void test_ops_invalid_requests(void **state) /* DEV-1, DISC-22, DEV-19 */
         free(e);
         e = NULL;
         release_request(&req, "vendor-vfio", NULL, NULL, NULL, false);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), -EINVAL);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), -EINVAL);
         assert_string_equal(e, "invalid VF address \"\"");
         free(e);
         e = NULL;
         release_request(&req, "mdev", VF, NULL, NULL, false);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), -EINVAL);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), -EINVAL);
         assert_string_equal(e, "invalid mdev UUID \"\"");
-        assert_int_equal(device_ops_release(f->ops, NULL, on_done, &d, NULL), -EINVAL);
+        assert_int_equal(device_ops_release(f->ops, NULL, device_done_record, &d, NULL), -EINVAL);
 
         assert_false(d.called);
         assert_int_equal(seen_count(), 0);
@@ -1602,7 +1571,7 @@ static void test_ops_invalid_requests(void **state) /* DEV-1, DISC-22, DEV-19 */
 static void test_ops_quarantine_rechecked(void **state) /* DEV-2, HEALTH-16, HEALTH-24 */
 {
         Fixture *f = *state;
-        Done d1 = {}, d2 = {};
+        DeviceDone d1 = {}, d2 = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
 
@@ -1611,15 +1580,16 @@ static void test_ops_quarantine_rechecked(void **state) /* DEV-2, HEALTH-16, HEA
 
         /* Refused at once, nothing written. */
         f->quarantined = true;
-        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, on_done, &d1, &e), -EPERM);
+        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, device_done_record, &d1, &e),
+                         -EPERM);
         assert_string_equal(e, "vendor VFIO vGPU on VF " VF " is quarantined");
         assert_logged(f, "<6>configure vGPU vf=" VF " type=7 outcome=failed error=\"vendor VFIO "
                          "vGPU on VF " VF " is quarantined\"\n");
         free(e);
         e = NULL;
-        assert_int_equal(
-            device_ops_mdev_create(f->ops, VF, "NVIDIA A40-2Q", UUID, NULL, on_done, &d1, &e),
-            -EPERM);
+        assert_int_equal(device_ops_mdev_create(f->ops, VF, "NVIDIA A40-2Q", UUID, NULL,
+                                                device_done_record, &d1, &e),
+                         -EPERM);
         assert_string_equal(e, "mdev vGPU on VF " VF " is quarantined");
 
         /* An unavailable store answers first, with its own text. */
@@ -1627,7 +1597,8 @@ static void test_ops_quarantine_rechecked(void **state) /* DEV-2, HEALTH-16, HEA
         e = NULL;
         f->store_down = "VF health state unavailable: last write failed: sync VF health state: "
                         "Input/output error";
-        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, on_done, &d1, &e), -EAGAIN);
+        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, device_done_record, &d1, &e),
+                         -EAGAIN);
         assert_string_equal(e, f->store_down);
         assert_false(d1.called);
         assert_int_equal(seen_count(), 0);
@@ -1636,13 +1607,14 @@ static void test_ops_quarantine_rechecked(void **state) /* DEV-2, HEALTH-16, HEA
         put(f, "5\n", TYPE_ATTR);
         release_request(&req, "vendor-vfio", VF, NULL, "k3x9q2m8v1c4z7n5b0wd", true);
         inject_rule(TYPE_ATTR, 0, EBUSY, 1, false); /* the release waits for one retry */
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d1, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d1, &e), 0);
         pump_until(f, is_waiting, NULL);
 
         /* Queued behind it while the store is fine and the VF is not quarantined ... */
         f->store_down = NULL;
         f->quarantined = false;
-        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, on_done, &d2, &e), 0);
+        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, device_done_record, &d2, &e),
+                         0);
         /* ... and quarantined before its turn: the check at dispatch catches it. */
         f->quarantined = true;
         advance_to_wakeup(f, DEVICE_RETRY_INTERVAL_DEFAULT);
@@ -1656,28 +1628,29 @@ static void test_ops_quarantine_rechecked(void **state) /* DEV-2, HEALTH-16, HEA
         assert_seen(1, TYPE_ATTR "=0");
 
         /* The same with the store going down instead. */
-        done_clear(&d1);
-        done_clear(&d2);
+        device_done_clear(&d1);
+        device_done_clear(&d2);
         put(f, "5\n", TYPE_ATTR);
         f->quarantined = false;
         inject_rule(TYPE_ATTR, 0, EBUSY, 1, false);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d1, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d1, &e), 0);
         pump_until(f, is_waiting, NULL);
-        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, on_done, &d2, &e), 0);
+        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, device_done_record, &d2, &e),
+                         0);
         f->store_down = "VF health state unavailable: read VF health state: Permission denied";
         advance_to_wakeup(f, DEVICE_RETRY_INTERVAL_DEFAULT);
         pump_until(f, is_done, &d2);
         assert_int_equal(d2.kind, DEVICE_FAILURE_STORE);
         assert_string_equal(d2.error, f->store_down);
         assert_int_equal(seen_count(), 4);
-        done_clear(&d1);
-        done_clear(&d2);
+        device_done_clear(&d1);
+        device_done_clear(&d2);
 }
 
 static void test_ops_serialise_one_vf(void **state) /* DEV-11 */
 {
         Fixture *f = *state;
-        Done d1 = {}, d2 = {}, d3 = {};
+        DeviceDone d1 = {}, d2 = {}, d3 = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
 
@@ -1688,12 +1661,14 @@ static void test_ops_serialise_one_vf(void **state) /* DEV-11 */
         /* A release that waits between its attempts still holds the VF. */
         inject_rule(TYPE_ATTR, 0, EBUSY, 1, false);
         release_request(&req, "vendor-vfio", VF, NULL, "k3x9q2m8v1c4z7n5b0wd", true);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d1, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d1, &e), 0);
         pump_until(f, is_waiting, NULL);
-        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, on_done, &d2, &e), 0);
+        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, device_done_record, &d2, &e),
+                         0);
 
         /* Another VF is not held up. */
-        assert_int_equal(device_ops_configure(f->ops, VF2, "8", NULL, on_done, &d3, &e), 0);
+        assert_int_equal(device_ops_configure(f->ops, VF2, "8", NULL, device_done_record, &d3, &e),
+                         0);
         pump_until(f, is_done, &d3);
         assert_int_equal(d3.outcome, DEVICE_OUTCOME_CONFIGURED);
 
@@ -1712,16 +1687,16 @@ static void test_ops_serialise_one_vf(void **state) /* DEV-11 */
         assert_seen(2, TYPE_ATTR "=0");
         assert_seen(3, TYPE_ATTR "=7");
         assert_true(inject.max_in_flight <= 1);
-        done_clear(&d1);
-        done_clear(&d2);
-        done_clear(&d3);
+        device_done_clear(&d1);
+        device_done_clear(&d2);
+        device_done_clear(&d3);
 }
 
 static void test_ops_many_on_one_vf(void **state) /* DEV-11 */
 {
         Fixture *f = *state;
         enum { N = 24 };
-        Done d[N] = {};
+        DeviceDone d[N] = {};
         _cleanup_free_ char *e = NULL;
 
         add_vf(f, VF, GROUP, "0\n");
@@ -1730,12 +1705,14 @@ static void test_ops_many_on_one_vf(void **state) /* DEV-11 */
                 if (i % 2 == 0) {
                         char type[4];
                         snprintf(type, sizeof type, "%u", 1 + i % 9);
-                        assert_int_equal(
-                            device_ops_configure(f->ops, VF, type, NULL, on_done, &d[i], &e), 0);
+                        assert_int_equal(device_ops_configure(f->ops, VF, type, NULL,
+                                                              device_done_record, &d[i], &e),
+                                         0);
                 } else {
                         DeviceReleaseRequest req;
                         release_request(&req, "vendor-vfio", VF, NULL, "x", false);
-                        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d[i], &e), 0);
+                        assert_int_equal(
+                            device_ops_release(f->ops, &req, device_done_record, &d[i], &e), 0);
                 }
         }
         pump_until(f, is_done, &d[N - 1]);
@@ -1743,7 +1720,7 @@ static void test_ops_many_on_one_vf(void **state) /* DEV-11 */
                 assert_true(d[i].called);
                 assert_int_equal(d[i].outcome,
                                  i % 2 == 0 ? DEVICE_OUTCOME_CONFIGURED : DEVICE_OUTCOME_RELEASED);
-                done_clear(&d[i]);
+                device_done_clear(&d[i]);
         }
         /* In submission order, one at a time. */
         assert_int_equal(seen_count(), N);
@@ -1758,7 +1735,7 @@ static void test_ops_many_on_one_vf(void **state) /* DEV-11 */
 static void test_ops_timeout_makes_vf_uncertain(void **state) /* GEN-4, GEN-12 */
 {
         Fixture *f = *state;
-        Done d1 = {}, d2 = {}, d3 = {};
+        DeviceDone d1 = {}, d2 = {}, d3 = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
         const unsigned one = 1;
@@ -1767,11 +1744,12 @@ static void test_ops_timeout_makes_vf_uncertain(void **state) /* GEN-4, GEN-12 *
         start_ops(f);
 
         inject_rule(TYPE_ATTR, 0, 0, 1, true);
-        assert_int_equal(
-            device_ops_configure(f->ops, VF, "7", "k3x9q2m8v1c4z7n5b0wd", on_done, &d1, &e), 0);
+        assert_int_equal(device_ops_configure(f->ops, VF, "7", "k3x9q2m8v1c4z7n5b0wd",
+                                              device_done_record, &d1, &e),
+                         0);
         pump_until(f, is_hanging, &one);
         release_request(&req, "vendor-vfio", VF, NULL, "k3x9q2m8v1c4z7n5b0wd", true);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d2, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d2, &e), 0);
 
         advance(2 * NSEC_PER_SEC);
         pump_until(f, is_done, &d2);
@@ -1788,7 +1766,8 @@ static void test_ops_timeout_makes_vf_uncertain(void **state) /* GEN-4, GEN-12 *
         assert_string_equal(d2.error,
                             "VF " VF " is uncertain: an earlier sysfs call on it has not returned");
         /* ... and a new operation at once. */
-        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, on_done, &d3, &e), -EAGAIN);
+        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, device_done_record, &d3, &e),
+                         -EAGAIN);
         assert_string_equal(e,
                             "VF " VF " is uncertain: an earlier sysfs call on it has not returned");
         assert_false(d3.called);
@@ -1798,18 +1777,19 @@ static void test_ops_timeout_makes_vf_uncertain(void **state) /* GEN-4, GEN-12 *
         pump_until(f, is_certain, VF);
         free(e);
         e = NULL;
-        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, on_done, &d3, &e), 0);
+        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, device_done_record, &d3, &e),
+                         0);
         pump_until(f, is_done, &d3);
         assert_int_equal(d3.outcome, DEVICE_OUTCOME_UNCHANGED);
-        done_clear(&d1);
-        done_clear(&d2);
-        done_clear(&d3);
+        device_done_clear(&d1);
+        device_done_clear(&d2);
+        device_done_clear(&d3);
 }
 
 static void test_ops_pool_exhausted(void **state) /* GEN-4 */
 {
         Fixture *f = *state;
-        Done d1 = {}, d2 = {}, d3 = {};
+        DeviceDone d1 = {}, d2 = {}, d3 = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
         const unsigned one = 1;
@@ -1821,12 +1801,13 @@ static void test_ops_pool_exhausted(void **state) /* GEN-4 */
         /* VF2's release waits for a retry ... */
         inject_rule(TYPE_ATTR2, 0, EBUSY, 1, false);
         release_request(&req, "vendor-vfio", VF2, NULL, "k3x9q2m8v1c4z7n5b0wd", true);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d2, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d2, &e), 0);
         pump_until(f, is_waiting, NULL);
 
         /* ... while a call on VF gets stuck. */
         inject_rule(TYPE_ATTR, 0, 0, 1, true);
-        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, on_done, &d1, &e), 0);
+        assert_int_equal(device_ops_configure(f->ops, VF, "7", NULL, device_done_record, &d1, &e),
+                         0);
         pump_until(f, is_hanging, &one);
         advance(DEVICE_RETRY_INTERVAL_DEFAULT + NSEC_PER_SEC); /* past the 2 s deadline too */
         pump_until(f, is_done, &d2);
@@ -1835,17 +1816,18 @@ static void test_ops_pool_exhausted(void **state) /* GEN-4 */
         assert_int_equal(d2.kind, DEVICE_FAILURE_ERROR);
         assert_string_equal(d2.error, "sysfs worker pool exhausted (1 calls stuck)");
 
-        assert_int_equal(device_ops_configure(f->ops, VF2, "7", NULL, on_done, &d3, &e), -EAGAIN);
+        assert_int_equal(device_ops_configure(f->ops, VF2, "7", NULL, device_done_record, &d3, &e),
+                         -EAGAIN);
         assert_string_equal(e, "sysfs worker pool exhausted (1 calls stuck)");
         assert_false(d3.called);
-        done_clear(&d1);
-        done_clear(&d2);
+        device_done_clear(&d1);
+        device_done_clear(&d2);
 }
 
 static void test_ops_release_retries_after_vmm_exit(void **state) /* DEV-10 */
 {
         Fixture *f = *state;
-        Done d = {};
+        DeviceDone d = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
 
@@ -1855,7 +1837,7 @@ static void test_ops_release_retries_after_vmm_exit(void **state) /* DEV-10 */
         /* Refused three times, then done. */
         inject_rule(TYPE_ATTR, 0, EBUSY, 3, false);
         release_request(&req, "vendor-vfio", VF, NULL, "k3x9q2m8v1c4z7n5b0wd", true);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         for (int i = 0; i < 3; i++)
                 advance_to_wakeup(f, DEVICE_RETRY_INTERVAL_DEFAULT);
         pump_until(f, is_done, &d);
@@ -1865,36 +1847,36 @@ static void test_ops_release_retries_after_vmm_exit(void **state) /* DEV-10 */
         assert_int_equal(d.type_id, 5);
         assert_logged(f, "<6>release vGPU vf=" VF " type=5 instance_id=k3x9q2m8v1c4z7n5b0wd "
                          "outcome=released attempts=4\n");
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* An unverified release is retried too: the second attempt finds a clean 5. */
         put(f, "1150\n", TYPE_ATTR);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         pump_until(f, is_waiting, NULL);
         put(f, "5\n", TYPE_ATTR);
         advance_to_wakeup(f, DEVICE_RETRY_INTERVAL_DEFAULT);
         pump_until(f, is_done, &d);
         assert_int_equal(d.outcome, DEVICE_OUTCOME_RELEASED);
         assert_int_equal(d.attempts, 2);
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* Without a VMM exit there is one attempt. */
         put(f, "5\n", TYPE_ATTR);
         inject_rule(TYPE_ATTR, 0, EBUSY, 1, false);
         release_request(&req, "vendor-vfio", VF, NULL, "k3x9q2m8v1c4z7n5b0wd", false);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         pump_until(f, is_done, &d);
         assert_int_equal(d.attempts, 1);
         assert_int_equal(d.kind, DEVICE_FAILURE_REFUSED);
         assert_int_equal(device_ops_get_next_wakeup(f->ops, &(nsec_t){0}), 0);
-        done_clear(&d);
+        device_done_clear(&d);
         assert_null(e);
 }
 
 static void test_ops_release_gives_up(void **state) /* DEV-10 */
 {
         Fixture *f = *state;
-        Done d = {};
+        DeviceDone d = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
 
@@ -1903,7 +1885,7 @@ static void test_ops_release_gives_up(void **state) /* DEV-10 */
 
         inject_rule(TYPE_ATTR, 0, EBUSY, -1, false);
         release_request(&req, "vendor-vfio", VF, NULL, "k3x9q2m8v1c4z7n5b0wd", true);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         for (unsigned i = 1; i < DEVICE_RETRY_ATTEMPTS_DEFAULT; i++)
                 advance_to_wakeup(f, DEVICE_RETRY_INTERVAL_DEFAULT);
         pump_until(f, is_done, &d);
@@ -1918,13 +1900,13 @@ static void test_ops_release_gives_up(void **state) /* DEV-10 */
                          "outcome=failed attempts=10 error=\"destroy vGPU on VF " VF
                          ": Device or resource busy\"\n");
         assert_content(f, TYPE_ATTR, "5\n"); /* the claim stays for the reconciler */
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 static void test_ops_release_reprobes_each_attempt(void **state) /* DEV-10, DEV-15 */
 {
         Fixture *f = *state;
-        Done d = {};
+        DeviceDone d = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
 
@@ -1940,7 +1922,7 @@ static void test_ops_release_reprobes_each_attempt(void **state) /* DEV-10, DEV-
         inject_rule(TYPE_ATTR, 0, EBUSY, 1, false);
         release_request(&req, "vendor-vfio", VF, NULL, "k3x9q2m8v1c4z7n5b0wd", true);
         req.scan = shared;
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         pump_until(f, is_waiting, NULL);
 
         /* Something opens the VF before the retry: the fresh probe sees it, and no retry
@@ -1953,13 +1935,13 @@ static void test_ops_release_reprobes_each_attempt(void **state) /* DEV-10, DEV-
         assert_int_equal(d.attempts, 2);
         assert_int_equal(seen_count(), 1);
         assert_int_equal(device_ops_get_next_wakeup(f->ops, &(nsec_t){0}), 0);
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 static void test_ops_mdev_release_waits_for_driver(void **state) /* DEV-17, DEV-10 */
 {
         Fixture *f = *state;
-        Done d = {};
+        DeviceDone d = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
 
@@ -1970,7 +1952,7 @@ static void test_ops_mdev_release_waits_for_driver(void **state) /* DEV-17, DEV-
         /* The driver never cleans up here: ten polls a second apart, then the remove. */
         release_request(&req, "mdev", VF, UUID, "k3x9q2m8v1c4z7n5b0wd", true);
         inject_rule(MDEV_REMOVE, 0, EBUSY, 1, false); /* and the first remove is refused */
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         for (unsigned i = 0; i < DEVICE_RETRY_ATTEMPTS_DEFAULT; i++) {
                 advance_to_wakeup(f, DEVICE_RETRY_INTERVAL_DEFAULT);
                 if (i < DEVICE_RETRY_ATTEMPTS_DEFAULT - 1) {
@@ -1990,13 +1972,13 @@ static void test_ops_mdev_release_waits_for_driver(void **state) /* DEV-17, DEV-
         assert_seen(1, MDEV_REMOVE "=1");
         assert_logged(f, "<6>release vGPU vf=" VF " mdev_uuid=" UUID
                          " instance_id=k3x9q2m8v1c4z7n5b0wd outcome=released attempts=2\n");
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 static void test_ops_mdev_release_driver_cleans_up(void **state) /* DEV-17 */
 {
         Fixture *f = *state;
-        Done d = {};
+        DeviceDone d = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
 
@@ -2006,7 +1988,7 @@ static void test_ops_mdev_release_driver_cleans_up(void **state) /* DEV-17 */
 
         /* Without its VF the operation is keyed by the mdev. */
         release_request(&req, "mdev", NULL, UUID, "k3x9q2m8v1c4z7n5b0wd", true);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         assert_true(device_ops_is_busy(f->ops, "mdev:" UUID));
         advance_to_wakeup(f, DEVICE_RETRY_INTERVAL_DEFAULT);
         advance_to_wakeup(f, DEVICE_RETRY_INTERVAL_DEFAULT);
@@ -2018,33 +2000,33 @@ static void test_ops_mdev_release_driver_cleans_up(void **state) /* DEV-17 */
         assert_int_equal(seen_count(), 0);
         assert_logged(f, "<6>release vGPU mdev_uuid=" UUID " instance_id=k3x9q2m8v1c4z7n5b0wd "
                          "outcome=not_configured attempts=0\n");
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* A reset (no VMM exit) removes at once. */
         add_mdev(f, "nvidia-901");
         release_request(&req, "mdev", VF, UUID, NULL, false);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         pump_until(f, is_done, &d);
         assert_int_equal(d.outcome, DEVICE_OUTCOME_RELEASED);
         assert_logged(f,
                       "<6>reset vGPU vf=" VF " mdev_uuid=" UUID " outcome=released attempts=1\n");
-        done_clear(&d);
+        device_done_clear(&d);
 
         /* A poll that fails ends the release. */
         remove_tree_at(f->fd, "sys/bus/mdev/devices");
         link_at(f, "devices", "sys/bus/mdev/devices");
         release_request(&req, "mdev", VF, UUID, "k3x9q2m8v1c4z7n5b0wd", true);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         pump_until(f, is_done, &d);
         assert_int_equal(d.r, -ELOOP);
         assert_string_equal(d.error, "check mdev " UUID ": Too many levels of symbolic links");
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 static void test_ops_mdev_create(void **state) /* DEV-16, DEV-19 */
 {
         Fixture *f = *state;
-        Done d = {};
+        DeviceDone d = {};
         _cleanup_free_ char *e = NULL;
 
         add_mdev_vf(f);
@@ -2052,28 +2034,29 @@ static void test_ops_mdev_create(void **state) /* DEV-16, DEV-19 */
         start_ops(f);
 
         assert_int_equal(device_ops_mdev_create(f->ops, VF, "NVIDIA A40-2Q", UUID,
-                                                "k3x9q2m8v1c4z7n5b0wd", on_done, &d, &e),
+                                                "k3x9q2m8v1c4z7n5b0wd", device_done_record, &d, &e),
                          0);
         pump_until(f, is_done, &d);
         assert_int_equal(d.outcome, DEVICE_OUTCOME_CONFIGURED);
         assert_int_equal(d.attempts, 1);
         assert_logged(f, "<6>configure vGPU vf=" VF " type=\"NVIDIA A40-2Q\" mdev_uuid=" UUID
                          " instance_id=k3x9q2m8v1c4z7n5b0wd outcome=configured\n");
-        done_clear(&d);
+        device_done_clear(&d);
 
         inject_rule("nvidia-901/create", 0, EDQUOT, 1, false);
-        assert_int_equal(
-            device_ops_mdev_create(f->ops, VF, "NVIDIA A40-2Q", UUID, NULL, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_mdev_create(f->ops, VF, "NVIDIA A40-2Q", UUID, NULL,
+                                                device_done_record, &d, &e),
+                         0);
         pump_until(f, is_done, &d);
         assert_int_equal(d.kind, DEVICE_FAILURE_CAPACITY);
         assert_string_equal(d.error, "create mdev on VF " VF ": Disk quota exceeded");
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 static void test_ops_real_timer(void **state) /* DEV-10 */
 {
         Fixture *f = *state;
-        Done d = {};
+        DeviceDone d = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
 
@@ -2082,7 +2065,7 @@ static void test_ops_real_timer(void **state) /* DEV-10 */
         start_ops_with(f, WORKER_POOL_MAX_EXTRA, NULL, 20 * NSEC_PER_MSEC);
         inject_rule(TYPE_ATTR, 0, EBUSY, 2, false);
         release_request(&req, "vendor-vfio", VF, NULL, "k3x9q2m8v1c4z7n5b0wd", true);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         pump_until(f, is_waiting, NULL);
 
         /* Bounded: the timer fires after 20 ms; 10 s means it never did. Nothing but the loop
@@ -2094,13 +2077,13 @@ static void test_ops_real_timer(void **state) /* DEV-10 */
         pump_until(f, is_done, &d);
         assert_int_equal(d.outcome, DEVICE_OUTCOME_RELEASED);
         assert_int_equal(d.attempts, 3);
-        done_clear(&d);
+        device_done_clear(&d);
 }
 
 static void test_ops_config(void **state)
 {
         Fixture *f = *state;
-        Done d = {};
+        DeviceDone d = {};
         _cleanup_free_ char *e = NULL;
         DeviceReleaseRequest req;
         DeviceOps *o = NULL;
@@ -2123,7 +2106,7 @@ static void test_ops_config(void **state)
         add_vf(f, VF, GROUP, "5\n");
         inject_rule(TYPE_ATTR, 0, 0, 1, true);
         release_request(&req, "vendor-vfio", VF, NULL, NULL, true);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         const unsigned one = 1;
         pump_until(f, is_hanging, &one);
         advance(30 * NSEC_PER_SEC - 1);
@@ -2132,14 +2115,14 @@ static void test_ops_config(void **state)
         advance(1);
         pump_until(f, is_done, &d);
         assert_string_equal(d.error, "timed out after 30s");
-        done_clear(&d);
+        device_done_clear(&d);
         inject_release();
         pump_until(f, is_certain, VF);
 
         /* Freed with an operation waiting for its retry: no completion runs. */
         inject_rule(TYPE_ATTR, 0, EBUSY, 1, false);
         put(f, "5\n", TYPE_ATTR);
-        assert_int_equal(device_ops_release(f->ops, &req, on_done, &d, &e), 0);
+        assert_int_equal(device_ops_release(f->ops, &req, device_done_record, &d, &e), 0);
         advance_to_wakeup(f, DEVICE_RETRY_INTERVAL_DEFAULT);
         f->pool = worker_pool_free(f->pool);
         f->ops = device_ops_free(f->ops);
