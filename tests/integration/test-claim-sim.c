@@ -105,6 +105,21 @@ static void run_claims(Harness *h, ClaimOutcome *o, size_t n)
                 fail_msg("claims did not finish within 60 s");
 }
 
+/* One claim of profile run to its end, with the log at level captured: the log, malloc'd. */
+static char *run_claim_logged(Harness *h, const char *profile, ClaimOutcome *o, int level)
+{
+        TestLog log;
+        assert_int_equal(test_log_start(&log), 0);
+        log_set_max_level(level);
+        start_claims(h, profile, o, 1);
+        run_claims(h, o, 1);
+        char *text = strdup(test_log_text(&log));
+        test_log_stop(&log);
+        log_set_max_level(LOG_LEVEL_ERR);
+        assert_non_null(text);
+        return text;
+}
+
 static void assert_success(const ClaimOutcome *o)
 {
         if (o->r < 0)
@@ -505,7 +520,6 @@ static void test_dirty_vf_held_open(void **state) /* PLACE-12, PLACE-16, DEV-9 *
         Harness *h = &t->h;
         ClaimOutcome o = {};
         char vf[PCI_ADDRESS_STRLEN], dirty[PCI_ADDRESS_STRLEN];
-        TestLog log;
 
         fill_mixed_4vfs(h);
         for (unsigned i = 0; i < 4; i++) {
@@ -517,14 +531,7 @@ static void test_dirty_vf_held_open(void **state) /* PLACE-12, PLACE-16, DEV-9 *
         vf_name(EQUAL_PF, 0, dirty);
         hold_vf(t, dirty); /* a VMM nobody knows about still has it open */
 
-        assert_int_equal(test_log_start(&log), 0);
-        log_set_max_level(LOG_LEVEL_WARNING);
-        start_claims(h, P_2Q, &o, 1);
-        run_claims(h, &o, 1);
-        _cleanup_free_ char *buf = strdup(test_log_text(&log));
-        test_log_stop(&log);
-        log_set_max_level(LOG_LEVEL_ERR);
-        assert_non_null(buf);
+        _cleanup_free_ char *buf = run_claim_logged(h, P_2Q, &o, LOG_LEVEL_WARNING);
 
         assert_int_equal(o.r, -ENOSPC);
         assert_string_equal(o.code, "insufficient_resources");
@@ -546,16 +553,7 @@ static void test_placed_log_line(void **state) /* PLACE-22 */
 {
         Harness *h = H(state);
         ClaimOutcome o = {};
-        TestLog log;
-        assert_int_equal(test_log_start(&log), 0);
-        log_set_max_level(LOG_LEVEL_INFO);
-
-        start_claims(h, P_2Q, &o, 1);
-        run_claims(h, &o, 1);
-        _cleanup_free_ char *buf = strdup(test_log_text(&log));
-        test_log_stop(&log);
-        log_set_max_level(LOG_LEVEL_ERR);
-        assert_non_null(buf);
+        _cleanup_free_ char *buf = run_claim_logged(h, P_2Q, &o, LOG_LEVEL_INFO);
         assert_success(&o);
         _cleanup_free_ char *want = NULL;
         assert_int_equal(strprintf(&want,
@@ -605,32 +603,24 @@ int main(int argc, char **argv)
         nvml_library = argv[1];
         host_kind = argv[2];
 
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
         const struct CMUnitTest l40s[] = {
-            cmocka_unit_test_setup_teardown(test_concurrent_claims_never_share_a_vf, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_refreshes_never_overlap_writes, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_failed_save_leaves_vf_untouched, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_capacity_refusal_retries_once, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_second_capacity_refusal_fails_409, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_placed_log_line, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_dirty_vf_reset_then_claimed, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_dirty_vf_held_open, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_nothing_selectable_resets_dirty_vfs, setup,
-                                            teardown),
+            T(test_concurrent_claims_never_share_a_vf),  T(test_refreshes_never_overlap_writes),
+            T(test_failed_save_leaves_vf_untouched),     T(test_capacity_refusal_retries_once),
+            T(test_second_capacity_refusal_fails_409),   T(test_placed_log_line),
+            T(test_dirty_vf_reset_then_claimed),         T(test_dirty_vf_held_open),
+            T(test_nothing_selectable_resets_dirty_vfs),
         };
         const struct CMUnitTest mixed[] = {
-            cmocka_unit_test_setup_teardown(test_4q_lands_where_sysfs_hides_it, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_five_4q_claims_three_placements, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_concurrent_claims_never_share_a_vf, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_mixed_sizes_wait_for_fresh_rounds, setup,
-                                            teardown),
+            T(test_4q_lands_where_sysfs_hides_it),
+            T(test_five_4q_claims_three_placements),
+            T(test_concurrent_claims_never_share_a_vf),
+            T(test_mixed_sizes_wait_for_fresh_rounds),
             cmocka_unit_test_setup_teardown(test_nvml_hang_costs_one_timeout, setup_short_timeout,
                                             teardown),
         };
         const struct CMUnitTest mdev[] = {
-            cmocka_unit_test_setup_teardown(test_mdev_claims, setup, teardown),
+            T(test_mdev_claims),
         };
         if (streq(host_kind, "l40s"))
                 return cmocka_run_group_tests_name("claim-sim-l40s", l40s, NULL, NULL);

@@ -11,8 +11,8 @@
 #   sim_mounted DIR                     true while DIR is a mount point
 #   sim_start VGPU_SIM HOST DIR         mounts a fresh simulator of HOST at DIR (sim_pid) and
 #                                       waits, bounded, until it answers
-#   sim_stop                            SIGTERM, 10 s for a clean exit, then SIGKILL; returns
-#                                       the simulator's exit status
+#   sim_stop [SIGNAL]                   SIGNAL (SIGTERM), 10 s for a clean exit, then SIGKILL;
+#                                       returns the simulator's exit status
 #   sim_unmount DIR                     unmounts DIR if it still is a mount point, removes it
 #   sim_run VGPU_SIM HOST PROGRAM...    all of it: mounts a simulator in a temporary directory,
 #                                       runs PROGRAM with VGPU_SIM_MOUNT, VGPU_SIM_CONTROL and
@@ -73,7 +73,7 @@ _sim_gone() {
 
 sim_stop() {
         [ -n "$sim_pid" ] || return 0
-        kill -TERM "$sim_pid" 2>/dev/null || true
+        kill -"${1:-TERM}" "$sim_pid" 2>/dev/null || true
         sim_poll _sim_gone || kill -KILL "$sim_pid" 2>/dev/null || true
         _st=0
         wait "$sim_pid" || _st=$?

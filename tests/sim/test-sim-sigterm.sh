@@ -23,10 +23,7 @@ cleanup() {
         exec 3<&- 2>/dev/null || true
         [ -n "$sim_pid" ] && kill -KILL "$sim_pid" 2>/dev/null || true
         [ -n "$reader_pid" ] && kill -KILL "$reader_pid" 2>/dev/null || true
-        if sim_mounted "$mnt"; then
-                fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
-        fi
-        rmdir "$mnt" 2>/dev/null || true
+        sim_unmount "$mnt"
         exit "$status"
 }
 trap cleanup EXIT
@@ -44,15 +41,8 @@ reader_pid=$!
 hung() { grep -q '"operations_delayed": 1,' "$mnt/.sim/state.json"; }
 if sim_poll hung; then echo "ok 2 - a read hangs"; else echo "not ok 2 - a read hangs"; fi
 
-kill -TERM "$sim_pid"
-( sim_poll sh -c "! [ -r /proc/$sim_pid/stat ] || grep -q '^[0-9]* ([^)]*) Z' /proc/$sim_pid/stat" || kill -KILL "$sim_pid" ) &
-watchdog=$!
-set +e
-wait "$sim_pid"
-st=$?
-set -e
-sim_pid=
-wait "$watchdog" 2>/dev/null || true
+st=0
+sim_stop TERM || st=$?
 if [ "$st" -eq 0 ]; then echo "ok 3 - SIGTERM exits 0"; else echo "not ok 3 - SIGTERM exits 0 (status $st)"; fi
 if ! sim_mounted "$mnt"; then echo "ok 4 - unmounted"; else echo "not ok 4 - unmounted"; fi
 if sim_poll sh -c "! kill -0 $reader_pid 2>/dev/null || grep -q '^[0-9]* ([^)]*) Z' /proc/$reader_pid/stat"; then
@@ -65,14 +55,7 @@ fi
 "$sim" --host "$host" --mount "$mnt" --foreground &
 sim_pid=$!
 sim_poll test -e "$mnt/.sim/state.json" || true
-kill -INT "$sim_pid"
-( sim_poll sh -c "! [ -r /proc/$sim_pid/stat ] || grep -q '^[0-9]* ([^)]*) Z' /proc/$sim_pid/stat" || kill -KILL "$sim_pid" ) &
-watchdog=$!
-set +e
-wait "$sim_pid"
-st=$?
-set -e
-sim_pid=
-wait "$watchdog" 2>/dev/null || true
+st=0
+sim_stop INT || st=$?
 if [ "$st" -eq 0 ]; then echo "ok 6 - SIGINT exits 0"; else echo "not ok 6 - SIGINT exits 0 (status $st)"; fi
 if ! sim_mounted "$mnt"; then echo "ok 7 - unmounted after SIGINT"; else echo "not ok 7 - unmounted after SIGINT"; fi

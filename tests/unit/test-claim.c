@@ -563,20 +563,20 @@ static void test_quarantine_before_configure(void **state) /* DEV-2, PLACE-17 */
 
 int main(void)
 {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_unreflected_counts),
             cmocka_unit_test(test_failure_names),
-            cmocka_unit_test_setup_teardown(test_claim_configures_and_logs, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_failed_save_drops_reservation, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_hidden_name_on_sysfs_catalog, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_every_catalog_empty, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_dirty_vf_reset_before_claim, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_dirty_vf_refusing_reset, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_dirty_vf_of_other_type_on_eligible_gpu, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_store_unavailable_refuses, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_quarantined_vf_skipped, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_quarantine_before_configure, setup, teardown),
+            T(test_claim_configures_and_logs),
+            T(test_failed_save_drops_reservation),
+            T(test_hidden_name_on_sysfs_catalog),
+            T(test_every_catalog_empty),
+            T(test_dirty_vf_reset_before_claim),
+            T(test_dirty_vf_refusing_reset),
+            T(test_dirty_vf_of_other_type_on_eligible_gpu),
+            T(test_store_unavailable_refuses),
+            T(test_quarantined_vf_skipped),
+            T(test_quarantine_before_configure),
         };
         return cmocka_run_group_tests_name("claim", tests, NULL, NULL);
 }
