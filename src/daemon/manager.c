@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * The Manager's life: start-up in GEN-10's order, the event loop with its signals, timers and
- * sd_notify messages (OPS-2), and the bounded shutdown of OPS-3.
+ * service-manager notifications (OPS-2, through notify/, which never waits), and the bounded
+ * shutdown of OPS-3.
  */
 #include <fcntl.h>
 #include <signal.h>
-#include <systemd/sd-daemon.h>
 
 #include "build-info.h"
 #include "config.h"
@@ -106,7 +106,8 @@ static void become_ready(Manager *m)
 
         m->phase = MANAGER_PHASE_RUNNING;
         m->api.ready = true;
-        (void)sd_notify(false, "READY=1\nSTATUS=serving");
+        (void)notifier_ready(m->notifier);
+        (void)notifier_status(m->notifier, "serving");
         log_line(LOG_LEVEL_INFO, 0, "vgpud ready", "gpus",
                  h ? (h->n_gpus ? "present" : "none") : "unknown", NULL);
         manager_check_placement(m);
@@ -132,9 +133,9 @@ void manager_check_placement(Manager *m)
         free(m->logged_disabled);
         m->logged_disabled = TAKE_PTR(reason);
         if (m->phase == MANAGER_PHASE_RUNNING)
-                (void)sd_notifyf(false, "STATUS=%s%s",
-                                 m->logged_disabled ? "serving; placement disabled: " : "serving",
-                                 m->logged_disabled ? m->logged_disabled : "");
+                (void)notifier_status(m->notifier, "serving%s%s",
+                                      m->logged_disabled ? "; placement disabled: " : "",
+                                      m->logged_disabled ? m->logged_disabled : "");
 }
 
 /* The Reconciler's pass_done: GEN-10's phases move on as passes end. */
@@ -152,7 +153,7 @@ static void on_pass_done(void *userdata, bool startup)
                         return;
                 }
                 m->phase = MANAGER_PHASE_RECONCILING;
-                (void)sd_notify(false, "STATUS=running the first reconcile pass");
+                (void)notifier_status(m->notifier, "running the first reconcile pass");
                 r = reconciler_start(m->reconciler, false);
                 if (r < 0) {
                         log_error_errno(r, "start reconcile pass: %m");
@@ -199,7 +200,8 @@ void manager_stop(Manager *m, int status)
         m->phase = MANAGER_PHASE_STOPPING;
         m->exit_status = status;
         m->api.stopping = true;
-        (void)sd_notify(false, "STOPPING=1\nSTATUS=stopping");
+        (void)notifier_stopping(m->notifier);
+        (void)notifier_status(m->notifier, "stopping");
         if (m->http)
                 http_server_stop_listening(m->http);
 
@@ -266,8 +268,15 @@ static int setup_loop(Manager *m)
                 if (r < 0)
                         return r;
         }
-        /* OPS-2: WATCHDOG=1 from the loop itself when WATCHDOG_USEC asks for it. */
-        r = sd_event_set_watchdog(m->event, true);
+        /* OPS-2: READY=1, STATUS=, STOPPING=1 and WATCHDOG=1 from the loop, never waited on. */
+        r = notifier_new(&m->notifier);
+        if (r == -EINVAL) {
+                log_warning("NOTIFY_SOCKET is neither a path nor \"@name\": not notifying");
+                unsetenv("NOTIFY_SOCKET");
+                r = notifier_new(&m->notifier);
+        }
+        if (r >= 0)
+                r = notifier_attach_event(m->notifier, m->event);
         if (r < 0)
                 return r;
 
@@ -366,7 +375,7 @@ int manager_run(Manager *m)
 {
         log_line(LOG_LEVEL_INFO, 0, "vgpud starting", "version", VGPUD_VERSION, "commit",
                  VGPUD_COMMIT, NULL);
-        (void)sd_notify(false, "STATUS=discovering GPUs and initialising NVML");
+        (void)notifier_status(m->notifier, "discovering GPUs and initialising NVML");
 
         int r = reconciler_start(m->reconciler, true);
         if (r < 0) {
@@ -430,6 +439,7 @@ Manager *manager_free(Manager *m)
         root_free(m->proc);
         closep(&m->data_dir_fd);
         closep(&m->lock_fd);
+        notifier_free(m->notifier);
         sd_event_unref(m->event);
         config_done(&m->config);
         free(m);

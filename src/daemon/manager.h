@@ -24,6 +24,7 @@
 #include "gpu/gpu.h"
 #include "health/health.h"
 #include "http/http.h"
+#include "notify/notify.h"
 #include "nvml/nvml.h"
 #include "sysfs/sysfs.h"
 #include "worker/worker.h"
@@ -48,6 +49,7 @@ typedef struct Manager {
         int data_dir_fd;
 
         sd_event *event;
+        Notifier *notifier; /* OPS-2 */
         sd_event_source *signal_sources[3]; /* SIGTERM, SIGINT, SIGHUP */
         sd_event_source *reconcile_timer, *health_poll_timer, *shutdown_timer;
         sd_event_source *health_write_defer, *repair_defer;
