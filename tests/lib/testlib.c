@@ -35,18 +35,6 @@ int test_wait_step(TestWait *w)
         return r < 0 ? r : 0;
 }
 
-int test_event_run_until(sd_event *event, nsec_t timeout, bool (*cond)(void *userdata),
-                         void *userdata)
-{
-        TestWait w = test_wait_begin(event, timeout);
-        while (!cond(userdata)) {
-                int r = test_wait_step(&w);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
 /* ---- an injected clock --------------------------------------------------------------------- */
 
 static nsec_t test_clock_now(void *userdata)

@@ -53,10 +53,6 @@ TestWait test_wait_begin(sd_event *event, nsec_t timeout);
  */
 int test_wait_step(TestWait *w);
 
-/* Runs event until cond(userdata) holds: 0, or -ETIMEDOUT after timeout of real time. */
-int test_event_run_until(sd_event *event, nsec_t timeout, bool (*cond)(void *userdata),
-                         void *userdata);
-
 /* For cmocka tests: runs event until cond (an expression) holds, or fails the test. */
 #define TEST_WAIT_UNTIL_LIMIT(event, limit, cond)                                  \
         do {                                                                       \

@@ -655,6 +655,18 @@ static void test_hang_costs_one_timeout(void **state)
         assert_int_equal(stub.shutdowns(), 1); /* NVML-17: not stuck any more */
 }
 
+/* Attaching: once only; freeing the client takes its sources, and its slot's, off the loop. */
+static void test_attach_event(void **state)
+{
+        Harness h;
+        harness_init(&h, "");
+        assert_int_equal(nvml_client_attach_event(h.client, h.event), -EBUSY);
+        assert_int_equal(nvml_client_attach_event(NULL, h.event), -EINVAL);
+        nvml_client_free(TAKE_PTR(h.client));
+        assert_int_equal(sd_event_run(h.event, 0), 0);
+        harness_done(&h);
+}
+
 /* NVML-17: a stuck thread gets no nvmlShutdown, and freeing does not wait for it. */
 static void test_free_while_stuck(void **state)
 {
@@ -806,6 +818,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_return_names),
             cmocka_unit_test(test_struct_layouts),
+            cmocka_unit_test(test_attach_event),
             cmocka_unit_test(test_missing_library),
             cmocka_unit_test(test_missing_function),
             cmocka_unit_test(test_init_failure_retried),
