@@ -290,8 +290,9 @@ typedef uint64_t nsec_t;
 #define NSEC_PER_HOUR (60 * NSEC_PER_MIN)
 
 /*
- * "<digits><unit>" with unit ms, s, m or h, concatenable ("1m30s", "1h0m0s"). At least one
- * component; no sign, no fraction, no white space; -ERANGE beyond UINT64_MAX nanoseconds.
+ * "<digits><unit>" with unit ms, s, m or h, concatenable ("1m30s", "1h0m0s"), each unit at
+ * most once and larger units first ("1m1m", "1s1m" are refused). At least one component; no
+ * sign, no fraction, no white space; -ERANGE beyond UINT64_MAX nanoseconds.
  */
 int parse_duration(const char *s, nsec_t *ret);
 

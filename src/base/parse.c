@@ -140,6 +140,7 @@ int parse_duration(const char *s, nsec_t *ret)
             {"h", NSEC_PER_HOUR},
         };
         nsec_t total = 0;
+        size_t last = ELEMENTSOF(units); /* units strictly decrease: "1m1m", "1s1m" are no time */
 
         if (!s || !*s)
                 return -EINVAL;
@@ -153,8 +154,9 @@ int parse_duration(const char *s, nsec_t *ret)
                 for (i = 0; i < ELEMENTSOF(units); i++)
                         if (startswith(s, units[i].suffix))
                                 break;
-                if (i == ELEMENTSOF(units))
+                if (i >= last)
                         return -EINVAL;
+                last = i;
                 s += strlen(units[i].suffix);
 
                 if (v > UINT64_MAX / units[i].unit || total > UINT64_MAX - v * units[i].unit)

@@ -428,6 +428,8 @@ static void test_parse_duration_invalid(void **state)
             "1s ", "1 s",  "1s\n", "1m 30s", "s",    "ms",   "m30s", "1us",   "1ns",
             "1µs", "1S",   "1H",   "1M",     "1Ms",  "1m30", "1s1",  "1sec",  "1min",
             "1hr", "1mss", "1e3s", "0x10s",  "1s-",  "1,5s", "1_0s", "1h-1m",
+            /* each unit once, largest first */
+            "1m1m", "1s1m", "1s1s", "1ms1s", "30s1h", "1h1h", "1m1s1m", "1ms1ms",
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 nsec_t v = 12345;
@@ -450,8 +452,8 @@ static void test_parse_duration_overflow(void **state)
             "18446744073709551615s",  /* value fits uint64, the product does not */
             "18446744073709551616ms", /* the digits overflow */
             "99999999999999999999999h",
-            "5124095h5124095h", /* the sum overflows */
-            "18446744073s1s",   /* the sum overflows at the last step */
+            "5124095h999999999m", /* the sum overflows */
+            "18446744073s1000ms", /* the sum overflows at the last step */
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 nsec_t v = 12345;
