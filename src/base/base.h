@@ -332,7 +332,9 @@ extern const Clock clock_realtime;
 
 /*
  * Reads a whole file relative to dirfd (or AT_FDCWD) into a NUL-terminated buffer. More than
- * max bytes gives -EFBIG; the file is read until EOF whatever its stat size says (sysfs).
+ * max bytes gives -EFBIG; the file is read until EOF whatever its stat size says (sysfs). Only a
+ * regular file is read: a directory gives -EISDIR and anything else (a FIFO, a device, a
+ * socket) -EBADFD, without waiting for a writer.
  */
 int read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_size);
 

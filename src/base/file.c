@@ -6,8 +6,16 @@
 
 int read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_size)
 {
-        _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below. */
+        _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0)
+                return negative_errno();
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode))
+                return S_ISDIR(st.st_mode) ? -EISDIR : -EBADFD;
+        if (fcntl(fd, F_SETFL, O_RDONLY) < 0)
                 return negative_errno();
 
         /*

@@ -930,6 +930,11 @@ static void test_write_all(void **state)
         /* a hard error after a partial write is reported */
         fd = openat(f->dirfd, "enospc", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         assert_true(fd >= 0);
+
+        /* only regular files: a FIFO nobody writes is refused at once, never waited on */
+        assert_int_equal(mkfifoat(f->dirfd, "fifo", 0644), 0);
+        assert_read_fails(f->dirfd, "fifo", 100, -EBADFD);
+        assert_read_fails(AT_FDCWD, "/dev/null", 100, -EBADFD);
         write_chunk_max = 5;
         fault_arm(&write_fault, 2, 1, ENOSPC);
         assert_int_equal(write_all(fd, data, n), -ENOSPC);

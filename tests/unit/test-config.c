@@ -1244,6 +1244,19 @@ static void test_load_file(void **state)
                          0);
         assert_string_equal(error, expected);
 
+        /* a FIFO is refused at once, never waited on for a writer (--check-config included) */
+        _cleanup_free_ char *fifo = NULL;
+        assert_int_equal(strprintf(&fifo, "%s/fifo.yaml", dir), 0);
+        assert_int_equal(mkfifo(fifo, 0644), 0);
+        free(error);
+        error = NULL;
+        free(expected);
+        assert_int_equal(config_load_file(c, fifo, true, &error), -EBADFD);
+        assert_int_equal(
+            strprintf(&expected, "read configuration file %s: not a regular file", fifo), 0);
+        assert_string_equal(error, expected);
+        assert_int_equal(unlink(fifo), 0);
+
         /* a file: 1, and messages name the path as given */
         assert_int_equal(strprintf(&path, "%s/vgpud.yaml", dir), 0);
         static const char yaml[] = "gpu:\n  reconcile_interval: 2m\n";
