@@ -34,7 +34,8 @@ struct HttpRequest {
         HttpRequest *suspended_prev, *suspended_next;
         nsec_t start; /* CLOCK_MONOTONIC */
 
-        char *target; /* as sent: path and query */
+        char *target;           /* as sent: path and query */
+        const char *raw_target; /* where MHD holds it, until the first on_access() */
         char *method;
         char *peer;
         HttpTarget parsed;
@@ -44,6 +45,7 @@ struct HttpRequest {
         char *subject;
 
         bool body_declared; /* Content-Length > 0 or chunked */
+        bool close;         /* the answer ends the connection */
         char *body;
         size_t body_size, body_allocated;
         uint64_t received; /* body bytes seen, kept or not */
@@ -63,6 +65,12 @@ struct HttpListener {
 };
 
 #define HTTP_STATUS_MAX 599
+
+/*
+ * MHD's memory per connection, which bounds the request head it takes in (it answers 414 or 431
+ * itself past that, in HTML): well above HTTP_HEAD_MAX, so that our own limit answers first.
+ */
+#define HTTP_POOL_SIZE (64 * 1024)
 
 struct HttpServer {
         sd_event *event;
@@ -201,7 +209,7 @@ static int request_set_answer(HttpRequest *req, unsigned status, const char *con
                 r = response_add_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
         /* Answered before a declared body was read: the unread body must not be taken for the
          * next request (API-15), so the connection ends with this answer. */
-        if (r >= 0 && req->state == REQUEST_NEW && req->body_declared)
+        if (r >= 0 && (req->close || (req->state == REQUEST_NEW && req->body_declared)))
                 r = response_add_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
         if (r < 0) {
                 MHD_destroy_response(resp);
@@ -403,11 +411,108 @@ static int answered(int r)
         return r < 0 ? r : 1;
 }
 
+typedef struct HeaderCount {
+        unsigned content_length, transfer_encoding;
+} HeaderCount;
+
+static enum MHD_Result count_framing(void *userdata, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+        HeaderCount *n = userdata;
+        if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+                n->content_length++;
+        else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+                n->transfer_encoding++;
+        return MHD_YES;
+}
+
+/*
+ * MHD cuts the request line into NUL-terminated method, target and version in place, and hands
+ * them over as C strings, so a NUL the client sent silently shortens one of them ("/heal\0thz"
+ * would be "/heal"). In the line the target ends where the version starts (one space, now a
+ * NUL, before it), and the method is followed by its NUL and spaces only: anything else there
+ * is a client's NUL. Only meaningful during the first on_access(), while MHD's buffer holds the
+ * line.
+ */
+static bool request_line_has_nul(const HttpRequest *req, const char *method, const char *version)
+{
+        uintptr_t target = (uintptr_t)req->raw_target, m = (uintptr_t)method,
+                  v = (uintptr_t)version;
+
+        if (!req->raw_target || !method || !version)
+                return false;
+        if (*version && v > target && v - target <= HTTP_HEAD_MAX * 4 &&
+            v - 1 - target != strlen(req->target))
+                return true;
+        if (m < target && target - m <= HTTP_HEAD_MAX * 4) {
+                const char *p = method + strlen(method) + 1;
+                for (; (uintptr_t)p < target; p++)
+                        if (*p != ' ')
+                                return true;
+        }
+        return false;
+}
+
+/*
+ * Message framing (RFC 9112 6.1, 6.3) and our own size limits, before anything else: a request
+ * whose end is ambiguous is refused, and its connection closed, so that no byte of it can be
+ * taken for a request of its own. 0, 1 when an answer is set, < 0 on a failure of our own.
+ */
+static int request_check_framing(HttpRequest *req, const char *method, const char *version)
+{
+        struct MHD_Connection *c = req->connection;
+        HeaderCount n = {0};
+        const char *message = NULL;
+
+        MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &n);
+        const char *te =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        if (request_line_has_nul(req, method, version))
+                message = "NUL byte in request line";
+        else if (n.content_length > 1)
+                message = "more than one Content-Length header";
+        else if (n.transfer_encoding > 1)
+                message = "more than one Transfer-Encoding header";
+        else if (te && n.content_length > 0)
+                message = "Content-Length together with Transfer-Encoding";
+        else if (te && strcasecmp(te, "chunked") != 0)
+                message = "unsupported Transfer-Encoding";
+        if (message) {
+                req->close = true;
+                return answered(
+                    http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", "%s", message));
+        }
+
+        /* Below what MHD's memory pool takes (HTTP_POOL_SIZE), so that the answer is ours. */
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+        if (strlen(req->target) > HTTP_TARGET_MAX) {
+                req->close = true;
+                return answered(http_reply_error(req, MHD_HTTP_URI_TOO_LONG, "invalid_request",
+                                                 "request target longer than %d bytes",
+                                                 HTTP_TARGET_MAX));
+        }
+        if (info && info->header_size > HTTP_HEAD_MAX) {
+                req->close = true;
+                return answered(http_reply_error(
+                    req, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, "invalid_request",
+                    "request head larger than %d bytes", HTTP_HEAD_MAX));
+        }
+        return 0;
+}
+
+/* Only these methods carry a body in our API; any other route refuses one unread (API-15). */
+static bool route_takes_body(const HttpRoute *route)
+{
+        return streq(route->method, "POST") || streq(route->method, "PUT") ||
+               streq(route->method, "PATCH");
+}
+
 /*
  * Everything decided from the headers alone. Returns 0 to read the body, 1 when an answer is
  * set, < 0 on a failure of our own.
  */
-static int request_check_headers(HttpRequest *req, const char *method)
+static int request_check_headers(HttpRequest *req, const char *method, const char *version)
 {
         HttpServer *s = req->listener->server;
         struct MHD_Connection *c = req->connection;
@@ -427,6 +532,10 @@ static int request_check_headers(HttpRequest *req, const char *method)
         if (cl && parse_uint64(cl, &length) < 0)
                 length = UINT64_MAX;
         req->body_declared = length > 0 || te;
+
+        r = request_check_framing(req, method, version);
+        if (r != 0)
+                return r;
 
         r = http_target_parse(req->target, &req->parsed, &error);
         if (r == -EINVAL)
@@ -455,6 +564,10 @@ static int request_check_headers(HttpRequest *req, const char *method)
                 return answered(http_reply_error(req, MHD_HTTP_UNAUTHORIZED, "unauthorized",
                                                  HTTP_UNAUTHORIZED_MESSAGE));
 
+        if (req->body_declared && !route_takes_body(req->route))
+                return answered(http_reply_error(req, MHD_HTTP_CONTENT_TOO_LARGE,
+                                                 "payload_too_large",
+                                                 "this route takes no request body"));
         if (length > HTTP_BODY_MAX)
                 return answered(
                     http_reply_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
@@ -475,9 +588,10 @@ static int request_check_headers(HttpRequest *req, const char *method)
         return r < 0 ? r : 0;
 }
 
-static enum MHD_Result request_begin(HttpRequest *req, const char *method)
+static enum MHD_Result request_begin(HttpRequest *req, const char *method, const char *version)
 {
-        int r = request_check_headers(req, method);
+        int r = request_check_headers(req, method, version);
+        req->raw_target = NULL; /* MHD may reuse its buffer from here on */
         if (r < 0)
                 return request_fail(req, r);
         if (r > 0)
@@ -562,7 +676,8 @@ static void *on_request_start(void *cls, const char *uri, struct MHD_Connection 
                              .listener = cls,
                              .connection = c,
                              .start = now_monotonic(),
-                             .target = strdup(uri)};
+                             .target = strdup(uri),
+                             .raw_target = uri};
         if (!req->target)
                 return http_request_unref(req);
         return req;
@@ -580,7 +695,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 
         switch (req->state) {
         case REQUEST_NEW:
-                return request_begin(req, method);
+                return request_begin(req, method, version);
         case REQUEST_BODY:
                 if (*data_size > 0) {
                         size_t n = *data_size;
@@ -625,6 +740,16 @@ static void on_request_done(void *cls, struct MHD_Connection *c, void **con_cls,
         if (!req)
                 return;
         *con_cls = NULL;
+
+        /* MHD answered itself (a malformed header, say): still a response to count (API-20). */
+        if (req->status == 0 && req->listener) {
+                const union MHD_ConnectionInfo *info =
+                    MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+                if (info && info->http_status >= 100 && info->http_status <= HTTP_STATUS_MAX) {
+                        req->status = info->http_status;
+                        req->listener->server->responses[req->status]++;
+                }
+        }
 
         char status[16] = "none", duration[DURATION_STRLEN];
         if (req->status > 0)
@@ -778,6 +903,7 @@ static int listener_new(HttpServer *s, const char *kind, int fd, unsigned idle_t
             MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_access,
             l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, l, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
             MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTIONS_MAX,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_POOL_SIZE,
             MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout, MHD_OPTION_URI_LOG_CALLBACK,
             on_request_start, l, MHD_OPTION_NOTIFY_COMPLETED, on_request_done, l,
             MHD_OPTION_STRICT_FOR_CLIENT, (int)1, MHD_OPTION_END);
@@ -873,7 +999,7 @@ int http_server_new(sd_event *event, const HttpServerConfig *config, HttpServer 
 
         _cleanup_http_server_ HttpServer *s = calloc(1, sizeof *s);
         if (!s)
-                return -ENOMEM;
+                return error_set_oom(error);
         *s = (HttpServer){
             .event = sd_event_ref(event),
             .routes = config->routes,

@@ -11,10 +11,16 @@
  * Promises:
  *  - each listener holds at most HTTP_CONNECTIONS_MAX connections and closes one that is idle
  *    for the idle timeout (API-1);
+ *  - a request whose framing is ambiguous (RFC 9112 6.1, 6.3) gets 400 `invalid_request` and
+ *    its connection closed, before routing: two Content-Length or two Transfer-Encoding
+ *    headers, Content-Length with Transfer-Encoding, a Transfer-Encoding other than chunked, a
+ *    NUL byte in the method or target; so does, with 414 or 431 and code `invalid_request`, a
+ *    target longer than HTTP_TARGET_MAX or a head larger than HTTP_HEAD_MAX;
  *  - before a handler runs, the request has passed, in this order: routing (404 `not_found`,
  *    405 `method_not_allowed` with Allow; a trailing slash is part of the path), the bearer
  *    token unless the route is public (401 `unauthorized`, always with the message
- *    HTTP_UNAUTHORIZED_MESSAGE; the cause is logged at debug level, never the token), the
+ *    HTTP_UNAUTHORIZED_MESSAGE; the cause is logged at debug level, never the token), a body
+ *    on a route that takes none (any but POST, PUT, PATCH: 413, unread, connection closed), the
  *    declared body size (413 before the body is read, then the connection is closed), the
  *    body's media type (415), the query parameters the route declares (400), and the body size
  *    as it arrived (413; more than HTTP_DISCARD_MAX discarded closes the connection unanswered);
@@ -23,6 +29,12 @@
  *    written compact, without a trailing newline;
  *  - every response counts in vgpud_http_requests_total{code} and ends with one debug log
  *    line carrying method, path, status and duration (API-20).
+ *
+ * What libmicrohttpd 0.9.75 still answers itself, with its own HTML body: a request line or
+ * head that does not fit its 64 KiB per connection (414, 431), a malformed Content-Length or
+ * chunk, a header line without a colon, a missing Host (400), an unknown HTTP version (505).
+ * Those that come after the request line (the 400s, 431) are counted and logged (method "-");
+ * a 414 for a line that never fitted and a 505 reach no hook of the library, and are neither.
  *
  * Paths: a route's pattern is literal segments and whole-segment parameters ("/instances/{id}").
  * The request path is matched segment by segment after percent-decoding each segment, so
@@ -45,6 +57,8 @@
 #define HTTP_IDLE_TIMEOUT_SEC 10            /* API-1 */
 #define HTTP_BODY_MAX (1024 * 1024)         /* API-15 */
 #define HTTP_DISCARD_MAX (16 * 1024 * 1024) /* API-15 */
+#define HTTP_TARGET_MAX 8192                /* request target, bytes (API-11) */
+#define HTTP_HEAD_MAX (16 * 1024)           /* request line and headers, bytes (API-11) */
 #define HTTP_UNAUTHORIZED_MESSAGE "invalid or missing bearer token"
 
 /* ---- listen addresses ---------------------------------------------------------------------- */
@@ -173,7 +187,7 @@ typedef struct HttpServer HttpServer;
  * Binds the listeners and starts serving on event. A Unix socket path that holds a stale
  * socket is replaced; any other file there is an error. On failure *error names the listener
  * ("listen 127.0.0.1:8080: Address already in use", "unix_socket /run/x.sock: ...") or the
- * route table.
+ * route table, or reads `out of memory`.
  */
 int http_server_new(sd_event *event, const HttpServerConfig *config, HttpServer **ret,
                     char **error);

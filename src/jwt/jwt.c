@@ -255,6 +255,11 @@ int jwt_verify(const JwtSecret *secret, const char *token, Timestamp now, char *
         json_t *exp = json_object_get(payload, "exp");
         if (!json_is_number(exp))
                 return error_set(error, -EACCES, "token has no numeric exp");
+        /* What we mint, and nothing a date of ours cannot hold (1e300, say). */
+        if (!json_is_integer(exp))
+                return error_set(error, -EACCES, "token exp is not an integer");
+        if (json_integer_value(exp) > JWT_EXP_MAX)
+                return error_set(error, -EACCES, "token exp is after the year 9999");
         if (numeric_date_compare(exp, now) <= 0)
                 return error_set(error, -EACCES, "token expired");
         json_t *nbf = json_object_get(payload, "nbf");
@@ -268,7 +273,7 @@ int jwt_verify(const JwtSecret *secret, const char *token, Timestamp now, char *
 
         char *subject = NULL;
         if (sub && !(subject = strdup(json_string_value(sub))))
-                return -ENOMEM;
+                return error_set_oom(error);
         *ret_subject = subject;
         return 0;
 }

@@ -25,6 +25,8 @@
 #define JWT_SECRET_MAX 4096 /* API-14 */
 /* API-12: the "Bearer <token>" header value, in bytes; so no token is longer either. */
 #define JWT_AUTHORIZATION_MAX 4096
+/* The latest "exp" taken: 9999-12-31T23:59:59Z. */
+#define JWT_EXP_MAX INT64_C(253402300799)
 
 /* ---- the secret ------------------------------------------------------------------------------ */
 
@@ -53,9 +55,9 @@ int jwt_mint(const JwtSecret *secret, const char *subject, Timestamp now, nsec_t
 /*
  * Checks a token (API-13, API-14): at most JWT_AUTHORIZATION_MAX bytes, three base64url parts,
  * a header whose "alg" is exactly "HS256" and that has no "crit", an HMAC-SHA256 signature that
- * matches, and a payload object with a numeric "exp" after now and, if present, a numeric "nbf"
- * not after now and a string "sub". On success *ret_subject gets a copy of "sub" (NULL when
- * absent). On failure (-EACCES) *error says why, for a debug log.
+ * matches, and a payload object with an integer "exp" after now and at most JWT_EXP_MAX and,
+ * if present, a numeric "nbf" not after now and a string "sub", copied to *ret_subject (NULL when
+ * absent). On failure *error says why, for a debug log: -EACCES for a token refused, -ENOMEM.
  */
 int jwt_verify(const JwtSecret *secret, const char *token, Timestamp now, char **ret_subject,
                char **error);

@@ -1189,7 +1189,10 @@ static void test_auth(void **state) /* API-12, API-13, REL-7 */
         _cleanup_free_ char *no_exp = jwt_forge_libjwt(JWT_ALG_HS256, TEST_KEY, "{\"sub\":\"x\"}");
         _cleanup_free_ char *nbf =
             jwt_forge_libjwt(JWT_ALG_HS256, TEST_KEY, "{\"exp\":1900000100,\"nbf\":1900000050}");
-        const char *tokens[] = {wrong, none, hs512, expired, no_exp, nbf};
+        /* Issue 10: an absurd exp is refused like an expired one. */
+        _cleanup_free_ char *exp_huge =
+            jwt_forge_str(TEST_KEY, strlen(TEST_KEY), "{\"alg\":\"HS256\"}", "{\"exp\":1e300}");
+        const char *tokens[] = {wrong, none, hs512, expired, no_exp, nbf, exp_huge};
         for (size_t i = 0; i < ELEMENTSOF(tokens); i++) {
                 assert_non_null(tokens[i]);
                 free(h);
@@ -1460,6 +1463,236 @@ static void test_oversize_chunked(void **state) /* API-15, REL-7 */
         assert_non_null(strstr(fixture_log(f), "<7>http request body discarded past the limit, "
                                                "closing path=/echo peer=127.0.0.1:"));
         assert_non_null(strstr(fixture_log(f), "path=/echo status=none duration="));
+}
+
+/* ---- the server: message framing, bodies a route does not take, and limits ----------------------
+ */
+
+/* A raw request that must get 400 `invalid_request` with message and then a closed connection. */
+static void assert_framing_refused(Fixture *f, const char *request, size_t size,
+                                   const char *message)
+{
+        Response r;
+        _cleanup_free_ char *expected = NULL;
+        assert_int_equal(strprintf(&expected, ERROR_BODY("invalid_request", "%s"), message), 0);
+        exchange_raw(f, false, request, size, &r);
+        assert_error(&r, 400, expected);
+        assert_header(&r, "Connection", "close");
+        assert_true(r.closed);
+        response_done(&r);
+}
+
+static void test_framing(void **state) /* API-11, API-15, REL-7 (RFC 9112 6.1, 6.3) */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *two_lengths = NULL, *length_and_chunked = NULL, *gzip = NULL,
+                            *chunked_gzip = NULL, *two_encodings = NULL;
+        const char *head = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+
+        /* The idle timeout bounds the wait of a server that reads on (1 s instead of 10). */
+        f->server = http_server_free(f->server);
+        assert_int_equal(server_start(f, 1), 0);
+
+        /* A second Content-Length would let the "body" be served as a request of its own. */
+        assert_int_equal(strprintf(&two_lengths,
+                                   "%sAuthorization: Bearer %s\r\nContent-Length: 2\r\n"
+                                   "Content-Length: 37\r\n\r\n{}GET /public HTTP/1.1\r\nHost: "
+                                   "x\r\n\r\n",
+                                   head, f->token),
+                         0);
+        assert_framing_refused(f, two_lengths, strlen(two_lengths),
+                               "more than one Content-Length header");
+        assert_int_equal(strprintf(&length_and_chunked,
+                                   "%sAuthorization: Bearer %s\r\nContent-Length: 5\r\n"
+                                   "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                                   head, f->token),
+                         0);
+        assert_framing_refused(f, length_and_chunked, strlen(length_and_chunked),
+                               "Content-Length together with Transfer-Encoding");
+        /* Only chunked is understood, once. */
+        assert_int_equal(strprintf(&gzip,
+                                   "%sAuthorization: Bearer %s\r\nTransfer-Encoding: gzip\r\n\r\n",
+                                   head, f->token),
+                         0);
+        assert_framing_refused(f, gzip, strlen(gzip), "unsupported Transfer-Encoding");
+        assert_int_equal(strprintf(&chunked_gzip,
+                                   "%sAuthorization: Bearer %s\r\nTransfer-Encoding: gzip, "
+                                   "chunked\r\n\r\n0\r\n\r\n",
+                                   head, f->token),
+                         0);
+        assert_framing_refused(f, chunked_gzip, strlen(chunked_gzip),
+                               "unsupported Transfer-Encoding");
+        assert_int_equal(strprintf(&two_encodings,
+                                   "%sAuthorization: Bearer %s\r\nTransfer-Encoding: chunked\r\n"
+                                   "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                                   head, f->token),
+                         0);
+        assert_framing_refused(f, two_encodings, strlen(two_encodings),
+                               "more than one Transfer-Encoding header");
+        /* Framing is checked before routing and authentication. */
+        const char *no_route = "GET /nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n";
+        assert_framing_refused(f, no_route, strlen(no_route), "unsupported Transfer-Encoding");
+
+        /* A NUL in the request line ends nothing: "/public\0x" is not "/public". */
+        static const char nul_target[] = "GET /public\0x HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_framing_refused(f, nul_target, sizeof nul_target - 1, "NUL byte in request line");
+        static const char nul_method[] = "GET\0X /public HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_framing_refused(f, nul_method, sizeof nul_method - 1, "NUL byte in request line");
+
+        /* The refusals count like any answer (API-20), and one chunked body still works. */
+        assert_int_equal(http_server_get_response_count(f->server, 400), 8);
+        ChunkedSend c = {.f = f, .total = 10};
+        client_start(f, chunked_thread, &c);
+        client_wait(f);
+        assert_response(&c.response, 200, "{\"size\":10}");
+        response_done(&c.response);
+}
+
+/* Sends request (headers only: the declared body never comes) and reads with a 3 s limit. */
+static void exchange_head_only(Fixture *f, bool unix_socket, const char *request, Response *ret,
+                               double *ret_seconds)
+{
+        struct timespec start, end;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        exchange_raw(f, unix_socket, request, strlen(request), ret);
+        clock_gettime(CLOCK_MONOTONIC, &end);
+        *ret_seconds =
+            (double)(end.tv_sec - start.tv_sec) + (double)(end.tv_nsec - start.tv_nsec) / 1e9;
+}
+
+static void test_body_refused(void **state) /* API-15, REL-7 */
+{
+        Fixture *f = *state;
+        Response r;
+        double seconds;
+        _cleanup_free_ char *get_auth = NULL;
+
+        /* Answered from the headers: a server that waited for the body would idle out at 5 s. */
+        f->server = http_server_free(f->server);
+        assert_int_equal(server_start(f, 5), 0);
+
+        /* A route that takes no body refuses one before reading it, whatever it declares. */
+        const char *requests[] = {
+            "GET /public HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n",
+            "GET /public HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n",
+            "GET /public HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET /release HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Content-Length: 100\r\n\r\n",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(requests); i++)
+                for (int unix_socket = 0; unix_socket <= 1; unix_socket++) {
+                        exchange_head_only(f, unix_socket, requests[i], &r, &seconds);
+                        assert_error(
+                            &r, 413,
+                            ERROR_BODY("payload_too_large", "this route takes no request body"));
+                        assert_header(&r, "Connection", "close");
+                        assert_true(r.closed);
+                        assert_true(seconds < 2);
+                        response_done(&r);
+                }
+        assert_int_equal(strprintf(&get_auth,
+                                   "GET /ping HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                                   "Content-Length: 4096\r\n\r\n",
+                                   f->token),
+                         0);
+        exchange_head_only(f, false, get_auth, &r, &seconds);
+        assert_error(&r, 413, ERROR_BODY("payload_too_large", "this route takes no request body"));
+        assert_true(r.closed && seconds < 2);
+        response_done(&r);
+
+        /* A body on an authenticated route is not read before the token is checked. */
+        const char *post_no_token = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                    "application/json\r\nContent-Length: 65536\r\n\r\n";
+        exchange_head_only(f, false, post_no_token, &r, &seconds);
+        assert_error(&r, 401, UNAUTHORIZED_BODY);
+        assert_true(r.closed && seconds < 2);
+        response_done(&r);
+
+        /* An empty body is no body; a route that takes one still does. */
+        exchange(f, false, "GET", "/public", "Content-Length: 0\r\n", NULL, &r);
+        assert_response(&r, 200, "hello");
+        response_done(&r);
+        exchange_auth(f, false, "POST", "/echo", "Content-Type: application/json\r\n", "{}", &r);
+        assert_response(&r, 200, "{\"size\":2}");
+        response_done(&r);
+}
+
+/* A request with one header line of the given size (name and value). */
+static char *request_with_header(size_t target_size, size_t header_size)
+{
+        _cleanup_free_ char *target = malloc(target_size + 1), *header = malloc(header_size + 1);
+        char *request = NULL;
+        if (!target || !header)
+                return NULL;
+        target[0] = '/';
+        memset(target + 1, 'a', target_size - 1);
+        target[target_size] = 0;
+        memcpy(header, "X-Big: ", 7);
+        memset(header + 7, 'b', header_size - 7);
+        header[header_size] = 0;
+        if (strprintf(&request, "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\nConnection: close\r\n\r\n",
+                      target, header) < 0)
+                return NULL;
+        return request;
+}
+
+static void test_own_limits(void **state) /* API-11, API-20 */
+{
+        Fixture *f = *state;
+        Response r;
+
+        /* Long targets and heads get API-11's JSON and count, where MHD would answer HTML. */
+        _cleanup_free_ char *long_target = request_with_header(HTTP_TARGET_MAX + 1, 16);
+        exchange_raw(f, false, long_target, strlen(long_target), &r);
+        assert_error(&r, 414,
+                     ERROR_BODY("invalid_request", "request target longer than 8192 "
+                                                   "bytes"));
+        response_done(&r);
+        _cleanup_free_ char *huge_target = request_with_header(40000, 16);
+        exchange_raw(f, false, huge_target, strlen(huge_target), &r);
+        assert_error(&r, 414,
+                     ERROR_BODY("invalid_request", "request target longer than 8192 "
+                                                   "bytes"));
+        response_done(&r);
+        _cleanup_free_ char *big_head = request_with_header(8, HTTP_HEAD_MAX);
+        exchange_raw(f, true, big_head, strlen(big_head), &r);
+        assert_error(&r, 431,
+                     ERROR_BODY("invalid_request", "request head larger than 16384 "
+                                                   "bytes"));
+        response_done(&r);
+        _cleanup_free_ char *huge_head = request_with_header(8, 40000);
+        exchange_raw(f, false, huge_head, strlen(huge_head), &r);
+        assert_error(&r, 431,
+                     ERROR_BODY("invalid_request", "request head larger than 16384 "
+                                                   "bytes"));
+        response_done(&r);
+        /* Just within the limits: routed as usual. */
+        _cleanup_free_ char *at_limit = request_with_header(HTTP_TARGET_MAX, 16);
+        exchange_raw(f, false, at_limit, strlen(at_limit), &r);
+        assert_int_equal(r.status, 404);
+        response_done(&r);
+        assert_int_equal(http_server_get_response_count(f->server, 414), 2);
+        assert_int_equal(http_server_get_response_count(f->server, 431), 2);
+
+        /* What MHD still answers itself (a missing Host, a malformed length) is counted. */
+        const char *no_host = "GET /public HTTP/1.1\r\nConnection: close\r\n\r\n";
+        exchange_raw(f, false, no_host, strlen(no_host), &r);
+        assert_int_equal(r.status, 400);
+        response_done(&r);
+        const char *bad_length =
+            "GET /public HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\nConnection: close\r\n\r\n";
+        exchange_raw(f, false, bad_length, strlen(bad_length), &r);
+        assert_int_equal(r.status, 400);
+        response_done(&r);
+        assert_int_equal(http_server_get_response_count(f->server, 400), 2);
+        _cleanup_free_ char *too_big_for_mhd = request_with_header(8, 70000);
+        exchange_raw(f, false, too_big_for_mhd, strlen(too_big_for_mhd), &r);
+        assert_int_equal(r.status, 431);
+        response_done(&r);
+        assert_int_equal(http_server_get_response_count(f->server, 431), 3);
+        /* MHD tells no method for these. */
+        assert_non_null(strstr(fixture_log(f), "<7>http request method=- path=/public "
+                                               "status=400 duration="));
 }
 
 /* ---- the server: suspension ---------------------------------------------------------------------
@@ -1861,6 +2094,9 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_media_type, setup, teardown),
             cmocka_unit_test_setup_teardown(test_oversize_declared, setup, teardown),
             cmocka_unit_test_setup_teardown(test_oversize_chunked, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_framing, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_body_refused, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_own_limits, setup, teardown),
             cmocka_unit_test_setup_teardown(test_suspend_timer, setup, teardown),
             cmocka_unit_test_setup_teardown(test_suspend_release, setup, teardown),
             cmocka_unit_test_setup_teardown(test_suspend_server_freed, setup, teardown),

@@ -98,10 +98,21 @@ static void test_jwt_verify(void **state) /* API-13, API-14, REL-7 */
         assert_token_accepted(f, exp_next, NULL);
         _cleanup_free_ char *exp_now = forge(HS256, "{\"exp\":1900000000}");
         assert_token_refused(f, exp_now, "token expired");
+        /* Issue 10: exp is a whole number of seconds up to the end of 9999, like our own. */
         _cleanup_free_ char *exp_real = forge(HS256, "{\"exp\":1900000000.75}");
-        assert_token_accepted(f, exp_real, NULL);
+        assert_token_refused(f, exp_real, "token exp is not an integer");
         _cleanup_free_ char *exp_real_past = forge(HS256, "{\"exp\":1900000000.25}");
-        assert_token_refused(f, exp_real_past, "token expired");
+        assert_token_refused(f, exp_real_past, "token exp is not an integer");
+        _cleanup_free_ char *exp_huge = forge(HS256, "{\"exp\":1e300}");
+        assert_token_refused(f, exp_huge, "token exp is not an integer");
+        _cleanup_free_ char *exp_whole_real = forge(HS256, "{\"exp\":1900000100.0}");
+        assert_token_refused(f, exp_whole_real, "token exp is not an integer");
+        _cleanup_free_ char *exp_9999 = forge(HS256, "{\"exp\":253402300799}");
+        assert_token_accepted(f, exp_9999, NULL);
+        _cleanup_free_ char *exp_10000 = forge(HS256, "{\"exp\":253402300800}");
+        assert_token_refused(f, exp_10000, "token exp is after the year 9999");
+        _cleanup_free_ char *exp_max = forge(HS256, "{\"exp\":9223372036854775807}");
+        assert_token_refused(f, exp_max, "token exp is after the year 9999");
         _cleanup_free_ char *nbf_now = forge(HS256, "{\"exp\":1900000100,\"nbf\":1900000000.5}");
         assert_token_accepted(f, nbf_now, NULL);
         _cleanup_free_ char *nbf_past = forge(HS256, "{\"exp\":1900000100,\"nbf\":1900000000}");
