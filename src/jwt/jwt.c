@@ -273,7 +273,7 @@ int jwt_verify(const JwtSecret *secret, const char *token, Timestamp now, char *
 
         char *subject = NULL;
         if (sub && !(subject = strdup(json_string_value(sub))))
-                return error_set_oom(error);
+                return -ENOMEM;
         *ret_subject = subject;
         return 0;
 }
