@@ -192,17 +192,26 @@ size_t escape_text_buf(char *buf, size_t size, const char *s, size_t n, size_t m
 
 /*
  * Functions whose failures need more than an errno (SPEC error texts) take `char **error` as
- * their last parameter. On failure they store a malloc'd message naming the object and the
- * cause, which the caller frees; on success they leave it untouched. error may be NULL.
+ * their last parameter. On every failure, out of memory included, they store a malloc'd message
+ * naming the object and the cause, which the caller frees; on success they leave it untouched.
+ * error may be NULL. So a caller never needs a text of its own for a missing message, and
+ * decides by the return code (or a failure-kind enum), never by the text (ARCHITECTURE.md
+ * decision 6).
  */
+
+#define ERROR_OUT_OF_MEMORY "out of memory"
 
 /*
  * Stores the formatted message in *error (replacing any old one, which the arguments may still
- * use) and returns r (< 0). Out of memory leaves *error NULL; r still tells the failure.
+ * use) and returns r (< 0). When the message cannot be formatted for lack of memory, *error
+ * reads ERROR_OUT_OF_MEMORY instead; a process that cannot even allocate that is aborted, so
+ * *error is never left without a message.
  */
 int error_set(char **error, int r, const char *fmt, ...) _printf_(3, 4);
 /* error_set() with the arguments as a va_list. */
 int error_setv(char **error, int r, const char *fmt, va_list ap) _printf_(3, 0);
+/* error_set(error, -ENOMEM, ERROR_OUT_OF_MEMORY): the one wording of a failed allocation. */
+int error_set_oom(char **error);
 
 /* Rewrites *error as "<prefix>: <old message>" and returns r; with no old message, the
  * message is strerror(-r). */

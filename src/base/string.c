@@ -78,6 +78,17 @@ int strv_push(char ***strv, const char *s)
         return 0;
 }
 
+/* The message that stands in for one that could not be formatted; never NULL. */
+static char *error_fallback(void)
+{
+        char *m = strdup(ERROR_OUT_OF_MEMORY);
+        /* Without 14 bytes the process can neither report nor recover: end it, rather than
+         * hand a failure on without the message every caller relies on. */
+        if (!m)
+                abort();
+        return m;
+}
+
 int error_setv(char **error, int r, const char *fmt, va_list ap)
 {
         char *msg;
@@ -85,9 +96,10 @@ int error_setv(char **error, int r, const char *fmt, va_list ap)
         if (!error)
                 return r;
         /* Formatted before the old message goes: the arguments may still point into it. */
-        int n = vasprintf(&msg, fmt, ap);
+        if (vasprintf(&msg, fmt, ap) < 0)
+                msg = error_fallback();
         free(*error);
-        *error = n < 0 ? NULL : msg; /* out of memory: the errno still tells the story */
+        *error = msg;
         return r;
 }
 
@@ -101,6 +113,11 @@ int error_set(char **error, int r, const char *fmt, ...)
         return r;
 }
 
+int error_set_oom(char **error)
+{
+        return error_set(error, -ENOMEM, "%s", ERROR_OUT_OF_MEMORY);
+}
+
 int error_prefix(char **error, int r, const char *fmt, ...)
 {
         _cleanup_free_ char *prefix = NULL;
@@ -111,8 +128,6 @@ int error_prefix(char **error, int r, const char *fmt, ...)
         va_start(ap, fmt);
         (void)error_setv(&prefix, r, fmt, ap);
         va_end(ap);
-        if (!prefix)
-                return r; /* out of memory: the old message stays */
         return error_set(error, r, "%s: %s", prefix, *error ? *error : strerror(r < 0 ? -r : r));
 }
 

@@ -500,11 +500,11 @@ int worker_pool_submit(WorkerPool *p, const WorkerJob *job, char **error)
 
         _cleanup_free_ Job *j = calloc(1, sizeof *j);
         if (!j)
-                return -ENOMEM;
+                return error_set_oom(error);
         if (job->key) {
                 j->key = strdup(job->key);
                 if (!j->key)
-                        return -ENOMEM;
+                        return error_set_oom(error);
         }
         j->timeout = job->timeout;
         nsec_t now = mono_clock_now(p->clock);
@@ -523,12 +523,12 @@ int worker_pool_submit(WorkerPool *p, const WorkerJob *job, char **error)
                 r = ensure_threads_locked(p);
                 if (r < 0 && p->alive > 0)
                         r = 0; /* fewer threads than wanted still run the job */
+                if (r < 0)
+                        (void)error_set(error, r, "start worker thread: %s", strerror(-r));
         }
         if (r < 0) {
                 pthread_mutex_unlock(&p->lock);
                 free(j->key);
-                if (r != -EAGAIN && r != -EBUSY)
-                        error_set(error, r, "start worker thread: %s", strerror(-r));
                 return r;
         }
         job_list_append(&p->queue, TAKE_PTR(j));
@@ -565,7 +565,10 @@ static void drain_fds(WorkerPool *p)
                 p->armed_deadline = NSEC_INFINITY; /* fired: it is disarmed now */
 }
 
-/* Appends a completion the pool decided on; ENOMEM leaves its message out, never the call. */
+/*
+ * Appends a completion the pool decided on; ENOMEM leaves its message out, never the call
+ * (done_message() then stands in for it).
+ */
 static void add_notice(Job ***tail, Job *j, int r, char *message)
 {
         j->notice_r = r;
@@ -588,6 +591,14 @@ static char *timeout_message(nsec_t timeout)
 static char *stuck_message(void)
 {
         return strdup(WORKER_STUCK_MESSAGE);
+}
+
+/* What done() is told: the job's message, or the errno's text for a failure without one. */
+static const char *done_message(int r, const char *error)
+{
+        if (r >= 0)
+                return NULL;
+        return error ?: strerror(-r);
 }
 
 int worker_pool_dispatch_completions(WorkerPool *p)
@@ -640,7 +651,7 @@ int worker_pool_dispatch_completions(WorkerPool *p)
                 Job *j = done.head;
                 job_list_remove(&done, j);
                 if (j->done)
-                        j->done(j->r, j->data, j->error, j->userdata);
+                        j->done(j->r, j->data, done_message(j->r, j->error), j->userdata);
                 job_free(j);
                 n++;
         }
@@ -648,7 +659,8 @@ int worker_pool_dispatch_completions(WorkerPool *p)
                 Job *j = notices;
                 notices = j->notice_next;
                 if (j->done)
-                        j->done(j->notice_r, NULL, j->notice_error, j->userdata);
+                        j->done(j->notice_r, NULL, done_message(j->notice_r, j->notice_error),
+                                j->userdata);
                 n++;
                 if (j->notice_frees_job)
                         job_free(j);

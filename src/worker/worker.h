@@ -53,16 +53,19 @@ nsec_t mono_clock_now(const MonoClock *c);
 /* ---- jobs ---------------------------------------------------------------------------------- */
 
 /*
- * Runs on a worker thread. Returns >= 0 or -errno; on failure it may store a malloc'd message
- * in *error (which starts out NULL).
+ * Runs on a worker thread. Returns >= 0 or -errno; on failure it stores a malloc'd message in
+ * *error (which starts out NULL), as any function taking `char **error` does. One that returns
+ * < 0 without a message still gets one: the pool hands done() strerror(-r) for it.
  */
 typedef int (*WorkerRunFunc)(void *data, char **error);
 
 /*
- * Runs on the owner's thread with the job's result r and message (NULL when the job gave none;
- * valid only during the call). data is the job's data when run() returned in time, and NULL
- * when the pool ended the job itself (r is -ETIMEDOUT or -EBUSY): an abandoned run() may still
- * be using its data then.
+ * Runs on the owner's thread with the job's result r and message, valid only during the call.
+ * When r < 0, error is never NULL: run()'s message, the pool's own (`timed out after <d>`,
+ * `an earlier call is stuck past its deadline`) or, when there is none, strerror(-r); when
+ * r >= 0 it is NULL. So a done() never needs a fallback text. data is the job's data when
+ * run() returned in time, and NULL when the pool ended the job itself (r is -ETIMEDOUT or
+ * -EBUSY): an abandoned run() may still be using its data then.
  */
 typedef void (*WorkerDoneFunc)(int r, void *data, const char *error, void *userdata);
 
@@ -122,7 +125,8 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(WorkerPool *, worker_pool_free);
 /*
  * Queues a job. On success the pool owns job->data; on failure the caller keeps it, no
  * completion runs, and *error says why: -EAGAIN `sysfs worker pool exhausted (<n> calls stuck)`
- * (sysfs pool, max_extra calls stuck), -EBUSY (NVML slot stuck), -EINVAL (no run function).
+ * (sysfs pool, max_extra calls stuck), -EBUSY `an earlier call is stuck past its deadline`
+ * (NVML slot stuck), -EINVAL (no run function), -ENOMEM, or the failure to start a thread.
  */
 int worker_pool_submit(WorkerPool *p, const WorkerJob *job, char **error);
 

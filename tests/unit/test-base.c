@@ -1460,6 +1460,11 @@ static void test_error_set_prefix(void **state)
         error = NULL;
         assert_int_equal(error_prefix(&error, -ENOENT, "read %s", "state"), -ENOENT);
         assert_string_equal(error, "read state: No such file or directory");
+
+        /* a failed allocation has its one wording, and replaces what was there */
+        assert_int_equal(error_set_oom(&error), -ENOMEM);
+        assert_string_equal(error, "out of memory");
+        assert_int_equal(error_set_oom(NULL), -ENOMEM);
         free(error);
 }
 

@@ -232,7 +232,11 @@ static WorkerPool *start_pool(Fixture *f, WorkerPoolConfig cfg, bool fake, bool 
 
 /* ---- tests --------------------------------------------------------------------------------- */
 
-/* GEN-2: results post back through the pool's source and complete on the owner's thread. */
+/*
+ * GEN-2: results post back through the pool's source and complete on the owner's thread, and
+ * done() always hears why a job failed: a run() that fails without a message gets strerror(-r)
+ * from the pool, one that succeeds hands done() no message even if it stored one.
+ */
 static void test_completions_posted(void **state)
 {
         Fixture *f = *state;
@@ -243,22 +247,36 @@ static void test_completions_posted(void **state)
         assert_int_equal(submit(p, b, NULL, 1, -1, 0, 7, NULL, NULL, NULL), 0);
         assert_int_equal(
             submit(p, b, NULL, 2, 0, 30 * NSEC_PER_SEC, -EIO, "read VF: I/O error", NULL, NULL), 0);
+        assert_int_equal(submit(p, b, NULL, 3, 1, 0, -ENODEV, NULL, NULL, NULL), 0);
+        assert_int_equal(submit(p, b, NULL, 4, 2, 0, 0, "stray text", NULL, NULL), 0);
 
         /* Bounded: the source wakes the loop as soon as a job ends; 10 s means it never did. */
         assert_int_equal(sd_event_run(f->event, TEST_USEC(10 * NSEC_PER_SEC)), 1);
-        WAIT_UNTIL(f, b->n_done == 2);
+        WAIT_UNTIL(f, b->n_done == 4);
         assert_false(b->wrong_thread);
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 4; i++) {
                 assert_true(b->done_had_data[i]);
-                if (b->done_id[i] == 1) {
+                switch (b->done_id[i]) {
+                case 1:
                         assert_int_equal(b->done_r[i], 7);
                         assert_string_equal(b->done_error[i], "(null)");
-                } else {
+                        break;
+                case 2:
                         assert_int_equal(b->done_r[i], -EIO);
                         assert_string_equal(b->done_error[i], "read VF: I/O error");
+                        break;
+                case 3:
+                        assert_int_equal(b->done_r[i], -ENODEV);
+                        assert_string_equal(b->done_error[i], strerror(ENODEV));
+                        break;
+                default:
+                        assert_int_equal(b->done_id[i], 4);
+                        assert_int_equal(b->done_r[i], 0);
+                        assert_string_equal(b->done_error[i], "(null)");
+                        break;
                 }
         }
-        assert_int_equal(atomic_load(&b->freed), 2);
+        assert_int_equal(atomic_load(&b->freed), 4);
         /* Nothing left: dispatching again runs nothing and the source is quiet. */
         assert_int_equal(worker_pool_dispatch_completions(p), 0);
         assert_int_equal(sd_event_run(f->event, 0), 0);
