@@ -215,8 +215,7 @@ static void waiter_answer(ApiWaiter *w, int r, const char *error)
 {
         if (r < 0) {
                 (void)http_reply_error(w->req, MHD_HTTP_SERVICE_UNAVAILABLE,
-                                       "health_store_unavailable", "%s",
-                                       error ? error : strerror(-r));
+                                       "health_store_unavailable", "%s", error);
                 return;
         }
         r = answer_success(w);
@@ -313,13 +312,12 @@ static int submit_change(ApiContext *ctx, HttpRequest *req, const HealthRequest 
                 waiter_free(w);
                 if (r == -EAGAIN)
                         return http_reply_error(req, MHD_HTTP_SERVICE_UNAVAILABLE,
-                                                "health_store_unavailable", "%s",
-                                                error ? error : strerror(-r));
+                                                "health_store_unavailable", "%s", error);
                 if (r == -EINVAL)
                         return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", "%s",
-                                                error ? error : strerror(-r));
+                                                error);
                 return http_reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", "%s",
-                                        error ? error : strerror(-r));
+                                        error);
         }
         if (r == 0) {
                 /* Nothing changed; the state it confirms is durable once no write is left. */

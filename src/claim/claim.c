@@ -265,6 +265,7 @@ static void drop_reservation(Claim *c)
         c->write_done = false;
 }
 
+/* error is the failure's message (r < 0), never NULL then; ClaimResult.error passes it on. */
 static void claim_finish(Claim *c, int r, ClaimFailure kind, const char *error)
 {
         Claimer *cl = c->cl;
@@ -282,7 +283,7 @@ static void claim_finish(Claim *c, int r, ClaimFailure kind, const char *error)
         };
         if (r < 0) {
                 res.failure = kind != CLAIM_FAILURE_NONE ? kind : CLAIM_FAILURE_INTERNAL;
-                res.error = error ? error : strerror(-r);
+                res.error = error;
                 cl->stats.claims_failed++;
                 /* The owner logs the failure with its request; this is for tracing. */
                 log_line(LOG_LEVEL_DEBUG, 0, "vGPU claim failed", "instance_id", c->instance_id,
@@ -373,11 +374,9 @@ static void claim_fail_after_save(Claim *c, int r, ClaimFailure kind, const char
         Claimer *cl = c->cl;
         _cleanup_free_ char *path = NULL, *clear_error = NULL;
 
-        char *copy = error ? strdup(error) : NULL; /* error may be c->fail_error itself */
+        (void)error_set(&c->fail_error, r, "%s", error); /* error may be c->fail_error itself */
         c->fail_r = r;
         c->fail_kind = kind;
-        free(c->fail_error);
-        c->fail_error = copy;
         c->reselect_after_clear = reselect;
         if (!c->saved || !cl->owner.clear) {
                 claimer_clear_done(cl, c, 0, NULL);
@@ -541,9 +540,7 @@ static void configure_done(Claim *c, const DeviceResult *res)
         case DEVICE_FAILURE_CAPACITY:
                 /* PLACE-17: reset, clear, select once more without the VF; twice fails. */
                 c->capacity_refusals++;
-                free(c->fail_error);
-                c->fail_error = strdup(res->error);
-                c->fail_r = -ENOSPC;
+                c->fail_r = error_set(&c->fail_error, -ENOSPC, "%s", res->error);
                 c->fail_kind = CLAIM_FAILURE_INSUFFICIENT_RESOURCES;
                 if (strv_push(&c->exclude, c->vf) < 0 ||
                     queue_write(c, WRITE_RESET_REFUSED, c->vf, c->gpu, c->mdev_uuid) < 0)
@@ -607,9 +604,8 @@ static void on_write_done(const DeviceResult *res, void *userdata)
                 log_line(LOG_LEVEL_WARNING, 0, "dirty vGPU VF refused reset; trying another VF",
                          "vf", vf, "instance_id", c->instance_id, "error", res->error, NULL);
                 free(c->refused_dirty_vf);
-                free(c->refused_dirty_error);
                 c->refused_dirty_vf = vf ? strdup(vf) : NULL;
-                c->refused_dirty_error = strdup(res->error);
+                (void)error_set(&c->refused_dirty_error, res->r, "%s", res->error);
                 if (!vf || strv_push(&c->exclude, vf) < 0) {
                         claim_finish(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory");
                         break;
@@ -620,9 +616,9 @@ static void on_write_done(const DeviceResult *res, void *userdata)
                 if (res->r < 0) {
                         /* The VF may still hold the type: the claim stays for the reconciler. */
                         _cleanup_free_ char *msg = NULL;
-                        (void)strprintf(&msg, "%s; reset after refusal: %s", c->fail_error,
+                        (void)error_set(&msg, -EIO, "%s; reset after refusal: %s", c->fail_error,
                                         res->error);
-                        claim_finish(c, -EIO, CLAIM_FAILURE_INTERNAL, msg ? msg : res->error);
+                        claim_finish(c, -EIO, CLAIM_FAILURE_INTERNAL, msg);
                         break;
                 }
                 if (c->capacity_refusals >= 2)
@@ -663,8 +659,8 @@ void claimer_save_done(Claimer *cl, Claim *c, int r, const char *error)
         if (r < 0) {
                 /* PLACE-20: the reservation goes, the VF was not touched. */
                 _cleanup_free_ char *msg = NULL;
-                (void)strprintf(&msg, "save vGPU claim: %s", error ? error : strerror(-r));
-                claim_finish(c, r, CLAIM_FAILURE_INTERNAL, msg ? msg : "save vGPU claim");
+                (void)error_set(&msg, r, "save vGPU claim: %s", error);
+                claim_finish(c, r, CLAIM_FAILURE_INTERNAL, msg);
         } else {
                 c->saved = true;
                 if (queue_write(c, WRITE_CONFIGURE, c->vf, c->gpu, NULL) < 0)
@@ -1039,9 +1035,9 @@ static void claim_fail_selection(Claim *c, int r, const char *error)
 {
         if (c->refused_dirty_vf && r == -ENOSPC) {
                 _cleanup_free_ char *msg = NULL;
-                (void)strprintf(&msg, "repair dirty VF %s before claim: %s", c->refused_dirty_vf,
+                (void)error_set(&msg, r, "repair dirty VF %s before claim: %s", c->refused_dirty_vf,
                                 c->refused_dirty_error);
-                claim_finish(c, r, CLAIM_FAILURE_INSUFFICIENT_RESOURCES, msg ? msg : error);
+                claim_finish(c, r, CLAIM_FAILURE_INSUFFICIENT_RESOURCES, msg);
                 return;
         }
         if (c->capacity_refusals > 0 && r == -ENOSPC) {
@@ -1216,9 +1212,7 @@ static void place16_start(Claim *c, const PlacementSnapshot *sn, int select_r,
 
         c->place16_done = true;
         c->force_full = true;
-        c->fail_r = select_r;
-        free(c->fail_error);
-        c->fail_error = select_error ? strdup(select_error) : NULL;
+        c->fail_r = error_set(&c->fail_error, select_r, "%s", select_error);
 
         ScanJob *j = calloc(1, sizeof *j);
         if (!j) {
@@ -1331,7 +1325,8 @@ static void process_once(Claimer *cl, bool *poll_again, nsec_t *next_deadline)
                                 continue;
                         if (c->wait_deadline && now >= c->wait_deadline) {
                                 _cleanup_free_ char *msg = NULL;
-                                (void)strprintf(&msg, "vGPU placement round timed out after %s",
+                                (void)error_set(&msg, -ETIMEDOUT,
+                                                "vGPU placement round timed out after %s",
                                                 format_duration(cl->nvml_timeout, d));
                                 claim_finish(c, -ETIMEDOUT, CLAIM_FAILURE_PLACEMENT_DISABLED, msg);
                                 continue;

@@ -106,7 +106,10 @@ typedef struct ClaimerOwner {
         void *userdata;
 } ClaimerOwner;
 
-/* Completes the owner's save() or clear(): r >= 0 on success, else r < 0 and error. */
+/*
+ * Completes the owner's save() or clear(): r >= 0 on success (error NULL), else r < 0 and its
+ * message in error, which must not be NULL then.
+ */
 void claimer_save_done(Claimer *cl, Claim *token, int r, const char *error);
 void claimer_clear_done(Claimer *cl, Claim *token, int r, const char *error);
 
@@ -185,7 +188,7 @@ typedef struct ClaimRequest {
 typedef struct ClaimResult {
         int r;                /* >= 0, or -errno */
         ClaimFailure failure; /* on failure: what kind (API-21) */
-        const char *error;    /* on failure: the SPEC text */
+        const char *error;    /* on failure: the SPEC text, never NULL */
         const char *vf;       /* on success */
         const char *gpu;      /* on success */
         const char *profile;  /* the request's */

@@ -573,11 +573,13 @@ static void loader_done(Loader *l)
         l->parser_ready = false;
 }
 
+static int oom(Loader *l);
+
 static int loader_init(Loader *l, const char *name, const void *buf, size_t size, char **error)
 {
         *l = (Loader){.name = name, .input = buf, .size = size, .error = error};
         if (!yaml_parser_initialize(&l->parser))
-                return -ENOMEM;
+                return oom(l);
         l->parser_ready = true;
         yaml_parser_set_input_string(&l->parser, buf, size);
         /* Only UTF-8: libyaml would otherwise also take UTF-16 by its byte-order mark. */

@@ -119,7 +119,7 @@ static int url_normalize(const char *source, const char *url, char **ret, char *
                 n--;
         char *copy = strndup(url, n);
         if (!copy)
-                return -ENOMEM;
+                return error_set_oom(error);
         *ret = copy;
         return 0;
 }
@@ -160,7 +160,7 @@ static int token_read_file(const char *path, char **ret, char **error)
 
         _cleanup_free_ char *source = NULL;
         if (strprintf(&source, "--token-file %s", path) < 0)
-                return -ENOMEM;
+                return error_set_oom(error);
         r = token_check(source, buf, error);
         if (r < 0)
                 return r;
@@ -206,7 +206,7 @@ static int parse_mint(const char *const *values, CtlArgs *a, char **error)
                 return error_set(error, -EINVAL, "token mint needs --secret-file");
         a->secret_file = strdup(values[OPT_SECRET_FILE]);
         if (!a->secret_file)
-                return -ENOMEM;
+                return error_set_oom(error);
 
         a->ttl = CTL_DEFAULT_TTL;
         if (values[OPT_TTL]) {
@@ -223,7 +223,7 @@ static int parse_mint(const char *const *values, CtlArgs *a, char **error)
                         return error_set(error, -EINVAL, "--sub must be non-empty UTF-8 text");
                 a->subject = strdup(values[OPT_SUB]);
                 if (!a->subject)
-                        return -ENOMEM;
+                        return error_set_oom(error);
         }
         return 0;
 }
@@ -243,7 +243,7 @@ static int parse_connection(const char *const *values, const CtlEnv *env, CtlArg
                                          CTL_UNIX_SOCKET_PATH_MAX);
                 a->unix_socket = strdup(values[OPT_UNIX]);
                 if (!a->unix_socket)
-                        return -ENOMEM;
+                        return error_set_oom(error);
         } else if (values[OPT_URL]) {
                 r = url_normalize("--url", values[OPT_URL], &a->url, error);
                 if (r < 0)
@@ -272,7 +272,7 @@ static int parse_connection(const char *const *values, const CtlEnv *env, CtlArg
         if (r < 0)
                 return r;
         a->token = strdup(token);
-        return a->token ? 0 : -ENOMEM;
+        return a->token ? 0 : error_set_oom(error);
 }
 
 static int parse_command(const char *const *words, size_t n_words, const char *const *values,
@@ -296,7 +296,7 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
         _cleanup_free_ char *name = NULL;
         if (strprintf(&name, "%s%s%s", commands[i].words[0], n_cmd == 2 ? " " : "",
                       n_cmd == 2 ? commands[i].words[1] : "") < 0)
-                return -ENOMEM;
+                return error_set_oom(error);
 
         size_t n_args = commands[i].takes_address ? 1 : 0;
         if (n_words < n_cmd + n_args)
@@ -319,7 +319,7 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
                                          words[n_cmd]);
                 a->address = strdup(words[n_cmd]);
                 if (!a->address)
-                        return -ENOMEM;
+                        return error_set_oom(error);
         }
         if (commands[i].needs_reason) {
                 const char *reason = values[OPT_REASON];
@@ -332,7 +332,7 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
                                          CTL_REASON_MAX);
                 a->reason = strdup(reason);
                 if (!a->reason)
-                        return -ENOMEM;
+                        return error_set_oom(error);
         }
 
         if (a->command == CTL_COMMAND_TOKEN_MINT)
@@ -350,7 +350,7 @@ int ctl_args_parse(int argc, char *const *argv, const CtlEnv *env, CtlArgs *ret,
         bool options_done = false;
 
         if (!words)
-                return -ENOMEM;
+                return error_set_oom(error);
 
         for (int i = 1; i < argc; i++) {
                 const char *arg = argv[i];

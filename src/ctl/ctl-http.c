@@ -80,13 +80,13 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const char *method,
         int r;
 
         if (!curl)
-                return -ENOMEM;
+                return error_set_oom(error);
 
         /* On the Unix socket the host part only fills the Host header. */
         if (strprintf(&url, "%s%s", args->unix_socket ? "http://localhost" : args->url, path) < 0 ||
             strprintf(&where, "%s%s", args->unix_socket ? "unix:" : "",
                       args->unix_socket ? args->unix_socket : args->url) < 0)
-                return -ENOMEM;
+                return error_set_oom(error);
 
         r = header_append(&headers, "Accept: application/json");
         /* A body is tiny; waiting for "100 Continue" would only add a round trip. */
@@ -100,7 +100,7 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const char *method,
                         r = header_append(&headers, authorization);
         }
         if (r < 0)
-                return r;
+                return error_set_oom(error);
 
         CURLcode c = curl_easy_setopt(curl, CURLOPT_URL, url);
         if (c == CURLE_OK && args->unix_socket)
@@ -147,7 +147,7 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const char *method,
                 return error_set(error, -EMSGSIZE, "response from %s is larger than %d bytes",
                                  where, CTL_RESPONSE_MAX);
         if (sink.no_memory || c == CURLE_OUT_OF_MEMORY)
-                return -ENOMEM;
+                return error_set_oom(error);
         if (c != CURLE_OK) {
                 /*
                  * The system's reason ("Connection refused", "No such file or directory") says
@@ -173,7 +173,7 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const char *method,
         if (!sink_data) {
                 sink_data = strdup("");
                 if (!sink_data)
-                        return -ENOMEM;
+                        return error_set_oom(error);
         }
         *ret = (CtlResponse){.status = status, .body = TAKE_PTR(sink_data), .size = sink.size};
         return 0;

@@ -19,6 +19,12 @@ static int shape_error(char **error, const char *what, const json_error_t *e)
         return error_set(error, -EBADMSG, "unexpected %s in the response: %s", what, e->text);
 }
 
+/* A table or a memory stream that could not be built: only memory can fail them. */
+static int format_failed(char **error, int r)
+{
+        return error_set(error, r, "format the answer: %s", strerror(-r));
+}
+
 /* ---- GET /resources (API-4, API-5) ----------------------------------------------------------- */
 
 static int print_profiles(FILE *out, json_t *profiles, char **error)
@@ -41,7 +47,7 @@ static int print_profiles(FILE *out, json_t *profiles, char **error)
         if (r >= 0)
                 r = ctl_table_add_row(&t, (const char *[]){"PROFILE", "FRAMEBUFFER", "AVAILABLE"});
         if (r < 0)
-                return r;
+                return format_failed(error, r);
 
         json_array_foreach (profiles, i, p) {
                 const char *name;
@@ -62,9 +68,10 @@ static int print_profiles(FILE *out, json_t *profiles, char **error)
 
                 r = ctl_table_add_row(&t, (const char *[]){name, fb, format_int(available, avail)});
                 if (r < 0)
-                        return r;
+                        return format_failed(error, r);
         }
-        return ctl_table_print(&t, out, "");
+        r = ctl_table_print(&t, out, "");
+        return r < 0 ? format_failed(error, r) : 0;
 }
 
 int ctl_print_resources(FILE *out, json_t *body, char **error)
@@ -109,7 +116,7 @@ int ctl_print_resources(FILE *out, json_t *body, char **error)
         if (r >= 0 && warning)
                 r = ctl_table_add_row(&t, (const char *[]){"placement warning", warning});
         if (r < 0)
-                return r;
+                return format_failed(error, r);
 
         /* Check the profiles before printing anything, so a bad answer prints nothing. */
         if (!json_is_array(profiles))
@@ -120,16 +127,16 @@ int ctl_print_resources(FILE *out, json_t *body, char **error)
         size_t size = 0;
         _cleanup_fclose_ FILE *mem = open_memstream(&buf, &size);
         if (!mem)
-                return -ENOMEM;
+                return error_set_oom(error);
         r = print_profiles(mem, profiles, error);
         if (r < 0)
                 return r;
         if (fflush(mem) != 0)
-                return -ENOMEM;
+                return error_set_oom(error);
 
         r = ctl_table_print(&t, out, "");
         if (r < 0)
-                return r;
+                return format_failed(error, r);
         fputc('\n', out);
         fwrite(buf, 1, size, out);
         return 0;
@@ -156,7 +163,7 @@ static int print_vfs(FILE *out, json_t *vfs, char **error)
                 r = ctl_table_add_row(
                     &t, (const char *[]){"VF", "STATE", "PROFILE", "INSTANCE", "FAILURES"});
         if (r < 0)
-                return r;
+                return format_failed(error, r);
 
         json_array_foreach (vfs, i, vf) {
                 const char *address, *state, *profile = NULL, *instance = NULL;
@@ -172,13 +179,14 @@ static int print_vfs(FILE *out, json_t *vfs, char **error)
                         return shape_error(error, "VF", &e);
                 /* An uncertain VF has a driver call stuck past its deadline (GEN-4). */
                 if (strprintf(&state_text, "%s%s", state, uncertain ? " (uncertain)" : "") < 0)
-                        return -ENOMEM;
+                        return error_set_oom(error);
                 r = ctl_table_add_row(&t, (const char *[]){address, state_text, profile, instance,
                                                            format_int(failures, b_failures)});
                 if (r < 0)
-                        return r;
+                        return format_failed(error, r);
         }
-        return ctl_table_print(&t, out, "  ");
+        r = ctl_table_print(&t, out, "  ");
+        return r < 0 ? format_failed(error, r) : 0;
 }
 
 int ctl_print_gpus(FILE *out, json_t *body, char **error)
@@ -196,7 +204,7 @@ int ctl_print_gpus(FILE *out, json_t *body, char **error)
         size_t size = 0;
         _cleanup_fclose_ FILE *mem = open_memstream(&buf, &size);
         if (!mem)
-                return -ENOMEM;
+                return error_set_oom(error);
 
         if (json_array_size(gpus) == 0)
                 fputs("no GPUs\n", mem);
@@ -227,7 +235,7 @@ int ctl_print_gpus(FILE *out, json_t *body, char **error)
                         return r;
         }
         if (fflush(mem) != 0)
-                return -ENOMEM;
+                return error_set_oom(error);
         fwrite(buf, 1, size, out);
         return 0;
 }
@@ -251,7 +259,7 @@ static int print_records(FILE *out, json_t *records, char **error)
                 r = ctl_table_add_row(&t, (const char *[]){"VF", "GPU", "PRESENT", "FAILURES",
                                                            "QUARANTINED", "SOURCE", "REASON"});
         if (r < 0)
-                return r;
+                return format_failed(error, r);
 
         json_array_foreach (records, i, rec) {
                 const char *vf, *gpu = NULL, *quarantined_at = NULL, *source = NULL, *reason = NULL;
@@ -277,9 +285,10 @@ static int print_records(FILE *out, json_t *records, char **error)
                                      format_int((json_int_t)json_array_size(failures), b_failures),
                                      quarantined_at, source, reason});
                 if (r < 0)
-                        return r;
+                        return format_failed(error, r);
         }
-        return ctl_table_print(&t, out, "");
+        r = ctl_table_print(&t, out, "");
+        return r < 0 ? format_failed(error, r) : 0;
 }
 
 static int format_breaker(json_t *breaker, char **ret, char **error)
@@ -306,7 +315,7 @@ static int format_breaker(json_t *breaker, char **ret, char **error)
                               "closed; opens at more than %" JSON_INTEGER_FORMAT
                               " automatic quarantines within %s",
                               max_quarantines, window);
-        return r;
+        return r < 0 ? error_set_oom(error) : 0;
 }
 
 int ctl_print_health(FILE *out, json_t *body, char **error)
@@ -334,7 +343,7 @@ int ctl_print_health(FILE *out, json_t *body, char **error)
                 r = strprintf(&store, "unavailable: %s",
                               unavailable_reason ? unavailable_reason : "no reason given");
         if (r < 0)
-                return r;
+                return error_set_oom(error);
         snprintf(b_threshold, sizeof b_threshold, "%" JSON_INTEGER_FORMAT " failures", threshold);
 
         r = ctl_table_init(&t, 2);
@@ -345,23 +354,23 @@ int ctl_print_health(FILE *out, json_t *body, char **error)
         if (r >= 0)
                 r = ctl_table_add_row(&t, (const char *[]){"breaker", breaker_text});
         if (r < 0)
-                return r;
+                return format_failed(error, r);
 
         _cleanup_free_ char *buf = NULL;
         size_t size = 0;
         _cleanup_fclose_ FILE *mem = open_memstream(&buf, &size);
         if (!mem)
-                return -ENOMEM;
+                return error_set_oom(error);
         if (json_is_array(records) && json_array_size(records) == 0)
                 fputs("no health records\n", mem);
         else if ((r = print_records(mem, records, error)) < 0)
                 return r;
         if (fflush(mem) != 0)
-                return -ENOMEM;
+                return error_set_oom(error);
 
         r = ctl_table_print(&t, out, "");
         if (r < 0)
-                return r;
+                return format_failed(error, r);
         fputc('\n', out);
         fwrite(buf, 1, size, out);
         return 0;
@@ -387,7 +396,7 @@ static int print_running(FILE *out, json_t *running, char **error)
         if (r >= 0)
                 r = ctl_table_add_row(&t, (const char *[]){"INSTANCE", "VF"});
         if (r < 0)
-                return r;
+                return format_failed(error, r);
         json_array_foreach (running, i, inst) {
                 const char *id, *vf;
                 json_error_t e;
@@ -396,14 +405,15 @@ static int print_running(FILE *out, json_t *running, char **error)
                         return shape_error(error, "running instance", &e);
                 r = ctl_table_add_row(&t, (const char *[]){id, vf});
                 if (r < 0)
-                        return r;
+                        return format_failed(error, r);
         }
 
         /* HEALTH-24: quarantine only takes capacity away; these VMs stop when someone says so. */
         fputs("\nstill running on these VFs (a quarantine never stops a VM; stop or delete them "
               "to free the VFs):\n",
               out);
-        return ctl_table_print(&t, out, "");
+        r = ctl_table_print(&t, out, "");
+        return r < 0 ? format_failed(error, r) : 0;
 }
 
 int ctl_print_operator_result(FILE *out, const char *summary, json_t *body, char **error)
@@ -421,7 +431,7 @@ int ctl_print_operator_result(FILE *out, const char *summary, json_t *body, char
         size_t size = 0;
         _cleanup_fclose_ FILE *mem = open_memstream(&buf, &size);
         if (!mem)
-                return -ENOMEM;
+                return error_set_oom(error);
 
         ctl_print_sanitized(mem, summary);
         fputc('\n', mem);
@@ -437,7 +447,7 @@ int ctl_print_operator_result(FILE *out, const char *summary, json_t *body, char
                         return r;
         }
         if (fflush(mem) != 0)
-                return -ENOMEM;
+                return error_set_oom(error);
         fwrite(buf, 1, size, out);
         return 0;
 }

@@ -63,10 +63,10 @@ static int print_human(const CtlArgs *a, json_t *body, const CtlEnv *env, char *
                 r = strprintf(&summary, "closed the quarantine breaker");
                 break;
         default:
-                return -EINVAL;
+                return error_set(error, -EINVAL, "no output for this command");
         }
         if (r < 0)
-                return r;
+                return error_set_oom(error);
         return ctl_print_operator_result(env->out, summary, body, error);
 }
 
@@ -80,7 +80,7 @@ static int run_request(const CtlArgs *a, const CtlEnv *env, const char *method, 
         if (r == -ENOMEM)
                 return fail_oom(env);
         if (r < 0) {
-                fprintf(env->err, "error: %s\n", error ? error : strerror(-r));
+                fprintf(env->err, "error: %s\n", error);
                 return r == -EMSGSIZE ? CTL_EXIT_API : CTL_EXIT_CONNECT;
         }
         if (resp.status < 200 || resp.status > 299)
@@ -106,7 +106,7 @@ static int run_request(const CtlArgs *a, const CtlEnv *env, const char *method, 
         if (r == -ENOMEM)
                 return fail_oom(env);
         if (r < 0) {
-                fprintf(env->err, "error: %s\n", error ? error : strerror(-r));
+                fprintf(env->err, "error: %s\n", error);
                 return CTL_EXIT_API;
         }
         return CTL_EXIT_OK;
@@ -138,7 +138,7 @@ static int run_token_mint(const CtlArgs *a, const CtlEnv *env)
         if (r == -ENOMEM)
                 return fail_oom(env);
         if (r < 0) {
-                fprintf(env->err, "error: %s\n", error ? error : strerror(-r));
+                fprintf(env->err, "error: %s\n", error);
                 return CTL_EXIT_USAGE;
         }
         r = jwt_mint(secret, a->subject, clock_now(&env->clock), a->ttl, &token);
@@ -192,8 +192,7 @@ int ctl_run(int argc, char *const *argv, const CtlEnv *env)
         if (r == -ENOMEM)
                 return fail_oom(env);
         if (r < 0) {
-                fprintf(env->err, "vgpuctl: %s\nRun 'vgpuctl --help' for usage.\n",
-                        error ? error : strerror(-r));
+                fprintf(env->err, "vgpuctl: %s\nRun 'vgpuctl --help' for usage.\n", error);
                 return CTL_EXIT_USAGE;
         }
 

@@ -94,8 +94,8 @@ void ctl_args_done(CtlArgs *a);
 
 /*
  * Parses a command line, resolving the defaults from env and reading --token-file. Options may
- * come before or after the command words; "--" ends them. On failure (-EINVAL, or the errno of
- * an unreadable token file) *error is a one-line message for the user.
+ * come before or after the command words; "--" ends them. On failure (-EINVAL, the errno of
+ * an unreadable token file, or -ENOMEM) *error is a one-line message for the user.
  */
 int ctl_args_parse(int argc, char *const *argv, const CtlEnv *env, CtlArgs *ret, char **error);
 
@@ -128,7 +128,8 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const char *method,
 
 /*
  * Each prints a successful response's JSON for humans. -EBADMSG with *error describing the
- * mismatch when the JSON does not have the SPEC's shape (API-4, API-6, API-10, API-18).
+ * mismatch when the JSON does not have the SPEC's shape (API-4, API-6, API-10, API-18); any
+ * other failure (-ENOMEM) sets *error too.
  */
 int ctl_print_resources(FILE *out, json_t *body, char **error);
 int ctl_print_gpus(FILE *out, json_t *body, char **error);

@@ -157,8 +157,8 @@ static void set_scan_error(Reconciler *rc, char *error)
 static char *scan_failure(const char *error, int r)
 {
         char *msg = NULL;
-        (void)strprintf(&msg, "open-handle scan failed: %s", error);
-        return msg ? msg : strdup(strerror(-r));
+        (void)error_set(&msg, r, "open-handle scan failed: %s", error);
+        return msg;
 }
 
 static void on_scan_done(int r, void *data, const char *error, void *userdata)
@@ -168,7 +168,7 @@ static void on_scan_done(int r, void *data, const char *error, void *userdata)
 
         if (r >= 0)
                 set_scan_error(rc, NULL);
-        else if (j && j->scan_error)
+        else if (j) /* the scan ran and failed: vfio_scan_startup() set its own text */
                 set_scan_error(rc, TAKE_PTR(j->scan_error));
         else
                 set_scan_error(rc, scan_failure(error, r));

@@ -306,7 +306,7 @@ int cmd_inventory(int argc, char **argv)
         _cleanup_free_ char *error = NULL;
         r = gpu_discover(root, NULL, &host, &error);
         if (r < 0) {
-                fprintf(stderr, "vgpud inventory: %s\n", error ? error : strerror(-r));
+                fprintf(stderr, "vgpud inventory: %s\n", error);
                 return 1;
         }
 

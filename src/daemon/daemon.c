@@ -15,9 +15,9 @@
 #define DAEMON_USAGE \
         "usage: vgpud [--config PATH] [--set KEY=VALUE]... [--check-config] [--version]\n"
 
-static int fail(const char *error, int r)
+static int fail(const char *error)
 {
-        log_kv(LOG_LEVEL_ERR, 0, "%s", error ? error : strerror(r < 0 ? -r : EINVAL));
+        log_kv(LOG_LEVEL_ERR, 0, "%s", error);
         return 1;
 }
 
@@ -69,7 +69,7 @@ int cmd_daemon(int argc, char **argv)
                         break;
                 case OPT_SET:
                         if (strv_push(&sets, optarg) < 0)
-                                return fail("out of memory", -ENOMEM);
+                                return fail(ERROR_OUT_OF_MEMORY);
                         break;
                 case OPT_CHECK:
                         check = true;
@@ -96,18 +96,18 @@ int cmd_daemon(int argc, char **argv)
         Config config = {};
         int r = load_config(path, explicit_path, sets, &config, &error);
         if (r < 0)
-                return fail(error, r);
+                return fail(error);
 
         if (check) {
                 /* API-14: the secret is part of what start-up checks before serving. */
                 _cleanup_jwt_secret_ JwtSecret *secret = NULL;
                 _cleanup_free_ char *dump = NULL;
                 r = jwt_secret_load(config.jwt_secret_file, &secret, &error);
-                if (r >= 0)
-                        r = config_dump(&config, &dump);
+                if (r >= 0 && (r = config_dump(&config, &dump)) < 0)
+                        (void)error_set(&error, r, "print configuration: %s", strerror(-r));
                 config_done(&config);
                 if (r < 0)
-                        return fail(error, r);
+                        return fail(error);
                 fputs(dump, stdout);
                 return 0;
         }
@@ -116,11 +116,11 @@ int cmd_daemon(int argc, char **argv)
         r = manager_new(&m);
         if (r < 0) {
                 config_done(&config);
-                return fail("out of memory", r);
+                return fail(ERROR_OUT_OF_MEMORY);
         }
         r = manager_start(m, &config, &error);
         config_done(&config);
         if (r < 0)
-                return fail(error, r);
+                return fail(error);
         return manager_run(m);
 }

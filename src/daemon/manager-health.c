@@ -84,15 +84,15 @@ static int on_write_wanted(sd_event_source *s, void *userdata)
                 }
                 free(j);
         } else
-                r = -ENOMEM;
+                r = error_set_oom(&error);
 
         /*
          * The pool refused (every extra thread stuck on hardware). The write is already taken
          * from the store and must be completed: do it here, which blocks the loop for one
          * small file, rather than leave every caller waiting.
          */
-        log_line(LOG_LEVEL_WARNING, r, "VF health state written on the event loop", "error",
-                 error ? error : strerror(-r), NULL);
+        log_line(LOG_LEVEL_WARNING, r, "VF health state written on the event loop", "error", error,
+                 NULL);
         (void)health_write_run(w);
         health_store_finish_write(m->health, w);
         health_write_finished(m);

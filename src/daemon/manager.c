@@ -84,7 +84,7 @@ static int start_listeners(Manager *m)
 
         int r = http_server_new(m->event, &hc, &m->http, &error);
         if (r < 0) {
-                log_kv(LOG_LEVEL_ERR, 0, "%s", error ? error : strerror(-r));
+                log_kv(LOG_LEVEL_ERR, 0, "%s", error);
                 return r;
         }
         m->api.http = m->http;

@@ -238,18 +238,18 @@ static void op_log(const Op *op, DeviceOutcome outcome, const char *error)
                  "error", error, NULL);
 }
 
-/* Ends an operation: logs it, takes it out, runs its completion. The caller then calls
- * start_pending(), since the key is free now. */
+/*
+ * Ends an operation: logs it, takes it out, runs its completion. error is the failure's
+ * message (r < 0), never NULL then: the pool's done(), op_start() and op_submit_step() all
+ * give one. The caller then calls start_pending(), since the key is free now.
+ */
 static void op_finish(DeviceOps *o, Op *op, int r, DeviceOutcome outcome, DeviceFailureKind kind,
                       const char *error)
 {
-        if (r < 0) {
+        if (r < 0)
                 outcome = DEVICE_OUTCOME_FAILED;
-                if (!error)
-                        error = strerror(-r);
-        } else {
+        else
                 error = NULL;
-        }
         op_log(op, outcome, error);
         op_unlink(o, op);
 
@@ -274,12 +274,12 @@ static int op_submit_step(DeviceOps *o, Op *op, Step step, char **error)
 {
         _cleanup_(job_freep) Job *j = calloc(1, sizeof *j);
         if (!j)
-                return -ENOMEM;
+                return error_set_oom(error);
         j->step = step;
         j->roots = o->config.roots;
         if ((op->vf && !(j->vf = strdup(op->vf))) || (op->type && !(j->type = strdup(op->type))) ||
             (op->uuid && !(j->uuid = strdup(op->uuid))))
-                return -ENOMEM;
+                return error_set_oom(error);
         if (step_writes(step))
                 j->scan = TAKE_PTR(op->scan);
 
@@ -591,10 +591,10 @@ static int op_enqueue(DeviceOps *o, Op *op, char **error)
         int r = op_start(o, op, &kind, &e);
         if (r < 0) {
                 /* Refused at once: the caller hears it here, and done() never runs. */
-                op_log(op, DEVICE_OUTCOME_FAILED, e ? e : strerror(-r));
+                op_log(op, DEVICE_OUTCOME_FAILED, e);
                 op_unlink(o, op);
                 op_free(op);
-                return error_set(error, r, "%s", e ? e : strerror(-r));
+                return error_set(error, r, "%s", e);
         }
         return 0;
 }
@@ -636,6 +636,7 @@ static int submit(DeviceOps *o, OpKind kind, const char *vf, const char *type, c
                   void *userdata, char **error)
 {
         _cleanup_(op_freep) Op *op = NULL;
+        _cleanup_free_ char *e = NULL;
         int r = op_new(o, kind, vf, type, uuid, instance_id, done, userdata, &op);
         if (r < 0)
                 return error_set(error, r, "%s", strerror(-r));
@@ -644,10 +645,10 @@ static int submit(DeviceOps *o, OpKind kind, const char *vf, const char *type, c
                 op->reset = !release->instance_id;
                 op->scan = device_scan_ref(release->scan);
         }
-        r = check_request(op, error);
+        r = check_request(op, &e);
         if (r < 0) {
-                op_log(op, DEVICE_OUTCOME_FAILED, error && *error ? *error : strerror(-r));
-                return r;
+                op_log(op, DEVICE_OUTCOME_FAILED, e);
+                return error_set(error, r, "%s", e);
         }
         return op_enqueue(o, TAKE_PTR(op), error);
 }
@@ -681,9 +682,8 @@ int device_ops_release(DeviceOps *o, const DeviceReleaseRequest *request, Device
                 log_line(LOG_LEVEL_INFO, 0, request->instance_id ? "release vGPU" : "reset vGPU",
                          "vf", c->vf, "mdev_uuid", c->mdev_uuid, "instance_id",
                          request->instance_id, "outcome",
-                         device_outcome_to_string(DEVICE_OUTCOME_FAILED), "error",
-                         e ? e : strerror(-r), NULL);
-                return error_set(error, r, "%s", e ? e : strerror(-r));
+                         device_outcome_to_string(DEVICE_OUTCOME_FAILED), "error", e, NULL);
+                return error_set(error, r, "%s", e);
         }
         if (f == GPU_FRAMEWORK_MDEV)
                 return submit(o, OP_RELEASE_MDEV, c->vf, NULL, c->mdev_uuid, request->instance_id,

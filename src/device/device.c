@@ -38,12 +38,6 @@ static int report(DeviceFailure *failure, int r, DeviceFailureKind kind, uint32_
         return r;
 }
 
-/* A callee's message, or the errno's text when it gave none. */
-static const char *why(const char *message, int r)
-{
-        return message ? message : strerror(-r);
-}
-
 /* ---- the write guard (DEV-18) -------------------------------------------------------------- */
 
 /* The next path component of *p (advanced past it and its slash) into buf; false at the end. */
@@ -142,7 +136,7 @@ int device_guard_write(const Root *sysfs, const char *rel, char **error)
         /* A PF has no physfn link: refusing here keeps every PF attribute out of reach. */
         _cleanup_free_ char *physfn = NULL;
         if (strprintf(&physfn, "bus/pci/devices/%s/physfn", vf) < 0)
-                return -ENOMEM;
+                return error_set_oom(error);
         r = root_exists(sysfs, physfn);
         if (r < 0)
                 return error_set(error, -EPERM, "refuse to write %s: check %s: %s", rel, physfn,
@@ -152,15 +146,11 @@ int device_guard_write(const Root *sysfs, const char *rel, char **error)
         return 0;
 }
 
-/* Guard, then one write() (DEV-5, DEV-18). The guard's refusal comes back as -EPERM with its
- * message in *guard_error, so a caller can tell it from the driver's own refusal. */
-static int guarded_write(const Root *sysfs, const char *rel, const char *value, char **guard_error)
-{
-        int r = device_guard_write(sysfs, rel, guard_error);
-        if (r < 0)
-                return r;
-        return root_write_attr(sysfs, rel, value);
-}
+/*
+ * Every write is the guard, then one write() (DEV-5, DEV-18), in two steps at each caller: the
+ * guard's refusal is its own failure (DEVICE_FAILURE_ERROR, its text), the driver's refusal of
+ * the write the caller's to word and classify.
+ */
 
 /* ---- open-handle scans --------------------------------------------------------------------- */
 
@@ -174,13 +164,12 @@ static int get_scan(const DeviceRoots *roots, const VfioScan *given, VfioScan **
         }
         if (!*fresh) {
                 _cleanup_free_ char *e = NULL;
-                int r = -EINVAL;
-                if (roots->proc && roots->dev_root)
-                        r = vfio_scan(roots->proc, roots->dev_root, fresh, &e);
-                else
-                        e = strdup("no proc or dev root configured");
+                if (!roots->proc || !roots->dev_root)
+                        return error_set(error, -EINVAL,
+                                         "scan open VFIO handles: no proc or dev root configured");
+                int r = vfio_scan(roots->proc, roots->dev_root, fresh, &e);
                 if (r < 0)
-                        return error_set(error, r, "scan open VFIO handles: %s", why(e, r));
+                        return error_set(error, r, "scan open VFIO handles: %s", e);
         }
         *ret = *fresh;
         return 0;
@@ -208,14 +197,15 @@ int device_vfio_read_type(const Root *sysfs, const char *vf, uint32_t *ret, char
 
         _cleanup_free_ char *rel = NULL, *buf = NULL, *e = NULL;
         size_t size;
-        r = type_attr(vf, &rel);
-        if (r < 0)
-                return r;
+        if (type_attr(vf, &rel) < 0)
+                return error_set_oom(error);
         r = root_read_file(sysfs, rel, GPU_CURRENT_TYPE_MAX, &buf, &size);
-        if (r >= 0)
-                r = gpu_parse_current_type(buf, size, ret, &e);
         if (r < 0)
-                return error_set(error, r, "read current vGPU type for VF %s: %s", vf, why(e, r));
+                return error_set(error, r, "read current vGPU type for VF %s: %s", vf,
+                                 strerror(-r));
+        r = gpu_parse_current_type(buf, size, ret, &e);
+        if (r < 0)
+                return error_set(error, r, "read current vGPU type for VF %s: %s", vf, e);
         return 0;
 }
 
@@ -234,10 +224,10 @@ static int gate_vf(const DeviceRoots *roots, const VfioScan *scan, VfioScan **fr
         _cleanup_free_ char *e = NULL;
         r = vfio_probe_vf(s, roots->sysfs, vf, NULL, &e);
         if (r < 0)
-                return report(failure,
-                              error_set(error, r, "check vendor VFIO vGPU usage for VF %s: %s", vf,
-                                        why(e, r)),
-                              DEVICE_FAILURE_ERROR, type);
+                return report(
+                    failure,
+                    error_set(error, r, "check vendor VFIO vGPU usage for VF %s: %s", vf, e),
+                    DEVICE_FAILURE_ERROR, type);
         if (r > 0)
                 return report(
                     failure,
@@ -253,15 +243,14 @@ static int gate_vf(const DeviceRoots *roots, const VfioScan *scan, VfioScan **fr
 static int destroy_vf(const Root *sysfs, const char *vf, uint32_t type, DeviceFailure *failure,
                       char **error)
 {
-        _cleanup_free_ char *rel = NULL, *guard = NULL, *e = NULL;
-        int r = type_attr(vf, &rel);
-        if (r < 0)
-                return r;
+        _cleanup_free_ char *rel = NULL, *e = NULL;
+        if (type_attr(vf, &rel) < 0)
+                return report(failure, error_set_oom(error), DEVICE_FAILURE_ERROR, type);
 
-        r = guarded_write(sysfs, rel, "0", &guard);
-        if (r < 0 && guard)
-                return report(failure, error_set(error, r, "%s", guard), DEVICE_FAILURE_ERROR,
-                              type);
+        int r = device_guard_write(sysfs, rel, error);
+        if (r < 0)
+                return report(failure, r, DEVICE_FAILURE_ERROR, type);
+        r = root_write_attr(sysfs, rel, "0");
         if (r < 0)
                 return report(failure,
                               error_set(error, r, "destroy vGPU on VF %s: %s", vf, strerror(-r)),
@@ -272,8 +261,8 @@ static int destroy_vf(const Root *sysfs, const char *vf, uint32_t type, DeviceFa
         if (r == -ENOENT)
                 return 0;
         if (r < 0)
-                return report(failure, error_set(error, r, "%s", why(e, r)),
-                              DEVICE_FAILURE_UNVERIFIED, type);
+                return report(failure, error_set(error, r, "%s", e), DEVICE_FAILURE_UNVERIFIED,
+                              type);
         if (now != 0)
                 return report(failure,
                               error_set(error, -EIO,
@@ -283,24 +272,22 @@ static int destroy_vf(const Root *sysfs, const char *vf, uint32_t type, DeviceFa
         return 0;
 }
 
-/* DEV-6's rollback: "" when it worked, else "; rollback: <err>" (NULL on ENOMEM). */
+/* DEV-6's rollback: NULL when it worked, else "; rollback: <err>". */
 static char *rollback(const Root *sysfs, const char *vf)
 {
-        _cleanup_free_ char *rel = NULL, *guard = NULL, *e = NULL;
+        _cleanup_free_ char *rel = NULL, *e = NULL;
         char *suffix = NULL;
-        uint32_t now;
+        uint32_t now = 0;
 
-        if (type_attr(vf, &rel) < 0)
-                return NULL;
-        int r = guarded_write(sysfs, rel, "0", &guard);
+        int r = type_attr(vf, &rel) < 0 ? error_set_oom(&e) : device_guard_write(sysfs, rel, &e);
+        if (r >= 0 && (r = root_write_attr(sysfs, rel, "0")) < 0)
+                (void)error_set(&e, r, "%s", strerror(-r));
+        if (r >= 0 && (r = device_vfio_read_type(sysfs, vf, &now, &e)) == -ENOENT)
+                r = 0; /* the VF went away with its vGPU */
         if (r < 0)
-                (void)strprintf(&suffix, "; rollback: %s", why(guard, r));
-        else if ((r = device_vfio_read_type(sysfs, vf, &now, &e)) < 0 && r != -ENOENT)
-                (void)strprintf(&suffix, "; rollback: %s", why(e, r));
-        else if (r >= 0 && now != 0)
-                (void)strprintf(&suffix, "; rollback: type is %" PRIu32 ", want 0", now);
-        else
-                suffix = strdup("");
+                (void)error_set(&suffix, r, "; rollback: %s", e);
+        else if (now != 0)
+                (void)error_set(&suffix, -EIO, "; rollback: type is %" PRIu32 ", want 0", now);
         return suffix;
 }
 
@@ -337,14 +324,15 @@ int device_vfio_configure(const DeviceRoots *roots, const VfioScan *scan, const 
                         return r;
         }
 
-        _cleanup_free_ char *rel = NULL, *guard = NULL, *e = NULL;
+        _cleanup_free_ char *rel = NULL, *e = NULL;
         char value[sizeof "4294967295"];
         snprintf(value, sizeof value, "%" PRIu32, want);
-        if ((r = type_attr(vf, &rel)) < 0)
+        if (type_attr(vf, &rel) < 0)
+                return report(failure, error_set_oom(error), DEVICE_FAILURE_ERROR, 0);
+        r = device_guard_write(roots->sysfs, rel, error);
+        if (r < 0)
                 return report(failure, r, DEVICE_FAILURE_ERROR, 0);
-        r = guarded_write(roots->sysfs, rel, value, &guard);
-        if (r < 0 && guard)
-                return report(failure, error_set(error, r, "%s", guard), DEVICE_FAILURE_ERROR, 0);
+        r = root_write_attr(roots->sysfs, rel, value);
         if (r < 0)
                 /* DEV-7: whatever the errno, the driver said no to this type on this VF. */
                 return report(failure,
@@ -360,12 +348,11 @@ int device_vfio_configure(const DeviceRoots *roots, const VfioScan *scan, const 
 
         /* DEV-6: leave the VF free rather than holding a type nobody asked for. */
         _cleanup_free_ char *undo = rollback(roots->sysfs, vf);
-        const char *suffix = undo ? undo : "; rollback: out of memory";
+        const char *suffix = undo ?: "";
         if (r < 0)
-                return report(
-                    failure,
-                    error_set(error, r, "verify vGPU on VF %s: %s%s", vf, why(e, r), suffix),
-                    DEVICE_FAILURE_UNVERIFIED, 0);
+                return report(failure,
+                              error_set(error, r, "verify vGPU on VF %s: %s%s", vf, e, suffix),
+                              DEVICE_FAILURE_UNVERIFIED, 0);
         return report(failure,
                       error_set(error, -EIO,
                                 "verify vGPU on VF %s: type is %" PRIu32 ", want %" PRIu32 "%s", vf,
@@ -391,8 +378,7 @@ int device_vfio_release(const DeviceRoots *roots, const VfioScan *scan, const ch
                 return 0;
         }
         if (r < 0)
-                return report(failure, error_set(error, r, "%s", why(e, r)), DEVICE_FAILURE_ERROR,
-                              0);
+                return report(failure, error_set(error, r, "%s", e), DEVICE_FAILURE_ERROR, 0);
 
         _cleanup_(vfio_scan_freep) VfioScan *fresh = NULL;
         r = gate_vf(roots, scan, &fresh, vf, current, failure, error);
@@ -414,17 +400,16 @@ static int find_mdev_type(const Root *sysfs, const char *vf, const char *profile
 {
         _cleanup_free_ char *dir = NULL;
         _cleanup_strv_free_ char **types = NULL;
-        int r = strprintf(&dir, "class/mdev_bus/%s/mdev_supported_types", vf);
-        if (r < 0)
-                return r;
-        r = root_list_dir(sysfs, dir, &types);
+        if (strprintf(&dir, "class/mdev_bus/%s/mdev_supported_types", vf) < 0)
+                return error_set_oom(error);
+        int r = root_list_dir(sysfs, dir, &types);
         if (r < 0)
                 return error_set(error, r, "list %s: %s", dir, strerror(-r));
 
         for (char **t = types; *t; t++) {
                 _cleanup_free_ char *rel = NULL, *name = NULL;
                 if (strprintf(&rel, "%s/%s/name", dir, *t) < 0)
-                        return -ENOMEM;
+                        return error_set_oom(error);
                 r = root_read_attr(sysfs, rel, MDEV_NAME_MAX, &name);
                 if (r == -ENOENT)
                         continue; /* a type directory without a name offers nothing by name */
@@ -433,7 +418,7 @@ static int find_mdev_type(const Root *sysfs, const char *vf, const char *profile
                 if (streq(strstrip(name), profile)) {
                         char *found = strdup(*t);
                         if (!found)
-                                return -ENOMEM;
+                                return error_set_oom(error);
                         *ret = found;
                         return 0;
                 }
@@ -450,14 +435,22 @@ static int read_mdev_type(const Root *sysfs, const char *uuid, char **ret)
         return root_readlink_basename(sysfs, rel, ret);
 }
 
-/* Writes 1 to the mdev's remove file: 0 once it is gone (ENOENT counts), else -errno. */
-static int write_mdev_remove(const Root *sysfs, const char *uuid, char **guard_error)
+/*
+ * Writes 1 to the mdev's remove file: 0 once it is gone (ENOENT counts), else -errno with the
+ * guard's text or the write's errno text.
+ */
+static int write_mdev_remove(const Root *sysfs, const char *uuid, char **error)
 {
         _cleanup_free_ char *rel = NULL;
         if (strprintf(&rel, "bus/mdev/devices/%s/remove", uuid) < 0)
-                return -ENOMEM;
-        int r = guarded_write(sysfs, rel, "1", guard_error);
-        return r == -ENOENT ? 0 : r;
+                return error_set_oom(error);
+        int r = device_guard_write(sysfs, rel, error);
+        if (r < 0)
+                return r;
+        r = root_write_attr(sysfs, rel, "1");
+        if (r < 0 && r != -ENOENT)
+                return error_set(error, r, "%s", strerror(-r));
+        return 0;
 }
 
 int device_mdev_create(const Root *sysfs, const char *vf, const char *profile, const char *uuid,
@@ -480,16 +473,16 @@ int device_mdev_create(const Root *sysfs, const char *vf, const char *profile, c
         _cleanup_free_ char *type = NULL, *e = NULL;
         r = find_mdev_type(sysfs, vf, profile, &type, &e);
         if (r < 0)
-                return report(failure,
-                              error_set(error, r, "create mdev on VF %s: %s", vf, why(e, r)),
+                return report(failure, error_set(error, r, "create mdev on VF %s: %s", vf, e),
                               DEVICE_FAILURE_ERROR, 0);
 
-        _cleanup_free_ char *create = NULL, *guard = NULL;
+        _cleanup_free_ char *create = NULL;
         if (strprintf(&create, "class/mdev_bus/%s/mdev_supported_types/%s/create", vf, type) < 0)
-                return report(failure, -ENOMEM, DEVICE_FAILURE_ERROR, 0);
-        r = guarded_write(sysfs, create, uuid, &guard);
-        if (r < 0 && guard)
-                return report(failure, error_set(error, r, "%s", guard), DEVICE_FAILURE_ERROR, 0);
+                return report(failure, error_set_oom(error), DEVICE_FAILURE_ERROR, 0);
+        r = device_guard_write(sysfs, create, error);
+        if (r < 0)
+                return report(failure, r, DEVICE_FAILURE_ERROR, 0);
+        r = root_write_attr(sysfs, create, uuid);
         if (r < 0)
                 return report(failure,
                               error_set(error, r, "create mdev on VF %s: %s", vf, strerror(-r)),
@@ -501,17 +494,17 @@ int device_mdev_create(const Root *sysfs, const char *vf, const char *profile, c
         if (r >= 0 && streq(got, type))
                 return 0;
         if (r < 0)
-                (void)strprintf(&problem, "read type of mdev %s: %s", uuid, strerror(-r));
+                (void)error_set(&problem, r, "read type of mdev %s: %s", uuid, strerror(-r));
         else
-                (void)strprintf(&problem, "mdev %s has type \"%s\", want \"%s\"", uuid, got, type);
+                r = error_set(&problem, -EIO, "mdev %s has type \"%s\", want \"%s\"", uuid, got,
+                              type);
 
-        _cleanup_free_ char *remove_guard = NULL, *undo = NULL;
-        int k = write_mdev_remove(sysfs, uuid, &remove_guard);
+        _cleanup_free_ char *remove_error = NULL, *undo = NULL;
+        int k = write_mdev_remove(sysfs, uuid, &remove_error);
         if (k < 0)
-                (void)strprintf(&undo, "; remove: %s", why(remove_guard, k));
+                (void)error_set(&undo, k, "; remove: %s", remove_error);
         return report(failure,
-                      error_set(error, r < 0 ? r : -EIO, "create mdev on VF %s: %s%s", vf,
-                                problem ? problem : "read-back failed", undo ? undo : ""),
+                      error_set(error, r, "create mdev on VF %s: %s%s", vf, problem, undo ?: ""),
                       DEVICE_FAILURE_UNVERIFIED, 0);
 }
 
@@ -535,7 +528,7 @@ int device_mdev_exists(const Root *sysfs, const char *uuid, char **error)
         if (r < 0)
                 return r;
         if (mdev_rel(uuid, &rel) < 0)
-                return -ENOMEM;
+                return error_set_oom(error);
         r = root_exists(sysfs, rel);
         if (r < 0)
                 return error_set(error, r, "check mdev %s: %s", uuid, strerror(-r));
@@ -551,7 +544,7 @@ int device_mdev_remove(const DeviceRoots *roots, const VfioScan *scan, const cha
 
         _cleanup_free_ char *rel = NULL;
         if (mdev_rel(uuid, &rel) < 0)
-                return report(failure, -ENOMEM, DEVICE_FAILURE_ERROR, 0);
+                return report(failure, error_set_oom(error), DEVICE_FAILURE_ERROR, 0);
         r = root_exists(roots->sysfs, rel);
         if (r < 0)
                 return report(failure,
@@ -569,18 +562,17 @@ int device_mdev_remove(const DeviceRoots *roots, const VfioScan *scan, const cha
         _cleanup_free_ char *e = NULL;
         r = vfio_probe_mdev(s, roots->sysfs, uuid, NULL, &e);
         if (r < 0)
-                return report(failure,
-                              error_set(error, r, "check mdev %s usage: %s", uuid, why(e, r)),
+                return report(failure, error_set(error, r, "check mdev %s usage: %s", uuid, e),
                               DEVICE_FAILURE_ERROR, 0);
         if (r > 0)
                 return report(failure, error_set(error, -EBUSY, "mdev %s is still in use", uuid),
                               DEVICE_FAILURE_IN_USE, 0);
 
-        _cleanup_free_ char *guard = NULL;
-        r = write_mdev_remove(roots->sysfs, uuid, &guard);
+        _cleanup_free_ char *remove_error = NULL;
+        r = write_mdev_remove(roots->sysfs, uuid, &remove_error);
         if (r < 0) /* the guard cannot refuse a checked UUID's remove: this is the driver */
                 return report(failure,
-                              error_set(error, r, "remove mdev %s: %s", uuid, why(guard, r)),
+                              error_set(error, r, "remove mdev %s: %s", uuid, remove_error),
                               DEVICE_FAILURE_REFUSED, 0);
         /* The kernel removes an mdev inside the write: success means it is gone. */
         return 1;

@@ -23,9 +23,10 @@
  * info line (DEV-19).
  *
  * Promises: functions return >= 0 or -errno; out-parameters (ret_*) are written only on
- * success; failures store the SPEC text in *error (may be NULL) and, where a DeviceFailure is
- * asked for, say what kind of failure it was, so callers can act on it (PLACE-17, DEV-2,
- * DEV-10) without parsing messages.
+ * success; every failure, out of memory included, stores its message (the SPEC text where SPEC
+ * gives one) in *error (error may be NULL) and, where a DeviceFailure is asked for, says what
+ * kind of failure it was, so callers can act on it (PLACE-17, DEV-2, DEV-10) without parsing
+ * messages.
  */
 
 #include <stdbool.h>
@@ -252,7 +253,7 @@ typedef struct DeviceResult {
         int r;                  /* >= 0 or -errno */
         DeviceOutcome outcome;  /* DEVICE_OUTCOME_FAILED exactly when r < 0 */
         DeviceFailureKind kind; /* when r < 0 */
-        const char *error;      /* when r < 0: the message; valid during the call only */
+        const char *error;      /* r < 0: the message, never NULL; valid during the call only */
         const char *vf;         /* the VF (or NULL for an mdev whose VF was not given) */
         uint32_t type_id;       /* vendor-VFIO: the type written or released, 0 if unknown */
         unsigned attempts;      /* jobs that ran the operation's write step */

@@ -140,8 +140,7 @@ static int warn_gpu(Builder *b, const char *message, const char *pf, const char 
 /* Appends "VF <address>: <message>" to a "; "-joined list, and the address to another. */
 static int join_failure(char **failures, char **addresses, const char *address, const char *message)
 {
-        int r = strextend(failures, "%sVF %s: %s", *failures ? "; " : "", address,
-                          message ? message : "out of memory");
+        int r = strextend(failures, "%sVF %s: %s", *failures ? "; " : "", address, message);
         if (r < 0)
                 return r;
         return strextend(addresses, "%s%s", *addresses ? "," : "", address);
@@ -176,31 +175,32 @@ const GpuVf *gpu_host_find_vf(const GpuHost *h, const char *address)
 }
 
 /*
- * Reads a device's parent PF from its physfn link (DISC-8) into parent. A missing link gives
- * -ENOENT without a message, so callers can tell "no link" from "unreadable link".
+ * Reads a device's parent PF from its physfn link (DISC-8) into parent: 1, or 0 when there is
+ * no link (no failure: callers decide what that means), or -errno for an unreadable link.
  */
 static int read_parent(const Root *sysfs, const char *device_dir,
                        char parent[static PCI_ADDRESS_STRLEN], char **error)
 {
         _cleanup_free_ char *path = NULL, *target = NULL;
 
-        int r = strprintf(&path, "%s/physfn", device_dir);
-        if (r < 0)
-                return r;
-        r = root_readlink_basename(sysfs, path, &target);
-        if (r == -ENOENT || r == -ENOMEM)
-                return r;
+        if (strprintf(&path, "%s/physfn", device_dir) < 0)
+                return error_set_oom(error);
+        int r = root_readlink_basename(sysfs, path, &target);
+        if (r == -ENOENT)
+                return 0;
+        if (r == -ENOMEM)
+                return error_set_oom(error);
         if (r < 0)
                 return error_set(error, r, "read physfn link: %s", strerror(-r));
         if (!pci_address_is_valid(target)) {
                 _cleanup_free_ char *shown =
                     escape_text(target, strlen(target), SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
-                        return -ENOMEM;
+                        return error_set_oom(error);
                 return error_set(error, -EINVAL, "invalid parent address %s", shown);
         }
         memcpy(parent, target, PCI_ADDRESS_STRLEN);
-        return 0;
+        return 1;
 }
 
 /* Reads a short attribute, trimmed; a missing file or a name that breaks DISC-13 gives NULL. */
@@ -235,32 +235,30 @@ static int read_mdev_type(const Root *sysfs, const char *types_dir, const char *
         _cleanup_free_ char *path = NULL, *name = NULL, *description = NULL;
         _cleanup_free_ char *mdev_type = strdup(type);
         if (!mdev_type)
-                return -ENOMEM;
+                return error_set_oom(error);
 
-        int r = strprintf(&path, "%s/%s/name", types_dir, type);
-        if (r < 0)
-                return r;
-        r = read_type_name(sysfs, path, &name);
+        if (strprintf(&path, "%s/%s/name", types_dir, type) < 0)
+                return error_set_oom(error);
+        int r = read_type_name(sysfs, path, &name);
         if (r == -ENOMEM)
-                return r;
+                return error_set_oom(error);
         if (r < 0)
                 return error_set(error, r, "read mdev type %s name: %s", type, strerror(-r));
         if (!name) {
                 /* Without a usable name the type string is the only handle operators see. */
                 name = strdup(type);
                 if (!name)
-                        return -ENOMEM;
+                        return error_set_oom(error);
         }
 
         free(path);
         path = NULL;
-        r = strprintf(&path, "%s/%s/description", types_dir, type);
-        if (r < 0)
-                return r;
+        if (strprintf(&path, "%s/%s/description", types_dir, type) < 0)
+                return error_set_oom(error);
         uint64_t framebuffer_mib = 0;
         r = root_read_attr(sysfs, path, GPU_ATTR_MAX, &description);
         if (r == -ENOMEM)
-                return r;
+                return error_set_oom(error);
         if (r < 0 && r != -ENOENT)
                 return error_set(error, r, "read mdev type %s description: %s", type, strerror(-r));
         if (r >= 0)
@@ -271,12 +269,11 @@ static int read_mdev_type(const Root *sysfs, const char *types_dir, const char *
         uint32_t available_instances = 0;
         free(path);
         path = NULL;
-        r = strprintf(&path, "%s/%s/available_instances", types_dir, type);
-        if (r < 0)
-                return r;
+        if (strprintf(&path, "%s/%s/available_instances", types_dir, type) < 0)
+                return error_set_oom(error);
         r = root_read_attr(sysfs, path, GPU_MDEV_AVAILABLE_MAX, &available);
         if (r == -ENOMEM)
-                return r;
+                return error_set_oom(error);
         if (r < 0 || parse_uint32(available, &available_instances) < 0)
                 available_instances = 0;
 
@@ -298,18 +295,15 @@ static int read_mdev_parent(const Root *sysfs, const char *address, GpuVf *vf, c
         _cleanup_free_ char *dir = NULL, *types_dir = NULL;
         _cleanup_strv_free_ char **types = NULL;
 
-        int r = strprintf(&dir, "class/mdev_bus/%s", address);
-        if (r < 0)
-                return r;
-        r = strprintf(&types_dir, "%s/mdev_supported_types", dir);
-        if (r < 0)
-                return r;
+        if (strprintf(&dir, "class/mdev_bus/%s", address) < 0 ||
+            strprintf(&types_dir, "%s/mdev_supported_types", dir) < 0)
+                return error_set_oom(error);
 
-        r = root_list_dir(sysfs, types_dir, &types);
+        int r = root_list_dir(sysfs, types_dir, &types);
         if (r == -ENOENT)
                 return 0;
         if (r == -ENOMEM)
-                return r;
+                return error_set_oom(error);
         if (r < 0)
                 return error_set(error, r, "list mdev_supported_types: %s", strerror(-r));
         size_t n = strv_length(types);
@@ -318,7 +312,7 @@ static int read_mdev_parent(const Root *sysfs, const char *address, GpuVf *vf, c
 
         memcpy(vf->address, address, PCI_ADDRESS_STRLEN);
         r = read_parent(sysfs, dir, vf->parent, error);
-        if (r == -ENOENT)
+        if (r == 0)
                 /* No physfn: a card without SR-IOV (pre-Ampere) is its own mdev parent. */
                 memcpy(vf->parent, address, PCI_ADDRESS_STRLEN);
         else if (r < 0)
@@ -326,7 +320,7 @@ static int read_mdev_parent(const Root *sysfs, const char *address, GpuVf *vf, c
 
         vf->creatable = calloc(n, sizeof(GpuProfile));
         if (!vf->creatable)
-                return -ENOMEM;
+                return error_set_oom(error);
         for (size_t i = 0; i < n; i++) {
                 r = read_mdev_type(sysfs, types_dir, types[i], &vf->creatable[i], error);
                 if (r < 0)
@@ -352,10 +346,9 @@ static int discover_mdev_vfs(const Root *sysfs, Builder *b, char **error)
 
         for (char **e = entries; *e; e++) {
                 if (!pci_address_is_valid(*e)) {
-                        r = warn_entry(b, "skipping mdev parent with invalid PCI address", *e,
-                                       NULL);
-                        if (r < 0)
-                                return r;
+                        if (warn_entry(b, "skipping mdev parent with invalid PCI address", *e,
+                                       NULL) < 0)
+                                return error_set_oom(error);
                         continue;
                 }
                 n_valid++;
@@ -364,32 +357,25 @@ static int discover_mdev_vfs(const Root *sysfs, Builder *b, char **error)
                 _cleanup_free_ char *message = NULL;
                 r = read_mdev_parent(sysfs, *e, &vf, &message);
                 if (r == -ENOMEM)
-                        return r;
+                        return error_set_oom(error);
                 if (r < 0) {
                         /* DISC-3: one bad entry must not hide the others. */
                         n_unreadable++;
                         if (first_r == 0)
                                 first_r = r;
-                        r = join_failure(&failures, &failed, *e, message);
-                        if (r < 0)
-                                return r;
+                        if (join_failure(&failures, &failed, *e, message) < 0)
+                                return error_set_oom(error);
                         continue;
                 }
-                if (r > 0) {
-                        r = builder_add_vf(b, &vf);
-                        if (r < 0)
-                                return r;
-                }
+                if (r > 0 && builder_add_vf(b, &vf) < 0)
+                        return error_set_oom(error);
         }
 
         if (n_unreadable > 0 && n_unreadable == n_valid)
                 return error_set(error, first_r, "%s", failures);
-        if (n_unreadable > 0) {
-                r = builder_warn(b, "skipping unreadable mdev parents", failures, "vfs", failed,
-                                 "error", failures, NULL);
-                if (r < 0)
-                        return r;
-        }
+        if (n_unreadable > 0 && builder_warn(b, "skipping unreadable mdev parents", failures, "vfs",
+                                             failed, "error", failures, NULL) < 0)
+                return error_set_oom(error);
         return 0;
 }
 
@@ -504,11 +490,10 @@ static int discover_active_mdevs(const Root *sysfs, Builder *b, char **error)
                 return 0;
         if (r < 0)
                 return error_set(error, r, "list bus/mdev/devices: %s", strerror(-r));
-        for (char **u = uuids; *u; u++) {
-                r = read_active_mdev(sysfs, b, *u);
-                if (r < 0)
-                        return r;
-        }
+        for (char **u = uuids; *u; u++)
+                /* Only out of memory stops it: what cannot be read is skipped with a warning. */
+                if (read_active_mdev(sysfs, b, *u) < 0)
+                        return error_set_oom(error);
         return 0;
 }
 
@@ -519,12 +504,11 @@ int gpu_read_current_type(const Root *sysfs, const char *vf, uint32_t *ret, char
         _cleanup_free_ char *path = NULL, *buf = NULL;
         size_t size;
 
-        int r = strprintf(&path, "bus/pci/devices/%s/nvidia/current_vgpu_type", vf);
-        if (r < 0)
-                return r;
-        r = root_read_file(sysfs, path, GPU_CURRENT_TYPE_MAX, &buf, &size);
+        if (strprintf(&path, "bus/pci/devices/%s/nvidia/current_vgpu_type", vf) < 0)
+                return error_set_oom(error);
+        int r = root_read_file(sysfs, path, GPU_CURRENT_TYPE_MAX, &buf, &size);
         if (r == -ENOMEM)
-                return r;
+                return error_set_oom(error);
         if (r < 0)
                 return error_set(error, r, "read current vGPU type: %s", strerror(-r));
         return gpu_parse_current_type(buf, size, ret, error);
@@ -537,13 +521,12 @@ static int read_vendor_vf(const Root *sysfs, const char *address, GpuVf *vf, cha
         size_t size;
 
         memcpy(vf->address, address, PCI_ADDRESS_STRLEN);
-        int r = strprintf(&dir, "bus/pci/devices/%s", address);
-        if (r < 0)
-                return r;
-        r = read_parent(sysfs, dir, vf->parent, error);
-        if (r == -ENOENT)
+        if (strprintf(&dir, "bus/pci/devices/%s", address) < 0)
+                return error_set_oom(error);
+        int r = read_parent(sysfs, dir, vf->parent, error);
+        if (r == 0)
                 /* It vanished between the check and the read: as unreadable as it gets. */
-                return error_set(error, r, "read physfn link: %s", strerror(-r));
+                return error_set(error, -ENOENT, "read physfn link: %s", strerror(ENOENT));
         if (r < 0)
                 return r;
 
@@ -551,12 +534,11 @@ static int read_vendor_vf(const Root *sysfs, const char *address, GpuVf *vf, cha
         if (r < 0)
                 return r;
 
-        r = strprintf(&path, "%s/nvidia/creatable_vgpu_types", dir);
-        if (r < 0)
-                return r;
+        if (strprintf(&path, "%s/nvidia/creatable_vgpu_types", dir) < 0)
+                return error_set_oom(error);
         r = root_read_file(sysfs, path, GPU_CREATABLE_TYPES_MAX, &buf, &size);
         if (r == -ENOMEM)
-                return r;
+                return error_set_oom(error);
         if (r < 0)
                 return error_set(error, r, "read creatable vGPU types: %s", strerror(-r));
         return gpu_parse_creatable_types(buf, size, &vf->creatable, &vf->n_creatable, error);
@@ -570,10 +552,9 @@ static int is_vendor_vf(const Root *sysfs, const char *entry, char **error)
 {
         _cleanup_free_ char *path = NULL;
 
-        int r = strprintf(&path, "bus/pci/devices/%s/nvidia/creatable_vgpu_types", entry);
-        if (r < 0)
-                return r;
-        r = root_exists(sysfs, path);
+        if (strprintf(&path, "bus/pci/devices/%s/nvidia/creatable_vgpu_types", entry) < 0)
+                return error_set_oom(error);
+        int r = root_exists(sysfs, path);
         if (r < 0)
                 return error_set(error, r, "check nvidia/creatable_vgpu_types: %s", strerror(-r));
         if (r == 0)
@@ -581,9 +562,8 @@ static int is_vendor_vf(const Root *sysfs, const char *entry, char **error)
 
         free(path);
         path = NULL;
-        r = strprintf(&path, "bus/pci/devices/%s/physfn", entry);
-        if (r < 0)
-                return r;
+        if (strprintf(&path, "bus/pci/devices/%s/physfn", entry) < 0)
+                return error_set_oom(error);
         r = root_exists(sysfs, path);
         if (r < 0)
                 return error_set(error, r, "check physfn link: %s", strerror(-r));
@@ -608,21 +588,19 @@ static int discover_vendor_vfs(const Root *sysfs, Builder *b, char **error)
                 _cleanup_free_ char *message = NULL;
                 r = is_vendor_vf(sysfs, *e, &message);
                 if (r == -ENOMEM)
-                        return r;
+                        return error_set_oom(error);
                 if (r < 0) {
                         /* Not known to be a VF, so never touched: skipping is the safe side. */
-                        r = warn_entry(b, "skipping unreadable PCI device", *e, message);
-                        if (r < 0)
-                                return r;
+                        if (warn_entry(b, "skipping unreadable PCI device", *e, message) < 0)
+                                return error_set_oom(error);
                         continue;
                 }
                 if (r == 0)
                         continue;
                 if (!pci_address_is_valid(*e)) {
-                        r = warn_entry(b, "skipping vendor VFIO VF with invalid PCI address", *e,
-                                       NULL);
-                        if (r < 0)
-                                return r;
+                        if (warn_entry(b, "skipping vendor VFIO VF with invalid PCI address", *e,
+                                       NULL) < 0)
+                                return error_set_oom(error);
                         continue;
                 }
 
@@ -630,37 +608,30 @@ static int discover_vendor_vfs(const Root *sysfs, Builder *b, char **error)
                 _cleanup_(vf_done) GpuVf vf = {};
                 r = read_vendor_vf(sysfs, *e, &vf, &message);
                 if (r == -ENOMEM)
-                        return r;
+                        return error_set_oom(error);
                 if (r < 0) {
                         /* DISC-6: kept in the table, so /gpus can show it, but never used. */
                         gpu_profiles_free(vf.creatable, vf.n_creatable);
                         vf.creatable = NULL;
                         vf.n_creatable = 0;
                         vf.current_type_id = 0;
-                        vf.error = message ? TAKE_PTR(message) : strdup(strerror(-r));
-                        if (!vf.error)
-                                return -ENOMEM;
+                        vf.error = TAKE_PTR(message);
                         n_unreadable++;
                         if (first_r == 0)
                                 first_r = r;
-                        r = join_failure(&failures, &failed, *e, vf.error);
-                        if (r < 0)
-                                return r;
+                        if (join_failure(&failures, &failed, *e, vf.error) < 0)
+                                return error_set_oom(error);
                 }
-                r = builder_add_vf(b, &vf);
-                if (r < 0)
-                        return r;
+                if (builder_add_vf(b, &vf) < 0)
+                        return error_set_oom(error);
         }
 
         if (n_found > 0 && n_unreadable == n_found)
                 return error_set(error, first_r, "%s", failures);
-        if (n_unreadable > 0) {
-                /* The VFs' records say why; the warning names them (DISC-6). */
-                r = builder_warn(b, "skipping unreadable vendor VFIO VFs", failed, "vfs", failed,
-                                 "error", failures, NULL);
-                if (r < 0)
-                        return r;
-        }
+        /* The VFs' records say why; the warning names them (DISC-6). */
+        if (n_unreadable > 0 && builder_warn(b, "skipping unreadable vendor VFIO VFs", failed,
+                                             "vfs", failed, "error", failures, NULL) < 0)
+                return error_set_oom(error);
         return 0;
 }
 
@@ -777,7 +748,7 @@ static int nvml_catalog(const GpuNvml *nvml, const char *pf, const GpuProfile *s
         GpuProfile *items = n_types > 0 ? calloc(n_types, sizeof *items) : NULL;
         size_t n = 0;
         if (n_types > 0 && !items)
-                r = -ENOMEM;
+                r = error_set_oom(error);
 
         for (size_t i = 0; r >= 0 && i < n_types; i++) {
                 const GpuNvmlType *t = &types[i];
@@ -814,7 +785,7 @@ static int nvml_catalog(const GpuNvml *nvml, const char *pf, const GpuProfile *s
                 };
                 if (!items[n].name || (known && known->mdev_type && !items[n].mdev_type)) {
                         free(items[n].name);
-                        r = -ENOMEM;
+                        r = error_set_oom(error);
                         break;
                 }
                 n++;
@@ -887,8 +858,7 @@ static int fill_gpu(const Root *sysfs, const GpuNvml *nvml, Builder *b, Gpu *g)
                 if (r == -ENOMEM)
                         return r;
                 if (r < 0) {
-                        r = warn_gpu(b, "NVML catalog unavailable; using sysfs lists", pf,
-                                     message ? message : "out of memory");
+                        r = warn_gpu(b, "NVML catalog unavailable; using sysfs lists", pf, message);
                         if (r < 0)
                                 return r;
                 } else {
@@ -975,14 +945,13 @@ int gpu_discover(const Root *sysfs, const GpuNvml *nvml, GpuHost **ret, char **e
 {
         _cleanup_gpu_host_ GpuHost *h = calloc(1, sizeof *h);
         if (!h)
-                return -ENOMEM;
+                return error_set(error, -ENOMEM, "discover GPUs: %s", ERROR_OUT_OF_MEMORY);
         Builder b = {.host = h};
 
         _cleanup_free_ char *message = NULL;
         int r = discover_mdev_vfs(sysfs, &b, &message);
         if (r < 0)
-                return error_set(error, r, "discover mdev VFs: %s",
-                                 message ? message : strerror(-r));
+                return error_set(error, r, "discover mdev VFs: %s", message);
 
         if (h->n_vfs > 0) {
                 h->framework = GPU_FRAMEWORK_MDEV;
@@ -990,14 +959,12 @@ int gpu_discover(const Root *sysfs, const GpuNvml *nvml, GpuHost **ret, char **e
                 qsort(h->vfs, h->n_vfs, sizeof(GpuVf), compare_vfs);
                 r = discover_active_mdevs(sysfs, &b, &message);
                 if (r < 0)
-                        return error_set(error, r, "discover mdev VFs: %s",
-                                         message ? message : strerror(-r));
+                        return error_set(error, r, "discover mdev VFs: %s", message);
         } else {
                 /* DISC-1: only a host without mdev VFs is looked at as a vendor VFIO host. */
                 r = discover_vendor_vfs(sysfs, &b, &message);
                 if (r < 0)
-                        return error_set(error, r, "discover vendor VFIO VFs: %s",
-                                         message ? message : strerror(-r));
+                        return error_set(error, r, "discover vendor VFIO VFs: %s", message);
                 if (h->n_vfs > 0)
                         h->framework = GPU_FRAMEWORK_VENDOR_VFIO;
         }

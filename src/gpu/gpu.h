@@ -11,7 +11,8 @@
  *
  * Promises:
  *  - functions return >= 0 on success and -errno on failure; out-parameters are written only on
- *    success; failures that SPEC gives a text for store that exact text in *error;
+ *    success; a function that takes `char **error` sets it on every failure (`out of memory`
+ *    included), and failures that SPEC gives a text for store that exact text;
  *  - every file read from the tree is bounded (a larger file is an error, never truncated);
  *  - a type ID is only ever looked up in the catalog of the GPU that reported it (DISC-19);
  *  - warnings (skipped entries, NVML answers not used) are logged once, as they happen, as
@@ -284,7 +285,7 @@ typedef struct GpuTrackerConfig {
         nsec_t timeout;      /* per job; 0 for GPU_TRACKER_TIMEOUT_DEFAULT */
 } GpuTrackerConfig;
 
-/* r >= 0 when the run succeeded; else r < 0 and error says why. */
+/* r >= 0 when the run succeeded (error is NULL); else r < 0 and error, never NULL, says why. */
 typedef void (*GpuTrackerDone)(int r, const char *error, void *userdata);
 
 typedef struct GpuTrackerStats {

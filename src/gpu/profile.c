@@ -35,7 +35,7 @@ int gpu_framework_from_string(const char *s, GpuFramework *ret, char **error)
         }
         _cleanup_free_ char *shown = escape_text(s, strlen(s), SIZE_MAX, ESCAPE_QUOTE);
         if (!shown)
-                return -ENOMEM;
+                return error_set_oom(error);
         return error_set(error, -EINVAL, "unknown vGPU framework %s", shown);
 }
 
@@ -202,14 +202,14 @@ static int parse_creatable_line(const char *p, size_t len, size_t line, ProfileL
         if (memchr(p, 0, len)) {
                 _cleanup_free_ char *shown = escape_text(p, len, SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
-                        return -ENOMEM;
+                        return error_set_oom(error);
                 return error_set(error, -EINVAL, "parse creatable vGPU types line %zu: %s", line,
                                  shown);
         }
 
         _cleanup_free_ char *copy = strndup(p, len);
         if (!copy)
-                return -ENOMEM;
+                return error_set_oom(error);
         char *t = strstrip(copy);
         if (!*t)
                 return 0;
@@ -221,7 +221,7 @@ static int parse_creatable_line(const char *p, size_t len, size_t line, ProfileL
         if (!right || !*right) {
                 _cleanup_free_ char *shown = escape_text(t, strlen(t), SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
-                        return -ENOMEM;
+                        return error_set_oom(error);
                 return error_set(error, -EINVAL, "parse creatable vGPU types line %zu: %s", line,
                                  shown);
         }
@@ -237,7 +237,7 @@ static int parse_creatable_line(const char *p, size_t len, size_t line, ProfileL
         if (r < 0) {
                 _cleanup_free_ char *shown = escape_text(id, strlen(id), SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
-                        return -ENOMEM;
+                        return error_set_oom(error);
                 return error_set(error, -EINVAL, "parse vGPU type ID %s: %s", shown,
                                  r == -ERANGE ? "out of range 1..4294967295"
                                               : "not a decimal number");
@@ -247,12 +247,14 @@ static int parse_creatable_line(const char *p, size_t len, size_t line, ProfileL
                 _cleanup_free_ char *shown =
                     escape_text(name, strlen(name), SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
-                        return -ENOMEM;
+                        return error_set_oom(error);
                 return error_set(error, -EINVAL,
                                  "parse creatable vGPU types line %zu: invalid vGPU type name %s",
                                  line, shown);
         }
-        return profile_list_add(l, (uint32_t)v, name, line);
+        if (profile_list_add(l, (uint32_t)v, name, line) < 0)
+                return error_set_oom(error);
+        return 0;
 }
 
 static int compare_by_type_id(const void *a, const void *b, void *userdata)
@@ -331,7 +333,7 @@ int gpu_parse_creatable_types(const char *buf, size_t size, GpuProfile **ret, si
                 line++;
                 line_r = parse_creatable_line(p, len, line, &l, &line_error);
                 if (line_r == -ENOMEM)
-                        return line_r;
+                        return error_set_oom(error);
                 if (line_r < 0) {
                         error_line = line;
                         break;
@@ -345,10 +347,10 @@ int gpu_parse_creatable_types(const char *buf, size_t size, GpuProfile **ret, si
          */
         ssize_t dup_id = find_first_repeat(&l, compare_by_type_id, same_type_id);
         if (dup_id < 0)
-                return (int)dup_id;
+                return error_set_oom(error);
         ssize_t dup_name = find_first_repeat(&l, compare_by_name, same_name);
         if (dup_name < 0)
-                return (int)dup_name;
+                return error_set_oom(error);
 
         if ((size_t)dup_id < l.n && ((size_t)dup_name >= l.n || dup_id <= dup_name))
                 return error_set(error, -EINVAL,
@@ -396,7 +398,7 @@ int gpu_parse_current_type(const char *buf, size_t size, uint32_t *ret, char **e
         if (!ok || v > UINT32_MAX) {
                 _cleanup_free_ char *shown = escape_text(buf, n, SIZE_MAX, ESCAPE_QUOTE);
                 if (!shown)
-                        return -ENOMEM;
+                        return error_set_oom(error);
                 return error_set(error, -EINVAL, "invalid current vGPU type %s", shown);
         }
         *ret = (uint32_t)v;

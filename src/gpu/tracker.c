@@ -49,7 +49,6 @@ typedef struct Job {
         /* full: what the NVML seam answers, copied on the loop; the results */
         GpuNvmlSnapshot *nvml;
         GpuHost *host;
-        char *discover_error; /* gpu_discover's own text (DISC-7) */
         char *driver_version;
         /* re-read: these VFs' current_vgpu_type, or why it could not be read */
         char **vfs;
@@ -63,7 +62,6 @@ static void job_free(void *data)
         root_free(j->sysfs);
         gpu_nvml_snapshot_free(j->nvml);
         gpu_host_free(j->host);
-        free(j->discover_error);
         free(j->driver_version);
         for (size_t i = 0; j->errors && j->vfs && j->vfs[i]; i++)
                 free(j->errors[i]);
@@ -86,7 +84,8 @@ static int job_run(void *data, char **error)
 
         GpuNvml seam;
         gpu_nvml_snapshot_seam(j->nvml, &seam);
-        int r = gpu_discover(j->sysfs, &seam, &j->host, &j->discover_error);
+        /* gpu_discover's own text (DISC-7) is the job's message. */
+        int r = gpu_discover(j->sysfs, &seam, &j->host, error);
         if (r < 0)
                 return r;
         /* HEALTH-30: a host without the module file simply has no version to track. */
@@ -99,14 +98,17 @@ static int job_run(void *data, char **error)
 
 /* ---- folding results in -------------------------------------------------------------------- */
 
+/* DISC-7's text, or NULL once a full discovery succeeds. */
 static void set_error(GpuTracker *t, const char *error)
 {
         if (streq_ptr(t->error, error))
                 return;
-        free(t->error);
-        t->error = error ? strdup(error) : NULL;
-        if (error && !t->error)
-                t->error = strdup("discover GPUs: out of memory");
+        if (error)
+                (void)error_set(&t->error, -EIO, "%s", error);
+        else {
+                free(t->error);
+                t->error = NULL;
+        }
 }
 
 /* A re-read changes what a VF holds (DISC-5) or makes it unreadable (DISC-6). */
@@ -143,16 +145,6 @@ static void apply_discovery(GpuTracker *t, Job *j)
         }
 }
 
-/* The text of a failed full discovery: gpu_discover's own, or what stopped the job. */
-static char *discovery_failure(Job *j, int r, const char *error)
-{
-        char *msg = NULL;
-        if (j && j->discover_error)
-                return TAKE_PTR(j->discover_error);
-        (void)strprintf(&msg, "discover GPUs: %s", error ? error : strerror(-r));
-        return msg;
-}
-
 static int start_run(GpuTracker *t, char **error);
 static void complete(Request *list, int r, const char *error);
 
@@ -164,7 +156,7 @@ static void finish_run(GpuTracker *t)
         int r = t->run_r;
 
         if (t->run_full)
-                set_error(t, r < 0 ? error : NULL);
+                set_error(t, error); /* NULL after a run that succeeded */
         /* The next run starts before anyone hears of this one, so a requester that asks again
          * from its callback waits for a run that starts after its request. */
         int next = start_run(t, &next_error);
@@ -184,9 +176,15 @@ static void on_job_done(int r, void *data, const char *error, void *userdata)
                 else
                         apply_types(t, j);
         } else if (t->run_r >= 0) {
-                t->run_r = r < 0 ? r : -EIO;
-                t->run_error = t->run_full ? discovery_failure(j, r, error)
-                                           : strdup(error ? error : strerror(-r));
+                /*
+                 * r < 0. A job that ran and failed was a full one, and error is gpu_discover's
+                 * own text (DISC-7); without data the pool ended the job and error is its text.
+                 */
+                t->run_r = r;
+                if (!j && t->run_full)
+                        (void)error_set(&t->run_error, r, "discover GPUs: %s", error);
+                else
+                        (void)error_set(&t->run_error, r, "%s", error);
         }
         if (--t->run_pending == 0)
                 finish_run(t);
@@ -243,11 +241,8 @@ static int submit(GpuTracker *t, Job *j, char **error)
             .userdata = t,
         };
         int r = worker_pool_submit(t->pool, &job, error);
-        if (r < 0) {
+        if (r < 0)
                 job_free(j);
-                if (error && !*error)
-                        return error_set(error, r, "%s", strerror(-r));
-        }
         return r;
 }
 
@@ -267,6 +262,7 @@ static int submit_run(GpuTracker *t, bool full, char **error)
 
         int submitted = 0;
         for (size_t k = 0; k < chunks; k++) {
+                _cleanup_free_ char *e = NULL;
                 Job *j = NULL;
                 int r = job_new(t, full, &j);
                 if (r >= 0 && !full)
@@ -274,16 +270,15 @@ static int submit_run(GpuTracker *t, bool full, char **error)
                 if (r < 0) {
                         if (j)
                                 job_free(j);
-                        if (submitted == 0)
-                                return error_set(error, r, "%s", strerror(-r));
+                        (void)error_set(&e, r, "%s", strerror(-r));
                 } else
-                        r = submit(t, j, submitted == 0 ? error : NULL);
+                        r = submit(t, j, &e);
                 if (r < 0) {
                         if (submitted == 0)
-                                return r;
+                                return error_set(error, r, "%s", e);
                         /* The jobs already out finish the run, as a failed one. */
                         t->run_r = r;
-                        t->run_error = strdup(strerror(-r));
+                        t->run_error = TAKE_PTR(e);
                         break;
                 }
                 submitted++;
@@ -291,13 +286,14 @@ static int submit_run(GpuTracker *t, bool full, char **error)
         return submitted;
 }
 
+/* error is the failure's message (r < 0), never NULL then, and NULL on success. */
 static void complete(Request *list, int r, const char *error)
 {
         while (list) {
                 Request *q = list;
                 list = q->next;
                 if (q->done)
-                        q->done(r, r < 0 ? error : NULL, q->userdata);
+                        q->done(r, error, q->userdata);
                 free(q);
         }
 }

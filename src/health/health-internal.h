@@ -56,7 +56,7 @@ typedef struct HealthOp {
 
 /*
  * Checks the request and copies it. -EINVAL with the message for an invalid VF address,
- * reason or driver version.
+ * reason or driver version; -ENOMEM with `out of memory`.
  */
 int health_op_new(const HealthRequest *request, Timestamp now, HealthOp **ret, char **error);
 HealthOp *health_op_free(HealthOp *op);

@@ -42,7 +42,7 @@ static int invalid_address(const char *address, char **error)
         address = address ?: "";
         _cleanup_free_ char *q = escape_text(address, strlen(address), SIZE_MAX, ESCAPE_QUOTE);
         if (!q)
-                return -ENOMEM;
+                return error_set_oom(error);
         return error_set(error, -EINVAL, "invalid VF address %s", q);
 }
 
@@ -62,7 +62,7 @@ static int check_key(const char *what, const char *s, char **error)
                 return 0;
         _cleanup_free_ char *q = escape_text(s, strlen(s), SIZE_MAX, ESCAPE_QUOTE);
         if (!q)
-                return -ENOMEM;
+                return error_set_oom(error);
         return error_set(error, -EINVAL, "invalid %s %s", what, q);
 }
 
@@ -84,22 +84,22 @@ static int copy_vfs(char *const *vfs, char ***ret, char **error)
         /* An empty list is valid: a PF without VFs drains to nothing. */
         _cleanup_strv_free_ char **copy = calloc(1, sizeof(char *));
         if (!copy)
-                return -ENOMEM;
+                return error_set_oom(error);
         for (size_t i = 0; vfs && vfs[i]; i++) {
                 if (!pci_address_is_valid(vfs[i]))
                         return invalid_address(vfs[i], error);
                 if (strv_push(&copy, vfs[i]) < 0)
-                        return -ENOMEM;
+                        return error_set_oom(error);
         }
         *ret = TAKE_PTR(copy);
         return 0;
 }
 
-static int dup_text(const char *s, char **ret)
+static int dup_text(const char *s, char **ret, char **error)
 {
         char *copy = strdup(s ? s : "");
         if (!copy)
-                return -ENOMEM;
+                return error_set_oom(error);
         *ret = copy;
         return 0;
 }
@@ -110,7 +110,7 @@ int health_op_new(const HealthRequest *req, Timestamp now, HealthOp **ret, char 
         int r = 0;
 
         if (!op)
-                return -ENOMEM;
+                return error_set_oom(error);
         op->kind = req->kind;
         op->now = now;
 
@@ -119,21 +119,24 @@ int health_op_new(const HealthRequest *req, Timestamp now, HealthOp **ret, char 
         case HEALTH_REQUEST_SUCCESS:
                 if (!pci_address_is_valid(req->vf_address))
                         return invalid_address(req->vf_address, error);
-                if (dup_text(req->vf_address, &op->vf_address) < 0 ||
-                    dup_text(req->instance_id, &op->instance_id) < 0 ||
-                    dup_text(req->assigned_at, &op->assigned_at) < 0)
-                        return -ENOMEM;
-                r = check_key("instance id", op->instance_id, error);
+                r = dup_text(req->vf_address, &op->vf_address, error);
+                if (r >= 0)
+                        r = dup_text(req->instance_id, &op->instance_id, error);
+                if (r >= 0)
+                        r = dup_text(req->assigned_at, &op->assigned_at, error);
+                if (r >= 0)
+                        r = check_key("instance id", op->instance_id, error);
                 if (r >= 0)
                         r = check_key("assignment timestamp", op->assigned_at, error);
-                if (r >= 0 && req->kind == HEALTH_REQUEST_FAILURE)
-                        /* Sanitised once here, so every replay stores the same reason. */
-                        r = health_sanitize_reason(req->text ? req->text : "", &op->text);
+                /* Sanitised once here, so every replay stores the same reason. */
+                if (r >= 0 && req->kind == HEALTH_REQUEST_FAILURE &&
+                    health_sanitize_reason(req->text ? req->text : "", &op->text) < 0)
+                        r = error_set_oom(error);
                 break;
         case HEALTH_REQUEST_QUARANTINE:
                 r = check_reason(req->text, error);
                 if (r >= 0)
-                        r = dup_text(req->text, &op->text);
+                        r = dup_text(req->text, &op->text, error);
                 if (r >= 0)
                         r = copy_vfs(req->vfs, &op->vfs, error);
                 break;
@@ -146,10 +149,10 @@ int health_op_new(const HealthRequest *req, Timestamp now, HealthOp **ret, char 
                         _cleanup_free_ char *q =
                             escape_text(text, strlen(text), SIZE_MAX, ESCAPE_QUOTE);
                         if (!q)
-                                return -ENOMEM;
+                                return error_set_oom(error);
                         return error_set(error, -EINVAL, "invalid driver version %s", q);
                 }
-                r = dup_text(req->text, &op->text);
+                r = dup_text(req->text, &op->text, error);
                 break;
         case HEALTH_REQUEST_BREAKER_RESET:
         case HEALTH_REQUEST_REPAIR:

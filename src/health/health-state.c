@@ -272,10 +272,10 @@ static int unknown_key_error(char **error, const char *prefix, const char *scope
 {
         _cleanup_free_ char *full = NULL;
         if (strprintf(&full, "%s%s", scope, key) < 0)
-                return -ENOMEM;
+                return error_set_oom(error);
         _cleanup_free_ char *q = escape_text(full, strlen(full), SIZE_MAX, ESCAPE_QUOTE);
         if (!q)
-                return -ENOMEM;
+                return error_set_oom(error);
         return error_set(error, -EINVAL, "%s: unknown key %s", prefix, q);
 }
 
@@ -441,7 +441,7 @@ static int validate_top(json_t *root, HealthState *s, char **error)
                         return error_set(error, -EINVAL,
                                          VALIDATE_PREFIX ": invalid breaker reason length %zu", n);
                 if (health_set_string(&s->breaker_reason, reason) < 0)
-                        return -ENOMEM;
+                        return error_set_oom(error);
                 s->breaker_open = true;
         }
 
@@ -453,7 +453,7 @@ static int validate_top(json_t *root, HealthState *s, char **error)
                         return error_set(error, -EINVAL,
                                          VALIDATE_PREFIX ": invalid driver_version length %zu", n);
                 if (health_set_string(&s->driver_version, dv) < 0)
-                        return -ENOMEM;
+                        return error_set_oom(error);
         }
         json_t *changed = json_object_get(root, "driver_changed_at");
         if (changed) {
@@ -478,7 +478,7 @@ static int validate_failures(json_t *failures, size_t i, HealthRecord *out, char
         _cleanup_free_ KeyRef *keys = calloc(n, sizeof *keys);
         out->failures = calloc(n, sizeof *out->failures);
         if (!keys || !out->failures)
-                return -ENOMEM;
+                return error_set_oom(error);
         for (size_t j = 0; j < n; j++) {
                 json_t *f = json_array_get(failures, j);
                 keys[j] = (KeyRef){json_string_or_empty(f, "instance_id"),
@@ -490,7 +490,7 @@ static int validate_failures(json_t *failures, size_t i, HealthRecord *out, char
                 json_t *f = json_array_get(failures, j);
                 _cleanup_free_ char *prefix = NULL;
                 if (strprintf(&prefix, VALIDATE_PREFIX " record %zu failure %zu", i, j) < 0)
-                        return -ENOMEM;
+                        return error_set_oom(error);
 
                 const char *unknown = first_unknown_key(f, failure_keys, ELEMENTSOF(failure_keys));
                 if (unknown)
@@ -508,7 +508,7 @@ static int validate_failures(json_t *failures, size_t i, HealthRecord *out, char
                         _cleanup_free_ char *qat =
                             escape_text(at, strlen(at), SIZE_MAX, ESCAPE_QUOTE);
                         if (!qid || !qat)
-                                return -ENOMEM;
+                                return error_set_oom(error);
                         return error_set(error, -EINVAL,
                                          VALIDATE_PREFIX
                                          " record %zu: duplicate failure for instance %s "
@@ -519,7 +519,7 @@ static int validate_failures(json_t *failures, size_t i, HealthRecord *out, char
                 t->assigned_at = strdup(at);
                 out->n_failures = j + 1;
                 if (!t->instance_id || !t->assigned_at)
-                        return -ENOMEM;
+                        return error_set_oom(error);
         }
         return 0;
 }
@@ -531,7 +531,7 @@ static int validate_record(json_t *rec, size_t i, size_t repeated_address, Healt
                                                   "reason", "source"};
         _cleanup_free_ char *prefix = NULL;
         if (strprintf(&prefix, VALIDATE_PREFIX " record %zu", i) < 0)
-                return -ENOMEM;
+                return error_set_oom(error);
 
         const char *unknown = first_unknown_key(rec, record_keys, ELEMENTSOF(record_keys));
         if (unknown)
@@ -542,7 +542,7 @@ static int validate_record(json_t *rec, size_t i, size_t repeated_address, Healt
                 _cleanup_free_ char *q =
                     escape_text(address, strlen(address), SIZE_MAX, ESCAPE_QUOTE);
                 if (!q)
-                        return -ENOMEM;
+                        return error_set_oom(error);
                 return error_set(error, -EINVAL, "%s: invalid VF address %s", prefix, q);
         }
         if (i == repeated_address)
@@ -568,7 +568,7 @@ static int validate_record(json_t *rec, size_t i, size_t repeated_address, Healt
                 else {
                         _cleanup_free_ char *q = escape_text(v, strlen(v), SIZE_MAX, ESCAPE_QUOTE);
                         if (!q)
-                                return -ENOMEM;
+                                return error_set_oom(error);
                         return error_set(error, -EINVAL, "%s: invalid source %s", prefix, q);
                 }
                 if (!out->quarantined)
@@ -585,7 +585,7 @@ static int validate_record(json_t *rec, size_t i, size_t repeated_address, Healt
                                          n);
                 out->reason = strdup(json_string_value(reason));
                 if (!out->reason)
-                        return -ENOMEM;
+                        return error_set_oom(error);
         }
 
         json_t *failures = json_object_get(rec, "failures");
@@ -625,7 +625,7 @@ static int validate_records(json_t *records, HealthState *s, char **error)
         _cleanup_free_ KeyRef *keys = calloc(n, sizeof *keys);
         s->records = calloc(n, sizeof *s->records);
         if (!keys || !s->records)
-                return -ENOMEM;
+                return error_set_oom(error);
         for (size_t i = 0; i < n; i++)
                 keys[i] =
                     (KeyRef){json_string_or_empty(json_array_get(records, i), "vf_address"), "", i};
@@ -672,7 +672,7 @@ int health_state_parse(const char *buf, size_t size, HealthState **ret, char **e
         _cleanup_health_state_ HealthState *s = NULL;
         r = health_state_new(&s);
         if (r < 0)
-                return r;
+                return error_set_oom(error);
         r = validate_top(root, s, error);
         if (r < 0)
                 return r;

@@ -112,30 +112,27 @@ static bool file_changed(const HealthStore *s)
 
 /* ---- latches (HEALTH-16) ------------------------------------------------------------------- */
 
-static void update_unavailable(HealthStore *s)
-{
-        free(s->unavailable);
-        s->unavailable = NULL;
-        if (s->load_error)
-                (void)strprintf(&s->unavailable, UNAVAILABLE ": %s", s->load_error);
-        else if (s->write_error)
-                (void)strprintf(&s->unavailable, UNAVAILABLE ": last write failed: %s",
-                                s->write_error);
-}
-
-/* Never fails: out of memory still latches, with a message that says so. */
-static void latch(char **slot, const char *error, int r)
-{
-        free(*slot);
-        *slot = strdup(error ? error : strerror(r < 0 ? -r : r));
-        if (!*slot)
-                *slot = strdup("out of memory");
-}
-
 static void unlatch(char **slot)
 {
         free(*slot);
         *slot = NULL;
+}
+
+/* Set exactly while a load or a write error is latched. */
+static void update_unavailable(HealthStore *s)
+{
+        unlatch(&s->unavailable);
+        if (s->load_error)
+                (void)error_set(&s->unavailable, -EAGAIN, UNAVAILABLE ": %s", s->load_error);
+        else if (s->write_error)
+                (void)error_set(&s->unavailable, -EAGAIN, UNAVAILABLE ": last write failed: %s",
+                                s->write_error);
+}
+
+/* Never fails: error_set() keeps a message even out of memory. */
+static void latch(char **slot, const char *error)
+{
+        (void)error_set(slot, -EIO, "%s", error);
 }
 
 /* ---- pending requests ---------------------------------------------------------------------- */
@@ -182,11 +179,12 @@ static Pending *take_pending(HealthStore *s, bool in_flight, bool include_sticky
         return taken;
 }
 
+/* error is the message of a failure (r < 0), never NULL then, and NULL on success. */
 static void complete(HealthStore *s, Pending *list, int r, const char *error)
 {
         while (list) {
                 if (list->done)
-                        list->done(s, r, &list->result, r < 0 ? error : NULL, list->userdata);
+                        list->done(s, r, &list->result, error, list->userdata);
                 list = pending_free(list);
         }
 }
@@ -196,7 +194,9 @@ static void complete(HealthStore *s, Pending *list, int r, const char *error)
 /*
  * Loads the file as the new disk state and applies the pending requests on top. On failure
  * the previous memory is kept, the error latched (HEALTH-5), and queued requests are refused
- * with "<refusal>: <err>", so nothing that depended on the old file is written over the new.
+ * with "<refusal>: <err>", so nothing that depended on the old file is written over the new:
+ * -EAGAIN with that text in *error. Any other failure (out of memory after the load) is
+ * -errno with its own text.
  */
 static int store_reload(HealthStore *s, const char *refusal, char **error)
 {
@@ -206,20 +206,20 @@ static int store_reload(HealthStore *s, const char *refusal, char **error)
         _cleanup_health_state_ HealthState *loaded = NULL;
         _cleanup_free_ char *err = NULL;
         int r = health_state_load_at(s->data_dir_fd, HEALTH_FILE_PATH, &loaded, &err);
-        if (r == -ENOENT)
-                r = health_state_new(&loaded); /* HEALTH-1: no file is an empty store */
+        if (r == -ENOENT && (r = health_state_new(&loaded)) < 0) /* HEALTH-1: an empty store */
+                (void)error_set_oom(&err);
         if (r < 0) {
-                latch(&s->load_error, err, r);
+                latch(&s->load_error, err);
                 update_unavailable(s);
                 /* Remembered, so the 5 s poll does not read the same bad file again. */
                 s->fingerprint = fp;
 
                 _cleanup_free_ char *refused = NULL;
-                (void)strprintf(&refused, "%s: %s", refusal, s->load_error);
+                (void)error_set(&refused, -EAGAIN, "%s: %s", refusal, s->load_error);
                 complete(s, take_pending(s, false, false), -EAGAIN, refused);
                 s->write_requested = false;
                 (void)rebuild_memory(s);
-                return error_set(error, -EAGAIN, "%s", refused ? refused : s->load_error);
+                return error_set(error, -EAGAIN, "%s", refused);
         }
 
         /* Re-evaluations of the old file are superseded by the one of the new file. */
@@ -234,26 +234,28 @@ static int store_reload(HealthStore *s, const char *refusal, char **error)
         s->disk = TAKE_PTR(loaded);
         s->fingerprint = fp;
         unlatch(&s->load_error);
+        update_unavailable(s);
 
         /* HEALTH-8: load-time re-evaluation is a request of its own, first in line. */
         _cleanup_(health_op_freep) HealthOp *reevaluate = NULL;
         HealthResult ignored;
         r = health_op_new(&(HealthRequest){.kind = HEALTH_REQUEST_REEVALUATE},
-                          clock_now(s->options.clock), &reevaluate, NULL);
+                          clock_now(s->options.clock), &reevaluate, error);
         if (r < 0)
                 return r;
         if (!health_op_is_noop(s->disk, reevaluate, &s->options, &ignored)) {
                 Pending *p = calloc(1, sizeof *p);
                 if (!p)
-                        return -ENOMEM;
+                        return error_set_oom(error);
                 *p = (Pending){.op = TAKE_PTR(reevaluate), .sticky = true, .next = s->pending};
                 s->pending = p;
                 s->write_requested = true;
         }
 
         r = rebuild_memory(s);
-        update_unavailable(s);
-        return r;
+        if (r < 0)
+                return error_set(error, r, "apply VF health requests: %s", strerror(-r));
+        return 0;
 }
 
 /* ---- writing (HEALTH-18, HEALTH-19) -------------------------------------------------------- */
@@ -261,9 +263,7 @@ static int store_reload(HealthStore *s, const char *refusal, char **error)
 static int write_failed(HealthWrite *w, const char *prefix, int r)
 {
         w->r = r;
-        if (strprintf(&w->error, "%s: %s", prefix, strerror(-r)) < 0)
-                w->error = NULL;
-        return r;
+        return error_set(&w->error, r, "%s: %s", prefix, strerror(-r));
 }
 
 static const char *const file_step_prefix[] = {
@@ -409,10 +409,10 @@ static void finish_write(HealthStore *s, HealthWrite *w)
                 for (Pending *p = s->pending; p; p = p->next)
                         p->in_flight = false;
                 if (rebuild_memory(s) < 0)
-                        latch(&s->load_error, "rebuild VF health state: out of memory", -ENOMEM);
+                        latch(&s->load_error, "rebuild VF health state: out of memory");
         }
         if (w->r < 0) {
-                latch(&s->write_error, w->error, w->r);
+                latch(&s->write_error, w->error);
                 s->write_r = w->r;
         } else {
                 unlatch(&s->write_error);
@@ -508,9 +508,12 @@ int health_store_load(HealthStore *s, char **error)
         /* HEALTH-19: a temp file left by a crash is never the truth; remove it. */
         (void)unlinkat(s->data_dir_fd, HEALTH_FILE_PATH ".tmp", 0);
 
-        int r = store_reload(s, UNAVAILABLE, NULL);
-        if (r < 0)
+        int r = store_reload(s, UNAVAILABLE, error);
+        if (r == -EAGAIN)
+                /* GEN-10's start-up line shows the load error itself, not the refusal. */
                 return error_set(error, r, "%s", s->load_error);
+        if (r < 0)
+                return r;
         kick(s);
         if (s->write_error && !s->options.write_wanted)
                 return error_set(error, s->write_r, "%s", s->write_error);
@@ -537,16 +540,16 @@ static int check_disk(HealthStore *s, char **error)
         return store_reload(s, CHANGED_INVALID, error) < 0 ? -EAGAIN : 1;
 }
 
-static int enqueue(HealthStore *s, HealthOp **op, HealthDone done, void *userdata)
+static int enqueue(HealthStore *s, HealthOp **op, HealthDone done, void *userdata, char **error)
 {
         Pending *p = calloc(1, sizeof *p), **tail = &s->pending;
         if (!p)
-                return -ENOMEM;
+                return error_set_oom(error);
         int r = health_op_apply(s->mem, *op, &s->options, &p->result);
         if (r < 0) {
                 free(p);
                 (void)rebuild_memory(s); /* undo whatever the failed apply left half done */
-                return r;
+                return error_set(error, r, "apply VF health request: %s", strerror(-r));
         }
         p->op = TAKE_PTR(*op);
         p->done = done;
@@ -575,7 +578,7 @@ static int submit_repair(HealthStore *s, HealthOp **op, HealthDone done, void *u
                         *ret = (HealthResult){0};
                 return 0;
         }
-        return enqueue(s, op, done, userdata);
+        return enqueue(s, op, done, userdata, error);
 }
 
 int health_store_submit(HealthStore *s, const HealthRequest *request, HealthDone done,
@@ -608,7 +611,7 @@ int health_store_submit(HealthStore *s, const HealthRequest *request, HealthDone
         }
         if (s->write_error)
                 return refuse_unavailable(s, error);
-        return enqueue(s, &op, done, userdata);
+        return enqueue(s, &op, done, userdata, error);
 }
 
 typedef struct Capture {
@@ -625,8 +628,8 @@ static void capture_done(HealthStore *s, int r, const HealthResult *result, cons
         c->done = true;
         c->r = r;
         c->result = *result;
-        if (error)
-                c->error = strdup(error);
+        if (r < 0)
+                (void)error_set(&c->error, r, "%s", error);
 }
 
 int health_store_apply(HealthStore *s, const HealthRequest *request, HealthResult *ret,
@@ -645,7 +648,7 @@ int health_store_apply(HealthStore *s, const HealthRequest *request, HealthResul
         if (!c.done)
                 return error_set(error, -EIO, "VF health state write did not complete");
         if (c.r < 0)
-                return error_set(error, c.r, "%s", err ? err : strerror(-c.r));
+                return error_set(error, c.r, "%s", err);
         if (ret)
                 *ret = c.result;
         return 0;
@@ -746,9 +749,7 @@ bool health_store_is_quarantined(const HealthStore *s, const char *vf_address)
 
 const char *health_store_unavailable_reason(const HealthStore *s)
 {
-        if (!s->load_error && !s->write_error)
-                return NULL;
-        return s->unavailable ? s->unavailable : UNAVAILABLE;
+        return s->unavailable;
 }
 
 bool health_store_breaker_open(const HealthStore *s)

@@ -116,7 +116,8 @@ int health_state_copy(const HealthState *s, HealthState **ret);
 /*
  * Parses file bytes (HEALTH-1..6). On failure the result is -EINVAL (-EFBIG for a file above
  * HEALTH_FILE_MAX) and *error is the HEALTH-5 text: "unmarshal VF health state: ...",
- * "validate VF health state: ..." or "validate VF health state record <i>[ failure <j>]: ...".
+ * "validate VF health state: ..." or "validate VF health state record <i>[ failure <j>]: ...";
+ * or -ENOMEM and `out of memory`.
  * Records more than HEALTH_FAILURES_MAX failures long keep their newest ones.
  */
 int health_state_parse(const char *buf, size_t size, HealthState **ret, char **error);
@@ -249,10 +250,11 @@ typedef struct HealthResult {
 } HealthResult;
 
 /*
- * Completion of a queued request: r >= 0 and the result, or r < 0 and the error text (the
- * failed write's, or the HEALTH-23 text when a reload before the write refused it). After a
- * failure past the rename r < 0 although the change is kept in memory. A request carried into
- * a later write after a rollback or a reload is applied again, so its result is computed then.
+ * Completion of a queued request: r >= 0 and the result (error is NULL), or r < 0 and the
+ * error text, never NULL then (the failed write's, or the HEALTH-23 text when a reload before
+ * the write refused it). After a failure past the rename r < 0 although the change is kept in
+ * memory. A request carried into a later write after a rollback or a reload is applied again,
+ * so its result is computed then.
  * Called from whichever store call completes the write or refuses the request (finish_write,
  * begin_write, a reload), never from a thread other than the owner's.
  */
@@ -264,12 +266,16 @@ typedef void (*HealthDone)(HealthStore *s, int r, const HealthResult *result, co
  * fingerprint check: *ret is the result and done is not called; the 5 s poll picks up an edit
  * that would have made it a change), 1 when it was applied to memory and queued (done is called
  * when its write completes; on a synchronous store that happens before this returns), or
- * -errno when it was refused. ret may be NULL.
+ * -errno when it was refused, with *error set (-EINVAL an invalid request, -EAGAIN the store
+ * unavailable, -ENOMEM). ret may be NULL.
  */
 int health_store_submit(HealthStore *s, const HealthRequest *request, HealthDone done,
                         void *userdata, HealthResult *ret, char **error);
 
-/* Submits and waits for the write: the synchronous path (CLI, tests, start-up). */
+/*
+ * Submits and waits for the write: the synchronous path (CLI, tests, start-up). These and the
+ * calls below that take `char **error` set it on every failure.
+ */
 int health_store_apply(HealthStore *s, const HealthRequest *request, HealthResult *ret,
                        char **error);
 

@@ -28,7 +28,7 @@ typedef struct HttpTarget {
  * query parameters. -EINVAL with a client-facing message in *error for a target that is not
  * an absolute path, characters RFC 3986 does not allow there, malformed escapes, segments "."
  * or "..", a decoded "/" or NUL in a segment, an empty query component or name, or a query
- * parameter given twice.
+ * parameter given twice; -ENOMEM with `out of memory`.
  */
 int http_target_parse(const char *raw, HttpTarget *ret, char **error);
 void http_target_done(HttpTarget *t);

@@ -61,13 +61,13 @@ static int parse_segments(const char *path, char ***ret, size_t *ret_n, char **e
                 if (r == -EINVAL)
                         return error_set(error, r, "invalid character or escape in path");
                 if (r < 0)
-                        return r;
+                        return error_set_oom(error);
                 if (strchr(seg, '/'))
                         return error_set(error, -EINVAL, "encoded \"/\" in path segment");
                 if (streq(seg, ".") || streq(seg, ".."))
                         return error_set(error, -EINVAL, "path segment \"%s\" not allowed", seg);
-                if ((r = strv_push(&segments, seg)) < 0)
-                        return r;
+                if (strv_push(&segments, seg) < 0)
+                        return error_set_oom(error);
                 if (!p[len])
                         break;
                 p += len;
@@ -102,7 +102,7 @@ static int parse_query_component(const char *p, size_t len, char **ret_name, cha
         if (r == -EINVAL)
                 return error_set(error, r, "invalid query string");
         if (r < 0)
-                return r;
+                return error_set_oom(error);
         *ret_name = TAKE_PTR(name);
         *ret_value = TAKE_PTR(value);
         return 0;
@@ -122,8 +122,8 @@ static int parse_query(const char *query, HttpParam **ret, size_t *ret_n, char *
                         if (streq(params[i].name, name))
                                 r = error_set(error, -EINVAL, "query parameter \"%s\" given twice",
                                               name);
-                if (r >= 0)
-                        r = params_push(&params, &n, &name, &value);
+                if (r >= 0 && params_push(&params, &n, &name, &value) < 0)
+                        r = error_set_oom(error);
                 if (r < 0 || !p[len])
                         break;
                 p += len;
@@ -155,7 +155,7 @@ int http_target_parse(const char *raw, HttpTarget *ret, char **error)
         const char *q = strchr(raw, '?');
         t.path = q ? strndup(raw, (size_t)(q - raw)) : strdup(raw);
         if (!t.path)
-                return -ENOMEM;
+                return error_set_oom(error);
         int r = parse_segments(t.path, &t.segments, &t.n_segments, error);
         if (r < 0)
                 return r;

@@ -999,7 +999,7 @@ int http_server_new(sd_event *event, const HttpServerConfig *config, HttpServer 
 
         _cleanup_http_server_ HttpServer *s = calloc(1, sizeof *s);
         if (!s)
-                return -ENOMEM;
+                return error_set_oom(error);
         *s = (HttpServer){
             .event = sd_event_ref(event),
             .routes = config->routes,

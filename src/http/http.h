@@ -187,7 +187,7 @@ typedef struct HttpServer HttpServer;
  * Binds the listeners and starts serving on event. A Unix socket path that holds a stale
  * socket is replaced; any other file there is an error. On failure *error names the listener
  * ("listen 127.0.0.1:8080: Address already in use", "unix_socket /run/x.sock: ...") or the
- * route table.
+ * route table, or reads `out of memory`.
  */
 int http_server_new(sd_event *event, const HttpServerConfig *config, HttpServer **ret,
                     char **error);

@@ -273,7 +273,7 @@ int jwt_verify(const JwtSecret *secret, const char *token, Timestamp now, char *
 
         char *subject = NULL;
         if (sub && !(subject = strdup(json_string_value(sub))))
-                return -ENOMEM;
+                return error_set_oom(error);
         *ret_subject = subject;
         return 0;
 }

@@ -57,7 +57,7 @@ int jwt_mint(const JwtSecret *secret, const char *subject, Timestamp now, nsec_t
  * a header whose "alg" is exactly "HS256" and that has no "crit", an HMAC-SHA256 signature that
  * matches, and a payload object with an integer "exp" after now and at most JWT_EXP_MAX and,
  * if present, a numeric "nbf" not after now and a string "sub", copied to *ret_subject (NULL when
- * absent). On failure (-EACCES) *error says why, for a debug log.
+ * absent). On failure *error says why, for a debug log: -EACCES for a token refused, -ENOMEM.
  */
 int jwt_verify(const JwtSecret *secret, const char *token, Timestamp now, char **ret_subject,
                char **error);

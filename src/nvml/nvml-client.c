@@ -335,7 +335,7 @@ static void job_done(int r, void *data, const char *error, void *userdata)
                 /* The pool ended it: abandoned at its deadline, or refused behind a stuck call. */
                 _cleanup_free_ char *msg = NULL;
                 if (r == -ETIMEDOUT) {
-                        (void)strprintf(&msg, "NVML request %s", error ? error : "timed out");
+                        (void)strprintf(&msg, "NVML request %s", error);
                         a.host_fallback = NVML_FALLBACK_TIMEOUT;
                 } else {
                         msg = strdup(NVML_STUCK_MESSAGE);

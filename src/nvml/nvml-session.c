@@ -133,7 +133,7 @@ int nvml_session_init(NvmlSession *s, char **ret_driver_version, char **error)
         else
                 v = strdup(version);
         if (!v)
-                return -ENOMEM;
+                return error_set_oom(error);
         *ret_driver_version = TAKE_PTR(v);
         return 0;
 }

@@ -312,7 +312,7 @@ int placement_select_vf(const PlacementSnapshot *snapshot, const PlacementReques
         _cleanup_free_ const PlacementVf **group =
             calloc(dirty ? best.n_dirty : best.n_clean, sizeof *group);
         if (!group)
-                return -ENOMEM;
+                return error_set_oom(error);
         size_t n = 0;
         for (size_t i = 0; i < snapshot->n_vfs; i++) {
                 const PlacementVf *vf = &snapshot->vfs[i];

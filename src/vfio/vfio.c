@@ -433,13 +433,12 @@ static void probe_fail(Probe *p, int r, const char *fmt, ...)
         va_list ap;
 
         va_start(ap, fmt);
-        int n = vasprintf(&msg, fmt, ap);
+        (void)error_setv(&msg, r, fmt, ap);
         va_end(ap);
         if (p->error == 0)
                 p->error = r;
-        /* Out of memory loses the text, never the failure: p->error is already set. */
-        if (n >= 0)
-                (void)strextend(&p->errors, "%s%s", p->errors ? "; " : "", msg);
+        /* error_set() keeps a text even out of memory: p->errors is set whenever p->error is. */
+        (void)error_set(&p->errors, r, "%s%s%s", p->errors ?: "", p->errors ? "; " : "", msg);
 }
 
 static void probe_candidate(Probe *p, const char *suffix)
@@ -529,7 +528,7 @@ static int probe_device(const VfioScan *s, const Root *sysfs, const char *dir, p
                 return 1;
         }
         if (p.error < 0)
-                return error_set(error, p.error, "%s", p.errors ? p.errors : strerror(-p.error));
+                return error_set(error, p.error, "%s", p.errors);
         return 0;
 }
 

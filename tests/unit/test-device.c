@@ -1537,6 +1537,11 @@ static void test_ops_invalid_requests(void **state) /* DEV-1, DISC-22, DEV-19 */
         }
         assert_logged(f, "<6>configure vGPU vf=" VF " type=0 outcome=failed "
                          "error=\"invalid vendor VFIO vGPU profile type \\\"0\\\"\"\n");
+        /* DEV-19: a caller that takes no message still finds the refusal in the log line. */
+        assert_int_equal(
+            device_ops_configure(f->ops, VF, "abc", NULL, device_done_record, &d, NULL), -EINVAL);
+        assert_logged(f, "<6>configure vGPU vf=" VF " type=abc outcome=failed "
+                         "error=\"invalid vendor VFIO vGPU profile type \\\"abc\\\"\"\n");
 
         _cleanup_free_ char *e = NULL;
         assert_int_equal(device_ops_mdev_create(f->ops, VF, "NVIDIA A40-2Q", "nope", NULL,
