@@ -10,7 +10,9 @@
  */
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
@@ -25,6 +27,22 @@ typedef enum RequestState {
 } RequestState;
 
 typedef struct HttpListener HttpListener;
+
+/*
+ * One per MHD connection, to notice a peer that has closed (REL-8). MHD reads in edge-triggered
+ * epoll and takes a short read for "drained": a client whose request and FIN were both queued
+ * before MHD accepted it gets its bytes read and its FIN never seen, and holds its place until
+ * the idle timeout. So each connection is also watched for EPOLLRDHUP; once MHD has read all
+ * that was sent, shutdown(SHUT_RD) wakes its epoll again, and its next read sees the end.
+ */
+typedef struct HttpConnection HttpConnection;
+struct HttpConnection {
+        HttpListener *listener;
+        int fd;
+        sd_event_source *hup;
+        bool peer_closed; /* on the listener's list: checked after each MHD run */
+        HttpConnection *peer_closed_prev, *peer_closed_next;
+};
 
 struct HttpRequest {
         unsigned n_ref;
@@ -51,6 +69,7 @@ struct HttpRequest {
         uint64_t received; /* body bytes seen, kept or not */
 
         bool suspend_wanted;
+        bool flushing; /* answered after a suspension: counted in the listener's n_flushing */
         struct MHD_Response *response; /* set by a reply, until queued */
         unsigned status;               /* 0 until answered */
 };
@@ -61,7 +80,9 @@ struct HttpListener {
         struct MHD_Daemon *daemon;
         sd_event_source *io, *timer;
         HttpRequest *suspended; /* so that freeing can resume them: MHD insists */
-        bool woken;             /* a run at once is due; the timer says so already */
+        unsigned n_flushing;    /* resumed with an answer that is not sent yet */
+        HttpConnection *peer_closed;
+        bool woken; /* a run at once is due; the timer says so already */
 };
 
 #define HTTP_STATUS_MAX 599
@@ -71,6 +92,9 @@ struct HttpListener {
  * itself past that, in HTML): well above HTTP_HEAD_MAX, so that our own limit answers first.
  */
 #define HTTP_POOL_SIZE (64 * 1024)
+
+/* How long freeing the server keeps sending answers already given (OPS-3). */
+#define HTTP_FLUSH_USEC (1000 * 1000)
 
 struct HttpServer {
         sd_event *event;
@@ -220,6 +244,8 @@ static int request_set_answer(HttpRequest *req, unsigned status, const char *con
         req->status = status;
         if (req->state == REQUEST_SUSPENDED) {
                 suspended_remove(req);
+                req->flushing = true;
+                req->listener->n_flushing++;
                 MHD_resume_connection(req->connection);
                 listener_wake(req->listener);
         }
@@ -690,7 +716,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         HttpListener *l = cls;
         HttpRequest *req = *con_cls;
 
-        if (!req || l->server->stopping)
+        /* A server being freed only sends the answers already given (listener_flush()). */
+        if (!req || (l->server->stopping && req->state != REQUEST_SUSPENDED))
                 return MHD_NO;
 
         switch (req->state) {
@@ -761,6 +788,9 @@ static void on_request_done(void *cls, struct MHD_Connection *c, void **con_cls,
                  toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? NULL : termination_reason(toe), NULL);
 
         suspended_remove(req);
+        if (req->flushing && req->listener)
+                req->listener->n_flushing--;
+        req->flushing = false;
         req->listener = NULL;
         req->connection = NULL;
         http_request_unref(req);
@@ -776,6 +806,79 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
         strchomp(message);
         log_line(LOG_LEVEL_DEBUG, 0, "libmicrohttpd", "listener", l->kind, "message", message,
                  NULL);
+}
+
+static void peer_closed_remove(HttpConnection *hc)
+{
+        if (!hc->peer_closed)
+                return;
+        if (hc->peer_closed_prev)
+                hc->peer_closed_prev->peer_closed_next = hc->peer_closed_next;
+        else
+                hc->listener->peer_closed = hc->peer_closed_next;
+        if (hc->peer_closed_next)
+                hc->peer_closed_next->peer_closed_prev = hc->peer_closed_prev;
+        hc->peer_closed_prev = hc->peer_closed_next = NULL;
+        hc->peer_closed = false;
+}
+
+static int on_peer_hup(sd_event_source *source, int fd, uint32_t revents, void *userdata)
+{
+        HttpConnection *hc = userdata;
+        HttpListener *l = hc->listener;
+
+        (void)sd_event_source_set_enabled(source, SD_EVENT_OFF);
+        if (!hc->peer_closed) {
+                hc->peer_closed = true;
+                hc->peer_closed_next = l->peer_closed;
+                if (l->peer_closed)
+                        l->peer_closed->peer_closed_prev = hc;
+                l->peer_closed = hc;
+        }
+        listener_wake(l);
+        return 0;
+}
+
+/* After a run: a closed peer whose bytes MHD has all read gets its end seen by MHD's next. */
+static void listener_check_peers(HttpListener *l)
+{
+        HttpConnection *next;
+        for (HttpConnection *hc = l->peer_closed; hc; hc = next) {
+                int unread = 0;
+                next = hc->peer_closed_next;
+                if (ioctl(hc->fd, FIONREAD, &unread) == 0 && unread > 0)
+                        continue; /* MHD reads on first (or is busy with a suspended request) */
+                peer_closed_remove(hc);
+                (void)shutdown(hc->fd, SHUT_RD);
+        }
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+        HttpListener *l = cls;
+        HttpConnection *hc = *socket_context;
+
+        if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+                if (!hc)
+                        return;
+                peer_closed_remove(hc);
+                sd_event_source_disable_unref(hc->hup);
+                free(hc);
+                *socket_context = NULL;
+                return;
+        }
+
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!info || !(hc = calloc(1, sizeof *hc)))
+                return; /* unwatched: MHD's idle timeout still ends it */
+        *hc = (HttpConnection){.listener = l, .fd = info->connect_fd};
+        if (sd_event_add_io(l->server->event, &hc->hup, hc->fd, EPOLLRDHUP, on_peer_hup, hc) < 0) {
+                free(hc);
+                return;
+        }
+        *socket_context = hc;
 }
 
 /* ---- listeners on the loop ------------------------------------------------------------------- */
@@ -814,6 +917,9 @@ static unsigned listener_connections(HttpListener *l)
 static void listener_wake(HttpListener *l)
 {
         l->woken = true;
+        /* Once the loop has finished, freeing the server sends what is due (listener_flush()). */
+        if (sd_event_get_state(l->server->event) == SD_EVENT_FINISHED)
+                return;
         int r = sd_event_source_set_time(l->timer, 1);
         if (r >= 0)
                 r = sd_event_source_set_enabled(l->timer, SD_EVENT_ONESHOT);
@@ -834,6 +940,7 @@ static void listener_run(HttpListener *l)
          */
         if (before >= HTTP_CONNECTIONS_MAX && listener_connections(l) < HTTP_CONNECTIONS_MAX)
                 listener_wake(l);
+        listener_check_peers(l);
         /* A handler that answered a suspended request during this run asked for the next. */
         if (!l->woken)
                 listener_arm(l);
@@ -851,12 +958,36 @@ static int on_timer(sd_event_source *source, uint64_t usec, void *userdata)
         return 0;
 }
 
+/*
+ * Runs MHD, without the loop, until the answers given to suspended requests are sent (OPS-3:
+ * the 503s of a shutdown reach their clients), for at most HTTP_FLUSH_USEC.
+ */
+static void listener_flush(HttpListener *l)
+{
+        const union MHD_DaemonInfo *info = MHD_get_daemon_info(l->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+        nsec_t deadline = now_monotonic() + HTTP_FLUSH_USEC * NSEC_PER_USEC;
+
+        while (l->n_flushing > 0 && info) {
+                (void)MHD_run(l->daemon);
+                nsec_t now = now_monotonic();
+                if (l->n_flushing == 0 || now >= deadline)
+                        break;
+                struct pollfd p = {.fd = info->epoll_fd, .events = POLLIN};
+                (void)poll(&p, 1, 10);
+        }
+        if (l->n_flushing > 0)
+                log_line(LOG_LEVEL_DEBUG, 0, "http answers not sent before the server stopped",
+                         "listener", l->kind, NULL);
+}
+
 static void listener_free(HttpListener *l)
 {
         if (!l)
                 return;
         sd_event_source_disable_unref(l->io);
         sd_event_source_disable_unref(l->timer);
+        if (l->daemon)
+                listener_flush(l);
         if (l->daemon) {
                 /* MHD must not be stopped with suspended connections: resume them unanswered,
                  * and let one last run close them. */
@@ -906,7 +1037,8 @@ static int listener_new(HttpServer *s, const char *kind, int fd, unsigned idle_t
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_POOL_SIZE,
             MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout, MHD_OPTION_URI_LOG_CALLBACK,
             on_request_start, l, MHD_OPTION_NOTIFY_COMPLETED, on_request_done, l,
-            MHD_OPTION_STRICT_FOR_CLIENT, (int)1, MHD_OPTION_END);
+            MHD_OPTION_NOTIFY_CONNECTION, on_connection, l, MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
+            MHD_OPTION_END);
         if (!l->daemon) {
                 free(l);
                 return -EIO;

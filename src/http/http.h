@@ -10,7 +10,8 @@
  *
  * Promises:
  *  - each listener holds at most HTTP_CONNECTIONS_MAX connections and closes one that is idle
- *    for the idle timeout (API-1);
+ *    for the idle timeout (API-1), and one whose peer has closed as soon as everything it sent
+ *    has been read, even when it sent and closed while still queued (REL-8);
  *  - a request whose framing is ambiguous (RFC 9112 6.1, 6.3) gets 400 `invalid_request` and
  *    its connection closed, before routing: two Content-Length or two Transfer-Encoding
  *    headers, Content-Length with Transfer-Encoding, a Transfer-Encoding other than chunked, a
@@ -192,8 +193,10 @@ typedef struct HttpServer HttpServer;
 int http_server_new(sd_event *event, const HttpServerConfig *config, HttpServer **ret,
                     char **error);
 /*
- * Stops serving: closes every connection (suspended requests included), removes the Unix
- * socket if it is still the one the server bound, and frees the server.
+ * Stops serving: sends the answers already given to suspended requests (for up to a second,
+ * also after the loop has finished: OPS-3's 503s), closes every connection (suspended requests
+ * still unanswered included), removes the Unix socket if it is still the one the server bound,
+ * and frees the server.
  */
 HttpServer *http_server_free(HttpServer *s);
 

@@ -1698,6 +1698,52 @@ static void test_own_limits(void **state) /* API-11, API-20 */
 /* ---- the server: suspension ---------------------------------------------------------------------
  */
 
+typedef struct HoldExchange {
+        Fixture *f;
+        Response response;
+} HoldExchange;
+
+static void *hold_thread(void *userdata)
+{
+        HoldExchange *h = userdata;
+        _cleanup_free_ char *request = NULL;
+        int fd = client_connect(h->f, false);
+        if (fd >= 0 &&
+            strprintf(&request,
+                      "GET /hold HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                      "Connection: close\r\n\r\n",
+                      h->f->token) >= 0 &&
+            send_all(fd, request, strlen(request)))
+                read_response(fd, &h->response, true);
+        if (fd >= 0)
+                close(fd);
+        client_signal_done(h->f);
+        return NULL;
+}
+
+/* The daemon's shutdown: the loop has finished, then waiting requests get 503 and the server goes.
+ */
+static void test_answer_after_loop(void **state) /* OPS-3 */
+{
+        Fixture *f = *state;
+        HoldExchange h = {.f = f};
+
+        client_start(f, hold_thread, &h);
+        loop_until(f, &f->pending_set);
+        assert_int_equal(sd_event_exit(f->event, 0), 0);
+        assert_int_equal(sd_event_loop(f->event), 0);
+        assert_int_equal(sd_event_get_state(f->event), SD_EVENT_FINISHED);
+
+        assert_int_equal(http_reply_error(f->pending, 503, "not_ready", "vgpud is shutting down"),
+                         0);
+        f->pending = http_request_unref(f->pending);
+        f->server = http_server_free(f->server);
+        assert_int_equal(pthread_join(f->client, NULL), 0);
+        assert_error(&h.response, 503, ERROR_BODY("not_ready", "vgpud is shutting down"));
+        response_done(&h.response);
+        assert_null(strstr(fixture_log(f), "waking it failed"));
+}
+
 static void test_suspend_timer(void **state) /* GEN-2 */
 {
         Fixture *f = *state;
@@ -1933,6 +1979,79 @@ static void test_connection_limit(void **state) /* API-1, REL-8 */
         response_done(&l.extra);
 }
 
+typedef struct PartialRun {
+        Fixture *f;
+        bool unix_socket;
+        unsigned held;   /* connections that got their answer and were kept open */
+        unsigned queued; /* partial requests sent and closed while queued */
+        Response fresh;  /* a request after those */
+        double fresh_delay;
+} PartialRun;
+
+static void *partial_thread(void *userdata)
+{
+        PartialRun *p = userdata;
+        const char *keep = "GET /public HTTP/1.1\r\nHost: x\r\n\r\n";
+        const char *partial = "GET /public HTTP/1.1\r\nHo";
+        const char *close_req = "GET /public HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        int fds[HTTP_CONNECTIONS_MAX];
+
+        for (int i = 0; i < HTTP_CONNECTIONS_MAX; i++) {
+                Response r;
+                fds[i] = client_connect(p->f, p->unix_socket);
+                if (fds[i] < 0 || !send_all(fds[i], keep, strlen(keep)))
+                        continue;
+                read_response(fds[i], &r, false);
+                p->held += r.status == 200 && !r.closed;
+                response_done(&r);
+        }
+        /* Queued behind the limit: each sends half a request and goes. */
+        for (int i = 0; i < 2 * HTTP_CONNECTIONS_MAX; i++) {
+                int fd = client_connect(p->f, p->unix_socket);
+                if (fd < 0)
+                        continue;
+                p->queued += send_all(fd, partial, strlen(partial));
+                close(fd);
+        }
+        for (int i = 0; i < HTTP_CONNECTIONS_MAX; i++)
+                if (fds[i] >= 0)
+                        close(fds[i]);
+
+        struct timespec start, end;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        int fd = client_connect(p->f, p->unix_socket);
+        if (fd >= 0) {
+                if (send_all(fd, close_req, strlen(close_req)))
+                        read_response(fd, &p->fresh, true);
+                close(fd);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &end);
+        p->fresh_delay =
+            (double)(end.tv_sec - start.tv_sec) + (double)(end.tv_nsec - start.tv_nsec) / 1e9;
+        client_signal_done(p->f);
+        return NULL;
+}
+
+/* A peer that closed a partial request while queued frees its place at once, not when idle. */
+static void test_partial_and_close(void **state) /* REL-8 */
+{
+        Fixture *f = *state;
+
+        f->server = http_server_free(f->server);
+        assert_int_equal(server_start(f, 5), 0);
+        for (int unix_socket = 0; unix_socket <= 1; unix_socket++) {
+                PartialRun p = {.f = f, .unix_socket = unix_socket};
+                client_start(f, partial_thread, &p);
+                client_wait(f);
+                assert_int_equal(p.held, HTTP_CONNECTIONS_MAX);
+                assert_int_equal(p.queued, 2 * HTTP_CONNECTIONS_MAX);
+                assert_response(&p.fresh, 200, "hello");
+                /* With the idle timeout (5 s) holding them, two waves would take 10 s. */
+                assert_true(p.fresh_delay < 2);
+                response_done(&p.fresh);
+        }
+}
+
 typedef struct KeepAlive {
         Fixture *f;
         Response first, second, third;
@@ -2100,8 +2219,10 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_suspend_timer, setup, teardown),
             cmocka_unit_test_setup_teardown(test_suspend_release, setup, teardown),
             cmocka_unit_test_setup_teardown(test_suspend_server_freed, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_answer_after_loop, setup, teardown),
             cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
             cmocka_unit_test_setup_teardown(test_connection_limit, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_partial_and_close, setup, teardown),
             cmocka_unit_test_setup_teardown(test_keep_alive, setup, teardown),
             cmocka_unit_test_setup_teardown(test_stop_listening, setup, teardown),
             cmocka_unit_test_setup_teardown(test_metrics_and_log, setup, teardown),
