@@ -996,10 +996,10 @@ int config_load_file(Config *c, const char *path, bool explicit_path, char **err
         if (r == -EFBIG)
                 return error_set(error, r, "read configuration file %s: larger than %d bytes", path,
                                  CONFIG_FILE_MAX);
-        if (r < 0)
-                return error_set(error, r, "read configuration file %s: %s", path, strerror(-r));
         if (r == -EBADFD)
                 return error_set(error, r, "read configuration file %s: not a regular file", path);
+        if (r < 0)
+                return error_set(error, r, "read configuration file %s: %s", path, strerror(-r));
 
         r = config_load_buffer(c, path, buf, size, error);
         if (r < 0)
