@@ -428,12 +428,16 @@ static void test_parse_duration_invalid(void **state)
             "1s ", "1 s",  "1s\n", "1m 30s", "s",    "ms",   "m30s", "1us",   "1ns",
             "1µs", "1S",   "1H",   "1M",     "1Ms",  "1m30", "1s1",  "1sec",  "1min",
             "1hr", "1mss", "1e3s", "0x10s",  "1s-",  "1,5s", "1_0s", "1h-1m",
-            /* each unit once, largest first */
+        };
+        /* Each unit once, the largest first. */
+        static const char *const out_of_order[] = {
             "1m1m", "1s1m", "1s1s", "1ms1s", "30s1h", "1h1h", "1m1s1m", "1ms1ms",
         };
-        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+        for (size_t i = 0; i < ELEMENTSOF(cases) + ELEMENTSOF(out_of_order); i++) {
+                const char *c =
+                    i < ELEMENTSOF(cases) ? cases[i] : out_of_order[i - ELEMENTSOF(cases)];
                 nsec_t v = 12345;
-                assert_int_equal(parse_duration(cases[i], &v), -EINVAL);
+                assert_int_equal(parse_duration(c, &v), -EINVAL);
                 assert_true(v == 12345);
         }
         nsec_t v = 12345;
@@ -892,6 +896,11 @@ static void test_read_file_special(void **state)
         assert_read_fails(f->dirfd, "dir", 100, -EISDIR);
         assert_read_fails(f->dirfd, "one/child", 100, -ENOTDIR);
         assert_read_fails(-1, "one", 100, -EBADF);
+
+        /* only regular files: a FIFO nobody writes is refused at once, never waited on */
+        assert_int_equal(mkfifoat(f->dirfd, "fifo", 0644), 0);
+        assert_read_fails(f->dirfd, "fifo", 100, -EBADFD);
+        assert_read_fails(AT_FDCWD, "/dev/null", 100, -EBADFD);
 }
 
 /* GEN-7 */
@@ -930,11 +939,6 @@ static void test_write_all(void **state)
         /* a hard error after a partial write is reported */
         fd = openat(f->dirfd, "enospc", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         assert_true(fd >= 0);
-
-        /* only regular files: a FIFO nobody writes is refused at once, never waited on */
-        assert_int_equal(mkfifoat(f->dirfd, "fifo", 0644), 0);
-        assert_read_fails(f->dirfd, "fifo", 100, -EBADFD);
-        assert_read_fails(AT_FDCWD, "/dev/null", 100, -EBADFD);
         write_chunk_max = 5;
         fault_arm(&write_fault, 2, 1, ENOSPC);
         assert_int_equal(write_all(fd, data, n), -ENOSPC);
