@@ -10,8 +10,9 @@
  *
  * Properties: a refusal is -EACCES with a cause that never contains the token's signature; an
  * acceptance means the token really is three base64url parts whose header is a strict JSON
- * object with "alg" exactly "HS256" and no "crit", whose payload has a numeric "exp" after now
- * and no "nbf" after now, and the returned subject is the payload's "sub".
+ * object with "alg" exactly "HS256" and no "crit", whose payload has an integer "exp" after now
+ * and not after JWT_EXP_MAX and no "nbf" after now, and the returned subject is the payload's
+ * "sub".
  */
 #include <jansson.h>
 
@@ -56,7 +57,7 @@ static void check_accepted(const char *value, const char *subject)
 
         double now = (double)FUZZ_NOW_SEC + 0.5;
         json_t *exp = json_object_get(payload, "exp"), *nbf = json_object_get(payload, "nbf");
-        if (!json_is_number(exp) || numeric(exp) <= now)
+        if (!json_is_integer(exp) || numeric(exp) <= now || json_integer_value(exp) > JWT_EXP_MAX)
                 abort();
         if (nbf && (!json_is_number(nbf) || numeric(nbf) > now))
                 abort();
