@@ -133,7 +133,7 @@ static int store_open(const DataDir *d, bool async, HealthStore **ret)
         opts.threshold = 64;
         opts.breaker_enabled = false;
         if (async)
-                opts.write_wanted = write_wanted;
+                opts.io_wanted = write_wanted;
         HealthStore *s;
         int r = health_store_new(d->fd, &opts, &s);
         if (r < 0)
@@ -449,7 +449,7 @@ static int run_group_commit(const Options *o, double *lat, unsigned *ret_writes,
         HealthOptions opts = HEALTH_OPTIONS_DEFAULT;
         opts.threshold = 64;
         opts.breaker_enabled = false;
-        opts.write_wanted = write_wanted;
+        opts.io_wanted = write_wanted;
         opts.userdata = &d;
         r = health_store_new(dir.fd, &opts, &d.store);
         if (r >= 0)

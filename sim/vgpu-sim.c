@@ -118,6 +118,12 @@ typedef enum Area {
 /* Classifies a FUSE path; *ret_rel is the path inside the area ("." for data/ itself). */
 static Area classify(const char *path, const char **ret_rel)
 {
+        /* hard_remove: an operation on an open file that was unlinked or renamed over has no
+         * path. Only its handle can answer for it. */
+        if (!path) {
+                *ret_rel = NULL;
+                return AREA_NONE;
+        }
         const char *p = path[0] == '/' ? path + 1 : path, *rest;
 
         *ret_rel = p;
@@ -208,6 +214,8 @@ static int fault_wait(Sim *s, const SimFaultAction *a, uint64_t clears)
  */
 static int fault_check(Sim *s, SimFaultOp op, const char *path)
 {
+        if (!path)
+                return 0; /* an unlinked open file: no glob names it */
         const char *p = path[0] == '/' ? path + 1 : path;
         _cleanup_strv_free_ char **aliases = NULL;
         SimFaultAction action;
@@ -301,6 +309,8 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
         const char *rel;
         Handle *h = handle_of(fi);
 
+        if (!path && h && h->kind == HANDLE_DATA && h->fd >= 0)
+                return fstat(h->fd, st) < 0 ? negative_errno() : 0;
         switch (classify(path, &rel)) {
         case AREA_ROOT:
         case AREA_SIM_DIR:

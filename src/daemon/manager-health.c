@@ -1,13 +1,38 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The Manager's side of the VF health store (SPEC §5): the store is asynchronous, its writes
- * run on the worker pool one at a time (begin_write → health_write_run → finish_write,
- * HEALTH-20), repairs are asked for by reads and by reconcile passes (HEALTH-21), the 5 s poll
- * picks up external edits (HEALTH-32), and SIGHUP reloads (CFG-8, HEALTH-22).
+ * The Manager's side of the VF health store (SPEC §5): the store is asynchronous, and every
+ * stat, open, read and write of its file runs on the worker pool, one job at a time (reads:
+ * begin_read → health_read_run → finish_read; writes: begin_write → health_write_run →
+ * finish_write, HEALTH-20), so a hung data directory never holds the loop (ARCHITECTURE.md
+ * decision 1). Repairs are asked for by reads and by reconcile passes (HEALTH-21), the 5 s
+ * poll picks up external edits (HEALTH-32), and SIGHUP reloads (CFG-8, HEALTH-22); those three
+ * only queue a read. A read that does not return within HEALTH_READ_TIMEOUT is abandoned and
+ * the store is unavailable with that reason until one does (HEALTH-16).
  */
 #include "manager.h"
 
-/* ---- writes ---------------------------------------------------------------------------------- */
+/* ---- reads and writes ------------------------------------------------------------------------ */
+
+/* Reads and writes share the key, so they never overlap, even with an abandoned read. */
+#define HEALTH_JOB_KEY "vf-health"
+
+typedef struct ReadJob {
+        HealthRead *read; /* handed back to the store by the completion */
+} ReadJob;
+
+static void read_job_free(void *data)
+{
+        ReadJob *j = data;
+        health_read_free(j->read);
+        free(j);
+}
+
+static int read_job_run(void *data, char **error)
+{
+        ReadJob *j = data;
+        health_read_run(j->read);
+        return 0;
+}
 
 typedef struct WriteJob {
         HealthWrite *write; /* handed back to the store by the completion */
@@ -34,6 +59,91 @@ static void health_write_finished(Manager *m)
         manager_maybe_finish_stop(m);
 }
 
+static void log_read(HealthReadKind kind, int r, const char *error)
+{
+        switch (kind) {
+        case HEALTH_READ_CHECK:
+                if (r > 0)
+                        log_line(LOG_LEVEL_NOTICE, 0,
+                                 "VF health state reloaded after an external edit", NULL);
+                else if (r < 0)
+                        log_line(LOG_LEVEL_ERR, r, "VF health state changed on disk and is invalid",
+                                 "error", error, NULL);
+                break;
+        case HEALTH_READ_RELOAD:
+                if (r >= 0)
+                        log_line(LOG_LEVEL_NOTICE, 0, "VF health state reloaded", NULL);
+                else
+                        log_line(LOG_LEVEL_ERR, r, "VF health state reload failed", "error", error,
+                                 NULL);
+                break;
+        case HEALTH_READ_RETRY:
+                /* Retried once a second while reads come; the latch says the rest. */
+                if (r > 0)
+                        log_line(LOG_LEVEL_NOTICE, 0, "VF health state loaded again", NULL);
+                else if (r < 0)
+                        log_line(LOG_LEVEL_DEBUG, r, "VF health state repair failed", "error",
+                                 error, NULL);
+                break;
+        }
+}
+
+static void on_read_done(int r, void *data, const char *error, void *userdata)
+{
+        Manager *m = userdata;
+        ReadJob *j = data;
+
+        if (j) {
+                _cleanup_free_ char *err = NULL;
+                HealthReadKind kind = health_read_kind(j->read);
+                r = health_store_finish_read(m->health, TAKE_PTR(j->read), &err);
+                log_read(kind, r, err);
+        } else {
+                /* The pool ended it at its deadline: the read is stuck in the data dir. */
+                log_line(LOG_LEVEL_ERR, r, "VF health state read did not return", "error", error,
+                         NULL);
+                health_store_abandon_read(m->health, error);
+        }
+        health_write_finished(m);
+}
+
+/* Returns true when a read was started (or failed to start, and was abandoned). */
+static bool start_read(Manager *m)
+{
+        HealthRead *rd = NULL;
+        _cleanup_free_ char *error = NULL;
+        int r = health_store_begin_read(m->health, &rd);
+        if (r == 0)
+                return false;
+
+        ReadJob *j = r > 0 ? calloc(1, sizeof *j) : NULL;
+        if (j) {
+                j->read = rd;
+                WorkerJob job = {
+                    .key = HEALTH_JOB_KEY,
+                    .timeout = HEALTH_READ_TIMEOUT,
+                    .run = read_job_run,
+                    .done = on_read_done,
+                    .data = j,
+                    .free_data = read_job_free,
+                    .userdata = m,
+                };
+                r = worker_pool_submit(m->workers, &job, &error);
+                if (r >= 0) {
+                        m->health_writing = true;
+                        return true;
+                }
+                free(j);
+        } else
+                r = error_set_oom(&error);
+
+        /* Never read on the loop: a refused read counts as one that did not return. */
+        log_line(LOG_LEVEL_ERR, r, "VF health state read not started", "error", error, NULL);
+        health_read_free(rd);
+        health_store_abandon_read(m->health, error);
+        return true;
+}
+
 static void on_write_done(int r, void *data, const char *error, void *userdata)
 {
         Manager *m = userdata;
@@ -53,6 +163,11 @@ static int on_write_wanted(sd_event_source *s, void *userdata)
 
         if (m->health_writing)
                 return 0; /* the completion asks again */
+        if (start_read(m)) {
+                if (!m->health_writing)
+                        health_write_finished(m);
+                return 0;
+        }
         int r = health_store_begin_write(m->health, &w);
         if (r <= 0) {
                 /* Nothing left to write (a reload may have refused what was queued). */
@@ -70,7 +185,7 @@ static int on_write_wanted(sd_event_source *s, void *userdata)
                  * waits for it (HEALTH-20). Writes share a key so they never overlap.
                  */
                 WorkerJob job = {
-                    .key = "vf-health-write",
+                    .key = HEALTH_JOB_KEY,
                     .run = write_job_run,
                     .done = on_write_done,
                     .data = j,
@@ -88,18 +203,18 @@ static int on_write_wanted(sd_event_source *s, void *userdata)
 
         /*
          * The pool refused (every extra thread stuck on hardware). The write is already taken
-         * from the store and must be completed: do it here, which blocks the loop for one
-         * small file, rather than leave every caller waiting.
+         * from the store and must be completed, but never on the loop (decision 1): it fails
+         * before the rename, so its requests are refused and the error latched (HEALTH-20);
+         * a repair writes it again once the pool takes work.
          */
-        log_line(LOG_LEVEL_WARNING, r, "VF health state written on the event loop", "error", error,
-                 NULL);
-        (void)health_write_run(w);
+        log_line(LOG_LEVEL_WARNING, r, "VF health state write not started", "error", error, NULL);
+        health_write_set_failed(w, r, error);
         health_store_finish_write(m->health, w);
         health_write_finished(m);
         return 0;
 }
 
-void manager_health_write_wanted(HealthStore *s, void *userdata)
+void manager_health_io_wanted(HealthStore *s, void *userdata)
 {
         Manager *m = userdata;
         /* Not from inside the store's call: the loop starts the write right after it. */
@@ -153,39 +268,22 @@ void manager_schedule_repair(void *userdata)
 
 /* ---- reloads (HEALTH-22, HEALTH-32, CFG-8) --------------------------------------------------- */
 
+/* Both only queue a read; on_read_done() logs what it found. */
 int manager_on_health_poll(sd_event_source *s, uint64_t usec, void *userdata)
 {
         Manager *m = userdata;
-        _cleanup_free_ char *error = NULL;
-
-        int r = health_store_poll(m->health, &error);
-        if (r > 0)
-                log_line(LOG_LEVEL_NOTICE, 0, "VF health state reloaded after an external edit",
-                         NULL);
-        else if (r < 0)
-                log_line(LOG_LEVEL_ERR, r, "VF health state changed on disk and is invalid",
-                         "error", error, NULL);
-        if (r != 0) {
-                api_health_idle(&m->api);
-                manager_check_placement(m);
-        }
+        (void)health_store_poll(m->health, NULL);
         return manager_arm_timer(m, &m->health_poll_timer, HEALTH_POLL_INTERVAL,
                                  manager_on_health_poll);
 }
 
 void manager_health_reload(Manager *m)
 {
-        _cleanup_free_ char *error = NULL;
-        int r = health_store_reload(m->health, &error);
-        if (r > 0)
+        if (m->health_writing)
                 log_line(LOG_LEVEL_INFO, 0,
-                         "VF health state reload deferred until the write in flight ends", NULL);
-        else if (r == 0)
-                log_line(LOG_LEVEL_NOTICE, 0, "VF health state reloaded", NULL);
-        else
-                log_line(LOG_LEVEL_ERR, r, "VF health state reload failed", "error", error, NULL);
-        api_health_idle(&m->api);
-        manager_check_placement(m);
+                         "VF health state reload deferred until the read or write in flight ends",
+                         NULL);
+        (void)health_store_reload(m->health, NULL);
 }
 
 /* ---- set-up ---------------------------------------------------------------------------------- */
@@ -209,7 +307,7 @@ int manager_health_setup(Manager *m)
             .breaker_window = g->breaker.window,
             .breaker_max_quarantines = g->breaker.max_quarantines,
             .model_of = model_of,
-            .write_wanted = manager_health_write_wanted,
+            .io_wanted = manager_health_io_wanted,
             .userdata = m,
         };
 

@@ -49,10 +49,10 @@ typedef struct Manager {
         int data_dir_fd;
 
         sd_event *event;
-        Notifier *notifier; /* OPS-2 */
+        Notifier *notifier;                 /* OPS-2 */
         sd_event_source *signal_sources[3]; /* SIGTERM, SIGINT, SIGHUP */
         sd_event_source *reconcile_timer, *health_poll_timer, *shutdown_timer;
-        sd_event_source *health_write_defer, *repair_defer;
+        sd_event_source *health_write_defer, *repair_defer; /* health_write_defer: any I/O */
 
         WorkerPool *workers;
         NvmlClient *nvml;
@@ -65,8 +65,8 @@ typedef struct Manager {
 
         char *logged_disabled; /* the placement_disabled_reason last logged */
 
-        bool health_writing;
-        nsec_t last_repair; /* CLOCK_MONOTONIC */
+        bool health_writing; /* a health read or write job is on the pool */
+        nsec_t last_repair;  /* CLOCK_MONOTONIC */
 
         ManagerPhase phase;
         int exit_status;
@@ -92,7 +92,7 @@ int manager_run(Manager *m);
 
 /* manager-health.c */
 int manager_health_setup(Manager *m);
-void manager_health_write_wanted(HealthStore *s, void *userdata);
+void manager_health_io_wanted(HealthStore *s, void *userdata);
 void manager_schedule_repair(void *userdata);
 int manager_health_repair(Manager *m);
 int manager_on_health_poll(sd_event_source *s, uint64_t usec, void *userdata);

@@ -7,6 +7,11 @@
  * makes the two hard cases simple. A write that fails before its rename drops exactly the
  * requests it carried and applies the others again on top of disk; a file changed by hand is
  * loaded as the new disk and the pending requests are applied again on top of it.
+ *
+ * Disk I/O happens in two kinds of job that an owner runs on another thread: a HealthRead
+ * (stat, open, read and parse, for the 5 s check, SIGHUP and the retry of a failed load) and
+ * a HealthWrite (the fingerprint check, then the write). Each copies what it needs, so the
+ * store's thread only ever applies results.
  */
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -22,6 +27,22 @@ typedef struct Fingerprint {
         struct timespec mtim, ctim;
 } Fingerprint;
 
+/* What reading the file found (HEALTH-1, HEALTH-5), made on whichever thread read it. */
+typedef struct LoadResult {
+        Fingerprint fingerprint; /* taken just before the read */
+        HealthState *state;      /* NULL when the load failed */
+        int r;
+        char *error; /* the HEALTH-5 text when r < 0 */
+} LoadResult;
+
+struct HealthRead {
+        int data_dir_fd; /* borrowed from the store */
+        HealthReadKind kind;
+        Fingerprint expected; /* a CHECK reads only when the file differs from this */
+        bool loaded;          /* the file was read: result holds what was found */
+        LoadResult result;
+};
+
 typedef struct Pending {
         HealthOp *op;
         bool sticky;    /* load-time re-evaluation: kept even when its write fails (HEALTH-9) */
@@ -36,6 +57,9 @@ struct HealthWrite {
         int data_dir_fd; /* borrowed from the store */
         HealthState *state;
         bool sync_parent;
+        Fingerprint expected; /* the file as the store last saw it (HEALTH-22) */
+        bool changed;         /* it was not: nothing written, the file read into loaded */
+        LoadResult loaded;
 
         int r;
         char *error;
@@ -54,7 +78,10 @@ struct HealthStore {
         Pending *pending;
         bool write_requested;
         bool writing;
-        bool reload_requested;
+        bool read_requested;
+        HealthReadKind read_kind; /* while read_requested: the strongest reason asked for */
+        bool reading;
+        bool read_timed_out;     /* the last read did not return: mutations are refused at once */
         bool parent_sync_needed; /* an earlier fsync of data_dir failed (HEALTH-18) */
         Fingerprint fingerprint;
         char *load_error;
@@ -103,11 +130,36 @@ static bool fingerprint_equal(const Fingerprint *a, const Fingerprint *b)
                               timespec_equal(a->mtim, b->mtim) && timespec_equal(a->ctim, b->ctim));
 }
 
-static bool file_changed(const HealthStore *s)
+/* True when dirfd/path is not what expected describes (an unreadable inode counts). */
+static bool file_differs(int dirfd, const Fingerprint *expected)
 {
         Fingerprint now;
-        return fingerprint_read(s->data_dir_fd, HEALTH_FILE_PATH, &now) < 0 ||
-               !fingerprint_equal(&now, &s->fingerprint);
+        return fingerprint_read(dirfd, HEALTH_FILE_PATH, &now) < 0 ||
+               !fingerprint_equal(&now, expected);
+}
+
+/* Reads and parses the file; a missing one is an empty store (HEALTH-1). Any thread. */
+static void load_file(int dirfd, LoadResult *ret)
+{
+        LoadResult res = {0};
+        if (fingerprint_read(dirfd, HEALTH_FILE_PATH, &res.fingerprint) < 0)
+                res.fingerprint = (Fingerprint){0};
+        res.r = health_state_load_at(dirfd, HEALTH_FILE_PATH, &res.state, &res.error);
+        if (res.r == -ENOENT) {
+                free(res.error);
+                res.error = NULL;
+                res.r = health_state_new(&res.state);
+                if (res.r < 0)
+                        (void)error_set_oom(&res.error);
+        }
+        *ret = res;
+}
+
+static void load_result_done(LoadResult *res)
+{
+        res->state = health_state_free(res->state);
+        free(res->error);
+        res->error = NULL;
 }
 
 /* ---- latches (HEALTH-16) ------------------------------------------------------------------- */
@@ -189,6 +241,23 @@ static void complete(HealthStore *s, Pending *list, int r, const char *error)
         }
 }
 
+/* Completes the repairs that are not in flight: a successful load was all they asked for. */
+static void complete_repairs(HealthStore *s)
+{
+        Pending *done = NULL, **tail = &done;
+        for (Pending **pp = &s->pending; *pp;) {
+                Pending *p = *pp;
+                if (p->op->kind == HEALTH_REQUEST_REPAIR && !p->in_flight) {
+                        *pp = p->next;
+                        p->next = NULL;
+                        *tail = p;
+                        tail = &p->next;
+                } else
+                        pp = &p->next;
+        }
+        complete(s, done, 0, NULL);
+}
+
 /* ---- load ---------------------------------------------------------------------------------- */
 
 /*
@@ -198,16 +267,12 @@ static void complete(HealthStore *s, Pending *list, int r, const char *error)
  * -EAGAIN with that text in *error. Any other failure (out of memory after the load) is
  * -errno with its own text.
  */
-static int store_reload(HealthStore *s, const char *refusal, char **error)
+static int store_load(HealthStore *s, LoadResult *res, const char *refusal, char **error)
 {
-        Fingerprint fp = {0};
-        (void)fingerprint_read(s->data_dir_fd, HEALTH_FILE_PATH, &fp);
-
-        _cleanup_health_state_ HealthState *loaded = NULL;
-        _cleanup_free_ char *err = NULL;
-        int r = health_state_load_at(s->data_dir_fd, HEALTH_FILE_PATH, &loaded, &err);
-        if (r == -ENOENT && (r = health_state_new(&loaded)) < 0) /* HEALTH-1: an empty store */
-                (void)error_set_oom(&err);
+        Fingerprint fp = res->fingerprint;
+        _cleanup_health_state_ HealthState *loaded = TAKE_PTR(res->state);
+        _cleanup_free_ char *err = TAKE_PTR(res->error);
+        int r = res->r;
         if (r < 0) {
                 latch(&s->load_error, err);
                 update_unavailable(s);
@@ -235,6 +300,14 @@ static int store_reload(HealthStore *s, const char *refusal, char **error)
         s->fingerprint = fp;
         unlatch(&s->load_error);
         update_unavailable(s);
+        if (s->read_requested && s->read_kind == HEALTH_READ_RETRY)
+                s->read_requested = false; /* this load was the retry */
+        /* A repair queued behind the retry is done by it, unless a write error wants a write. */
+        if (!s->write_error)
+                complete_repairs(s);
+        /* Requests queued behind the retry are written on top of the new file. */
+        if (s->pending)
+                s->write_requested = true;
 
         /* HEALTH-8: load-time re-evaluation is a request of its own, first in line. */
         _cleanup_(health_op_freep) HealthOp *reevaluate = NULL;
@@ -256,6 +329,16 @@ static int store_reload(HealthStore *s, const char *refusal, char **error)
         if (r < 0)
                 return error_set(error, r, "apply VF health requests: %s", strerror(-r));
         return 0;
+}
+
+/* The start-up load, on the caller's thread. */
+static int store_reload(HealthStore *s, const char *refusal, char **error)
+{
+        LoadResult res;
+        load_file(s->data_dir_fd, &res);
+        int r = store_load(s, &res, refusal, error);
+        load_result_done(&res);
+        return r;
 }
 
 /* ---- writing (HEALTH-18, HEALTH-19) -------------------------------------------------------- */
@@ -285,6 +368,14 @@ static unsigned file_fsyncs(int r, WriteStep step)
 
 int health_write_run(HealthWrite *w)
 {
+        /* HEALTH-22: an edit made by hand is loaded before anything is written over it. */
+        if (file_differs(w->data_dir_fd, &w->expected)) {
+                w->changed = true;
+                load_file(w->data_dir_fd, &w->loaded);
+                w->r = 0;
+                return 0;
+        }
+
         _cleanup_free_ char *buf = NULL;
         size_t size;
         int r = health_state_format(w->state, &buf, &size);
@@ -330,10 +421,18 @@ unsigned health_write_fsyncs(const HealthWrite *w)
         return w->fsyncs;
 }
 
+void health_write_set_failed(HealthWrite *w, int r, const char *error)
+{
+        w->r = r;
+        w->renamed = false;
+        (void)error_set(&w->error, r, "%s", error);
+}
+
 HealthWrite *health_write_free(HealthWrite *w)
 {
         if (!w)
                 return NULL;
+        load_result_done(&w->loaded);
         health_state_free(w->state);
         free(w->error);
         free(w);
@@ -342,26 +441,24 @@ HealthWrite *health_write_free(HealthWrite *w)
 
 bool health_store_write_pending(const HealthStore *s)
 {
-        return s->write_requested && !s->writing && !s->load_error;
+        return s->write_requested && !s->writing && !s->reading && !s->load_error;
 }
 
 bool health_store_write_in_flight(const HealthStore *s)
 {
-        return s->writing;
+        return s->writing || s->reading;
 }
 
 int health_store_begin_write(HealthStore *s, HealthWrite **ret)
 {
-        if (s->writing || !s->write_requested)
+        /* Reads go first: a reload or a retried load decides what the write carries. */
+        if (s->writing || s->reading || s->read_requested || !s->write_requested)
                 return 0;
         /* HEALTH-17: a file that failed to load is never replaced. */
         if (s->load_error) {
                 s->write_requested = false;
                 return 0;
         }
-        /* HEALTH-22: an edit made by hand is loaded before anything is written over it. */
-        if (file_changed(s) && store_reload(s, CHANGED_INVALID, NULL) < 0)
-                return 0;
         if (!s->pending) {
                 s->write_requested = false;
                 return 0;
@@ -377,6 +474,7 @@ int health_store_begin_write(HealthStore *s, HealthWrite **ret)
         }
         w->data_dir_fd = s->data_dir_fd;
         w->sync_parent = s->parent_sync_needed;
+        w->expected = s->fingerprint;
         for (Pending *p = s->pending; p; p = p->next)
                 p->in_flight = true;
         s->writing = true;
@@ -392,6 +490,15 @@ static void finish_write(HealthStore *s, HealthWrite *w)
         Pending *carried;
 
         s->writing = false;
+        if (w->changed) {
+                /* Nothing written: the edited file is the new disk, and the requests the write
+                 * carried go into the next one on top of it, or are refused (HEALTH-23). */
+                for (Pending *p = s->pending; p; p = p->next)
+                        p->in_flight = false;
+                (void)store_load(s, &w->loaded, CHANGED_INVALID, NULL);
+                health_write_free(w);
+                return;
+        }
         if (w->parent_synced)
                 s->parent_sync_needed = false;
         else if (w->created_dir)
@@ -419,11 +526,6 @@ static void finish_write(HealthStore *s, HealthWrite *w)
                 s->write_r = 0;
         }
         update_unavailable(s);
-
-        if (s->reload_requested) {
-                s->reload_requested = false;
-                (void)store_reload(s, UNAVAILABLE, NULL);
-        }
         complete(s, carried, w->r, w->error);
         health_write_free(w);
 }
@@ -434,24 +536,120 @@ void health_store_finish_write(HealthStore *s, HealthWrite *w)
         kick(s);
 }
 
-/* Runs every queued write on the calling thread. */
+static int finish_read(HealthStore *s, HealthRead *rd, char **error);
+
+/* Runs every queued read and write on the calling thread. */
 static void flush(HealthStore *s)
 {
-        HealthWrite *w;
-        while (health_store_begin_write(s, &w) > 0) {
-                (void)health_write_run(w);
-                finish_write(s, w);
+        for (;;) {
+                HealthRead *rd;
+                HealthWrite *w;
+                if (health_store_begin_read(s, &rd) > 0) {
+                        health_read_run(rd);
+                        (void)finish_read(s, rd, NULL);
+                } else if (health_store_begin_write(s, &w) > 0) {
+                        (void)health_write_run(w);
+                        finish_write(s, w);
+                } else
+                        return;
         }
 }
 
 static void kick(HealthStore *s)
 {
-        if (!s->write_requested || s->writing || s->load_error)
+        if (s->writing || s->reading)
                 return;
-        if (s->options.write_wanted)
-                s->options.write_wanted(s, s->options.userdata);
+        if (!s->read_requested && !(s->write_requested && !s->load_error))
+                return;
+        if (s->options.io_wanted)
+                s->options.io_wanted(s, s->options.userdata);
         else
                 flush(s);
+}
+
+/* ---- reading (HEALTH-17, HEALTH-21, HEALTH-22, HEALTH-32) ---------------------------------- */
+
+int health_store_begin_read(HealthStore *s, HealthRead **ret)
+{
+        if (s->writing || s->reading || !s->read_requested)
+                return 0;
+        HealthRead *rd = calloc(1, sizeof *rd);
+        if (!rd)
+                return -ENOMEM;
+        *rd = (HealthRead){
+            .data_dir_fd = s->data_dir_fd,
+            .kind = s->read_kind,
+            .expected = s->fingerprint,
+        };
+        s->read_requested = false;
+        s->reading = true;
+        *ret = rd;
+        return 1;
+}
+
+void health_read_run(HealthRead *rd)
+{
+        if (rd->kind == HEALTH_READ_CHECK && !file_differs(rd->data_dir_fd, &rd->expected))
+                return;
+        rd->loaded = true;
+        load_file(rd->data_dir_fd, &rd->result);
+}
+
+HealthReadKind health_read_kind(const HealthRead *rd)
+{
+        return rd->kind;
+}
+
+HealthRead *health_read_free(HealthRead *rd)
+{
+        if (!rd)
+                return NULL;
+        load_result_done(&rd->result);
+        free(rd);
+        return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(HealthRead *, health_read_free);
+
+static int finish_read(HealthStore *s, HealthRead *rd, char **error)
+{
+        _cleanup_(health_read_freep) HealthRead *owned = rd;
+        s->reading = false;
+        s->read_timed_out = false;
+        if (!rd->loaded)
+                return 0;
+        int r = store_load(s, &rd->result,
+                           rd->kind == HEALTH_READ_CHECK ? CHANGED_INVALID : UNAVAILABLE, error);
+        return r < 0 ? r : 1;
+}
+
+int health_store_finish_read(HealthStore *s, HealthRead *rd, char **error)
+{
+        int r = finish_read(s, rd, error);
+        kick(s);
+        return r;
+}
+
+void health_store_abandon_read(HealthStore *s, const char *error)
+{
+        s->reading = false;
+        s->read_timed_out = true;
+        (void)error_set(&s->load_error, -EIO, "read VF health state: %s", error);
+        update_unavailable(s);
+
+        /* As a failed load does: queued requests are refused, memory is what it was. */
+        complete(s, take_pending(s, false, false), -EAGAIN, s->unavailable);
+        s->write_requested = false;
+        (void)rebuild_memory(s);
+        kick(s);
+}
+
+/* Queues a read of that kind; the next kick() starts it, before any write. */
+static void want_read(HealthStore *s, HealthReadKind kind)
+{
+        if (!s->read_requested || kind > s->read_kind)
+                s->read_kind = kind;
+        s->read_requested = true;
 }
 
 /* ---- lifetime ------------------------------------------------------------------------------ */
@@ -502,7 +700,7 @@ HealthStore *health_store_free(HealthStore *s)
 
 int health_store_load(HealthStore *s, char **error)
 {
-        if (s->writing)
+        if (s->writing || s->reading)
                 return error_set(error, -EBUSY, "VF health state write in flight");
 
         /* HEALTH-19: a temp file left by a crash is never the truth; remove it. */
@@ -515,7 +713,7 @@ int health_store_load(HealthStore *s, char **error)
         if (r < 0)
                 return r;
         kick(s);
-        if (s->write_error && !s->options.write_wanted)
+        if (s->write_error && !s->options.io_wanted)
                 return error_set(error, s->write_r, "%s", s->write_error);
         return 0;
 }
@@ -525,19 +723,6 @@ int health_store_load(HealthStore *s, char **error)
 static int refuse_unavailable(const HealthStore *s, char **error)
 {
         return error_set(error, -EAGAIN, "%s", health_store_unavailable_reason(s));
-}
-
-/*
- * Before a change: retry a latched load (HEALTH-17), or reload a file changed on disk
- * (HEALTH-22/23). Returns 1 after a reload, 0 when the file is as we left it.
- */
-static int check_disk(HealthStore *s, char **error)
-{
-        if (s->load_error)
-                return store_reload(s, UNAVAILABLE, error) < 0 ? -EAGAIN : 1;
-        if (!file_changed(s))
-                return 0;
-        return store_reload(s, CHANGED_INVALID, error) < 0 ? -EAGAIN : 1;
 }
 
 static int enqueue(HealthStore *s, HealthOp **op, HealthDone done, void *userdata, char **error)
@@ -565,13 +750,16 @@ static int enqueue(HealthStore *s, HealthOp **op, HealthDone done, void *userdat
 static int submit_repair(HealthStore *s, HealthOp **op, HealthDone done, void *userdata,
                          HealthResult *ret, char **error)
 {
-        /* HEALTH-21: a healthy store does no I/O at all. A load error never coexists with a
-         * write in flight: nothing is written while one is latched. */
+        /* HEALTH-21: a healthy store does no I/O at all. A latched load is retried by a read;
+         * the repair completes with it, and re-persists after it only if a write error is
+         * latched too. */
         if (s->load_error) {
-                int r = store_reload(s, UNAVAILABLE, error);
-                if (r < 0)
-                        return r;
-                kick(s);
+                want_read(s, HEALTH_READ_RETRY);
+                if (s->read_timed_out) {
+                        kick(s);
+                        return refuse_unavailable(s, error);
+                }
+                return enqueue(s, op, done, userdata, error);
         }
         if (!s->write_error) {
                 if (ret)
@@ -596,21 +784,23 @@ int health_store_submit(HealthStore *s, const HealthRequest *request, HealthDone
                 return submit_repair(s, &op, done, userdata, ret, error);
 
         /* HEALTH-11/13: what changes nothing needs no I/O, available or not. */
-        bool noop = health_op_is_noop(s->mem, op, &s->options, &res);
-        if (!noop && !s->writing) {
-                r = check_disk(s, error);
-                if (r < 0)
-                        return r;
-                if (r > 0)
-                        noop = health_op_is_noop(s->mem, op, &s->options, &res);
-        }
-        if (noop) {
+        if (health_op_is_noop(s->mem, op, &s->options, &res)) {
                 if (ret)
                         *ret = res;
                 return 0;
         }
         if (s->write_error)
                 return refuse_unavailable(s, error);
+        if (s->load_error) {
+                /* HEALTH-17: the load is retried first, and the change refused if it fails;
+                 * at once while the last read has not even returned. */
+                want_read(s, HEALTH_READ_RETRY);
+                if (s->read_timed_out) {
+                        kick(s);
+                        return refuse_unavailable(s, error);
+                }
+        }
+        /* The write compares the fingerprint before it writes (HEALTH-22). */
         return enqueue(s, &op, done, userdata, error);
 }
 
@@ -635,7 +825,7 @@ static void capture_done(HealthStore *s, int r, const HealthResult *result, cons
 int health_store_apply(HealthStore *s, const HealthRequest *request, HealthResult *ret,
                        char **error)
 {
-        if (s->writing)
+        if (s->writing || s->reading)
                 return error_set(error, -EBUSY, "VF health state write in flight");
 
         Capture c = {0};
@@ -715,28 +905,36 @@ int health_store_repair(HealthStore *s, char **error)
 
 /* ---- reloads ------------------------------------------------------------------------------- */
 
+/* A synchronous store runs the read it queued at once and returns finish_read()'s result. */
+static int read_now(HealthStore *s, HealthReadKind kind, char **error)
+{
+        want_read(s, kind);
+        if (s->options.io_wanted) {
+                kick(s);
+                return -EINPROGRESS;
+        }
+        HealthRead *rd;
+        int r = health_store_begin_read(s, &rd);
+        if (r <= 0)
+                return r == 0 ? -EINPROGRESS : error_set_oom(error);
+        health_read_run(rd);
+        return health_store_finish_read(s, rd, error);
+}
+
 int health_store_poll(HealthStore *s, char **error)
 {
-        if (s->writing || !file_changed(s))
-                return 0;
-        int r = store_reload(s, CHANGED_INVALID, error);
-        if (r < 0)
-                return r;
-        kick(s);
-        return 1;
+        if (s->writing)
+                return 0; /* the write compares the fingerprint itself */
+        int r = read_now(s, HEALTH_READ_CHECK, error);
+        return r == -EINPROGRESS ? 0 : r;
 }
 
 int health_store_reload(HealthStore *s, char **error)
 {
-        if (s->writing) {
-                s->reload_requested = true;
+        int r = read_now(s, HEALTH_READ_RELOAD, error);
+        if (r == -EINPROGRESS)
                 return 1;
-        }
-        int r = store_reload(s, UNAVAILABLE, error);
-        if (r < 0)
-                return r;
-        kick(s);
-        return 0;
+        return r < 0 ? r : 0;
 }
 
 /* ---- queries ------------------------------------------------------------------------------- */

@@ -14,8 +14,8 @@
  *  - HealthStore owns the file below a data_dir fd, the latched load and write errors
  *    (HEALTH-16/17), the on-disk fingerprint (HEALTH-22/23), the breaker options and the
  *    group-commit queue (HEALTH-20). It is not thread-safe: one thread (the event loop) owns
- *    it. The only part meant for another thread is health_write_run(), which touches nothing
- *    but the HealthWrite it is given.
+ *    it. The only parts meant for another thread are health_write_run() and health_read_run(),
+ *    which touch nothing but the HealthWrite or HealthRead they are given.
  *
  * Writing. A request changes memory at once (placement sees it) and joins the next write.
  * health_store_begin_write() hands out that write (a snapshot of memory), health_write_run()
@@ -24,8 +24,20 @@
  * failure after it keeps them; both latch the error. Requests that arrive while a write is in
  * flight go into the next one together.
  *
- * A store whose options have no write_wanted callback is synchronous: every call that queued
- * a write also runs it before returning. With a callback the owner drives begin/run/finish.
+ * Reading. After the start-up load the store never reads, stats or opens its file on the
+ * owner's thread (ARCHITECTURE.md decision 1). The 5 s check (HEALTH-32), SIGHUP's reload and
+ * the retry of a latched load (HEALTH-17, HEALTH-21) are reads: health_store_begin_read()
+ * hands one out, health_read_run() does it on a worker, health_store_finish_read() applies what
+ * it found, or health_store_abandon_read() records that it did not return in time (the store
+ * is then unavailable with that reason, HEALTH-16). A write compares the fingerprint itself,
+ * on its worker, before touching the file (HEALTH-22): when the file changed it reads it
+ * instead of writing, and finish_write() loads it and queues the write again on top of it.
+ * One read or write is in flight at a time; meanwhile memory, the latches and every query
+ * answer from the last state.
+ *
+ * A store whose options have no io_wanted callback is synchronous: every call that queued
+ * a read or a write also runs it before returning. With a callback the owner drives
+ * begin/run/finish.
  * The health_store_<verb>() convenience functions run the write themselves either way; on an
  * asynchronous store they refuse with -EBUSY while a write is in flight.
  *
@@ -167,7 +179,7 @@ typedef struct HealthOptions {
          * health_store_begin_write() soon (from its loop, not from inside this callback).
          * NULL makes the store synchronous.
          */
-        void (*write_wanted)(HealthStore *s, void *userdata);
+        void (*io_wanted)(HealthStore *s, void *userdata);
         void *userdata;
 } HealthOptions;
 
@@ -194,11 +206,11 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HealthStore *, health_store_free);
 #define _cleanup_health_store_ _cleanup_(health_store_freep)
 
 /*
- * Start-up load (GEN-10): removes a leftover temp file (HEALTH-19), loads the file (a missing
- * one is an empty store), re-evaluates thresholds and re-persists (HEALTH-8/9). A load error
- * is latched and returned; a failed re-persist keeps the re-evaluated quarantines in memory,
- * latches the write error and returns it (synchronous stores only: an asynchronous store
- * queues that write).
+ * Start-up load (GEN-10), the one read made on the caller's thread: removes a leftover temp file
+ * (HEALTH-19), loads the file (a missing one is an empty store), re-evaluates thresholds and
+ * re-persists (HEALTH-8/9). A load error is latched and returned; a failed re-persist keeps the
+ * re-evaluated quarantines in memory, latches the write error and returns it (synchronous stores
+ * only: an asynchronous store queues that write).
  */
 int health_store_load(HealthStore *s, char **error);
 
@@ -293,20 +305,28 @@ int health_store_repair(HealthStore *s, char **error);
 
 /* ---- the write cycle (HEALTH-18..20) ------------------------------------------------------- */
 
-/* A write is queued and none is in flight. */
+/* A write is queued and no read or write is in flight. */
 bool health_store_write_pending(const HealthStore *s);
+/* A read or a write is in flight. */
 bool health_store_write_in_flight(const HealthStore *s);
 
 /*
- * Takes every queued request into one write. Checks the fingerprint first (HEALTH-22): a file
- * changed on disk is reloaded and the queued requests are applied on top of it, or refused
- * with the HEALTH-23 text if it no longer loads. Returns 0 when there is nothing to write, or
- * 1 with the write in *ret.
+ * Takes every queued request into one write. Returns 0 when there is nothing to write (or a
+ * read is queued or in flight: reads go first), or 1 with the write in *ret.
  */
 int health_store_begin_write(HealthStore *s, HealthWrite **ret);
 
-/* The blocking part: create gpu/, write the temp file, fsync, rename, fsync. Any thread. */
+/*
+ * The blocking part, on any thread. First compares the file with the fingerprint the store
+ * last saw (HEALTH-22); when it differs it reads the file and writes nothing, and
+ * finish_write() loads what it read and applies the queued requests on top of it, or refuses
+ * them with the HEALTH-23 text if it no longer loads. Otherwise: create gpu/, write the temp
+ * file, fsync, rename, fsync.
+ */
 int health_write_run(HealthWrite *w);
+
+/* Marks a write that never ran (the worker pool refused it) as failed before the rename. */
+void health_write_set_failed(HealthWrite *w, int r, const char *error);
 
 /* fsync() calls the write made, for benchmarks (the floor is two). */
 unsigned health_write_fsyncs(const HealthWrite *w);
@@ -316,16 +336,58 @@ void health_store_finish_write(HealthStore *s, HealthWrite *w);
 
 HealthWrite *health_write_free(HealthWrite *w);
 
-/* ---- reloads (HEALTH-22, HEALTH-32) -------------------------------------------------------- */
+/* ---- reads (HEALTH-17, HEALTH-21, HEALTH-22, HEALTH-32) ------------------------------------- */
+
+/* A read does not return within this: the store is unavailable until it does (HEALTH-16). */
+#define HEALTH_READ_TIMEOUT (5 * NSEC_PER_SEC)
+
+typedef struct HealthRead HealthRead;
+
+typedef enum HealthReadKind {
+        HEALTH_READ_CHECK,  /* the 5 s poll: read only when the fingerprint differs */
+        HEALTH_READ_RETRY,  /* a latched load error: read again (HEALTH-17, HEALTH-21) */
+        HEALTH_READ_RELOAD, /* SIGHUP: read unconditionally */
+} HealthReadKind;
 
 /*
- * The 5 s timer (HEALTH-32): compares the file with the fingerprint and reloads it when it
- * differs. Returns 1 after a reload, 0 when nothing changed or a write is in flight (the next
- * write checks), or the reload error.
+ * Takes the queued read, if any: 1 with it in *ret, or 0 when none is queued or a read or
+ * write is in flight. Reads queued for several reasons become one, of the strongest kind.
+ */
+int health_store_begin_read(HealthStore *s, HealthRead **ret);
+
+/* The blocking part (stat, open, read, parse), on any thread. */
+void health_read_run(HealthRead *rd);
+
+HealthReadKind health_read_kind(const HealthRead *rd);
+
+/*
+ * Applies what the read found and takes ownership of rd. Returns 1 when the file was loaded,
+ * 0 when it was unchanged (a CHECK), or -EAGAIN when it failed to load (the load error is
+ * latched and the queued requests are refused), with the error in *error.
+ */
+int health_store_finish_read(HealthStore *s, HealthRead *rd, char **error);
+
+/*
+ * The read in flight did not return (the worker pool ended it, at HEALTH_READ_TIMEOUT, or
+ * refused it): latches error as the load error, so the store is unavailable with it
+ * (HEALTH-16), refuses the queued requests, and from then on refuses mutations at once until a
+ * read completes. The read may still be running; its HealthRead is no longer the store's.
+ */
+void health_store_abandon_read(HealthStore *s, const char *error);
+
+HealthRead *health_read_free(HealthRead *rd);
+
+/*
+ * The 5 s timer (HEALTH-32): queues a CHECK. On a synchronous store it runs at once and the
+ * result is health_store_finish_read()'s; on an asynchronous one it returns 0.
  */
 int health_store_poll(HealthStore *s, char **error);
 
-/* SIGHUP: reloads unconditionally. Returns 1 when deferred until the write in flight ends. */
+/*
+ * SIGHUP: queues a RELOAD, made before any further write. Synchronous store: the result of
+ * health_store_finish_read(). Asynchronous store: 1 (queued; deferred while a write is in
+ * flight).
+ */
 int health_store_reload(HealthStore *s, char **error);
 
 /* ---- queries (HEALTH-16, API-10, MET-*) ---------------------------------------------------- */

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -341,6 +342,182 @@ def check_hangs(c, d):
     ok(d.alive(), "API-16: vgpud survived the hangs")
 
 
+# ---- HEALTH-16, HEALTH-21, HEALTH-22, HEALTH-32: a hung data directory ------------------------
+
+# What the store shows once a read of its file has not returned (HEALTH-16).
+READ_STALLED = "VF health state unavailable: read VF health state: timed out after 5s"
+
+
+def sample_answers(c, paths, seconds, interval=0.1):
+    """GETs each path every interval for seconds; returns (every status was 200, the slowest
+    answer in seconds, the first bad status)."""
+    worst, bad = 0.0, None
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for path in paths:
+            status, took = timed_get(c, path)
+            worst = max(worst, took)
+            if status != 200 and bad is None:
+                bad = (path, status)
+        time.sleep(interval)
+    return bad is None, worst, bad
+
+
+def health_reason(c):
+    h = c.get("/gpu/health").json()
+    return None if h["available"] else h.get("unavailable_reason")
+
+
+def wait_available(c, timeout=20):
+    return poll(lambda: health_reason(c) is None, timeout, 0.1)
+
+
+PATHS = ["/healthz", "/resources", "/gpu/health"]
+
+
+def check_poll_hang(c, d, mixed_vfs):
+    paths = PATHS
+    now = int(time.time())
+    with open(HEALTH_FILE) as f:
+        doc = json.load(f)
+    hand = {"vf_address": mixed_vfs[9], "quarantined_at": stamp(now), "reason": "hand edit",
+            "source": "operator"}
+
+    # HEALTH-32, decision 1: the 5 s poll finds a hand edit and its read hangs.
+    try:
+        sim_ctl("fault read data/* hang")
+        edited = dict(doc, records=sorted(doc["records"] + [hand],
+                                          key=lambda r: r["vf_address"]))
+        write_health_file(edited)  # create, write and rename: no read under data/
+        ok(poll(lambda: sim_state()["operations_delayed"] >= 1, 10, 0.05),
+           "HEALTH-32: the 5 s poll reads the edited file and the read hangs")
+        good, worst, bad = sample_answers(c, paths, 3.0)
+        ok(good and worst < ANSWER_BOUND,
+           "HEALTH-32, API-16, decision 1: with the poll's read hung, GET /healthz, /resources "
+           "and /gpu/health answer (slowest %.1f ms)" % (worst * 1000), bad)
+        print("# hung poll read: slowest answer %.1f ms" % (worst * 1000))
+        ok(poll(lambda: health_reason(c) == READ_STALLED, 10, 0.1),
+           "HEALTH-16: a read that does not return makes the store unavailable: '%s'"
+           % READ_STALLED, c.get("/gpu/health").json())
+        eq(gpu_body(c).get("placement_disabled_reason"), READ_STALLED,
+           "HEALTH-16, API-5: /resources shows that reason")
+    finally:
+        sim_ctl("clear-faults")
+    ok(wait_available(c), "HEALTH-22: the read returns and the edit loads once the fault "
+       "is cleared", c.get("/gpu/health").json())
+    recs = {r["vf_address"]: r for r in c.get("/gpu/health").json()["records"]}
+    ok(recs.get(mixed_vfs[9], {}).get("reason") == "hand edit",
+       "HEALTH-22: the hand edit is what the store holds afterwards", recs)
+    r = c.request("DELETE", "/gpu/vfs/%s/quarantine" % mixed_vfs[9])
+    eq(r.status, 200, "API-18: clearing the hand-edited quarantine")
+
+
+def check_sighup_hang(c, d):
+    # CFG-8, HEALTH-22: SIGHUP's reload with every open under data/ hung.
+    paths = PATHS
+    # The reload's read is abandoned at its deadline; a repair's retry loads the file then.
+    reloaded = r"<5>VF health state (reloaded|loaded again)"
+    reloads = log_count(d, reloaded)
+    try:
+        sim_ctl("fault open data/* hang")
+        d.proc.send_signal(signal.SIGHUP)
+        ok(poll(lambda: sim_state()["operations_delayed"] >= 1, 10, 0.05),
+           "CFG-8: SIGHUP's reload opens the file and the open hangs")
+        good, worst, bad = sample_answers(c, paths, 3.0)
+        ok(good and worst < ANSWER_BOUND,
+           "CFG-8, API-16, decision 1: with SIGHUP's open hung, GET /healthz, /resources and "
+           "/gpu/health answer (slowest %.1f ms)" % (worst * 1000), bad)
+        print("# hung SIGHUP open: slowest answer %.1f ms" % (worst * 1000))
+        ok(poll(lambda: health_reason(c) == READ_STALLED, 10, 0.1),
+           "HEALTH-16: the hung reload makes the store unavailable with a reason",
+           c.get("/gpu/health").json())
+    finally:
+        sim_ctl("clear-faults")
+    ok(wait_available(c) and poll(lambda: log_count(d, reloaded) > reloads, 10, 0.1),
+       "CFG-8: the reload completes once the fault is cleared", c.get("/gpu/health").json())
+
+
+def check_repair_delay(c):
+    # HEALTH-21: reads schedule repairs of a corrupt file; those reads are slow, and the reads
+    # that asked for them are not.
+    with open(HEALTH_FILE) as f:
+        good_text = f.read()
+    try:
+        with open(HEALTH_FILE + ".test", "w") as f:
+            f.write("{not json\n")
+        os.replace(HEALTH_FILE + ".test", HEALTH_FILE)
+        ok(poll(lambda: (health_reason(c) or "").startswith(
+            "VF health state unavailable: unmarshal VF health state: "), 10, 0.1),
+           "HEALTH-5, HEALTH-32: the poll loads the corrupt file and latches the error",
+           c.get("/gpu/health").json())
+        sim_ctl("fault read data/* delay:1500")
+        good, worst, bad = sample_answers(c, ["/resources"], 5.0, 0.2)
+        ok(good and worst < ANSWER_BOUND,
+           "HEALTH-21, API-16: with every repair's read delayed 1.5 s, GET /resources answers "
+           "(slowest %.1f ms)" % (worst * 1000), bad)
+        print("# delayed repair reads: slowest /resources %.1f ms" % (worst * 1000))
+        ok(poll(lambda: sim_state()["operations_delayed"] >= 1, 5, 0.05),
+           "HEALTH-21: the repairs do read the file")
+    finally:
+        sim_ctl("clear-faults")
+        with open(HEALTH_FILE + ".test", "w") as f:
+            f.write(good_text)
+        os.replace(HEALTH_FILE + ".test", HEALTH_FILE)
+    ok(wait_available(c), "HEALTH-21: a repair loads the good file again",
+       c.get("/gpu/health").json())
+
+
+def check_data_all_hung(c, d, mixed_vfs):
+    """Issue 10's "must show": hang faults on every data/ operation and a notify socket nobody
+    reads; /healthz and /resources answer throughout (decision 1, API-16, OPS-2)."""
+    ops = ["read", "write", "open", "fsync", "rename"]
+    results = {}
+
+    def quarantine(vf):
+        try:
+            r = c.request("POST", "/gpu/vfs/%s/quarantine" % vf, {"reason": "hung disk"})
+            results[vf] = r.status
+        except Exception as e:  # noqa: BLE001 (reported below)
+            results[vf] = "%s: %s" % (type(e).__name__, e)
+
+    vfs = mixed_vfs[10:22]
+    threads = []
+    d.draining.clear()
+    try:
+        for op in ops:
+            sim_ctl("fault %s data/* hang" % op)
+        # Each quarantine changes placement at once (HEALTH-20) and sends STATUS=; the first
+        # write hangs and the rest wait for it.
+        for vf in vfs:
+            t = threading.Thread(target=quarantine, args=(vf,), daemon=True)
+            t.start()
+            threads.append(t)
+        d.proc.send_signal(signal.SIGHUP)
+        ok(poll(lambda: sim_state()["operations_delayed"] >= 1, 10, 0.05),
+           "decision 1: a health write is held by the hung data directory")
+        good, worst, bad = sample_answers(c, ["/healthz", "/resources"], 8.0, 0.05)
+        ok(good and worst < ANSWER_BOUND,
+           "decision 1, API-16, OPS-2: every data/ operation hung and the notify socket unread: "
+           "/healthz and /resources answer throughout (slowest %.1f ms)" % (worst * 1000), bad)
+        print("# every data/ operation hung, notify unread: slowest answer %.1f ms"
+              % (worst * 1000))
+        eq(gpu_body(c)["quarantined_slots"] >= len(vfs), True,
+           "HEALTH-20: placement sees the pending quarantines at once")
+    finally:
+        sim_ctl("clear-faults")
+        d.draining.set()
+    for t in threads:
+        t.join(30)
+    eq(results, {vf: 200 for vf in vfs},
+       "HEALTH-20, HEALTH-25: the held quarantines are durable and answered once the disk "
+       "returns")
+    ok(wait_available(c), "HEALTH-22: the deferred SIGHUP reload completes",
+       c.get("/gpu/health").json())
+    for vf in vfs:
+        c.request("DELETE", "/gpu/vfs/%s/quarantine" % vf)
+    eq(gpu_body(c)["quarantined_slots"], 0, "API-18: the quarantines are cleared again")
+
+
 # ---- DISC-7, PLACE-21: an mdev host -------------------------------------------------------------
 
 
@@ -450,6 +627,10 @@ def run_l40s(work, secret, daemons):
     run_group("sighup", lambda: check_sighup_config(c, d, config))
     run_group("breaker", lambda: check_breaker(c, d, mixed))
     run_group("hangs", lambda: check_hangs(c, d))
+    run_group("poll-hang", lambda: check_poll_hang(c, d, mixed))
+    run_group("sighup-hang", lambda: check_sighup_hang(c, d))
+    run_group("repair-delay", lambda: check_repair_delay(c))
+    run_group("data-all-hung", lambda: check_data_all_hung(c, d, mixed))
     daemons.remove(d)
     stop(d, " (faults)")
 

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -204,6 +205,10 @@ def timed_get(c, path, timeout=2.0):
 
 
 class Daemon:
+    """A vgpud process. Its notify socket is drained continuously by a reader thread, so a
+    long test never fills its queue (OPS-2); a test that wants the socket left unread clears
+    draining and sets it again when done."""
+
     def __init__(self, work, name, config, extra_args=(), extra_env=None):
         self.log_path = os.path.join(work, name + ".log")
         self.notify_path = os.path.join(work, name + ".notify")
@@ -211,6 +216,10 @@ class Daemon:
         self.notify.bind(self.notify_path)
         self.notify.setblocking(False)
         self.messages = []
+        self.draining = threading.Event()
+        self.draining.set()
+        self.notify_lock = threading.Lock()
+        self.closing = threading.Event()
         env = dict(os.environ)
         env["VGPU_SIM_CONTROL"] = CTL
         env["NOTIFY_SOCKET"] = self.notify_path
@@ -219,13 +228,23 @@ class Daemon:
         self.proc = subprocess.Popen([VGPUD, "--config", config] + list(extra_args),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self.log, env=env)
+        self.reader = threading.Thread(target=self._drain, daemon=True)
+        self.reader.start()
+
+    def _drain(self):
+        while not self.closing.is_set():
+            if self.draining.is_set():
+                self.read_notify()
+            self.closing.wait(0.05)
 
     def read_notify(self):
-        while True:
-            try:
-                self.messages.append(self.notify.recv(4096).decode())
-            except BlockingIOError:
-                return self.messages
+        with self.notify_lock:
+            while self.notify.fileno() >= 0:
+                try:
+                    self.messages.append(self.notify.recv(4096).decode())
+                except BlockingIOError:
+                    break
+            return self.messages
 
     def alive(self):
         return self.proc.poll() is None
@@ -238,6 +257,8 @@ class Daemon:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             rc = self.proc.wait()
+        self.closing.set()
+        self.reader.join()
         if self.notify.fileno() >= 0:
             self.read_notify()
             self.notify.close()

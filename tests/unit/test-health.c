@@ -1437,6 +1437,15 @@ static HealthWrite *begin(Fixture *fx)
         return w;
 }
 
+/* Runs the read the store queued, as the owner's worker would: finish_read()'s result. */
+static int run_read(Fixture *fx)
+{
+        HealthRead *rd = NULL;
+        assert_int_equal(health_store_begin_read(fx->store, &rd), 1);
+        health_read_run(rd);
+        return health_store_finish_read(fx->store, rd, NULL);
+}
+
 static void *run_write_thread(void *w)
 {
         health_write_run(w);
@@ -1450,7 +1459,7 @@ static void test_group_commit(void **state)
         Completion c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0};
 
         fx->options.threshold = 1;
-        fx->options.write_wanted = on_write_wanted;
+        fx->options.io_wanted = on_write_wanted;
         open_store(fx);
         io_reset();
 
@@ -1506,7 +1515,7 @@ static void test_group_commit_rollback(void **state)
         Completion c1 = {0}, c2 = {0}, c3 = {0};
 
         fx->options.threshold = 2;
-        fx->options.write_wanted = on_write_wanted;
+        fx->options.io_wanted = on_write_wanted;
         open_store(fx);
 
         /* VF1: A rides in w1; B and VF2's C wait for w2. B quarantines, counting A. */
@@ -1553,7 +1562,7 @@ static void test_group_commit_failure_after_rename(void **state)
         Completion c1 = {0}, c2 = {0};
 
         fx->options.threshold = 1;
-        fx->options.write_wanted = on_write_wanted;
+        fx->options.io_wanted = on_write_wanted;
         open_store(fx);
         assert_int_equal(submit(fx, VF1, "A", &c1), 1);
         HealthWrite *w1 = begin(fx);
@@ -1619,12 +1628,21 @@ static void test_hand_edit_before_async_write(void **state)
         Completion c = {0};
 
         fx->options.threshold = 1;
-        fx->options.write_wanted = on_write_wanted;
+        fx->options.io_wanted = on_write_wanted;
         open_store(fx);
         assert_int_equal(submit(fx, VF1, "a", &c), 1);
         put_file(fx, "{\"version\": 1, \"records\": [{\"vf_address\": \"0000:e3:00.5\", "
                      "\"quarantined_at\": \"2026-09-02T19:00:00Z\"}]}");
+        /* The write finds the edit on its worker, reads it instead of writing, and the
+         * request goes into the next write on top of it. */
         HealthWrite *w = begin(fx);
+        io_reset();
+        assert_int_equal(health_write_run(w), 0);
+        assert_int_equal(io.renames, 0);
+        health_store_finish_write(fx->store, w);
+        assert_false(c.done);
+        assert_true(health_store_is_quarantined(fx->store, VF2));
+        w = begin(fx);
         assert_int_equal(health_write_run(w), 0);
         health_store_finish_write(fx->store, w);
         assert_int_equal(c.r, 0);
@@ -1661,12 +1679,13 @@ static void test_invalid_hand_edit_is_refused(void **state)
         /* A queued asynchronous request meets the same refusal at its write. */
         Completion c = {0};
         put_file(fx, "{\"version\": 1, \"records\": []}");
-        fx->options.write_wanted = on_write_wanted;
+        fx->options.io_wanted = on_write_wanted;
         open_store(fx);
         assert_int_equal(submit(fx, VF3, "c", &c), 1);
         put_file(fx, invalid);
-        HealthWrite *w = NULL;
-        assert_int_equal(health_store_begin_write(fx->store, &w), 0);
+        HealthWrite *w = begin(fx);
+        assert_int_equal(health_write_run(w), 0);
+        health_store_finish_write(fx->store, w);
         assert_true(c.done);
         assert_int_equal(c.r, -EAGAIN);
         assert_string_equal(c.error, "VF health state changed on disk and is invalid: validate VF "
@@ -1684,7 +1703,7 @@ static void test_poll_and_reload(void **state)
         Completion c = {0};
 
         fx->options.threshold = 1;
-        fx->options.write_wanted = on_write_wanted;
+        fx->options.io_wanted = on_write_wanted;
         open_store(fx);
         assert_int_equal(health_store_apply(fx->store,
                                             &(HealthRequest){.kind = HEALTH_REQUEST_FAILURE,
@@ -1693,35 +1712,111 @@ static void test_poll_and_reload(void **state)
                                             NULL, NULL),
                          0);
 
-        /* Unchanged: a stat, no read. */
+        /* The poll only queues a read (decision 1); unchanged: a stat on the worker, no read. */
         io_reset();
         assert_int_equal(health_store_poll(fx->store, NULL), 0);
+        assert_int_equal(io_total(), 0);
+        assert_int_equal(run_read(fx), 0);
         assert_int_equal(io.stats, 1);
         assert_int_equal(io.opens, 0);
 
         put_file(fx, "{\"version\": 1, \"records\": []}");
-        assert_int_equal(health_store_poll(fx->store, NULL), 1);
+        assert_int_equal(health_store_poll(fx->store, NULL), 0);
+        assert_true(health_store_is_quarantined(fx->store, VF1)); /* the last state until read */
+        assert_int_equal(run_read(fx), 1);
         assert_false(health_store_is_quarantined(fx->store, VF1));
         assert_int_equal(health_store_poll(fx->store, NULL), 0);
+        assert_int_equal(run_read(fx), 0);
 
-        /* While a write is in flight, the poll waits and SIGHUP is deferred to its end. */
+        /* While a write is in flight, the poll waits and SIGHUP is deferred to its end. The
+         * write itself finds the edit, so it is loaded and the request written on top. */
         assert_int_equal(submit(fx, VF2, "b", &c), 1);
         HealthWrite *w = begin(fx);
         put_file(fx, "{\"version\": 1, \"records\": [{\"vf_address\": \"0000:e3:00.6\", "
                      "\"quarantined_at\": \"2026-09-02T19:00:00Z\"}]}");
         assert_int_equal(health_store_poll(fx->store, NULL), 0);
         assert_int_equal(health_store_reload(fx->store, NULL), 1);
+        HealthRead *rd = NULL;
+        assert_int_equal(health_store_begin_read(fx->store, &rd), 0);
+        assert_int_equal(health_write_run(w), 0);
+        health_store_finish_write(fx->store, w);
+        assert_false(c.done);
+        assert_int_equal(run_read(fx), 1); /* SIGHUP's, before the next write */
+        w = begin(fx);
         assert_int_equal(health_write_run(w), 0);
         health_store_finish_write(fx->store, w);
         assert_int_equal(c.r, 0);
-        /* Our write replaced the edit (it raced with it), and the deferred reload read ours. */
         assert_true(health_store_is_quarantined(fx->store, VF2));
-        assert_false(health_store_is_quarantined(fx->store, VF3));
+        assert_true(health_store_is_quarantined(fx->store, VF3));
+        assert_disk_matches_memory(fx);
 
-        /* SIGHUP with nothing in flight reloads at once, even an unchanged file. */
+        /* SIGHUP with nothing in flight reads even an unchanged file, on the worker. */
         io_reset();
-        assert_int_equal(health_store_reload(fx->store, NULL), 0);
+        assert_int_equal(health_store_reload(fx->store, NULL), 1);
+        assert_int_equal(io_total(), 0);
+        assert_int_equal(run_read(fx), 1);
         assert_true(io.opens >= 1);
+}
+
+/*
+ * Decision 1, HEALTH-16, HEALTH-17, HEALTH-21: on an asynchronous store nothing touches the
+ * file on the owner's thread; a read that does not return makes the store unavailable with a
+ * reason, refuses what waited for it, and the next read that returns clears it.
+ */
+static void test_async_reads_off_the_owner(void **state)
+{
+        Fixture *fx = *state;
+        Completion c = {0}, c2 = {0};
+        _cleanup_free_ char *error = NULL;
+
+        fx->options.threshold = 1;
+        fx->options.io_wanted = on_write_wanted;
+        put_file(fx, "{");
+        assert_int_equal(health_store_new(fx->fd, &fx->options, &fx->store), 0);
+        assert_int_equal(health_store_load(fx->store, NULL), -EAGAIN);
+
+        /* A repair and a mutation with a load error latched: both wait for one read. */
+        io_reset();
+        assert_int_equal(health_store_submit(fx->store,
+                                             &(HealthRequest){.kind = HEALTH_REQUEST_REPAIR},
+                                             on_done, &c, NULL, NULL),
+                         1);
+        assert_int_equal(submit(fx, VF1, "a", &c2), 1);
+        assert_int_equal(io_total(), 0);
+        assert_true(fx->write_wanted >= 1);
+
+        /* The read does not return: the store says why and refuses what waited. */
+        HealthRead *stuck = NULL;
+        assert_int_equal(health_store_begin_read(fx->store, &stuck), 1);
+        assert_int_equal(health_read_kind(stuck), HEALTH_READ_RETRY);
+        health_store_abandon_read(fx->store, "timed out after 5s");
+        assert_string_equal(
+            health_store_unavailable_reason(fx->store),
+            "VF health state unavailable: read VF health state: timed out after 5s");
+        assert_true(c.done && c2.done);
+        assert_int_equal(c2.r, -EAGAIN);
+        assert_string_equal(
+            c2.error, "VF health state unavailable: read VF health state: timed out after 5s");
+        assert_false(health_store_is_quarantined(fx->store, VF1));
+
+        /* Meanwhile a mutation is refused at once, and asks for another read. */
+        assert_int_equal(health_store_report_failure(fx->store, VF2, "b", "t", "m", NULL, &error),
+                         -EAGAIN);
+        assert_string_equal(
+            error, "VF health state unavailable: read VF health state: timed out after 5s");
+
+        /* The disk comes back: the next read loads the file and clears the latch. */
+        put_file(fx, "{\"version\": 1, \"records\": []}");
+        assert_int_equal(run_read(fx), 1);
+        assert_null(health_store_unavailable_reason(fx->store));
+        health_read_free(stuck); /* the abandoned read returns late: its result is not used */
+        Completion c3 = {0};
+        assert_int_equal(submit(fx, VF3, "c", &c3), 1);
+        HealthWrite *w = begin(fx);
+        assert_int_equal(health_write_run(w), 0);
+        health_store_finish_write(fx->store, w);
+        assert_int_equal(c3.r, 0);
+        assert_disk_matches_memory(fx);
 }
 
 /* ---- operator actions ---------------------------------------------------------------------- */
@@ -1986,7 +2081,7 @@ static void test_bad_requests(void **state)
         _cleanup_free_ char *error = NULL;
         HealthResult res;
 
-        fx->options.write_wanted = on_write_wanted;
+        fx->options.io_wanted = on_write_wanted;
         open_store(fx);
         assert_int_equal(health_store_submit(fx->store,
                                              &(HealthRequest){.kind = HEALTH_REQUEST_REEVALUATE},
@@ -2077,6 +2172,7 @@ int main(void)
             T(test_hand_edit_before_async_write),
             T(test_invalid_hand_edit_is_refused),
             T(test_poll_and_reload),
+            T(test_async_reads_off_the_owner),
             T(test_operator_quarantine_clear_drain),
             T(test_breaker_trip_count),
             T(test_breaker_window),

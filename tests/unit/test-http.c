@@ -1576,8 +1576,8 @@ static void test_body_refused(void **state) /* API-15, REL-7 */
             "GET /public HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n",
             "GET /public HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n",
             "GET /public HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
-            "GET /release HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            "Content-Length: 100\r\n\r\n",
+            ("GET /release HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: 100\r\n\r\n"),
         };
         for (size_t i = 0; i < ELEMENTSOF(requests); i++)
                 for (int unix_socket = 0; unix_socket <= 1; unix_socket++) {
