@@ -662,6 +662,34 @@ static void test_fault_data(void **state)
         assert_int_equal(rmdir(dir), 0);
 }
 
+/* A data/ file replaced while open: libfuse passes no path for it (hard_remove). */
+static void test_data_replaced_while_open(void **state)
+{
+        /* SIM-12, SIM-14: the read is answered from the handle, and no fault glob names it */
+        SimTest *t = *state;
+        _cleanup_free_ char *dir = st_path(t, "data/gpu");
+        _cleanup_free_ char *file = st_path(t, "data/gpu/open.json");
+        _cleanup_free_ char *next = st_path(t, "data/gpu/open.json.next");
+        assert_true(mkdir(dir, 0755) == 0 || errno == EEXIST);
+        _cleanup_close_ int w = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        assert_true(w >= 0);
+        assert_int_equal(write(w, "old\n", 4), 4);
+        _cleanup_close_ int fd = open(file, O_RDONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        _cleanup_close_ int w2 = open(next, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        assert_true(w2 >= 0);
+        assert_int_equal(write(w2, "new\n", 4), 4);
+        assert_int_equal(rename(next, file), 0);
+
+        assert_int_equal(st_ctl(t, "fault read data/* EIO"), 0);
+        char buf[8] = {0};
+        assert_int_equal(pread(fd, buf, sizeof buf - 1, 0), 4); /* no path, so no fault */
+        assert_string_equal(buf, "old\n");
+        assert_int_equal(st_ctl(t, "clear-faults"), 0);
+        assert_int_equal(unlink(file), 0);
+        assert_int_equal(rmdir(dir), 0);
+}
+
 /* ---- control (SIM-14) --------------------------------------------------------------------------
  */
 
@@ -842,6 +870,7 @@ int main(void)
             cmocka_unit_test_teardown(test_fault_delay, st_reset),
             cmocka_unit_test_teardown(test_fault_hang, st_reset),
             cmocka_unit_test_teardown(test_fault_data, st_reset),
+            cmocka_unit_test_teardown(test_data_replaced_while_open, st_reset),
             cmocka_unit_test_teardown(test_mode_switch, st_reset),
             cmocka_unit_test_teardown(test_ctl_errors_and_qemu, st_reset),
             cmocka_unit_test_teardown(test_state_matches_sysfs, st_reset),
