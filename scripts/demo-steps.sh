@@ -102,7 +102,9 @@ ctl gpus | grep -E '^GPU|0001:c8:00\.[4-7]' | head -n 8
 say "An operator quarantines a VF that keeps failing, and drains a whole GPU"
 ctl health quarantine 0000:e3:00.4 --reason "guest reported RmInitAdapter failed"
 ctl health drain 0000:e3:00.0 --reason "maintenance: SR-IOV cycle" | head -n 6
-echo "... (every VF of the GPU is quarantined by the operator)"
+echo "... (the GPU is drained: all its VFs leave placement, their records stay as they were)"
+ctl gpus | grep -E '^GPU 0000:e3|drained since'
+printf 'after the drain, 0000:e3:00.4 keeps: %s\n' "$(ctl health list | grep '^0000:e3:00\.4')"
 echo "Only the equal-size card remains; it holds 4 GiB vGPUs, so only 4 GiB profiles fit:"
 ctl resources | grep -E 'slots|PROFILE|L40S-4[QA]'
 
@@ -110,9 +112,9 @@ say "The same facts in Prometheus metrics"
 curl -s --unix-socket "$work/api.sock" -H "Authorization: Bearer $VGPUD_TOKEN" \
         http://vgpud/metrics | grep -E '^vgpud_(resources_gpu_slots|instances_vgpu_quarantined_vfs)'
 
-say "Restore: undrain the GPU, clear the VF, release the four vGPUs"
+say "Restore: after a recovery, clear the GPU's VF records, undrain it, release the four vGPUs"
+ctl health clear-gpu 0000:e3:00.0
 ctl health undrain 0000:e3:00.0
-ctl health clear 0000:e3:00.4 || true
 for vf in 0001:c8:00.4 0001:c8:00.5 0001:c8:00.6 0001:c8:00.7; do
         echo 0 > "$sys/bus/pci/devices/$vf/nvidia/current_vgpu_type"
 done

@@ -49,6 +49,12 @@ int api_resources_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **
 
 /* ---- /gpus ----------------------------------------------------------------------------------- */
 
+static json_t *timestamp_json(Timestamp t)
+{
+        char buf[TIMESTAMP_STRLEN];
+        return json_string(format_timestamp(t, buf));
+}
+
 static json_t *vf_json(const ApiContext *ctx, const ApiSnapshot *snap, size_t i)
 {
         const GpuVf *vf = &api_host(ctx)->vfs[i];
@@ -92,8 +98,21 @@ int api_gpus_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **ret)
                     json_set(o, "mode",
                              json_string(placement_mode_to_string(
                                  snap->view->snapshot.gpus[g].mode))) < 0 ||
-                    json_set(o, "nvml", json_string(nvml_fallback_to_string(fb))) < 0 ||
-                    json_set(o, "vfs", vfs) < 0)
+                    json_set(o, "nvml", json_string(nvml_fallback_to_string(fb))) < 0)
+                        return -ENOMEM;
+                /* HEALTH-26: a drained GPU says so; its VFs show as quarantined. */
+                const HealthDrain *d =
+                    ctx->health
+                        ? health_state_find_drain(health_store_state(ctx->health), gpu->address)
+                        : NULL;
+                if (d) {
+                        json_t *drained = json_object();
+                        if (json_set(o, "drained", drained) < 0 ||
+                            json_set(drained, "reason", json_string(d->reason)) < 0 ||
+                            json_set(drained, "drained_at", timestamp_json(d->drained_at)) < 0)
+                                return -ENOMEM;
+                }
+                if (json_set(o, "vfs", vfs) < 0)
                         return -ENOMEM;
                 for (size_t i = 0; i < h->n_vfs && i < snap->n_vfs; i++)
                         if (streq(h->vfs[i].parent, gpu->address) &&
@@ -105,12 +124,6 @@ int api_gpus_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **ret)
 }
 
 /* ---- /gpu/health ----------------------------------------------------------------------------- */
-
-static json_t *timestamp_json(Timestamp t)
-{
-        char buf[TIMESTAMP_STRLEN];
-        return json_string(format_timestamp(t, buf));
-}
 
 int api_health_record_json(const ApiContext *ctx, const HealthRecord *rec, json_t **ret)
 {

@@ -471,19 +471,20 @@ static int handle_drain(HttpRequest *req, void *userdata)
                 return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
                                         "no GPU %s on this host", address);
 
+        /* HEALTH-26: a mark on the PF; the answer lists its VFs' records, untouched. */
         char **vfs = NULL;
         int r = pf_vfs(api_host(ctx), address, &vfs);
         if (r < 0)
                 return r;
         return submit_change(
             ctx, req,
-            &(HealthRequest){.kind = HEALTH_REQUEST_QUARANTINE, .vfs = vfs, .text = reason},
+            &(HealthRequest){.kind = HEALTH_REQUEST_DRAIN, .gpu = address, .text = reason},
             OP_RECORDS, vfs);
 }
 
-static int handle_undrain(HttpRequest *req, void *userdata)
+/* Undrain (the mark only) and clear-gpu (every VF record of the PF): HEALTH-26. */
+static int handle_pf_change(HttpRequest *req, ApiContext *ctx, HealthRequestKind kind)
 {
-        ApiContext *ctx = userdata;
         const char *address = address_param(req);
         if (!address || refuse_body(req) < 0 || refuse_unless_ready(ctx, req) != 0)
                 return 0;
@@ -495,8 +496,18 @@ static int handle_undrain(HttpRequest *req, void *userdata)
         int r = pf_vfs(api_host(ctx), address, &vfs);
         if (r < 0)
                 return r;
-        return submit_change(ctx, req, &(HealthRequest){.kind = HEALTH_REQUEST_CLEAR, .vfs = vfs},
+        return submit_change(ctx, req, &(HealthRequest){.kind = kind, .vfs = vfs, .gpu = address},
                              OP_RECORDS, vfs);
+}
+
+static int handle_undrain(HttpRequest *req, void *userdata)
+{
+        return handle_pf_change(req, userdata, HEALTH_REQUEST_UNDRAIN);
+}
+
+static int handle_clear_gpu(HttpRequest *req, void *userdata)
+{
+        return handle_pf_change(req, userdata, HEALTH_REQUEST_CLEAR);
 }
 
 static int handle_breaker_reset(HttpRequest *req, void *userdata)
@@ -522,6 +533,7 @@ static const HttpRoute routes[] = {
     {"DELETE", "/gpu/vfs/{address}/quarantine", handle_clear, NULL, false},
     {"POST", "/gpu/gpus/{address}/drain", handle_drain, NULL, false},
     {"DELETE", "/gpu/gpus/{address}/drain", handle_undrain, NULL, false},
+    {"DELETE", "/gpu/gpus/{address}/records", handle_clear_gpu, NULL, false},
     {"GET", "/metrics", handle_metrics, NULL, false},
 };
 

@@ -17,8 +17,9 @@ const char ctl_usage[] =
     "  health list                        VF health records and the quarantine breaker\n"
     "  health quarantine VF --reason R    keep a VF out of placement\n"
     "  health clear VF                    delete a VF's health record\n"
-    "  health drain GPU --reason R        quarantine every VF of a GPU\n"
-    "  health undrain GPU                 delete the health records of a GPU's VFs\n"
+    "  health drain GPU --reason R        keep every VF of a GPU out of placement\n"
+    "  health undrain GPU                 lift a GPU's drain (its VF records stay)\n"
+    "  health clear-gpu GPU               delete the health records of a GPU's VFs\n"
     "  health breaker-reset               close an open quarantine breaker\n"
     "  token mint --secret-file F [--ttl D] [--sub S]\n"
     "                                     print a bearer token (default TTL 1h)\n"
@@ -79,6 +80,7 @@ static const struct {
     {{"health", "clear"}, CTL_COMMAND_HEALTH_CLEAR, true, false},
     {{"health", "drain"}, CTL_COMMAND_HEALTH_DRAIN, true, true},
     {{"health", "undrain"}, CTL_COMMAND_HEALTH_UNDRAIN, true, false},
+    {{"health", "clear-gpu"}, CTL_COMMAND_HEALTH_CLEAR_GPU, true, false},
     {{"health", "breaker-reset"}, CTL_COMMAND_HEALTH_BREAKER_RESET, false, false},
     {{"token", "mint"}, CTL_COMMAND_TOKEN_MINT, false, false},
 };

@@ -229,6 +229,19 @@ int ctl_print_gpus(FILE *out, json_t *body, char **error)
                 fputs("  nvml: ", mem);
                 ctl_print_sanitized(mem, nvml);
                 fputc('\n', mem);
+                /* HEALTH-26: a drained GPU's VFs show as quarantined; say why. */
+                json_t *drained = json_object_get(g, "drained");
+                if (drained) {
+                        const char *reason, *since;
+                        if (json_unpack_ex(drained, &e, 0, "{s:s, s:s}", "reason", &reason,
+                                           "drained_at", &since) < 0)
+                                return shape_error(error, "GPU drain", &e);
+                        fputs("  drained since ", mem);
+                        ctl_print_sanitized(mem, since);
+                        fputs(": ", mem);
+                        ctl_print_sanitized(mem, reason);
+                        fputc('\n', mem);
+                }
 
                 int r = print_vfs(mem, vfs, error);
                 if (r < 0)

@@ -59,6 +59,9 @@ static int print_human(const CtlArgs *a, json_t *body, const CtlEnv *env, char *
         case CTL_COMMAND_HEALTH_UNDRAIN:
                 r = strprintf(&summary, "undrained GPU %s", a->address);
                 break;
+        case CTL_COMMAND_HEALTH_CLEAR_GPU:
+                r = strprintf(&summary, "cleared the VF records of GPU %s", a->address);
+                break;
         case CTL_COMMAND_HEALTH_BREAKER_RESET:
                 r = strprintf(&summary, "closed the quarantine breaker");
                 break;
@@ -175,6 +178,8 @@ static int dispatch(const CtlArgs *a, const CtlEnv *env)
                 return run_health_route(a, env, "POST", "gpus", "drain");
         case CTL_COMMAND_HEALTH_UNDRAIN:
                 return run_health_route(a, env, "DELETE", "gpus", "drain");
+        case CTL_COMMAND_HEALTH_CLEAR_GPU:
+                return run_health_route(a, env, "DELETE", "gpus", "records");
         case CTL_COMMAND_HEALTH_BREAKER_RESET:
                 return run_request(a, env, "DELETE", "/gpu/health/breaker", NULL);
         case CTL_COMMAND_TOKEN_MINT:

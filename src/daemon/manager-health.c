@@ -298,6 +298,14 @@ static const char *model_of(const char *vf_address, void *userdata)
         return g ? g->model : NULL;
 }
 
+/* The PF of a VF, so a drained PF's VFs leave placement (HEALTH-26). */
+static const char *gpu_of(const char *vf_address, void *userdata)
+{
+        Manager *m = userdata;
+        const GpuVf *vf = gpu_host_find_vf(gpu_tracker_host(m->tracker), vf_address);
+        return vf ? vf->parent : NULL;
+}
+
 int manager_health_setup(Manager *m)
 {
         const ConfigGpu *g = &m->config.gpu;
@@ -307,6 +315,7 @@ int manager_health_setup(Manager *m)
             .breaker_window = g->breaker.window,
             .breaker_max_quarantines = g->breaker.max_quarantines,
             .model_of = model_of,
+            .gpu_of = gpu_of,
             .io_wanted = manager_health_io_wanted,
             .userdata = m,
         };

@@ -29,6 +29,10 @@ void health_record_drop_oldest(HealthRecord *r, size_t n);
 /* Drops every failure reported at or after since. */
 void health_record_drop_since(HealthRecord *r, Timestamp since);
 
+/* Sets the drain of gpu (an earlier drained_at is kept) or, with reason NULL, removes it.
+ * Returns 1 when it changed s. */
+int health_state_set_drain(HealthState *s, const char *gpu, const char *reason, Timestamp at);
+
 /* Lifts the quarantine and forgets its source and reason. */
 void health_record_unquarantine(HealthRecord *r);
 
@@ -51,6 +55,7 @@ typedef struct HealthOp {
         char *assigned_at;
         char *text;
         char **vfs;
+        char *gpu;
         Timestamp now; /* when it was submitted: replays give the same timestamps */
 } HealthOp;
 

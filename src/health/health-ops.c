@@ -33,6 +33,7 @@ HealthOp *health_op_free(HealthOp *op)
         free(op->assigned_at);
         free(op->text);
         strv_freep(&op->vfs);
+        free(op->gpu);
         free(op);
         return NULL;
 }
@@ -139,6 +140,23 @@ int health_op_new(const HealthRequest *req, Timestamp now, HealthOp **ret, char 
                         r = dup_text(req->text, &op->text, error);
                 if (r >= 0)
                         r = copy_vfs(req->vfs, &op->vfs, error);
+                break;
+        case HEALTH_REQUEST_DRAIN:
+        case HEALTH_REQUEST_UNDRAIN:
+                if (!req->gpu || !pci_address_is_valid(req->gpu)) {
+                        const char *gpu = req->gpu ?: "";
+                        _cleanup_free_ char *q =
+                            escape_text(gpu, strlen(gpu), SIZE_MAX, ESCAPE_QUOTE);
+                        if (!q)
+                                return error_set_oom(error);
+                        return error_set(error, -EINVAL, "invalid GPU address %s", q);
+                }
+                r = dup_text(req->gpu, &op->gpu, error);
+                if (r >= 0 && req->kind == HEALTH_REQUEST_DRAIN) {
+                        r = check_reason(req->text, error);
+                        if (r >= 0 && health_sanitize_reason(req->text, &op->text) < 0)
+                                r = error_set_oom(error);
+                }
                 break;
         case HEALTH_REQUEST_CLEAR:
                 r = copy_vfs(req->vfs, &op->vfs, error);
@@ -289,14 +307,18 @@ static bool success_is_noop(const HealthState *s, const HealthOp *op, HealthResu
         return true;
 }
 
+/* HEALTH-25: an automatic quarantine is never overwritten, so it is a no-op for it too. */
+static bool quarantine_keeps(const HealthRecord *r, const HealthOp *op)
+{
+        return r && r->quarantined &&
+               (r->source == HEALTH_SOURCE_AUTO || streq_ptr(r->reason, op->text));
+}
+
 static bool quarantine_is_noop(const HealthState *s, const HealthOp *op, HealthResult *ret)
 {
-        for (size_t i = 0; op->vfs[i]; i++) {
-                const HealthRecord *r = health_state_find(s, op->vfs[i]);
-                if (!r || !r->quarantined || r->source != HEALTH_SOURCE_OPERATOR ||
-                    !streq_ptr(r->reason, op->text))
+        for (size_t i = 0; op->vfs[i]; i++)
+                if (!quarantine_keeps(health_state_find(s, op->vfs[i]), op))
                         return false;
-        }
         *ret = (HealthResult){0};
         return true;
 }
@@ -338,6 +360,14 @@ int health_op_is_noop(const HealthState *s, const HealthOp *op, const HealthOpti
                 break;
         case HEALTH_REQUEST_CLEAR:
                 noop = clear_is_noop(s, op, ret);
+                break;
+        case HEALTH_REQUEST_DRAIN: {
+                const HealthDrain *d = health_state_find_drain(s, op->gpu);
+                noop = d && streq(d->reason, op->text);
+                break;
+        }
+        case HEALTH_REQUEST_UNDRAIN:
+                noop = !health_state_find_drain(s, op->gpu);
                 break;
         case HEALTH_REQUEST_BREAKER_RESET:
                 noop = !s->breaker_open;
@@ -447,6 +477,8 @@ static int apply_quarantine(HealthState *s, const HealthOp *op, HealthResult *re
                 HealthRecord *rec;
                 if (!reason)
                         return -ENOMEM;
+                if (quarantine_keeps(health_state_find(s, op->vfs[i]), op))
+                        continue;
                 int r = health_state_ensure_record(s, op->vfs[i], &rec);
                 if (r < 0)
                         return r;
@@ -529,6 +561,12 @@ int health_op_apply(HealthState *s, const HealthOp *op, const HealthOptions *o, 
                 break;
         case HEALTH_REQUEST_CLEAR:
                 r = apply_clear(s, op, &res);
+                break;
+        case HEALTH_REQUEST_DRAIN:
+        case HEALTH_REQUEST_UNDRAIN:
+                /* HEALTH-26: the PF's mark only; its VF records are not touched. */
+                r = health_state_set_drain(s, op->gpu, op->text, op->now);
+                res = (HealthResult){.changed = r > 0, .drained = r > 0};
                 break;
         case HEALTH_REQUEST_BREAKER_RESET:
                 r = apply_breaker_reset(s, op, &res);

@@ -51,6 +51,9 @@ HealthState *health_state_free(HealthState *s)
         for (size_t i = 0; i < s->n_records; i++)
                 record_done(&s->records[i]);
         free(s->records);
+        for (size_t i = 0; i < s->n_drains; i++)
+                free(s->drains[i].reason);
+        free(s->drains);
         free(s->breaker_reason);
         free(s->driver_version);
         free(s);
@@ -124,6 +127,18 @@ int health_state_copy(const HealthState *s, HealthState **ret)
                 if (r < 0)
                         return r;
         }
+        if (s->n_drains > 0) {
+                c->drains = calloc(s->n_drains, sizeof *c->drains);
+                if (!c->drains)
+                        return -ENOMEM;
+        }
+        for (; c->n_drains < s->n_drains; c->n_drains++) {
+                HealthDrain *d = &c->drains[c->n_drains];
+                *d = s->drains[c->n_drains];
+                d->reason = NULL;
+                if (strdup_or_null(s->drains[c->n_drains].reason, &d->reason) < 0)
+                        return -ENOMEM;
+        }
         c->breaker_open = s->breaker_open;
         c->breaker_opened_at = s->breaker_opened_at;
         c->driver_changed_at = s->driver_changed_at;
@@ -158,6 +173,62 @@ const HealthRecord *health_state_find(const HealthState *s, const char *vf_addre
 {
         ssize_t i = record_search(s, vf_address);
         return i >= 0 ? &s->records[i] : NULL;
+}
+
+static ssize_t drain_search(const HealthState *s, const char *gpu)
+{
+        size_t lo = 0, hi = s->n_drains;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = strcmp(s->drains[mid].gpu, gpu);
+                if (c == 0)
+                        return (ssize_t)mid;
+                if (c < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return ~(ssize_t)lo;
+}
+
+const HealthDrain *health_state_find_drain(const HealthState *s, const char *gpu)
+{
+        ssize_t i = gpu ? drain_search(s, gpu) : -1;
+        return i >= 0 ? &s->drains[i] : NULL;
+}
+
+int health_state_set_drain(HealthState *s, const char *gpu, const char *reason, Timestamp at)
+{
+        ssize_t i = drain_search(s, gpu);
+        if (!reason) {
+                if (i < 0)
+                        return 0;
+                free(s->drains[i].reason);
+                memmove(&s->drains[i], &s->drains[i + 1],
+                        (s->n_drains - (size_t)i - 1) * sizeof *s->drains);
+                s->n_drains--;
+                return 1;
+        }
+        if (i >= 0) {
+                if (streq(s->drains[i].reason, reason))
+                        return 0;
+                return health_set_string(&s->drains[i].reason, reason) < 0 ? -ENOMEM : 1;
+        }
+        if (strlen(gpu) >= PCI_ADDRESS_STRLEN)
+                return -EINVAL;
+        _cleanup_free_ char *copy = strdup(reason);
+        if (!copy)
+                return -ENOMEM;
+        size_t at_index = (size_t)~i;
+        HealthDrain *grown = realloc(s->drains, (s->n_drains + 1) * sizeof *grown);
+        if (!grown)
+                return -ENOMEM;
+        s->drains = grown;
+        memmove(&grown[at_index + 1], &grown[at_index], (s->n_drains - at_index) * sizeof *grown);
+        grown[at_index] = (HealthDrain){.reason = TAKE_PTR(copy), .drained_at = at};
+        strcpy(grown[at_index].gpu, gpu);
+        s->n_drains++;
+        return 1;
 }
 
 HealthRecord *health_state_find_mutable(HealthState *s, const char *vf_address)
@@ -338,6 +409,19 @@ static int check_types(json_t *root, char **error)
                 return unmarshal_error(error, "breaker.reason: expected a string");
         if (!string_or_absent(root, "driver_version"))
                 return unmarshal_error(error, "driver_version: expected a string");
+        v = json_object_get(root, "drains");
+        if (v && !json_is_array(v))
+                return unmarshal_error(error, "drains: expected an array");
+        json_t *d;
+        size_t di;
+        json_array_foreach (v, di, d) {
+                if (!json_is_object(d))
+                        return unmarshal_error(error, "drains[%zu]: expected an object", di);
+                if (!string_or_absent(d, "gpu"))
+                        return unmarshal_error(error, "drains[%zu].gpu: expected a string", di);
+                if (!string_or_absent(d, "reason"))
+                        return unmarshal_error(error, "drains[%zu].reason: expected a string", di);
+        }
 
         json_t *records = json_object_get(root, "records"), *rec;
         size_t i;
@@ -411,8 +495,8 @@ static size_t first_repeat(KeyRef *keys, size_t n)
 
 static int validate_top(json_t *root, HealthState *s, char **error)
 {
-        static const char *const top_keys[] = {"version", "records", "breaker", "driver_version",
-                                               "driver_changed_at"};
+        static const char *const top_keys[] = {"version", "records",        "drains",
+                                               "breaker", "driver_version", "driver_changed_at"};
         static const char *const breaker_keys[] = {"opened_at", "reason"};
 
         json_t *v = json_object_get(root, "version");
@@ -465,6 +549,61 @@ static int validate_top(json_t *root, HealthState *s, char **error)
                         return error_set(error, -EINVAL,
                                          VALIDATE_PREFIX ": invalid driver_changed_at");
         }
+        return 0;
+}
+
+static int drain_compare(const void *a, const void *b)
+{
+        return strcmp(((const HealthDrain *)a)->gpu, ((const HealthDrain *)b)->gpu);
+}
+
+/* HEALTH-3, HEALTH-26: the optional "drains" list; a file without it has none. */
+static int validate_drains(json_t *drains, HealthState *s, char **error)
+{
+        static const char *const drain_keys[] = {"gpu", "reason", "drained_at"};
+        size_t n = json_array_size(drains);
+        if (n == 0)
+                return 0;
+        s->drains = calloc(n, sizeof *s->drains);
+        if (!s->drains)
+                return error_set_oom(error);
+
+        json_t *d;
+        size_t i;
+        json_array_foreach (drains, i, d) {
+                const char *unknown = first_unknown_key(d, drain_keys, ELEMENTSOF(drain_keys));
+                if (unknown)
+                        return error_set(error, -EINVAL,
+                                         VALIDATE_PREFIX " drain %zu: unknown key \"%s\"", i,
+                                         unknown);
+                const char *gpu = json_string_or_empty(d, "gpu");
+                if (!pci_address_is_valid(gpu))
+                        return error_set(error, -EINVAL,
+                                         VALIDATE_PREFIX " drain %zu: invalid GPU address \"%s\"",
+                                         i, gpu);
+                for (size_t j = 0; j < s->n_drains; j++)
+                        if (streq(s->drains[j].gpu, gpu))
+                                return error_set(error, -EINVAL,
+                                                 VALIDATE_PREFIX
+                                                 " drain %zu: duplicate GPU address \"%s\"",
+                                                 i, gpu);
+                HealthDrain *out = &s->drains[s->n_drains];
+                if (!json_timestamp(json_object_get(d, "drained_at"), &out->drained_at))
+                        return error_set(error, -EINVAL,
+                                         VALIDATE_PREFIX " drain %zu: missing drain timestamp", i);
+                const char *reason = json_string_or_empty(d, "reason");
+                size_t len = strlen(reason);
+                if (len < 1 || len > HEALTH_REASON_MAX)
+                        return error_set(error, -EINVAL,
+                                         VALIDATE_PREFIX " drain %zu: invalid reason length %zu", i,
+                                         len);
+                strcpy(out->gpu, gpu);
+                out->reason = strdup(reason);
+                if (!out->reason)
+                        return error_set_oom(error);
+                s->n_drains++;
+        }
+        qsort(s->drains, s->n_drains, sizeof *s->drains, drain_compare);
         return 0;
 }
 
@@ -679,6 +818,9 @@ int health_state_parse(const char *buf, size_t size, HealthState **ret, char **e
         r = validate_records(json_object_get(root, "records"), s, error);
         if (r < 0)
                 return r;
+        r = validate_drains(json_object_get(root, "drains"), s, error);
+        if (r < 0)
+                return r;
         *ret = TAKE_PTR(s);
         return 0;
 }
@@ -751,6 +893,21 @@ int health_state_format(const HealthState *s, char **ret, size_t *ret_size)
         for (size_t i = 0; i < s->n_records; i++)
                 if (json_push(records, record_to_json(&s->records[i])) < 0)
                         return -ENOMEM;
+        if (s->n_drains > 0) {
+                /* Only when a PF is drained, so a file of the older release round-trips. */
+                json_t *drains = json_array();
+                if (json_set(root, "drains", drains) < 0)
+                        return -ENOMEM;
+                for (size_t i = 0; i < s->n_drains; i++) {
+                        const HealthDrain *d = &s->drains[i];
+                        json_t *o = json_object();
+                        if (json_push(drains, o) < 0 ||
+                            json_set(o, "gpu", json_string(d->gpu)) < 0 ||
+                            json_set(o, "reason", json_string(d->reason)) < 0 ||
+                            json_set(o, "drained_at", json_timestamp_new(d->drained_at)) < 0)
+                                return -ENOMEM;
+                }
+        }
         if (s->breaker_open) {
                 json_t *breaker = json_object();
                 if (json_set(root, "breaker", breaker) < 0 ||

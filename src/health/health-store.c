@@ -942,7 +942,12 @@ int health_store_reload(HealthStore *s, char **error)
 bool health_store_is_quarantined(const HealthStore *s, const char *vf_address)
 {
         const HealthRecord *r = health_state_find(s->mem, vf_address);
-        return r && r->quarantined;
+        if (r && r->quarantined)
+                return true;
+        if (s->mem->n_drains == 0 || !s->options.gpu_of)
+                return false;
+        return health_state_find_drain(s->mem,
+                                       s->options.gpu_of(vf_address, s->options.userdata)) != NULL;
 }
 
 const char *health_store_unavailable_reason(const HealthStore *s)

@@ -104,9 +104,18 @@ typedef struct HealthRecord {
         char *reason; /* NULL: absent */
 } HealthRecord;
 
+/* A drained PF (HEALTH-26): its VFs leave placement; their records are not touched. */
+typedef struct HealthDrain {
+        char gpu[PCI_ADDRESS_STRLEN];
+        char *reason;
+        Timestamp drained_at;
+} HealthDrain;
+
 typedef struct HealthState {
         HealthRecord *records; /* sorted by vf_address */
         size_t n_records;
+        HealthDrain *drains; /* sorted by gpu; the file's optional "drains" (HEALTH-3) */
+        size_t n_drains;
         bool breaker_open;
         Timestamp breaker_opened_at;
         char *breaker_reason;
@@ -144,6 +153,7 @@ int health_state_load_at(int dirfd, const char *path, HealthState **ret, char **
 int health_state_format(const HealthState *s, char **ret, size_t *ret_size);
 
 const HealthRecord *health_state_find(const HealthState *s, const char *vf_address);
+const HealthDrain *health_state_find_drain(const HealthState *s, const char *gpu);
 size_t health_state_count_quarantined(const HealthState *s);
 
 /*
@@ -175,9 +185,14 @@ typedef struct HealthOptions {
          */
         const char *(*model_of)(const char *vf_address, void *userdata);
         /*
-         * Called when a write is queued and none is in flight: the owner should call
-         * health_store_begin_write() soon (from its loop, not from inside this callback).
-         * NULL makes the store synchronous.
+         * The PF of a VF in the last discovery, so a drained PF's VFs count as quarantined
+         * (HEALTH-26). NULL, or a NULL answer, means not known: no drain applies then.
+         */
+        const char *(*gpu_of)(const char *vf_address, void *userdata);
+        /*
+         * Called when a read or a write is queued and none is in flight: the owner should call
+         * health_store_begin_read(), then health_store_begin_write(), soon (from its loop, not
+         * from inside this callback). NULL makes the store synchronous.
          */
         void (*io_wanted)(HealthStore *s, void *userdata);
         void *userdata;
@@ -221,7 +236,9 @@ typedef enum HealthRequestKind {
                                           text = the guest's failure message */
         HEALTH_REQUEST_SUCCESS,        /* HEALTH-13..15: vf_address, instance_id, assigned_at */
         HEALTH_REQUEST_QUARANTINE,     /* HEALTH-25/26: vfs, text = the operator's reason */
-        HEALTH_REQUEST_CLEAR,          /* HEALTH-25/26: vfs */
+        HEALTH_REQUEST_CLEAR,          /* HEALTH-25/26: vfs (clear-gpu passes every VF of a PF) */
+        HEALTH_REQUEST_DRAIN,          /* HEALTH-26: gpu, text = the operator's reason */
+        HEALTH_REQUEST_UNDRAIN,        /* HEALTH-26: gpu */
         HEALTH_REQUEST_BREAKER_RESET,  /* HEALTH-29 */
         HEALTH_REQUEST_DRIVER_VERSION, /* HEALTH-30: text = the version read by the caller */
         HEALTH_REQUEST_REPAIR,         /* HEALTH-21 */
@@ -238,7 +255,8 @@ typedef struct HealthRequest {
         const char *instance_id; /* NULL means "" */
         const char *assigned_at; /* NULL means "" */
         const char *text;
-        char *const *vfs; /* NULL-terminated; drain and undrain pass every VF of one PF */
+        char *const *vfs; /* NULL-terminated */
+        const char *gpu;  /* DRAIN, UNDRAIN: the PF */
 } HealthRequest;
 
 typedef enum HealthOutcome {
@@ -259,6 +277,7 @@ typedef struct HealthResult {
         unsigned cleared;      /* SUCCESS: failures dropped */
         bool rescinded;        /* SUCCESS: the quarantine was lifted */
         unsigned records;      /* QUARANTINE, CLEAR: records created, changed or deleted */
+        bool drained;          /* DRAIN, UNDRAIN: the mark was set or removed */
 } HealthResult;
 
 /*
@@ -392,7 +411,10 @@ int health_store_reload(HealthStore *s, char **error);
 
 /* ---- queries (HEALTH-16, API-10, MET-*) ---------------------------------------------------- */
 
-/* Pending requests included: placement sees them at once (HEALTH-20). */
+/*
+ * Pending requests included: placement sees them at once (HEALTH-20). A VF of a drained PF
+ * (HEALTH-26) is quarantined too.
+ */
 bool health_store_is_quarantined(const HealthStore *s, const char *vf_address);
 
 /*

@@ -290,20 +290,41 @@ def check_health_routes(c, mixed_vfs):
     r = c.request("DELETE", "/gpu/vfs/%s/quarantine" % vf)
     eq((r.status, r.json()["records"]), (200, []), "API-18: clearing again is a no-op")
 
-    # Drain and undrain a PF.
+    # Drain and undrain a PF (HEALTH-26 as revised: a mark on the PF, VF records untouched).
     r = c.request("POST", "/gpu/gpus/%s/drain" % MIXED, {"reason": "maintenance"})
-    body = r.json()
-    ok(r.status == 200 and [x["vf_address"] for x in body["records"]] == mixed_vfs and
-       all(x["reason"] == "maintenance" and x["source"] == "operator" for x in body["records"]),
-       "API-18, HEALTH-26: drain quarantines every VF of the PF", r.body[:300])
+    eq((r.status, r.json()), (200, {"records": [], "running_instances": []}),
+       "API-18, HEALTH-26: drain answers the PF's VF records, which it does not touch")
+    with open(HEALTH_FILE) as f:
+        disk = json.load(f)
+    drains = disk.get("drains", [])
+    ok(len(drains) == 1 and drains[0]["gpu"] == MIXED and drains[0]["reason"] == "maintenance"
+       and "drained_at" in drains[0] and disk["records"] == [],
+       "HEALTH-26: the drain is a mark on the PF in the file when the API answers", disk)
     got = figures(c.get("/resources").json())
     eq(got, truth(quarantined=set(mixed_vfs)), "PLACE-21: figures of a drained GPU")
-    eq(metric(parse_metrics(c.get("/metrics").body.decode()),
-              "vgpud_instances_vgpu_quarantined_vfs"), 32.0, "MET-2: drained VFs in /metrics")
+    fams = parse_metrics(c.get("/metrics").body.decode())
+    eq((metric(fams, "vgpud_resources_gpu_slots", kind="quarantined"),
+        metric(fams, "vgpud_instances_vgpu_quarantined_vfs")), (32.0, 0.0),
+       "MET-2, HEALTH-26: drained VFs are quarantined slots, not quarantined records")
+    g0 = c.get("/gpus").json()["gpus"][0]
+    ok(g0.get("drained", {}).get("reason") == "maintenance" and
+       g0["drained"].get("drained_at") == drains[0]["drained_at"] and
+       all(v["state"] == "quarantined" for v in g0["vfs"]),
+       "API-6, HEALTH-26: /gpus shows the GPU drained and its VFs quarantined",
+       {k: g0.get(k) for k in ("address", "drained")})
+    r = c.request("POST", "/gpu/gpus/%s/drain" % MIXED, {"reason": "maintenance 2"})
+    with open(HEALTH_FILE) as f:
+        disk = json.load(f)
+    ok(r.status == 200 and [x["reason"] for x in disk.get("drains", [])] == ["maintenance 2"],
+       "HEALTH-26: draining again replaces the mark's reason", disk)
     r = c.request("DELETE", "/gpu/gpus/%s/drain" % MIXED)
     eq((r.status, r.json()), (200, {"records": [], "running_instances": []}),
-       "API-18, HEALTH-26: undrain deletes every record of the PF")
+       "API-18, HEALTH-26: undrain removes the mark")
+    with open(HEALTH_FILE) as f:
+        disk = json.load(f)
+    ok("drains" not in disk, "HEALTH-3, HEALTH-26: no drains key once no PF is drained", disk)
     eq(figures(c.get("/resources").json()), before, "API-5: undrain restores the figures")
+    ok("drained" not in c.get("/gpus").json()["gpus"][0], "API-6: the GPU is no longer drained")
 
     # The breaker (HEALTH-29): closed, so closing it changes nothing.
     r = c.request("DELETE", "/gpu/health/breaker")
@@ -311,6 +332,84 @@ def check_health_routes(c, mixed_vfs):
        (200, {"breaker": {"enabled": True, "open": False, "window": "1h0m0s",
                           "max_quarantines": 4}}),
        "HEALTH-29: DELETE /gpu/health/breaker answers the breaker")
+
+
+def check_drain_keeps_wedge(c, daemon, mixed_vfs):
+    """Issue 10 item 9: a drain cycle never forgets what the sentinel learned."""
+    wedged, tallied, manual = mixed_vfs[3], mixed_vfs[4], mixed_vfs[5]
+    before = figures(c.get("/resources").json())
+    with open(HEALTH_FILE) as f:
+        disk = json.load(f)
+    # An automatic quarantine and a tally, as the sentinel leaves them (HEALTH-12).
+    reason = "NVRM: GPU 0000:00:06.0: RmInitAdapter failed! (0x22:0x65:884)"
+    auto = {"vf_address": wedged,
+            "failures": [{"instance_id": "inst-w1", "assigned_at": "2026-09-02T20:00:00Z",
+                          "reported_at": "2026-09-02T20:01:00Z"},
+                         {"instance_id": "inst-w2", "assigned_at": "2026-09-02T20:05:00Z",
+                          "reported_at": "2026-09-02T20:06:00Z"}],
+            "quarantined_at": "2026-09-02T20:06:00Z", "reason": reason, "source": "auto"}
+    tally = {"vf_address": tallied,
+             "failures": [{"instance_id": "inst-t1", "assigned_at": "2026-09-02T20:00:00Z",
+                           "reported_at": "2026-09-02T20:01:00Z"}]}
+    disk["records"] = sorted(disk["records"] + [auto, tally], key=lambda r: r["vf_address"])
+    with open(HEALTH_FILE + ".test", "w") as f:
+        f.write(json.dumps(disk, indent=2) + "\n")
+    os.replace(HEALTH_FILE + ".test", HEALTH_FILE)
+    daemon.proc.send_signal(signal.SIGHUP)
+    ok(poll(lambda: any(r["vf_address"] == wedged for r in c.get("/gpu/health").json()["records"]),
+            10, 0.1), "HEALTH-22: the automatic quarantine is loaded")
+
+    def records():
+        return {r["vf_address"]: r for r in c.get("/gpu/health").json()["records"]}
+
+    # HEALTH-25: an operator quarantine never overwrites an automatic one.
+    r = c.request("POST", "/gpu/vfs/%s/quarantine" % wedged, {"reason": "operator says"})
+    rec = records().get(wedged, {})
+    ok(r.status == 200 and rec.get("source") == "auto" and rec.get("reason") == reason and
+       rec.get("quarantined_at") == "2026-09-02T20:06:00Z",
+       "HEALTH-25: quarantining an automatically quarantined VF keeps its record unchanged", rec)
+    r = c.request("POST", "/gpu/vfs/%s/quarantine" % manual, {"reason": "first"})
+    r = c.request("POST", "/gpu/vfs/%s/quarantine" % manual, {"reason": "second"})
+    eq(records().get(manual, {}).get("reason"), "second",
+       "HEALTH-25: an operator quarantine gets the new reason")
+
+    # HEALTH-26: drain, undrain; the wedge, the tally and the operator quarantine survive.
+    r = c.request("POST", "/gpu/gpus/%s/drain" % MIXED, {"reason": "unrelated maintenance"})
+    eq([x["vf_address"] for x in r.json().get("records", [])], sorted([wedged, tallied, manual]),
+       "API-18: drain answers the PF's existing VF records")
+    rec = records().get(wedged, {})
+    ok(rec.get("source") == "auto" and rec.get("reason") == reason,
+       "HEALTH-26: a drain leaves the automatic quarantine's source and reason", rec)
+    r = c.request("DELETE", "/gpu/gpus/%s/drain" % MIXED)
+    recs = records()
+    ok(r.status == 200 and recs.get(wedged, {}).get("source") == "auto" and
+       recs.get(wedged, {}).get("reason") == reason and
+       len(recs.get(tallied, {}).get("failures", [])) == 1 and
+       recs.get(manual, {}).get("reason") == "second",
+       "HEALTH-26: undrain keeps the automatic quarantine, the tally and the operator quarantine",
+       recs)
+    vfs = {v["address"]: v for v in c.get("/gpus").json()["gpus"][0]["vfs"]}
+    eq((vfs[wedged]["state"], vfs[tallied]["state"] != "quarantined"), ("quarantined", True),
+       "HEALTH-26, API-6: after the drain cycle the wedged VF is still out of placement")
+    got = figures(c.get("/resources").json())
+    eq(got["quarantined_slots"], before["quarantined_slots"] + 2,
+       "API-5: the wedged and the operator-quarantined VF stay quarantined slots")
+
+    # HEALTH-26, API-18: the explicit wipe after a recovery.
+    r = c.request("DELETE", "/gpu/gpus/%s/records" % mixed_vfs[0])
+    eq((r.status, r.json()["code"]), (404, "not_found"),
+       "API-18: clearing the records of a VF address is 404")
+    r = c.request("DELETE", "/gpu/gpus/0000:E3:00.0/records")
+    eq((r.status, r.json()["code"]), (400, "invalid_address"),
+       "API-18: clearing the records of a malformed address is 400")
+    r = c.request("DELETE", "/gpu/gpus/%s/records" % MIXED)
+    eq((r.status, r.json()), (200, {"records": [], "running_instances": []}),
+       "HEALTH-26, API-18: DELETE /gpu/gpus/{address}/records deletes every VF record of the PF")
+    with open(HEALTH_FILE) as f:
+        disk = json.load(f)
+    ok(not [x for x in disk["records"] if x["vf_address"] in mixed_vfs],
+       "HEALTH-26: the records are gone from the file when the API answers", disk)
+    eq(figures(c.get("/resources").json()), before, "API-5: the wipe restores the figures")
 
 
 def check_metrics(c):
@@ -556,6 +655,7 @@ def main():
         equal = state.get("equal") or []
         run_group("gpus", lambda: check_gpus(c, mixed, equal))
         run_group("health", lambda: check_health_routes(c, mixed))
+        run_group("drain-cycle", lambda: check_drain_keeps_wedge(c, d, mixed))
         run_group("metrics", lambda: check_metrics(c))
         run_group("discovery", lambda: check_discovery_failure(c, mixed))
         run_group("corrupt", lambda: check_corrupt_store(c, d, mixed))

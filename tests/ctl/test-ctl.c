@@ -502,6 +502,15 @@ static void test_gpus_table(void **state) /* OPS-7, API-6, API-22 */
         server_set_answer(&f->tcp, 200, "application/json", "{\"gpus\":[]}");
         assert_int_equal(RUN(f, "--url", f->url, "gpus"), CTL_EXIT_OK);
         assert_string_equal(f->out, "no GPUs\n");
+
+        /* HEALTH-26: a drained GPU says since when and why, its text sanitised. */
+        server_set_answer(&f->tcp, 200, "application/json",
+                          "{\"gpus\":[{\"address\":\"0000:e3:00.0\",\"model\":\"NVIDIA L40S\","
+                          "\"framework\":\"vendor-vfio\",\"mode\":\"mixed\",\"nvml\":\"ok\","
+                          "\"drained\":{\"reason\":\"SR-IOV\\u001b cycle\","
+                          "\"drained_at\":\"2026-09-02T20:00:00Z\"},\"vfs\":[]}]}");
+        assert_int_equal(RUN(f, "--url", f->url, "gpus"), CTL_EXIT_OK);
+        assert_non_null(strstr(f->out, "\n  drained since 2026-09-02T20:00:00Z: SR-IOV? cycle\n"));
 }
 
 static void test_health_list(void **state) /* OPS-7, API-10 */
@@ -689,6 +698,12 @@ static void test_operator_routes(void **state) /* OPS-7, API-2, API-9, API-18 */
              "/gpu/gpus/0001:c8:00.0/drain",
              NULL,
              "undrained GPU 0001:c8:00.0\n"},
+            /* HEALTH-26: the explicit wipe after a recovery. */
+            {{"clear-gpu", "0001:c8:00.0"},
+             "DELETE",
+             "/gpu/gpus/0001:c8:00.0/records",
+             NULL,
+             "cleared the VF records of GPU 0001:c8:00.0\n"},
             {{"breaker-reset"},
              "DELETE",
              "/gpu/health/breaker",

@@ -41,12 +41,14 @@ unchanged() {
 
 usage="usage: vgpud health-check FILE [--threshold N]"
 
-echo "1..11"
-cp "$data/example.json" "$data/upstream.json" "$data/bad-version.json" "$tmp/"
+echo "1..12"
+cp "$data/example.json" "$data/upstream.json" "$data/bad-version.json" "$data/drains.json" "$tmp/"
 sum=$(cksum < "$tmp/upstream.json")
 
 check "HEALTH-1 the SPEC example is valid" 0 "ok: 1 records, 1 quarantined" "$tmp/example.json"
 check "HEALTH-3 an upstream file is valid" 0 "ok: 3 records, 2 quarantined" "$tmp/upstream.json"
+check "HEALTH-3, HEALTH-26 a file with drains is valid" 0 "ok: 1 records, 1 quarantined" \
+        "$tmp/drains.json"
 check "HEALTH-8 re-evaluation with a lower threshold is counted" 0 \
         "ok: 3 records, 3 quarantined" "$tmp/upstream.json" --threshold 1
 unchanged "HEALTH-8 the checker does not write the re-evaluation" "$tmp/upstream.json" "$sum"

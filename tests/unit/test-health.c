@@ -318,6 +318,27 @@ static void put_file(Fixture *fx, const char *content)
         close(fd);
 }
 
+static char *get_file(Fixture *fx);
+
+/*
+ * A record whose source is operator although it has failures: HEALTH-25 (revised) never lets
+ * an operator take over an automatic quarantine, so such a record comes from a file (an older
+ * release wrote them). Rewrites the file so and reloads it.
+ */
+static void make_source_operator(Fixture *fx)
+{
+        _cleanup_free_ char *file = get_file(fx);
+        char *at = strstr(file, "\"source\": \"auto\"");
+        assert_non_null(at);
+        _cleanup_free_ char *edited = NULL;
+        assert_true(strprintf(&edited, "%.*s\"source\": \"operator\"%s", (int)(at - file), file,
+                              at + strlen("\"source\": \"auto\"")) >= 0);
+        put_file(fx, edited);
+        assert_int_equal(health_store_reload(fx->store, NULL), 0);
+        assert_int_equal(health_state_find(health_store_state(fx->store), VF1)->source,
+                         HEALTH_SOURCE_OPERATOR);
+}
+
 static char *get_file(Fixture *fx)
 {
         char *buf = NULL;
@@ -1049,8 +1070,7 @@ static void test_success_rules(void **state)
         assert_true(record(fx, VF1)->quarantined);
 
         /* An operator quarantine is never lifted by a success (HEALTH-15). */
-        assert_int_equal(health_store_quarantine(fx->store, (char *[]){VF1, NULL}, "fan", &error),
-                         0);
+        make_source_operator(fx);
         res = report_success(fx, VF1, "c", "t3");
         assert_int_equal(res.cleared, 1);
         assert_false(res.rescinded);
@@ -1111,9 +1131,7 @@ static void run_steps(Fixture *fx, const Step *steps, size_t n)
                         assert_int_equal(res.rescinded, st->rescinded);
                         break;
                 case STEP_OPERATOR_QUARANTINE:
-                        assert_int_equal(health_store_quarantine(fx->store, (char *[]){VF1, NULL},
-                                                                 "operator hold", &error),
-                                         0);
+                        make_source_operator(fx);
                         break;
                 }
                 const HealthRecord *r = record(fx, VF1);
@@ -1821,6 +1839,138 @@ static void test_async_reads_off_the_owner(void **state)
 
 /* ---- operator actions ---------------------------------------------------------------------- */
 
+static const char *gpu_of(const char *vf, void *userdata)
+{
+        return startswith(vf, "0000:e3:") ? "0000:e3:00.0" : NULL;
+}
+
+static int drain(Fixture *fx, HealthRequestKind kind, const char *gpu, const char *reason)
+{
+        return health_store_apply(
+            fx->store, &(HealthRequest){.kind = kind, .gpu = gpu, .text = reason}, NULL, NULL);
+}
+
+/* HEALTH-26 (revised), HEALTH-3: a drain is a mark on the PF; a drain cycle forgets nothing */
+static void test_drain_is_a_mark(void **state)
+{
+        Fixture *fx = *state;
+
+        fx->options.threshold = 1;
+        fx->options.gpu_of = gpu_of;
+        open_store(fx);
+        report_failure(fx, VF1, "a", "t", "RmInitAdapter failed");
+        fx->options.threshold = 2;
+        open_store(fx);
+        report_failure(fx, VF2, "b", "t", "m"); /* a tally, below the threshold */
+        _cleanup_free_ char *old = get_file(fx);
+        assert_null(strstr(old, "drains")); /* a file as the older release wrote it */
+
+        io_reset();
+        assert_int_equal(drain(fx, HEALTH_REQUEST_DRAIN, "0000:e3:00.0", "maintenance"), 0);
+        assert_int_equal(io.renames, 1);
+        assert_true(health_store_is_quarantined(fx->store, VF2));
+        assert_true(health_store_is_quarantined(fx->store, VF3));
+        assert_false(health_store_is_quarantined(fx->store, VF_A40));
+        const HealthDrain *d =
+            health_state_find_drain(health_store_state(fx->store), "0000:e3:00.0");
+        assert_non_null(d);
+        assert_string_equal(d->reason, "maintenance");
+        assert_int_equal(timestamp_compare(d->drained_at, fx->now), 0);
+        assert_string_equal(record(fx, VF1)->reason, "RmInitAdapter failed");
+        assert_int_equal(record(fx, VF1)->source, HEALTH_SOURCE_AUTO);
+        assert_int_equal(health_store_state(fx->store)->n_records, 2);
+        assert_disk_matches_memory(fx);
+        _cleanup_free_ char *file = get_file(fx);
+        assert_non_null(strstr(file, "\"drains\": [\n    {\n      \"gpu\": \"0000:e3:00.0\",\n"
+                                     "      \"reason\": \"maintenance\",\n"
+                                     "      \"drained_at\": \"2026-09-02T20:00:00Z\"\n    }\n  ]"));
+
+        /* Again: the same reason is a no-op, a new one replaces it and keeps drained_at. */
+        io_reset();
+        assert_int_equal(drain(fx, HEALTH_REQUEST_DRAIN, "0000:e3:00.0", "maintenance"), 0);
+        assert_int_equal(io_total(), 0);
+        advance(fx, NSEC_PER_HOUR);
+        assert_int_equal(drain(fx, HEALTH_REQUEST_DRAIN, "0000:e3:00.0", "longer"), 0);
+        d = health_state_find_drain(health_store_state(fx->store), "0000:e3:00.0");
+        assert_string_equal(d->reason, "longer");
+        assert_int_equal(timestamp_compare(d->drained_at, ts("2026-09-02T20:00:00Z")), 0);
+
+        /* A restart loads the mark. */
+        open_store(fx);
+        assert_true(health_store_is_quarantined(fx->store, VF3));
+
+        /* Undrain: the mark only; the wedge and the tally survive. */
+        assert_int_equal(drain(fx, HEALTH_REQUEST_UNDRAIN, "0000:e3:00.0", NULL), 0);
+        assert_true(health_store_is_quarantined(fx->store, VF1));
+        assert_false(health_store_is_quarantined(fx->store, VF2));
+        assert_false(health_store_is_quarantined(fx->store, VF3));
+        assert_int_equal(record(fx, VF2)->n_failures, 1);
+        free(file);
+        file = get_file(fx);
+        assert_string_equal(file, old); /* byte for byte the file before the drain */
+        io_reset();
+        assert_int_equal(drain(fx, HEALTH_REQUEST_UNDRAIN, "0000:e3:00.0", NULL), 0);
+        assert_int_equal(io_total(), 0);
+
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(
+            health_store_apply(
+                fx->store,
+                &(HealthRequest){.kind = HEALTH_REQUEST_DRAIN, .gpu = "0000:E3:00.0", .text = "r"},
+                NULL, &error),
+            -EINVAL);
+        assert_string_equal(error, "invalid GPU address \"0000:E3:00.0\"");
+}
+
+/* HEALTH-5, HEALTH-6 for the drains list */
+static void test_drains_parse(void **state)
+{
+        static const struct {
+                const char *drains, *error;
+        } cases[] = {
+            {"5", "unmarshal VF health state: drains: expected an array"},
+            {"[1]", "unmarshal VF health state: drains[0]: expected an object"},
+            {"[{\"gpu\": 1}]", "unmarshal VF health state: drains[0].gpu: expected a string"},
+            {"[{\"gpu\": \"0000:e3:00.0\", \"reason\": \"r\", \"drained_at\": "
+             "\"2026-09-02T20:00:00Z\", \"x\": 1}]",
+             "validate VF health state drain 0: unknown key \"x\""},
+            {"[{\"gpu\": \"e3\", \"reason\": \"r\", \"drained_at\": \"2026-09-02T20:00:00Z\"}]",
+             "validate VF health state drain 0: invalid GPU address \"e3\""},
+            {"[{\"gpu\": \"0000:e3:00.0\", \"reason\": \"r\"}]",
+             "validate VF health state drain 0: missing drain timestamp"},
+            {"[{\"gpu\": \"0000:e3:00.0\", \"reason\": \"\", \"drained_at\": "
+             "\"2026-09-02T20:00:00Z\"}]",
+             "validate VF health state drain 0: invalid reason length 0"},
+            {"[{\"gpu\": \"0000:e3:00.0\", \"reason\": \"r\", \"drained_at\": "
+             "\"2026-09-02T20:00:00Z\"}, {\"gpu\": \"0000:e3:00.0\", \"reason\": \"r\", "
+             "\"drained_at\": \"2026-09-02T20:00:00Z\"}]",
+             "validate VF health state drain 1: duplicate GPU address \"0000:e3:00.0\""},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *text = NULL, *error = NULL;
+                HealthState *st = NULL;
+                assert_true(strprintf(&text, "{\"version\": 1, \"records\": [], \"drains\": %s}",
+                                      cases[i].drains) >= 0);
+                assert_int_equal(health_state_parse(text, strlen(text), &st, &error), -EINVAL);
+                assert_string_equal(error, cases[i].error);
+        }
+        /* Two marks load sorted and round-trip. */
+        static const char two[] =
+            "{\"version\": 1, \"records\": [], \"drains\": [{\"gpu\": \"0000:e4:00.0\", "
+            "\"reason\": \"b\", \"drained_at\": \"2026-09-02T20:00:00Z\"}, {\"gpu\": "
+            "\"0000:e3:00.0\", \"reason\": \"a\", \"drained_at\": \"2026-09-02T20:00:00Z\"}]}";
+        _cleanup_health_state_ HealthState *st = NULL;
+        assert_int_equal(health_state_parse(two, strlen(two), &st, NULL), 0);
+        assert_int_equal(st->n_drains, 2);
+        assert_string_equal(st->drains[0].gpu, "0000:e3:00.0");
+        _cleanup_health_state_ HealthState *copy = NULL;
+        assert_int_equal(health_state_copy(st, &copy), 0);
+        _cleanup_free_ char *a = NULL, *b = NULL;
+        assert_int_equal(health_state_format(st, &a, NULL), 0);
+        assert_int_equal(health_state_format(copy, &b, NULL), 0);
+        assert_string_equal(a, b);
+}
+
 /* HEALTH-25, HEALTH-26 */
 static void test_operator_quarantine_clear_drain(void **state)
 {
@@ -1833,16 +1983,19 @@ static void test_operator_quarantine_clear_drain(void **state)
         report_failure(fx, VF1, "a", "t", "wedged");
         advance(fx, NSEC_PER_HOUR);
 
-        /* Quarantining an auto-quarantined VF keeps its time, takes over source and reason. */
+        /* HEALTH-25 (revised): an auto-quarantined VF keeps its record unchanged, no I/O. */
+        io_reset();
         assert_int_equal(
             health_store_quarantine(fx->store, (char *[]){VF1, NULL}, "fan noise", &error), 0);
+        assert_int_equal(io_total(), 0);
         const HealthRecord *r = record(fx, VF1);
         assert_int_equal(timestamp_compare(r->quarantined_at, ts("2026-09-02T20:00:00Z")), 0);
-        assert_int_equal(r->source, HEALTH_SOURCE_OPERATOR);
-        assert_string_equal(r->reason, "fan noise");
+        assert_int_equal(r->source, HEALTH_SOURCE_AUTO);
+        assert_string_equal(r->reason, "wedged");
         assert_int_equal(r->n_failures, 1);
 
-        /* A fresh VF: quarantined now. The same request again is a no-op without I/O. */
+        /* A fresh VF: quarantined now. The same request again is a no-op without I/O; a new
+         * reason replaces an operator's. */
         assert_int_equal(health_store_quarantine(fx->store, (char *[]){VF2, NULL}, "hold", NULL),
                          0);
         assert_int_equal(timestamp_compare(record(fx, VF2)->quarantined_at, fx->now), 0);
@@ -1850,6 +2003,10 @@ static void test_operator_quarantine_clear_drain(void **state)
         assert_int_equal(health_store_quarantine(fx->store, (char *[]){VF2, NULL}, "hold", NULL),
                          0);
         assert_int_equal(io_total(), 0);
+        assert_int_equal(health_store_quarantine(fx->store, (char *[]){VF2, NULL}, "hold 2", NULL),
+                         0);
+        assert_string_equal(record(fx, VF2)->reason, "hold 2");
+
 
         /* Clearing deletes the whole record, tallies included. */
         assert_int_equal(health_store_clear(fx->store, (char *[]){VF1, NULL}, NULL), 0);
@@ -1858,16 +2015,9 @@ static void test_operator_quarantine_clear_drain(void **state)
         assert_int_equal(health_store_clear(fx->store, (char *[]){VF1, NULL}, NULL), 0);
         assert_int_equal(io_total(), 0);
 
-        /* Drain: every VF of one PF, one reason, one write. */
+        /* clear-gpu: every record of one PF deleted, one write (HEALTH-26). */
         char *pf_vfs[] = {VF1, VF2, VF3, VF4, NULL};
-        io_reset();
-        assert_int_equal(health_store_quarantine(fx->store, pf_vfs, "drain for recovery", NULL), 0);
-        assert_int_equal(io.renames, 1);
-        for (size_t i = 0; pf_vfs[i]; i++) {
-                assert_int_equal(record(fx, pf_vfs[i])->source, HEALTH_SOURCE_OPERATOR);
-                assert_string_equal(record(fx, pf_vfs[i])->reason, "drain for recovery");
-        }
-        /* Undrain: every record of that PF deleted, one write. */
+        assert_int_equal(health_store_quarantine(fx->store, pf_vfs, "hold", NULL), 0);
         io_reset();
         assert_int_equal(health_store_clear(fx->store, pf_vfs, NULL), 0);
         assert_int_equal(io.renames, 1);
@@ -2174,6 +2324,8 @@ int main(void)
             T(test_poll_and_reload),
             T(test_async_reads_off_the_owner),
             T(test_operator_quarantine_clear_drain),
+            T(test_drain_is_a_mark),
+            T(test_drains_parse),
             T(test_breaker_trip_count),
             T(test_breaker_window),
             T(test_breaker_trip_models),
