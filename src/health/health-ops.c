@@ -136,8 +136,10 @@ int health_op_new(const HealthRequest *req, Timestamp now, HealthOp **ret, char 
                 break;
         case HEALTH_REQUEST_QUARANTINE:
                 r = check_reason(req->text, error);
-                if (r >= 0)
-                        r = dup_text(req->text, &op->text, error);
+                /* HEALTH-12's rule for the guest's text holds for the operator's too: a reason
+                 * is outside text, shown and logged, so control bytes never reach the file. */
+                if (r >= 0 && health_sanitize_reason(req->text, &op->text) < 0)
+                        r = error_set_oom(error);
                 if (r >= 0)
                         r = copy_vfs(req->vfs, &op->vfs, error);
                 break;

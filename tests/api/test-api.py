@@ -412,6 +412,27 @@ def check_drain_keeps_wedge(c, daemon, mixed_vfs):
     eq(figures(c.get("/resources").json()), before, "API-5: the wipe restores the figures")
 
 
+def check_operator_reason(c, mixed_vfs):
+    """Issue 10 item 8: an operator's reason is outside text, sanitised as the guest's is."""
+    vf = mixed_vfs[6]
+    r = c.request("POST", "/gpu/vfs/%s/quarantine" % vf, {"reason": "fan\x1b[31m\tdead\u00e9"})
+    rec = r.json()["records"][0] if r.status == 200 else {}
+    # HEALTH-12's rule: every byte outside printable ASCII becomes '?' (é is two bytes).
+    eq((r.status, rec.get("reason")), (200, "fan?[31m?dead??"),
+       "HEALTH-12, HEALTH-25, API-9: control characters in an operator reason become '?'")
+    with open(HEALTH_FILE) as f:
+        disk = json.load(f)
+    eq([x.get("reason") for x in disk["records"] if x["vf_address"] == vf], ["fan?[31m?dead??"],
+       "HEALTH-25: the file stores the sanitised reason")
+    r = c.request("POST", "/gpu/gpus/%s/drain" % MIXED, {"reason": "a\nb"})
+    with open(HEALTH_FILE) as f:
+        disk = json.load(f)
+    eq([x.get("reason") for x in disk.get("drains", [])], ["a?b"],
+       "HEALTH-26: a drain's reason is sanitised the same way")
+    c.request("DELETE", "/gpu/gpus/%s/drain" % MIXED)
+    c.request("DELETE", "/gpu/vfs/%s/quarantine" % vf)
+
+
 def check_metrics(c):
     r = c.get("/metrics")
     eq(r.header("content-type"), "text/plain; version=0.0.4; charset=utf-8",
@@ -656,6 +677,7 @@ def main():
         run_group("gpus", lambda: check_gpus(c, mixed, equal))
         run_group("health", lambda: check_health_routes(c, mixed))
         run_group("drain-cycle", lambda: check_drain_keeps_wedge(c, d, mixed))
+        run_group("operator-reason", lambda: check_operator_reason(c, mixed))
         run_group("metrics", lambda: check_metrics(c))
         run_group("discovery", lambda: check_discovery_failure(c, mixed))
         run_group("corrupt", lambda: check_corrupt_store(c, d, mixed))

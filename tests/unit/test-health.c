@@ -1045,7 +1045,6 @@ static void test_success_rules(void **state)
 {
         Fixture *fx = *state;
         HealthResult res;
-        _cleanup_free_ char *error = NULL;
 
         fx->options.threshold = 3;
         fx->options.breaker_enabled = false;
@@ -1111,7 +1110,6 @@ static void run_steps(Fixture *fx, const Step *steps, size_t n)
         for (size_t i = 0; i < n; i++) {
                 const Step *st = &steps[i];
                 char at[32];
-                _cleanup_free_ char *error = NULL;
                 HealthResult res;
 
                 snprintf(at, sizeof at, "2026-09-02T20:0%c:00Z", st->who[0] - 'A' + '1');
@@ -2007,6 +2005,12 @@ static void test_operator_quarantine_clear_drain(void **state)
                          0);
         assert_string_equal(record(fx, VF2)->reason, "hold 2");
 
+        /* Item 8 of issue 10: control bytes in an operator's reason are stored as '?'. */
+        assert_int_equal(
+            health_store_quarantine(fx->store, (char *[]){VF3, NULL}, "a\x1b[0m\tb\xc3\xa9", NULL),
+            0);
+        assert_string_equal(record(fx, VF3)->reason, "a?[0m?b??");
+        assert_int_equal(health_store_clear(fx->store, (char *[]){VF3, NULL}, NULL), 0);
 
         /* Clearing deletes the whole record, tallies included. */
         assert_int_equal(health_store_clear(fx->store, (char *[]){VF1, NULL}, NULL), 0);
