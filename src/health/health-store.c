@@ -609,18 +609,20 @@ HealthRead *health_read_free(HealthRead *rd)
         return NULL;
 }
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(HealthRead *, health_read_free);
-
+/* Takes ownership of rd. */
 static int finish_read(HealthStore *s, HealthRead *rd, char **error)
 {
-        _cleanup_(health_read_freep) HealthRead *owned = rd;
+        int r = 0;
         s->reading = false;
         s->read_timed_out = false;
-        if (!rd->loaded)
-                return 0;
-        int r = store_load(s, &rd->result,
-                           rd->kind == HEALTH_READ_CHECK ? CHANGED_INVALID : UNAVAILABLE, error);
-        return r < 0 ? r : 1;
+        if (rd->loaded) {
+                r = store_load(s, &rd->result,
+                               rd->kind == HEALTH_READ_CHECK ? CHANGED_INVALID : UNAVAILABLE,
+                               error);
+                r = r < 0 ? r : 1;
+        }
+        health_read_free(rd);
+        return r;
 }
 
 int health_store_finish_read(HealthStore *s, HealthRead *rd, char **error)
