@@ -59,8 +59,13 @@ static void health_write_finished(Manager *m)
         manager_maybe_finish_stop(m);
 }
 
-static void log_read(HealthReadKind kind, int r, const char *error)
+/* latched: a load error was latched before the read (a bad file, or a read that hung). */
+static void log_read(HealthReadKind kind, int r, const char *error, bool latched)
 {
+        if (r > 0 && latched && kind != HEALTH_READ_RELOAD) {
+                log_line(LOG_LEVEL_NOTICE, 0, "VF health state loaded again", NULL);
+                return;
+        }
         switch (kind) {
         case HEALTH_READ_CHECK:
                 if (r > 0)
@@ -96,8 +101,9 @@ static void on_read_done(int r, void *data, const char *error, void *userdata)
         if (j) {
                 _cleanup_free_ char *err = NULL;
                 HealthReadKind kind = health_read_kind(j->read);
+                bool latched = health_store_unavailable_reason(m->health) != NULL;
                 r = health_store_finish_read(m->health, TAKE_PTR(j->read), &err);
-                log_read(kind, r, err);
+                log_read(kind, r, err, latched);
         } else {
                 /* The pool ended it at its deadline: the read is stuck in the data dir. */
                 log_line(LOG_LEVEL_ERR, r, "VF health state read did not return", "error", error,

@@ -636,6 +636,8 @@ void health_store_abandon_read(HealthStore *s, const char *error)
 {
         s->reading = false;
         s->read_timed_out = true;
+        /* Whatever the file is now, the next check reads it: the latch is not about its bytes. */
+        s->fingerprint = (Fingerprint){0};
         (void)error_set(&s->load_error, -EIO, "read VF health state: %s", error);
         update_unavailable(s);
 

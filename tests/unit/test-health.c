@@ -1833,6 +1833,17 @@ static void test_async_reads_off_the_owner(void **state)
         health_store_finish_write(fx->store, w);
         assert_int_equal(c3.r, 0);
         assert_disk_matches_memory(fx);
+
+        /* A check after an abandoned read reads the file even when it did not change, so the
+         * 5 s poll alone lifts the latch once the disk answers again. */
+        assert_int_equal(health_store_poll(fx->store, NULL), 0);
+        assert_int_equal(health_store_begin_read(fx->store, &stuck), 1);
+        health_store_abandon_read(fx->store, "timed out after 5s");
+        health_read_free(stuck);
+        assert_non_null(health_store_unavailable_reason(fx->store));
+        assert_int_equal(health_store_poll(fx->store, NULL), 0);
+        assert_int_equal(run_read(fx), 1);
+        assert_null(health_store_unavailable_reason(fx->store));
 }
 
 /* ---- operator actions ---------------------------------------------------------------------- */
