@@ -145,7 +145,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Claimer *, claimer_free);
 
 /*
  * Adds the Claimer's IO source to event (NULL: sd_event_default()), so that the loop starts
- * what is due: discoveries, NVML rounds, queued writes, PLACE-8 timeouts. -EBUSY if already
+ * what is due: tracker requests, NVML rounds, queued writes, PLACE-8 timeouts. -EBUSY if already
  * attached; claimer_free() removes the source.
  */
 int claimer_attach_event(Claimer *cl, sd_event *event);
@@ -223,7 +223,7 @@ int claimer_request_nvml_refresh(Claimer *cl, bool init);
 /* Counters for tests and metrics. */
 typedef struct ClaimerStats {
         uint64_t rounds;      /* NVML rounds submitted */
-        uint64_t discoveries; /* discoveries run */
+        uint64_t discoveries; /* tracker runs asked for (full or re-read) */
         uint64_t claims_ok, claims_failed;
 } ClaimerStats;
 const ClaimerStats *claimer_get_stats(Claimer *cl);
