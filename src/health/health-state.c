@@ -152,13 +152,17 @@ int health_state_copy(const HealthState *s, HealthState **ret)
 
 /* ---- records ------------------------------------------------------------------------------- */
 
-/* The index of vf_address, or where it would be inserted, as ~index. */
-static ssize_t record_search(const HealthState *s, const char *vf_address)
+/*
+ * Records and drains are sorted by their address, an inline PCI address at offset in each
+ * element: the index of address, or where it would be inserted, as ~index.
+ */
+static ssize_t address_search(const void *array, size_t n, size_t size, size_t offset,
+                              const char *address)
 {
-        size_t lo = 0, hi = s->n_records;
+        size_t lo = 0, hi = n;
         while (lo < hi) {
                 size_t mid = lo + (hi - lo) / 2;
-                int c = strcmp(s->records[mid].vf_address, vf_address);
+                int c = strcmp((const char *)array + mid * size + offset, address);
                 if (c == 0)
                         return (ssize_t)mid;
                 if (c < 0)
@@ -167,6 +171,12 @@ static ssize_t record_search(const HealthState *s, const char *vf_address)
                         hi = mid;
         }
         return ~(ssize_t)lo;
+}
+
+static ssize_t record_search(const HealthState *s, const char *vf_address)
+{
+        return address_search(s->records, s->n_records, sizeof *s->records,
+                              offsetof(HealthRecord, vf_address), vf_address);
 }
 
 const HealthRecord *health_state_find(const HealthState *s, const char *vf_address)
@@ -177,18 +187,8 @@ const HealthRecord *health_state_find(const HealthState *s, const char *vf_addre
 
 static ssize_t drain_search(const HealthState *s, const char *gpu)
 {
-        size_t lo = 0, hi = s->n_drains;
-        while (lo < hi) {
-                size_t mid = lo + (hi - lo) / 2;
-                int c = strcmp(s->drains[mid].gpu, gpu);
-                if (c == 0)
-                        return (ssize_t)mid;
-                if (c < 0)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
-        return ~(ssize_t)lo;
+        return address_search(s->drains, s->n_drains, sizeof *s->drains, offsetof(HealthDrain, gpu),
+                              gpu);
 }
 
 const HealthDrain *health_state_find_drain(const HealthState *s, const char *gpu)
