@@ -431,6 +431,8 @@ Manager *manager_free(Manager *m)
          */
         if (m->health && !m->health_writing)
                 health_store_free(m->health);
+        else if (m->health)
+                keep_until_exit(m->health);
 
         free(m->logged_disabled);
         if (m->jwt_secret)
