@@ -22,8 +22,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    Client, eq, exit_status, finish, free_port, ok, poll, run_group, sim_ctl, sim_state, start,
-    write_config, write_secret)
+    Client, eq, exit_status, finish, free_port, gpu_body, ok, poll, run_group, sim_ctl, sim_state,
+    start, write_config, write_secret)
 
 CONNECTIONS_MAX = 64  # per listener (API-1)
 
@@ -329,6 +329,7 @@ def check_shutdown(c, d, sock):
         with lock:
             answers.append(result)
 
+    before = gpu_body(c)["quarantined_slots"]
     sim_ctl("fault fsync data/* hang")
     try:
         vfs = ["0000:e3:00.%d" % (4 + i) for i in range(4)] + ["0000:e3:01.0"]
@@ -337,7 +338,9 @@ def check_shutdown(c, d, sock):
             t.start()
         held = poll(lambda: sim_state()["operations_delayed"] >= 1, 10, 0.1)
         ok(bool(held), "OPS-3: a quarantine's write hangs in fsync")
-        time.sleep(0.5)
+        # HEALTH-20: placement sees a quarantine the moment it is accepted, before it is durable.
+        ok(poll(lambda: gpu_body(c)["quarantined_slots"] >= before + len(vfs), 10, 0.05),
+           "OPS-3: the daemon holds all five quarantines, waiting on the hung write")
         d.proc.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(25)
