@@ -83,9 +83,11 @@ static bool is_quarantined(void *userdata, const char *vf)
 static int build_view(const ApiContext *ctx, const GpuHost *h, PlacementView **ret)
 {
         PlacementOverlays o = {.nvml = ctx->nvml, .pool = ctx->workers};
+        /* With a claim flow, exactly its overlays (its guard is the health store), so that a
+         * read and a claim see one picture; without one, the store's quarantine directly. */
         if (ctx->claimer)
                 claimer_fill_overlays(ctx->claimer, &o);
-        if (ctx->health) {
+        else if (ctx->health) {
                 o.is_quarantined = is_quarantined;
                 o.quarantine_userdata = ctx->health;
         }
