@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * instances: the GPU VMs vgpud runs (SPEC §6, INST-1..25).
+ *
+ * Records (instance-record.c): the instance.json format of INST-2 with its strict loader and
+ * crash-safe writer (INST-1), the create body of API-9 with INST-3..7's validation, INST-6's
+ * confinement of boot paths, and the directory layout and removal of INST-20. These are pure
+ * functions and blocking file primitives for worker threads; nothing here keeps state.
+ *
+ * Promises: functions return >= 0 or -errno; out-parameters are written only on success; a
+ * function that takes `char **error` sets it on every failure, with the SPEC text where SPEC
+ * gives one and otherwise a message naming the file or field.
+ */
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "base/base.h"
+
+/* ---- identity and validation (INST-3..7) --------------------------------------------------- */
+
+#define INSTANCE_ID_LEN 20
+#define INSTANCE_NAME_MAX 63
+#define INSTANCE_VCPUS_MIN 1u
+#define INSTANCE_VCPUS_MAX 256u
+#define INSTANCE_MEMORY_MB_MIN UINT64_C(128)
+#define INSTANCE_MEMORY_MB_MAX UINT64_C(1048576)
+#define INSTANCE_CMDLINE_MAX 4096
+#define INSTANCE_PATH_MAX 4096
+#define INSTANCE_RECORD_MAX (64 * 1024) /* instance.json is far smaller; larger is refused */
+
+/* INST-3: 20 characters of [a-z0-9] from getrandom(). */
+int instance_id_generate(char ret[static INSTANCE_ID_LEN + 1]);
+bool instance_id_is_valid(const char *id);
+
+/* INST-4's pattern (uniqueness is the manager's). */
+bool instance_name_is_valid(const char *name);
+
+/* ---- states (INST-8) ----------------------------------------------------------------------- */
+
+typedef enum InstanceState {
+        INSTANCE_CREATING,
+        INSTANCE_RUNNING,
+        INSTANCE_STOPPING,
+        INSTANCE_STOPPED,
+        INSTANCE_FAILED,
+        INSTANCE_DELETING,
+        _INSTANCE_STATE_MAX,
+} InstanceState;
+
+/* "Creating", "Running", ... exactly as records and the API spell them. */
+const char *instance_state_to_string(InstanceState s);
+int instance_state_from_string(const char *s, InstanceState *ret);
+
+/* ---- the record (INST-2) ------------------------------------------------------------------- */
+
+typedef struct InstanceBoot {
+        char *kernel, *initrd, *cmdline, *disk; /* NULL when absent */
+} InstanceBoot;
+
+typedef struct InstanceGpu {
+        char *profile;     /* NULL: no vGPU requested; the rest is then NULL/zero too */
+        char *framework;   /* the claim: "vendor-vfio" or "mdev"; NULL while unclaimed */
+        char *device_path; /* <sysfs_root>/bus/pci/devices/<vf> or .../bus/mdev/devices/<uuid> */
+        char *mdev_uuid;   /* mdev claims only */
+        Timestamp claimed_at; /* zero while unclaimed */
+} InstanceGpu;
+
+typedef struct InstanceHypervisor {
+        pid_t pid;           /* 0: none */
+        uint64_t start_time; /* with pid */
+        char *boot_id;       /* with pid */
+        char *qmp_socket, *agent_socket; /* NULL when absent */
+} InstanceHypervisor;
+
+typedef struct InstanceRecord {
+        char id[INSTANCE_ID_LEN + 1];
+        char *name;
+        InstanceState state;
+        Timestamp created_at;
+        char *error; /* NULL when none */
+        InstanceBoot boot;
+        uint32_t vcpus;
+        uint64_t memory_mb;
+        InstanceGpu gpu;
+        InstanceHypervisor hypervisor;
+} InstanceRecord;
+
+/* Frees the members (not r itself) and zeroes r. */
+void instance_record_done(InstanceRecord *r);
+/* A deep copy. */
+int instance_record_copy(const InstanceRecord *r, InstanceRecord *ret);
+/* Whether the record holds a claim (gpu.device_path set). */
+bool instance_record_is_claimed(const InstanceRecord *r);
+/* Clears the claim fields (framework, device_path, mdev_uuid, claimed_at), keeps the profile. */
+void instance_record_clear_claim(InstanceRecord *r);
+/* Clears the hypervisor fields. */
+void instance_record_clear_hypervisor(InstanceRecord *r);
+
+/*
+ * instance.json (INST-2): version 1, unknown keys rejected at every level, integers where INST-2
+ * says so and strings elsewhere, empty objects and absent values omitted, timestamps per GEN-8
+ * and GEN-9 (claimed_at is compared as a string, so it must be GEN-8's exact rendering). Load
+ * also re-checks INST-3..5 and that a claim is whole (framework, device_path and claimed_at
+ * together; mdev_uuid exactly for mdev) so a damaged file never yields a half claim.
+ * Failures: -EBADMSG with a message naming the key.
+ */
+int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_size);
+int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret, char **error);
+
+/* ---- the create body (API-9, INST-4..7) ---------------------------------------------------- */
+
+typedef struct InstanceSpec {
+        char *name;
+        uint32_t vcpus;
+        uint64_t memory_mb;
+        InstanceBoot boot;
+        char *profile; /* NULL without "gpu" */
+} InstanceSpec;
+
+void instance_spec_done(InstanceSpec *s);
+
+/*
+ * Parses and validates a create body: exactly the keys of API-9 (other keys, wrong types,
+ * malformed or duplicate-key JSON, nesting over 16 are refused), INST-4's name pattern, INST-5's
+ * ranges, and INST-6's form of the boot paths (absolute, ≤ 4096 bytes, no "." or ".."
+ * components; the file checks are instance_boot_paths_check()'s). -EINVAL with a message that
+ * names the field (INST-7), e.g. `vcpus must be 1..256`, `boot.kernel must be an absolute path
+ * without . or .. components`.
+ */
+int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, char **error);
+
+/*
+ * INST-6's file checks, blocking (run on a worker): each given boot path names a readable
+ * regular file whose real path (symlinks resolved) lies under one of image_dirs (NULL-
+ * terminated, themselves resolved). -EINVAL with `boot.<field> <path>: <why>`.
+ */
+int instance_boot_paths_check(const InstanceBoot *boot, char *const *image_dirs, char **error);
+
+/* ---- files (INST-1, INST-20), blocking primitives for workers ------------------------------ */
+
+#define INSTANCE_RECORD_FILE "instance.json"
+#define INSTANCE_CONSOLE_FILE "console.log"
+#define INSTANCE_QEMU_LOG_FILE "qemu.log"
+#define INSTANCE_QMP_SOCKET "qmp.sock"
+#define INSTANCE_AGENT_SOCKET "agent.sock"
+#define INSTANCE_DELETED_PREFIX ".deleted-"
+
+/*
+ * Writes r to <instances_dirfd>/<id>/instance.json crash-safely (INST-1): the directory is
+ * created 0700 when missing (and instances/ fsynced then), the file written 0600 through a temp
+ * file, fsync, rename, fsync of the directory. Failures name the step and the path
+ * (write_file_atomic_at's texts).
+ */
+int instance_record_save_at(int instances_dirfd, const InstanceRecord *r, char **error);
+
+/* Reads and parses <id>/instance.json; -ENOENT when it is missing. A leftover temp is removed. */
+int instance_record_load_at(int instances_dirfd, const char *id, InstanceRecord *ret,
+                            char **error);
+
+/*
+ * INST-20's removal: renames <id> to .deleted-<id>, fsyncs instances/, deletes the tree.
+ * 0 when removed; a failure after the rename leaves the .deleted-<id> tree for a retry
+ * (instance_sweep_at) and fails with its message.
+ */
+int instance_remove_at(int instances_dirfd, const char *id, char **error);
+
+typedef struct InstanceDirList {
+        char **ids;      /* directories named by a valid id holding instance.json */
+        char **deleted;  /* ".deleted-*" names left to delete */
+        char **orphans;  /* valid-id directories without instance.json (INST-20) */
+        char **unknown;  /* anything else: logged, never touched */
+} InstanceDirList;
+
+void instance_dir_list_done(InstanceDirList *l);
+
+/* Lists <data_dir>/instances (INST-20, INST-21's input), each list sorted. */
+int instance_dir_list_at(int instances_dirfd, InstanceDirList *ret, char **error);
+
+/* Deletes the tree name below dirfd (never following links): .deleted-* and orphans. */
+int instance_tree_delete_at(int dirfd, const char *name, char **error);

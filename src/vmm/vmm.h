@@ -1,0 +1,310 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * vmm: QEMU as vgpud runs it (SPEC §7, VMM-1..20).
+ *
+ * Three layers, bottom up.
+ *
+ * Pure functions (vmm-argv.c, vmm-parse.c): the VMM-1 command line with VMM-2's comma rule, and
+ * the strict parsers of what the kernel and QEMU tell vgpud: /proc/<pid>/stat, /proc/net/unix
+ * and QMP messages (GEN-5, REL-5: each has a fuzz target).
+ *
+ * Blocking primitives for worker threads (vmm-spawn.c, vmm-liveness.c): posix_spawn with
+ * VMM-3's exact environment, session, signal state and descriptors, a pidfd opened at once
+ * (VMM-4); the boot id; the liveness verdict of VMM-16..19 from a stored identity.
+ *
+ * A running VMM on the event loop (vmm.c, vmm-qmp.c): a Vmm watches its process through the
+ * pidfd (a child with sd_event_add_child_pidfd, which reaps it; an adopted VMM with an EPOLLIN
+ * IO source, its exit status unknown), runs QMP sessions on the loop (readiness VMM-5, graceful
+ * stop VMM-9), and the termination ladder (VMM-10..14). Nothing on the loop blocks: sockets
+ * are non-blocking, every wait is a timer.
+ *
+ * Promises: functions return >= 0 or -errno; out-parameters are written only on success; a
+ * function that takes `char **error` sets it on every failure (the SPEC text where SPEC gives
+ * one); callbacks run on the loop, never from inside the call that started the work; this
+ * module logs nothing (its callers do, with the instance's context).
+ */
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <systemd/sd-event.h>
+
+#include "base/base.h"
+#include "config/config.h"
+#include "sysfs/sysfs.h"
+#include "vfio/vfio.h"
+
+/* ---- the command line (VMM-1, VMM-2; vmm-argv.c) ------------------------------------------- */
+
+/* The virtio-serial port name of the agent channel (VMM-1, AGENT-1). */
+#define VMM_AGENT_PORT_NAME "org.vgpud.agent.0"
+
+typedef struct VmmCommand {
+        const char *qemu_binary;
+        ConfigQemuAccel accel;
+        const char *name; /* the instance name (INST-4) */
+        uint32_t vcpus;
+        uint64_t memory_mb;
+        const char *qmp_socket;
+        const char *agent_socket;
+        const char *console_log;
+        const char *kernel; /* NULL when absent; initrd and cmdline only with a kernel */
+        const char *initrd;
+        const char *cmdline;
+        const char *disk;          /* NULL when absent */
+        const char *vfio_sysfsdev; /* gpu.device_path (VF or mdev); NULL without a vGPU */
+} VmmCommand;
+
+/*
+ * The argv of VMM-1 (NULL-terminated, strv_free() it). Commas are doubled inside keyval values
+ * (-name, -chardev, -device, -drive); -kernel, -initrd and -append take their values raw
+ * (VMM-2). -EINVAL (and *error names the field) when a required field is missing, an initrd or
+ * cmdline comes without a kernel, or neither kernel nor disk is given; -ENOMEM.
+ */
+int vmm_command_argv(const VmmCommand *c, char ***ret, char **error);
+
+/* value with every "," doubled, as QEMU's keyval syntax wants it (VMM-2). NULL on ENOMEM. */
+char *vmm_keyval_escape(const char *value);
+
+/* ---- parsers (vmm-parse.c) ----------------------------------------------------------------- */
+
+/* /proc/<pid>/stat files are far shorter; a longer one is refused (GEN-5). */
+#define VMM_PROC_STAT_MAX 4096
+
+typedef struct VmmProcStat {
+        pid_t pid;           /* field 1 */
+        char state;          /* field 3: R, S, D, Z, T, t, X, x, K, W, P, I */
+        pid_t ppid;          /* field 4 */
+        pid_t pgrp;          /* field 5 */
+        pid_t session;       /* field 6 */
+        uint64_t start_time; /* field 22: clock ticks after boot */
+} VmmProcStat;
+
+/*
+ * Parses one /proc/<pid>/stat. The comm field (field 2) is everything between the first "("
+ * and the last ")", since a process may name itself with parentheses and spaces. At least 22
+ * fields, each numeric field a plain decimal (pid-like fields may be signed where the kernel
+ * prints them so), one trailing newline at most. -EBADMSG with *error saying which field.
+ */
+int vmm_parse_proc_stat(const char *buf, size_t size, VmmProcStat *ret, char **error);
+
+/* /proc/net/unix of a busy host is large; past this it is refused and liveness is ambiguous. */
+#define VMM_NET_UNIX_MAX (64u * 1024 * 1024)
+
+/* The "Flags" column of a listening socket (__SO_ACCEPTCON), as /proc/net/unix prints it. */
+#define VMM_NET_UNIX_FLAGS_LISTENING 0x00010000u
+
+/*
+ * Searches a /proc/net/unix text for listening entries (flags 00010000) whose path equals path
+ * byte for byte (paths are printed raw; VMM-15 keeps ours free of white space). Stores up to
+ * max inodes in inodes and their number in *ret_n (entries beyond max are counted but not
+ * stored). The header line must be the kernel's; every entry line must have the kernel's
+ * columns: "<hex>: <8 hex> <8 hex> <8 hex> <4 hex> <2 hex> <inode>[ <path>]". -EBADMSG with
+ * *error naming the line for anything else.
+ */
+int vmm_net_unix_find_listening(const char *buf, size_t size, const char *path, uint64_t *inodes,
+                                size_t max, size_t *ret_n, char **error);
+
+/* QMP lines are at most this long, newline excluded (VMM-6). */
+#define VMM_QMP_LINE_MAX (1024u * 1024)
+
+typedef enum VmmQmpKind {
+        VMM_QMP_GREETING, /* {"QMP": {...}} */
+        VMM_QMP_RETURN,   /* {"return": <any>[, "id": ...]} */
+        VMM_QMP_ERROR,    /* {"error": {"class": s, "desc": s}[, "id": ...]} */
+        VMM_QMP_EVENT,    /* {"event": s, "timestamp": {...}[, "data": {...}]} */
+} VmmQmpKind;
+
+typedef struct VmmQmpMessage {
+        VmmQmpKind kind;
+        json_t *value;     /* greeting: the QMP object; return: the value; event: data or NULL */
+        char *event;       /* event: its name */
+        char *error_class; /* error: class and desc */
+        char *error_desc;
+} VmmQmpMessage;
+
+/*
+ * Parses one QMP line (without its line end; a trailing "\r" is accepted, since QEMU ends
+ * lines with "\r\n"). Strict JSON (duplicate keys rejected, nesting ≤ 16, GEN-6), an object
+ * with exactly one of the keys QMP, return, error, event. -EBADMSG with *error for anything
+ * else, -E2BIG for a line longer than VMM_QMP_LINE_MAX.
+ */
+int vmm_qmp_message_parse(const char *line, size_t size, VmmQmpMessage *ret, char **error);
+void vmm_qmp_message_done(VmmQmpMessage *m);
+
+/* ---- blocking primitives for worker threads (vmm-spawn.c, vmm-liveness.c) ------------------ */
+
+/* VMM-3: the only environment QEMU gets. */
+#define VMM_SPAWN_PATH "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+
+typedef struct VmmSpawnRequest {
+        char *const *argv;  /* vmm_command_argv()'s; argv[0] is executed as a path */
+        int log_dirfd;      /* the instance's data directory */
+        const char *log;    /* "qemu.log", opened O_APPEND|O_CREAT (0600) below log_dirfd */
+        const Root *proc;   /* for start_time */
+        const char *null_device; /* "/dev/null" (GEN-1's one literal); NULL for it */
+} VmmSpawnRequest;
+
+typedef struct VmmSpawned {
+        pid_t pid;
+        int pidfd;           /* owned by the caller */
+        uint64_t start_time; /* field 22 of the child's stat (VMM-16) */
+} VmmSpawned;
+
+/*
+ * posix_spawn as VMM-3 says: environment VMM_SPAWN_PATH only, POSIX_SPAWN_SETSID, an empty
+ * signal mask and default dispositions for every signal, stdin /dev/null, stdout and stderr
+ * appended to the log, every other descriptor closed; then a pidfd on the child and its
+ * start_time (VMM-4). Failures read `spawn <argv[0]>: <err>` (the log cannot be opened, the
+ * binary cannot be executed); when the pidfd or the stat cannot be had after the spawn, the
+ * child is killed and reaped before the error returns, so no unidentified VMM runs.
+ */
+int vmm_spawn(const VmmSpawnRequest *request, VmmSpawned *ret, char **error);
+
+/* <proc_root>/sys/kernel/random/boot_id, validated as a lowercase UUID. */
+int vmm_read_boot_id(const Root *proc, char **ret, char **error);
+
+typedef enum VmmVerdict {
+        VMM_GONE,      /* provably gone (VMM-16..19) */
+        VMM_ALIVE,     /* a process matches */
+        VMM_AMBIGUOUS, /* cannot tell: counts as alive for every teardown decision */
+} VmmVerdict;
+
+/* "gone", "alive", "ambiguous". */
+const char *vmm_verdict_to_string(VmmVerdict v);
+
+typedef struct VmmIdentity {
+        pid_t pid;            /* 0: none recorded */
+        uint64_t start_time;  /* with pid */
+        const char *boot_id;  /* recorded with pid; NULL: none */
+        const char *qmp_socket;   /* NULL: none recorded */
+} VmmIdentity;
+
+typedef struct VmmLivenessQuery {
+        const Root *proc;
+        const char *boot_id;  /* the current boot id (vmm_read_boot_id) */
+        VmmIdentity identity;
+        /*
+         * VMM-18's shared fd scan (REC-9); NULL: the probe walks /proc itself if step 3 is
+         * reached (dev_root then names the scan's VFIO prefix).
+         */
+        const VfioScan *scan;
+        const char *dev_root;
+} VmmLivenessQuery;
+
+typedef struct VmmLiveness {
+        VmmVerdict verdict;
+        pid_t pid;           /* VMM_ALIVE: the process (the stored pid, or the socket's owner) */
+        int pidfd;           /* VMM_ALIVE: a pidfd on it, owned by the caller; else -1 */
+        uint64_t start_time; /* VMM_ALIVE: its start_time */
+        bool zombie;         /* VMM_GONE because the stored pid is a zombie (reap if a child) */
+        char *reason;        /* why (for logs): "pid 42 exited", "boot id changed", ... */
+} VmmLiveness;
+
+/*
+ * VMM-16..19 in order. Step 1, with a stored pid: a pidfd is opened on it, its stat parsed and
+ * the pidfd confirmed live with pidfd_send_signal(fd, 0) (VMM-4); a different boot id, a
+ * missing process, a zombie or another start_time discards the pid. Step 2, with a qmp_socket:
+ * /proc/net/unix's listening entries of that path; none means gone. Step 3: the fd scan finds
+ * their owner (alive), or none in a complete scan (gone); an incomplete scan, an unreadable or
+ * malformed /proc/net/unix, or an owner that cannot be opened is ambiguous. Step 4: nothing
+ * recorded is gone. Only ENOMEM fails; every other trouble is a verdict.
+ */
+int vmm_liveness_probe(const VmmLivenessQuery *q, VmmLiveness *ret);
+void vmm_liveness_done(VmmLiveness *l);
+
+/* ---- a running VMM on the loop (vmm.c, vmm-qmp.c) ------------------------------------------ */
+
+#define VMM_QMP_CONNECT_INTERVAL (50 * NSEC_PER_MSEC) /* VMM-5 */
+#define VMM_QMP_GREETING_TIMEOUT (5 * NSEC_PER_SEC)   /* VMM-5 */
+#define VMM_QMP_COMMAND_TIMEOUT (5 * NSEC_PER_SEC)    /* each reply */
+#define VMM_QUIT_TIMEOUT (5 * NSEC_PER_SEC)           /* VMM-9 */
+#define VMM_KILL_WAIT (2 * NSEC_PER_SEC)              /* VMM-10 */
+
+typedef struct Vmm Vmm;
+
+typedef struct VmmExit {
+        bool status_known; /* false for an adopted VMM (VMM-4) */
+        int code;          /* status_known and !signal: the exit status */
+        int signal;        /* status_known: the signal that killed it, else 0 */
+        bool killed_by_us; /* a SIGKILL that this Vmm sent */
+} VmmExit;
+
+typedef struct VmmConfig {
+        pid_t pid;
+        int pidfd;           /* taken over by vmm_new() on success */
+        bool is_child;       /* spawned by this process: watched with a child source */
+        uint64_t start_time; /* field 22: the ladder's in_grace (VMM-13) */
+        const char *qmp_socket;
+        bool has_vfio;          /* a vGPU or mdev is passed through (VMM-10, VMM-12) */
+        nsec_t vfio_term_grace; /* gpu.vfio_term_grace */
+        nsec_t vfio_init_window; /* gpu.vfio_init_window */
+        /*
+         * The process has exited (once; after any stop or ladder in flight has called its done).
+         * The Vmm stays valid until freed.
+         */
+        void (*exited)(Vmm *v, const VmmExit *exit, void *userdata);
+        /* VMM-12: a SIGKILL is being sent to a VMM with a VFIO device. */
+        void (*forced_kill)(Vmm *v, bool in_grace, void *userdata);
+        void *userdata;
+} VmmConfig;
+
+int vmm_new(const VmmConfig *config, Vmm **ret);
+/* Closes the pidfd and every source; a VMM still running keeps running. */
+Vmm *vmm_free(Vmm *v);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Vmm *, vmm_free);
+#define _cleanup_vmm_ _cleanup_(vmm_freep)
+
+/* Adds the exit watch and, later, the QMP and ladder sources to event. -EBUSY if attached. */
+int vmm_attach_event(Vmm *v, sd_event *event);
+
+pid_t vmm_pid(const Vmm *v);
+bool vmm_has_exited(const Vmm *v);
+
+/*
+ * in_grace of VMM-13 now: whether CLOCK_BOOTTIME is within vfio_init_window of the process's
+ * start (start_time ticks after boot), for children and adopted VMMs alike.
+ */
+bool vmm_in_init_window(const Vmm *v);
+
+/* Runs once; error (r < 0) is the failure's text, valid during the call. */
+typedef void (*VmmDoneFunc)(Vmm *v, int r, const char *error, void *userdata);
+
+/*
+ * VMM-5: connects to qmp_socket every 50 ms until boot_timeout from now, reads the greeting
+ * within 5 s, negotiates capabilities, requires query-status "running", and with query_kvm
+ * sends query-kvm (*kvm_enabled in done's r: 1 enabled, 0 disabled; 0 without query_kvm).
+ * Failures: `QMP not ready after <d>`, `qmp <command>: <class>: <desc>`, `qemu exited with
+ * status <n> before QMP was ready` (or `was killed by signal <SIG>`, or `exited before QMP was
+ * ready` for an adopted VMM) — the caller appends qemu.log's last line (VMM-5). -EBUSY while
+ * another readiness or stop runs.
+ */
+int vmm_wait_ready(Vmm *v, nsec_t boot_timeout, bool query_kvm, VmmDoneFunc done,
+                   void *userdata);
+
+/*
+ * VMM-9 then VMM-10: system_powerdown and a wait of graceful_timeout for the exit; then quit
+ * and 5 s; then the ladder. graceful_timeout 0, or QMP unreachable, goes straight to the
+ * ladder. done gets 0 once the process has exited, or -ETIMEDOUT with `hypervisor pid <n> did
+ * not exit after SIGKILL` (VMM-11: the caller treats it as may be alive). A readiness wait in
+ * flight is cancelled (its done gets -ECANCELED). -EBUSY while another stop runs; an exited
+ * process completes at once (done still runs later).
+ */
+int vmm_stop(Vmm *v, nsec_t graceful_timeout, VmmDoneFunc done, void *userdata);
+
+/* VMM-10 alone (VMM-14, INST-13): vmm_stop(v, 0, ...). */
+int vmm_terminate(Vmm *v, VmmDoneFunc done, void *userdata);
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+/*
+ * The last non-empty line of a log file (qemu.log, VMM-5), at most 512 bytes (the line's end is
+ * kept when it is longer), non-printable bytes escaped. *ret is NULL when the file is missing or
+ * has no such line. Blocking: run on a worker.
+ */
+#define VMM_LOG_LINE_MAX 512
+int vmm_log_last_line(int dirfd, const char *name, char **ret, char **error);
