@@ -7,6 +7,10 @@
 #include <fcntl.h>
 
 #include "ctl.h"
+#include "instances/instances.h"
+
+/* The client refuses a malformed id before sending it; the daemon's form must be the same. */
+_Static_assert(CTL_INSTANCE_ID_LEN == INSTANCE_ID_LEN, "instance ids changed length");
 
 const char ctl_usage[] =
     "usage: vgpuctl [--url URL | --unix PATH] [--token T | --token-file F] [--json] COMMAND\n"
@@ -21,6 +25,16 @@ const char ctl_usage[] =
     "  health undrain GPU                 lift a GPU's drain (its VF records stay)\n"
     "  health clear-gpu GPU               delete the health records of a GPU's VFs\n"
     "  health breaker-reset               close an open quarantine breaker\n"
+    "  instances list                     every instance, its state and its VF\n"
+    "  instances get ID                   one instance\n"
+    "  instances create --name N --vcpus N --memory-mb N [--kernel P] [--initrd P]\n"
+    "                   [--cmdline S] [--disk P] [--profile P]\n"
+    "                                     create and boot a VM (--kernel or --disk needed)\n"
+    "  instances start ID                 boot a stopped or failed instance\n"
+    "  instances stop ID                  shut an instance down and release its VF\n"
+    "  instances delete ID                stop an instance and remove it\n"
+    "  instances console ID [--tail-bytes N]\n"
+    "                                     the end of the guest console (default 64 KiB)\n"
     "  token mint --secret-file F [--ttl D] [--sub S]\n"
     "                                     print a bearer token (default TTL 1h)\n"
     "\n"
@@ -42,12 +56,25 @@ typedef enum CtlOption {
         OPT_JSON,
         OPT_HELP,
         OPT_VERSION,
-        OPT_REASON,
+        _OPT_GLOBAL_MAX, /* the options above apply to every command */
+        OPT_REASON = _OPT_GLOBAL_MAX,
         OPT_SECRET_FILE,
         OPT_TTL,
         OPT_SUB,
+        OPT_NAME,
+        OPT_VCPUS,
+        OPT_MEMORY_MB,
+        OPT_KERNEL,
+        OPT_INITRD,
+        OPT_CMDLINE,
+        OPT_DISK,
+        OPT_PROFILE,
+        OPT_TAIL_BYTES,
         _OPT_MAX,
 } CtlOption;
+
+#define OPT_BIT(o) (UINT32_C(1) << (o))
+_Static_assert(_OPT_MAX <= 32, "a command's options no longer fit its mask");
 
 static const struct {
         const char *name;
@@ -64,34 +91,73 @@ static const struct {
     [OPT_SECRET_FILE] = {"--secret-file", true},
     [OPT_TTL] = {"--ttl", true},
     [OPT_SUB] = {"--sub", true},
+    [OPT_NAME] = {"--name", true},
+    [OPT_VCPUS] = {"--vcpus", true},
+    [OPT_MEMORY_MB] = {"--memory-mb", true},
+    [OPT_KERNEL] = {"--kernel", true},
+    [OPT_INITRD] = {"--initrd", true},
+    [OPT_CMDLINE] = {"--cmdline", true},
+    [OPT_DISK] = {"--disk", true},
+    [OPT_PROFILE] = {"--profile", true},
+    [OPT_TAIL_BYTES] = {"--tail-bytes", true},
 };
 
-/* The command words, with the options each command takes besides the global ones. */
+/* What a command's positional argument is; it becomes part of the request path. */
+typedef enum CtlTarget {
+        TARGET_NONE,
+        TARGET_PCI_ADDRESS,
+        TARGET_INSTANCE_ID,
+} CtlTarget;
+
+#define REASON OPT_BIT(OPT_REASON)
+#define MINT (OPT_BIT(OPT_SECRET_FILE) | OPT_BIT(OPT_TTL) | OPT_BIT(OPT_SUB))
+#define CREATE_REQUIRED (OPT_BIT(OPT_NAME) | OPT_BIT(OPT_VCPUS) | OPT_BIT(OPT_MEMORY_MB))
+#define CREATE                                                                                \
+        (CREATE_REQUIRED | OPT_BIT(OPT_KERNEL) | OPT_BIT(OPT_INITRD) | OPT_BIT(OPT_CMDLINE) | \
+         OPT_BIT(OPT_DISK) | OPT_BIT(OPT_PROFILE))
+
+/* The command words, with what each command takes besides the global options. */
 static const struct {
         const char *words[2];
         CtlCommand command;
-        bool takes_address;
-        bool needs_reason;
+        CtlTarget target;
+        uint32_t options;  /* OPT_BIT()s of the options it accepts */
+        uint32_t required; /* ... and of those it cannot do without */
 } commands[] = {
-    {{"resources", NULL}, CTL_COMMAND_RESOURCES, false, false},
-    {{"gpus", NULL}, CTL_COMMAND_GPUS, false, false},
-    {{"health", "list"}, CTL_COMMAND_HEALTH_LIST, false, false},
-    {{"health", "quarantine"}, CTL_COMMAND_HEALTH_QUARANTINE, true, true},
-    {{"health", "clear"}, CTL_COMMAND_HEALTH_CLEAR, true, false},
-    {{"health", "drain"}, CTL_COMMAND_HEALTH_DRAIN, true, true},
-    {{"health", "undrain"}, CTL_COMMAND_HEALTH_UNDRAIN, true, false},
-    {{"health", "clear-gpu"}, CTL_COMMAND_HEALTH_CLEAR_GPU, true, false},
-    {{"health", "breaker-reset"}, CTL_COMMAND_HEALTH_BREAKER_RESET, false, false},
-    {{"token", "mint"}, CTL_COMMAND_TOKEN_MINT, false, false},
+    {{"resources", NULL}, CTL_COMMAND_RESOURCES, TARGET_NONE, 0, 0},
+    {{"gpus", NULL}, CTL_COMMAND_GPUS, TARGET_NONE, 0, 0},
+    {{"health", "list"}, CTL_COMMAND_HEALTH_LIST, TARGET_NONE, 0, 0},
+    {{"health", "quarantine"}, CTL_COMMAND_HEALTH_QUARANTINE, TARGET_PCI_ADDRESS, REASON, REASON},
+    {{"health", "clear"}, CTL_COMMAND_HEALTH_CLEAR, TARGET_PCI_ADDRESS, 0, 0},
+    {{"health", "drain"}, CTL_COMMAND_HEALTH_DRAIN, TARGET_PCI_ADDRESS, REASON, REASON},
+    {{"health", "undrain"}, CTL_COMMAND_HEALTH_UNDRAIN, TARGET_PCI_ADDRESS, 0, 0},
+    {{"health", "clear-gpu"}, CTL_COMMAND_HEALTH_CLEAR_GPU, TARGET_PCI_ADDRESS, 0, 0},
+    {{"health", "breaker-reset"}, CTL_COMMAND_HEALTH_BREAKER_RESET, TARGET_NONE, 0, 0},
+    {{"instances", "list"}, CTL_COMMAND_INSTANCES_LIST, TARGET_NONE, 0, 0},
+    {{"instances", "get"}, CTL_COMMAND_INSTANCES_GET, TARGET_INSTANCE_ID, 0, 0},
+    {{"instances", "create"}, CTL_COMMAND_INSTANCES_CREATE, TARGET_NONE, CREATE, CREATE_REQUIRED},
+    {{"instances", "start"}, CTL_COMMAND_INSTANCES_START, TARGET_INSTANCE_ID, 0, 0},
+    {{"instances", "stop"}, CTL_COMMAND_INSTANCES_STOP, TARGET_INSTANCE_ID, 0, 0},
+    {{"instances", "delete"}, CTL_COMMAND_INSTANCES_DELETE, TARGET_INSTANCE_ID, 0, 0},
+    {{"instances", "console"},
+     CTL_COMMAND_INSTANCES_CONSOLE,
+     TARGET_INSTANCE_ID,
+     OPT_BIT(OPT_TAIL_BYTES),
+     0},
+    {{"token", "mint"}, CTL_COMMAND_TOKEN_MINT, TARGET_NONE, MINT, OPT_BIT(OPT_SECRET_FILE)},
 };
+
+/* The options whose values become strings of the create body (API-9). */
+static const CtlOption create_text_options[] = {OPT_NAME,    OPT_KERNEL, OPT_INITRD,
+                                                OPT_CMDLINE, OPT_DISK,   OPT_PROFILE};
 
 void ctl_args_done(CtlArgs *a)
 {
         free(a->url);
         free(a->unix_socket);
         free(a->token);
-        free(a->address);
-        free(a->reason);
+        free(a->target);
+        free(a->body);
         free(a->secret_file);
         free(a->subject);
         *a = (CtlArgs){};
@@ -185,27 +251,127 @@ static bool is_valid_utf8(const char *s)
         return j != NULL;
 }
 
-/* Options that only some commands take, with the commands that take them. */
-static int check_command_options(CtlCommand c, bool takes_reason, const char *const *values,
-                                 const char *words, char **error)
+/* Checked here as well as by the daemon: the id becomes part of a URL (INST-3). */
+static bool instance_id_is_wellformed(const char *id)
 {
-        static const CtlOption mint_only[] = {OPT_SECRET_FILE, OPT_TTL, OPT_SUB};
+        size_t n = 0;
+        for (; id[n]; n++)
+                if (!((id[n] >= 'a' && id[n] <= 'z') || (id[n] >= '0' && id[n] <= '9')))
+                        return false;
+        return n == CTL_INSTANCE_ID_LEN;
+}
 
-        if (values[OPT_REASON] && !takes_reason)
-                return error_set(error, -EINVAL, "option --reason does not apply to \"%s\"", words);
-        if (c != CTL_COMMAND_TOKEN_MINT)
-                for (size_t i = 0; i < ELEMENTSOF(mint_only); i++)
-                        if (values[mint_only[i]])
-                                return error_set(error, -EINVAL,
-                                                 "option %s does not apply to \"%s\"",
-                                                 options[mint_only[i]].name, words);
+static int parse_target(CtlTarget kind, const char *name, const char *word, CtlArgs *a,
+                        char **error)
+{
+        switch (kind) {
+        case TARGET_NONE:
+                return 0;
+        case TARGET_PCI_ADDRESS:
+                /* Checked here as well as by the daemon: the address becomes part of a URL. */
+                if (!pci_address_is_valid(word))
+                        return error_set(error, -EINVAL,
+                                         "invalid PCI address \"%s\": expected dddd:bb:dd.f in "
+                                         "lowercase hex",
+                                         word);
+                break;
+        case TARGET_INSTANCE_ID:
+                if (!instance_id_is_wellformed(word))
+                        return error_set(error, -EINVAL,
+                                         "invalid instance id \"%s\" for \"%s\": expected %d "
+                                         "characters from a-z and 0-9",
+                                         word, name, CTL_INSTANCE_ID_LEN);
+                break;
+        }
+        a->target = strdup(word);
+        return a->target ? 0 : error_set_oom(error);
+}
+
+/* The options a command takes besides the global ones, and those it needs. */
+static int check_command_options(size_t cmd, const char *const *values, const char *name,
+                                 char **error)
+{
+        for (size_t o = _OPT_GLOBAL_MAX; o < _OPT_MAX; o++) {
+                bool takes = commands[cmd].options & OPT_BIT(o);
+                if (values[o] && !takes)
+                        return error_set(error, -EINVAL, "option %s does not apply to \"%s\"",
+                                         options[o].name, name);
+        }
+        for (size_t o = _OPT_GLOBAL_MAX; o < _OPT_MAX; o++)
+                if ((commands[cmd].required & OPT_BIT(o)) && !values[o])
+                        return error_set(error, -EINVAL, "\"%s\" needs %s", name, options[o].name);
+        return 0;
+}
+
+static int parse_reason(const char *reason, CtlArgs *a, char **error)
+{
+        size_t n = strlen(reason);
+        if (n < 1 || n > CTL_REASON_MAX || !is_valid_utf8(reason))
+                return error_set(error, -EINVAL, "--reason must be UTF-8 text of 1 to %d bytes",
+                                 CTL_REASON_MAX);
+        json_auto_t *j = json_pack("{s:s}", "reason", reason);
+        a->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        return a->body ? 0 : error_set_oom(error);
+}
+
+/*
+ * The create body of API-9. The daemon judges names, sizes and paths and says which field is
+ * wrong (INST-7); here only what the body needs: integers where it has integers, UTF-8 text,
+ * and the one rule no single field shows, that there is something to boot (INST-5).
+ */
+static int parse_create(const char *const *values, CtlArgs *a, char **error)
+{
+        uint32_t vcpus;
+        uint64_t memory_mb;
+
+        if (parse_uint32(values[OPT_VCPUS], &vcpus) < 0)
+                return error_set(error, -EINVAL, "--vcpus \"%s\": expected a whole number",
+                                 values[OPT_VCPUS]);
+        if (parse_uint64_range(values[OPT_MEMORY_MB], 0, INT64_MAX, &memory_mb) < 0)
+                return error_set(error, -EINVAL,
+                                 "--memory-mb \"%s\": expected a whole number of MiB",
+                                 values[OPT_MEMORY_MB]);
+        for (size_t i = 0; i < ELEMENTSOF(create_text_options); i++) {
+                const char *v = values[create_text_options[i]];
+                if (v && !is_valid_utf8(v))
+                        return error_set(error, -EINVAL, "%s must be UTF-8 text",
+                                         options[create_text_options[i]].name);
+        }
+        if (!values[OPT_KERNEL] && !values[OPT_DISK])
+                return error_set(error, -EINVAL,
+                                 "\"instances create\" needs --kernel or --disk (or both)");
+
+        json_auto_t *gpu = NULL;
+        if (values[OPT_PROFILE]) {
+                gpu = json_pack("{s:s}", "profile", values[OPT_PROFILE]);
+                if (!gpu)
+                        return error_set_oom(error);
+        }
+        json_auto_t *j =
+            json_pack("{s:s, s:I, s:I, s:{s:s*, s:s*, s:s*, s:s*}, s:O*}", "name", values[OPT_NAME],
+                      "vcpus", (json_int_t)vcpus, "memory_mb", (json_int_t)memory_mb, "boot",
+                      "kernel", values[OPT_KERNEL], "initrd", values[OPT_INITRD], "cmdline",
+                      values[OPT_CMDLINE], "disk", values[OPT_DISK], "gpu", gpu);
+        a->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        return a->body ? 0 : error_set_oom(error);
+}
+
+static int parse_console(const char *const *values, CtlArgs *a, char **error)
+{
+        uint64_t n;
+
+        if (!values[OPT_TAIL_BYTES])
+                return 0;
+        if (parse_uint64_range(values[OPT_TAIL_BYTES], 1, CTL_CONSOLE_TAIL_MAX, &n) < 0)
+                return error_set(error, -EINVAL,
+                                 "--tail-bytes \"%s\": expected a number of bytes from 1 to %d",
+                                 values[OPT_TAIL_BYTES], CTL_CONSOLE_TAIL_MAX);
+        a->tail_bytes = (uint32_t)n;
         return 0;
 }
 
 static int parse_mint(const char *const *values, CtlArgs *a, char **error)
 {
-        if (!values[OPT_SECRET_FILE])
-                return error_set(error, -EINVAL, "token mint needs --secret-file");
         a->secret_file = strdup(values[OPT_SECRET_FILE]);
         if (!a->secret_file)
                 return error_set_oom(error);
@@ -282,14 +448,17 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
 {
         size_t n_cmd = 0;
         size_t i = 0;
+        bool group = false; /* words[0] starts some two-word command */
         for (; i < ELEMENTSOF(commands); i++) {
                 n_cmd = commands[i].words[1] ? 2 : 1;
-                if (n_words >= n_cmd && streq(words[0], commands[i].words[0]) &&
-                    (n_cmd == 1 || streq(words[1], commands[i].words[1])))
+                if (!streq(words[0], commands[i].words[0]))
+                        continue;
+                group = group || n_cmd == 2;
+                if (n_words >= n_cmd && (n_cmd == 1 || streq(words[1], commands[i].words[1])))
                         break;
         }
         if (i == ELEMENTSOF(commands)) {
-                if (n_words >= 2 && (streq(words[0], "health") || streq(words[0], "token")))
+                if (group && n_words >= 2)
                         return error_set(error, -EINVAL, "unknown command \"%s %s\"", words[0],
                                          words[1]);
                 return error_set(error, -EINVAL, "unknown command \"%s\"", words[0]);
@@ -300,45 +469,42 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
                       n_cmd == 2 ? commands[i].words[1] : "") < 0)
                 return error_set_oom(error);
 
-        size_t n_args = commands[i].takes_address ? 1 : 0;
+        size_t n_args = commands[i].target != TARGET_NONE ? 1 : 0;
         if (n_words < n_cmd + n_args)
-                return error_set(error, -EINVAL, "\"%s\" needs a PCI address", name);
+                return error_set(error, -EINVAL, "\"%s\" needs %s", name,
+                                 commands[i].target == TARGET_PCI_ADDRESS ? "a PCI address"
+                                                                          : "an instance id");
         if (n_words > n_cmd + n_args)
                 return error_set(error, -EINVAL, "unexpected argument \"%s\"",
                                  words[n_cmd + n_args]);
 
         a->command = commands[i].command;
-        int r = check_command_options(a->command, commands[i].needs_reason, values, name, error);
+        int r = check_command_options(i, values, name, error);
+        if (r < 0)
+                return r;
+        r = parse_target(commands[i].target, name, n_args ? words[n_cmd] : NULL, a, error);
         if (r < 0)
                 return r;
 
-        if (commands[i].takes_address) {
-                /* Checked here as well as by the daemon: the address becomes part of a URL. */
-                if (!pci_address_is_valid(words[n_cmd]))
-                        return error_set(error, -EINVAL,
-                                         "invalid PCI address \"%s\": expected dddd:bb:dd.f in "
-                                         "lowercase hex",
-                                         words[n_cmd]);
-                a->address = strdup(words[n_cmd]);
-                if (!a->address)
-                        return error_set_oom(error);
-        }
-        if (commands[i].needs_reason) {
-                const char *reason = values[OPT_REASON];
-                if (!reason)
-                        return error_set(error, -EINVAL, "\"%s\" needs --reason", name);
-                size_t n = strlen(reason);
-                if (n < 1 || n > CTL_REASON_MAX || !is_valid_utf8(reason))
-                        return error_set(error, -EINVAL,
-                                         "--reason must be UTF-8 text of 1 to %d bytes",
-                                         CTL_REASON_MAX);
-                a->reason = strdup(reason);
-                if (!a->reason)
-                        return error_set_oom(error);
-        }
-
-        if (a->command == CTL_COMMAND_TOKEN_MINT)
+        switch (a->command) {
+        case CTL_COMMAND_HEALTH_QUARANTINE:
+        case CTL_COMMAND_HEALTH_DRAIN:
+                r = parse_reason(values[OPT_REASON], a, error);
+                break;
+        case CTL_COMMAND_INSTANCES_CREATE:
+                r = parse_create(values, a, error);
+                break;
+        case CTL_COMMAND_INSTANCES_CONSOLE:
+                r = parse_console(values, a, error);
+                break;
+        case CTL_COMMAND_TOKEN_MINT:
+                /* A local command: where the daemon is does not matter. */
                 return parse_mint(values, a, error);
+        default:
+                break;
+        }
+        if (r < 0)
+                return r;
         return parse_connection(values, env, a, error);
 }
 

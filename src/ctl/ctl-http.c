@@ -68,12 +68,12 @@ static int header_append(struct curl_slist **l, const char *h)
         return 0;
 }
 
-int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const char *method, const char *path,
-                     const char *json_body, CtlResponse *ret, char **error)
+int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const CtlRequest *req,
+                     CtlResponse *ret, char **error)
 {
         _cleanup_(curl_easy_cleanupp) CURL *curl = curl_easy_init();
         _cleanup_(curl_slist_free_allp) struct curl_slist *headers = NULL;
-        _cleanup_free_ char *url = NULL, *where = NULL, *authorization = NULL;
+        _cleanup_free_ char *url = NULL, *where = NULL, *authorization = NULL, *accept = NULL;
         _cleanup_free_ char *sink_data = NULL;
         char curl_error[CURL_ERROR_SIZE] = "";
         Sink sink = {};
@@ -83,16 +83,19 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const char *method,
                 return error_set_oom(error);
 
         /* On the Unix socket the host part only fills the Host header. */
-        if (strprintf(&url, "%s%s", args->unix_socket ? "http://localhost" : args->url, path) < 0 ||
+        if (strprintf(&url, "%s%s", args->unix_socket ? "http://localhost" : args->url, req->path) <
+                0 ||
             strprintf(&where, "%s%s", args->unix_socket ? "unix:" : "",
                       args->unix_socket ? args->unix_socket : args->url) < 0)
                 return error_set_oom(error);
 
-        r = header_append(&headers, "Accept: application/json");
+        r = strprintf(&accept, "Accept: %s", req->accept);
+        if (r >= 0)
+                r = header_append(&headers, accept);
         /* A body is tiny; waiting for "100 Continue" would only add a round trip. */
         if (r >= 0)
                 r = header_append(&headers, "Expect:");
-        if (r >= 0 && json_body)
+        if (r >= 0 && req->json_body)
                 r = header_append(&headers, "Content-Type: application/json");
         if (r >= 0 && args->token) {
                 r = strprintf(&authorization, "Authorization: Bearer %s", args->token);
@@ -114,7 +117,7 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const char *method,
         if (c == CURLE_OK)
                 c = curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, env->connect_timeout_ms);
         if (c == CURLE_OK)
-                c = curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, env->timeout_ms);
+                c = curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, req->timeout_ms);
         if (c == CURLE_OK)
                 c = curl_easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)CTL_RESPONSE_MAX);
         if (c == CURLE_OK)
@@ -127,15 +130,15 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const char *method,
                 c = curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
         if (c == CURLE_OK)
                 c = curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, curl_error);
-        if (c == CURLE_OK && json_body) {
+        if (c == CURLE_OK && req->json_body) {
                 c = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
-                                     (curl_off_t)strlen(json_body));
+                                     (curl_off_t)strlen(req->json_body));
                 if (c == CURLE_OK)
-                        c = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json_body);
+                        c = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, req->json_body);
         }
         /* After POSTFIELDS, which would otherwise turn every request into a POST. */
         if (c == CURLE_OK)
-                c = curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+                c = curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, req->method);
         if (c != CURLE_OK)
                 return error_set(error, -EINVAL, "set up request to %s: %s", where,
                                  curl_easy_strerror(c));

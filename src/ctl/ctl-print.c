@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Human output of vgpuctl: the JSON shapes of SPEC API-4, API-6, API-10 and API-18 as aligned
- * tables. Keys the client does not use are ignored (see ctl.h); the keys it uses must have
+ * Human output of vgpuctl: the JSON shapes of SPEC API-4, API-6, API-7, API-10 and API-18 as
+ * aligned tables. Keys the client does not use are ignored (see ctl.h); the keys it uses must have
  * the SPEC's types, or the answer is reported as unexpected rather than half printed.
  */
 #include "ctl.h"
@@ -463,4 +463,137 @@ int ctl_print_operator_result(FILE *out, const char *summary, json_t *body, char
                 return error_set_oom(error);
         fwrite(buf, 1, size, out);
         return 0;
+}
+
+/* ---- instances (API-7, API-8) ---------------------------------------------------------------- */
+
+/* The parts of an API-7 instance that vgpuctl shows; NULL where absent (API-8). */
+typedef struct InstanceView {
+        const char *id, *name, *state, *created_at, *error;
+        json_int_t vcpus, memory_mb;
+        const char *kernel, *initrd, *cmdline, *disk;
+        const char *profile, *device_path, *mdev_uuid, *claimed_at;
+        const char *consumer; /* FLEET-6's placement consumer */
+} InstanceView;
+
+static int instance_unpack(json_t *j, InstanceView *ret, char **error)
+{
+        InstanceView v = {};
+        json_t *boot = NULL, *gpu = NULL, *placement = NULL;
+        json_error_t e;
+
+        if (json_unpack_ex(j, &e, 0, "{s:s, s:s, s:s, s:s, s:I, s:I, s?o, s?o, s?o, s?s}", "id",
+                           &v.id, "name", &v.name, "state", &v.state, "created_at", &v.created_at,
+                           "vcpus", &v.vcpus, "memory_mb", &v.memory_mb, "boot", &boot, "gpu", &gpu,
+                           "placement", &placement, "error", &v.error) < 0)
+                return shape_error(error, "instance", &e);
+        if (boot && json_unpack_ex(boot, &e, 0, "{s?s, s?s, s?s, s?s}", "kernel", &v.kernel,
+                                   "initrd", &v.initrd, "cmdline", &v.cmdline, "disk", &v.disk) < 0)
+                return shape_error(error, "instance boot", &e);
+        if (gpu && json_unpack_ex(gpu, &e, 0, "{s:s, s?s, s?s, s?s}", "profile", &v.profile,
+                                  "device_path", &v.device_path, "mdev_uuid", &v.mdev_uuid,
+                                  "claimed_at", &v.claimed_at) < 0)
+                return shape_error(error, "instance gpu", &e);
+        if (placement && json_unpack_ex(placement, &e, 0, "{s?s}", "consumer", &v.consumer) < 0)
+                return shape_error(error, "instance placement", &e);
+        *ret = v;
+        return 0;
+}
+
+static void format_mib(json_int_t mib, char buf[static INT_STRLEN + 4])
+{
+        snprintf(buf, INT_STRLEN + 4, "%" JSON_INTEGER_FORMAT " MiB", mib);
+}
+
+/* The claimed VF (or mdev) by its last path component: ".../devices/0000:e3:00.6". */
+static const char *device_name(const char *device_path)
+{
+        if (!device_path)
+                return NULL;
+        const char *slash = strrchr(device_path, '/');
+        return slash && slash[1] ? slash + 1 : device_path;
+}
+
+int ctl_print_instances(FILE *out, json_t *body, char **error)
+{
+        _cleanup_(ctl_table_done) CtlTable t = {};
+        size_t i;
+        json_t *j;
+        int r;
+
+        if (!json_is_array(body))
+                return error_set(error, -EBADMSG,
+                                 "unexpected instances in the response: not an "
+                                 "array");
+        if (json_array_size(body) == 0) {
+                fputs("no instances\n", out);
+                return 0;
+        }
+
+        r = ctl_table_init(&t, 8);
+        if (r >= 0)
+                r = ctl_table_add_row(&t, (const char *[]){"ID", "NAME", "STATE", "VCPUS", "MEMORY",
+                                                           "PROFILE", "VF", "CREATED"});
+        if (r < 0)
+                return format_failed(error, r);
+
+        json_array_foreach (body, i, j) {
+                InstanceView v;
+                char b_vcpus[INT_STRLEN], b_memory[INT_STRLEN + 4];
+
+                r = instance_unpack(j, &v, error);
+                if (r < 0)
+                        return r;
+                format_mib(v.memory_mb, b_memory);
+                r = ctl_table_add_row(&t, (const char *[]){v.id, v.name, v.state,
+                                                           format_int(v.vcpus, b_vcpus), b_memory,
+                                                           v.profile, device_name(v.device_path),
+                                                           v.created_at});
+                if (r < 0)
+                        return format_failed(error, r);
+        }
+        r = ctl_table_print(&t, out, "");
+        return r < 0 ? format_failed(error, r) : 0;
+}
+
+int ctl_print_instance(FILE *out, json_t *body, char **error)
+{
+        _cleanup_(ctl_table_done) CtlTable t = {};
+        InstanceView v;
+        char b_vcpus[INT_STRLEN], b_memory[INT_STRLEN + 4];
+        int r;
+
+        r = instance_unpack(body, &v, error);
+        if (r < 0)
+                return r;
+        format_mib(v.memory_mb, b_memory);
+
+        /* In the order an operator reads them: what it is, how it is doing, what it runs. */
+        const char *const rows[][2] = {
+            {"id", v.id},
+            {"name", v.name},
+            {"state", v.state},
+            {"error", v.error},
+            {"created", v.created_at},
+            {"vcpus", format_int(v.vcpus, b_vcpus)},
+            {"memory", b_memory},
+            {"kernel", v.kernel},
+            {"initrd", v.initrd},
+            {"cmdline", v.cmdline},
+            {"disk", v.disk},
+            {"profile", v.profile},
+            {"device path", v.device_path},
+            {"mdev uuid", v.mdev_uuid},
+            {"claimed", v.claimed_at},
+            {"placement consumer", v.consumer},
+        };
+
+        r = ctl_table_init(&t, 2);
+        for (size_t i = 0; r >= 0 && i < ELEMENTSOF(rows); i++)
+                if (rows[i][1])
+                        r = ctl_table_add_row(&t, rows[i]);
+        if (r < 0)
+                return format_failed(error, r);
+        r = ctl_table_print(&t, out, "");
+        return r < 0 ? format_failed(error, r) : 0;
 }

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* vgpuctl's commands: one request each, or a token minted locally (OPS-7, OPS-8). */
+#include <inttypes.h>
+
 #include "config.h"
 #include "ctl.h"
 #include "jwt/jwt.h"
@@ -7,6 +9,11 @@
 /* The token check in ctl-args.c must match what the daemon accepts in the header. */
 _Static_assert(CTL_TOKEN_MAX + sizeof("Bearer ") - 1 == JWT_AUTHORIZATION_MAX,
                "CTL_TOKEN_MAX does not fill the Authorization header");
+
+static const char *strempty(const char *s)
+{
+        return s ? s : "";
+}
 
 static int fail_oom(const CtlEnv *env)
 {
@@ -35,73 +42,144 @@ static int print_api_error(const CtlArgs *a, const CtlEnv *env, const CtlRespons
         return CTL_EXIT_API;
 }
 
+/* What a command's successful answer carries, and so how it is printed. */
+typedef enum Answer {
+        ANSWER_OBJECT, /* a JSON object: print, or the summary and the operator result */
+        ANSWER_ARRAY,  /* a JSON array: print */
+        ANSWER_RAW,    /* bytes written as received, --json or not */
+        ANSWER_NONE,   /* no body (204): the summary alone, nothing with --json */
+} Answer;
+
+/*
+ * Each command that talks to the daemon, by CtlCommand: its request, what the answer is and
+ * how it is shown. The path is path[0], the command's target (a PCI address or an instance id,
+ * checked by ctl-args.c), then path[1].
+ */
+static const struct {
+        const char *method;
+        const char *path[2];
+        Answer answer;
+        bool waits; /* the daemon answers once a lifecycle operation has ended (INST-23) */
+        int (*print)(FILE *out, json_t *body, char **error);
+        const char *summary; /* without print: the first line, followed by the target */
+} routes[_CTL_COMMAND_MAX] = {
+    [CTL_COMMAND_RESOURCES] = {"GET", {"/resources"}, .print = ctl_print_resources},
+    [CTL_COMMAND_GPUS] = {"GET", {"/gpus"}, .print = ctl_print_gpus},
+    [CTL_COMMAND_HEALTH_LIST] = {"GET", {"/gpu/health"}, .print = ctl_print_health},
+    [CTL_COMMAND_HEALTH_QUARANTINE] = {"POST",
+                                       {"/gpu/vfs/", "/quarantine"},
+                                       .summary = "quarantined VF "},
+    [CTL_COMMAND_HEALTH_CLEAR] = {"DELETE", {"/gpu/vfs/", "/quarantine"}, .summary = "cleared VF "},
+    [CTL_COMMAND_HEALTH_DRAIN] = {"POST", {"/gpu/gpus/", "/drain"}, .summary = "drained GPU "},
+    [CTL_COMMAND_HEALTH_UNDRAIN] = {"DELETE",
+                                    {"/gpu/gpus/", "/drain"},
+                                    .summary = "undrained GPU "},
+    [CTL_COMMAND_HEALTH_CLEAR_GPU] = {"DELETE",
+                                      {"/gpu/gpus/", "/records"},
+                                      .summary = "cleared the VF records of GPU "},
+    [CTL_COMMAND_HEALTH_BREAKER_RESET] = {"DELETE",
+                                          {"/gpu/health/breaker"},
+                                          .summary = "closed the quarantine breaker"},
+    [CTL_COMMAND_INSTANCES_LIST] = {"GET",
+                                    {"/instances"},
+                                    ANSWER_ARRAY,
+                                    .print = ctl_print_instances},
+    [CTL_COMMAND_INSTANCES_GET] = {"GET", {"/instances/"}, .print = ctl_print_instance},
+    [CTL_COMMAND_INSTANCES_CREATE] = {"POST",
+                                      {"/instances"},
+                                      .waits = true,
+                                      .print = ctl_print_instance},
+    [CTL_COMMAND_INSTANCES_START] = {"POST",
+                                     {"/instances/", "/start"},
+                                     .waits = true,
+                                     .print = ctl_print_instance},
+    [CTL_COMMAND_INSTANCES_STOP] = {"POST",
+                                    {"/instances/", "/stop"},
+                                    .waits = true,
+                                    .print = ctl_print_instance},
+    [CTL_COMMAND_INSTANCES_DELETE] =
+        {"DELETE", {"/instances/"}, ANSWER_NONE, .waits = true, .summary = "deleted instance "},
+    [CTL_COMMAND_INSTANCES_CONSOLE] = {"GET", {"/instances/", "/console"}, ANSWER_RAW},
+};
+
 static int print_human(const CtlArgs *a, json_t *body, const CtlEnv *env, char **error)
 {
         _cleanup_free_ char *summary = NULL;
-        int r = 0;
 
-        switch (a->command) {
-        case CTL_COMMAND_RESOURCES:
-                return ctl_print_resources(env->out, body, error);
-        case CTL_COMMAND_GPUS:
-                return ctl_print_gpus(env->out, body, error);
-        case CTL_COMMAND_HEALTH_LIST:
-                return ctl_print_health(env->out, body, error);
-        case CTL_COMMAND_HEALTH_QUARANTINE:
-                r = strprintf(&summary, "quarantined VF %s", a->address);
-                break;
-        case CTL_COMMAND_HEALTH_CLEAR:
-                r = strprintf(&summary, "cleared VF %s", a->address);
-                break;
-        case CTL_COMMAND_HEALTH_DRAIN:
-                r = strprintf(&summary, "drained GPU %s", a->address);
-                break;
-        case CTL_COMMAND_HEALTH_UNDRAIN:
-                r = strprintf(&summary, "undrained GPU %s", a->address);
-                break;
-        case CTL_COMMAND_HEALTH_CLEAR_GPU:
-                r = strprintf(&summary, "cleared the VF records of GPU %s", a->address);
-                break;
-        case CTL_COMMAND_HEALTH_BREAKER_RESET:
-                r = strprintf(&summary, "closed the quarantine breaker");
-                break;
-        default:
-                return error_set(error, -EINVAL, "no output for this command");
-        }
-        if (r < 0)
+        if (routes[a->command].print)
+                return routes[a->command].print(env->out, body, error);
+        if (strprintf(&summary, "%s%s", routes[a->command].summary, strempty(a->target)) < 0)
                 return error_set_oom(error);
         return ctl_print_operator_result(env->out, summary, body, error);
 }
 
-static int run_request(const CtlArgs *a, const CtlEnv *env, const char *method, const char *path,
-                       const char *json_body)
+/* The raw answer, as the daemon wrote it; JSON is only completed with a newline. */
+static void print_raw(const CtlResponse *resp, bool newline, const CtlEnv *env)
+{
+        fwrite(resp->body, 1, resp->size, env->out);
+        if (newline && (resp->size == 0 || resp->body[resp->size - 1] != '\n'))
+                fputc('\n', env->out);
+}
+
+static int run_route(const CtlArgs *a, const CtlEnv *env)
 {
         _cleanup_(ctl_response_done) CtlResponse resp = {};
-        _cleanup_free_ char *error = NULL;
+        _cleanup_free_ char *error = NULL, *path = NULL, *query = NULL;
+        Answer answer = routes[a->command].answer;
+        bool waits = routes[a->command].waits;
 
-        int r = ctl_http_request(a, env, method, path, json_body, &resp, &error);
+        if (a->tail_bytes > 0 && strprintf(&query, "?tail_bytes=%" PRIu32, a->tail_bytes) < 0)
+                return fail_oom(env);
+        if (strprintf(&path, "%s%s%s%s", routes[a->command].path[0], strempty(a->target),
+                      strempty(routes[a->command].path[1]), strempty(query)) < 0)
+                return fail_oom(env);
+
+        const CtlRequest req = {
+            .method = routes[a->command].method,
+            .path = path,
+            .json_body = a->body,
+            .accept = answer == ANSWER_RAW ? "text/plain" : "application/json",
+            .timeout_ms = waits ? env->lifecycle_timeout_ms : env->timeout_ms,
+        };
+        int r = ctl_http_request(a, env, &req, &resp, &error);
         if (r == -ENOMEM)
                 return fail_oom(env);
         if (r < 0) {
                 fprintf(env->err, "error: %s\n", error);
+                if (r == -ETIMEDOUT && waits)
+                        fputs("hint: vgpud goes on with the operation; see 'vgpuctl instances "
+                              "list'\n",
+                              env->err);
                 return r == -EMSGSIZE ? CTL_EXIT_API : CTL_EXIT_CONNECT;
         }
         if (resp.status < 200 || resp.status > 299)
                 return print_api_error(a, env, &resp);
 
+        if (answer == ANSWER_RAW) {
+                print_raw(&resp, false, env);
+                return CTL_EXIT_OK;
+        }
+        if (answer == ANSWER_NONE) {
+                if (!a->json)
+                        fprintf(env->out, "%s%s\n", routes[a->command].summary,
+                                strempty(a->target));
+                return CTL_EXIT_OK;
+        }
+
         json_error_t e;
         json_auto_t *body = json_loadb(resp.body, resp.size, JSON_REJECT_DUPLICATES, &e);
-        if (!body || !json_is_object(body)) {
+        bool is_array = answer == ANSWER_ARRAY;
+        if (!body || (is_array ? !json_is_array(body) : !json_is_object(body))) {
                 fprintf(env->err, "error: invalid JSON in the response (HTTP %ld): %s\n",
-                        resp.status, body ? "not an object" : e.text);
+                        resp.status,
+                        !body      ? e.text
+                        : is_array ? "not an array"
+                                   : "not an object");
                 return CTL_EXIT_API;
         }
 
         if (a->json) {
-                /* Passed through as the daemon wrote it, only completed with a newline. */
-                fwrite(resp.body, 1, resp.size, env->out);
-                if (resp.size == 0 || resp.body[resp.size - 1] != '\n')
-                        fputc('\n', env->out);
+                print_raw(&resp, true, env);
                 return CTL_EXIT_OK;
         }
 
@@ -113,22 +191,6 @@ static int run_request(const CtlArgs *a, const CtlEnv *env, const char *method, 
                 return CTL_EXIT_API;
         }
         return CTL_EXIT_OK;
-}
-
-static int run_health_route(const CtlArgs *a, const CtlEnv *env, const char *method,
-                            const char *collection, const char *action)
-{
-        _cleanup_free_ char *path = NULL, *body = NULL;
-
-        if (strprintf(&path, "/gpu/%s/%s/%s", collection, a->address, action) < 0)
-                return fail_oom(env);
-        if (a->reason) {
-                json_auto_t *j = json_pack("{s:s}", "reason", a->reason);
-                body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-                if (!body)
-                        return fail_oom(env);
-        }
-        return run_request(a, env, method, path, body);
 }
 
 static int run_token_mint(const CtlArgs *a, const CtlEnv *env)
@@ -164,28 +226,14 @@ static int dispatch(const CtlArgs *a, const CtlEnv *env)
         case CTL_COMMAND_VERSION:
                 fputs("vgpuctl " VGPUD_VERSION "\n", env->out);
                 return CTL_EXIT_OK;
-        case CTL_COMMAND_RESOURCES:
-                return run_request(a, env, "GET", "/resources", NULL);
-        case CTL_COMMAND_GPUS:
-                return run_request(a, env, "GET", "/gpus", NULL);
-        case CTL_COMMAND_HEALTH_LIST:
-                return run_request(a, env, "GET", "/gpu/health", NULL);
-        case CTL_COMMAND_HEALTH_QUARANTINE:
-                return run_health_route(a, env, "POST", "vfs", "quarantine");
-        case CTL_COMMAND_HEALTH_CLEAR:
-                return run_health_route(a, env, "DELETE", "vfs", "quarantine");
-        case CTL_COMMAND_HEALTH_DRAIN:
-                return run_health_route(a, env, "POST", "gpus", "drain");
-        case CTL_COMMAND_HEALTH_UNDRAIN:
-                return run_health_route(a, env, "DELETE", "gpus", "drain");
-        case CTL_COMMAND_HEALTH_CLEAR_GPU:
-                return run_health_route(a, env, "DELETE", "gpus", "records");
-        case CTL_COMMAND_HEALTH_BREAKER_RESET:
-                return run_request(a, env, "DELETE", "/gpu/health/breaker", NULL);
         case CTL_COMMAND_TOKEN_MINT:
                 return run_token_mint(a, env);
+        default:
+                break;
         }
-        return CTL_EXIT_USAGE;
+        if ((size_t)a->command >= ELEMENTSOF(routes) || !routes[a->command].method)
+                return CTL_EXIT_USAGE;
+        return run_route(a, env);
 }
 
 int ctl_run(int argc, char *const *argv, const CtlEnv *env)

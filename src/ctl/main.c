@@ -17,6 +17,7 @@ int main(int argc, char **argv)
             .clock = clock_realtime,
             .connect_timeout_ms = CTL_CONNECT_TIMEOUT_MS,
             .timeout_ms = CTL_TIMEOUT_MS,
+            .lifecycle_timeout_ms = CTL_LIFECYCLE_TIMEOUT_MS,
             .out = stdout,
             .err = stderr,
         };

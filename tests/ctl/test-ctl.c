@@ -51,12 +51,14 @@ typedef struct Server {
         size_t body_size;
         bool omit_length; /* end the body by closing the connection */
         bool hang;        /* never answer; wait for the client to give up */
+        int delay_ms;     /* answer this late (a lifecycle operation that takes its time) */
 
         /* The last request. */
         unsigned n_requests;
         char *method;
         char *path;
         char *authorization;
+        char *accept;
         char *request_content_type;
         char *request_body;
 } Server;
@@ -66,9 +68,11 @@ static void server_forget_request(Server *s)
         free(s->method);
         free(s->path);
         free(s->authorization);
+        free(s->accept);
         free(s->request_content_type);
         free(s->request_body);
-        s->method = s->path = s->authorization = s->request_content_type = s->request_body = NULL;
+        s->method = s->path = s->authorization = s->accept = s->request_content_type =
+            s->request_body = NULL;
 }
 
 static int send_all(int fd, const void *buf, size_t size)
@@ -138,6 +142,7 @@ static int server_read_request(Server *s, int fd)
         s->method = strndup(buf, (size_t)(sp1 - buf));
         s->path = strndup(sp1 + 1, (size_t)(sp2 - sp1 - 1));
         s->authorization = header_get(buf, "Authorization");
+        s->accept = header_get(buf, "Accept");
         s->request_content_type = header_get(buf, "Content-Type");
         s->request_body = length ? strndup(end + 4, length) : NULL;
         pthread_mutex_unlock(&s->lock);
@@ -162,17 +167,27 @@ static void server_answer(Server *s, int fd)
                 }
         }
 
+        if (s->delay_ms > 0) {
+                /* The stop pipe cuts the delay short when the test ends early. */
+                struct pollfd p = {.fd = s->stop_pipe[0], .events = POLLIN};
+                if (poll(&p, 1, s->delay_ms) != 0)
+                        return;
+        }
+
         _cleanup_free_ char *head = NULL;
-        int r = s->omit_length ? strprintf(&head,
-                                           "HTTP/1.1 %u Test\r\nContent-Type: %s\r\n"
-                                           "Connection: close\r\n\r\n",
-                                           s->status, s->content_type)
-                               : strprintf(&head,
-                                           "HTTP/1.1 %u Test\r\nContent-Type: %s\r\n"
-                                           "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                                           s->status, s->content_type, s->body_size);
+        /* A 204 has neither a body nor a Content-Length (RFC 9110, 8.6). */
+        int r = s->status == 204
+                    ? strprintf(&head, "HTTP/1.1 204 Test\r\nConnection: close\r\n\r\n")
+                : s->omit_length ? strprintf(&head,
+                                             "HTTP/1.1 %u Test\r\nContent-Type: %s\r\n"
+                                             "Connection: close\r\n\r\n",
+                                             s->status, s->content_type)
+                                 : strprintf(&head,
+                                             "HTTP/1.1 %u Test\r\nContent-Type: %s\r\n"
+                                             "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                                             s->status, s->content_type, s->body_size);
         /* The client may hang up early (size cap): a failed send is its business. */
-        if (r >= 0 && send_all(fd, head, strlen(head)) == 0)
+        if (r >= 0 && send_all(fd, head, strlen(head)) == 0 && s->status != 204)
                 (void)send_all(fd, s->body, s->body_size);
 }
 
@@ -197,15 +212,22 @@ static void *server_main(void *userdata)
         return NULL;
 }
 
-static void server_set_answer(Server *s, unsigned status, const char *content_type,
-                              const char *body)
+static void server_set_answer_bytes(Server *s, unsigned status, const char *content_type,
+                                    const char *body, size_t size)
 {
         s->status = status;
         s->content_type = content_type;
         s->body = body;
-        s->body_size = strlen(body);
+        s->body_size = size;
         s->omit_length = false;
         s->hang = false;
+        s->delay_ms = 0;
+}
+
+static void server_set_answer(Server *s, unsigned status, const char *content_type,
+                              const char *body)
+{
+        server_set_answer_bytes(s, status, content_type, body, strlen(body));
 }
 
 static void server_start(Server *s, int listen_fd)
@@ -246,6 +268,7 @@ typedef struct Fixture {
         Timestamp now;
         CtlEnv env;
         char *out;
+        size_t out_size; /* out may hold NUL bytes (instances console) */
         char *err;
 } Fixture;
 
@@ -295,6 +318,7 @@ static int setup(void **state)
             .clock = {.now = fixture_now, .userdata = f},
             .connect_timeout_ms = CTL_CONNECT_TIMEOUT_MS,
             .timeout_ms = CTL_TIMEOUT_MS,
+            .lifecycle_timeout_ms = CTL_LIFECYCLE_TIMEOUT_MS,
         };
         *state = f;
         return 0;
@@ -319,7 +343,7 @@ static int run_args(Fixture *f, const char *const *args)
 {
         char *argv[32] = {"vgpuctl"};
         int argc = 1;
-        size_t out_size, err_size;
+        size_t err_size;
 
         for (; args[argc - 1]; argc++) {
                 assert_true(argc < 31);
@@ -328,7 +352,7 @@ static int run_args(Fixture *f, const char *const *args)
         free(f->out);
         free(f->err);
         f->out = f->err = NULL;
-        f->env.out = open_memstream(&f->out, &out_size);
+        f->env.out = open_memstream(&f->out, &f->out_size);
         f->env.err = open_memstream(&f->err, &err_size);
         assert_non_null(f->env.out);
         assert_non_null(f->env.err);
@@ -768,6 +792,582 @@ static void test_operator_routes(void **state) /* OPS-7, API-2, API-9, API-18 */
                                     "(HTTP 503)\n");
 }
 
+/* ---- instances (OPS-7, API-2, API-7..9, INST-9, INST-24, INST-25) ---------------------------- */
+
+#define ID1 "k3x9q2m8v1c4z7n5b0wd"
+
+/* API-7's example, claimed; one without a profile and with an error; one waiting for a claim;
+ * one on an mdev GPU, with a key this client does not know. */
+static const char instances_json[] =
+    "[{\"id\":\"" ID1 "\",\"name\":\"render-01\",\"state\":\"Running\","
+    "\"created_at\":\"2026-09-02T20:08:03Z\",\"vcpus\":4,\"memory_mb\":8192,"
+    "\"boot\":{\"kernel\":\"/var/lib/vgpud/images/vmlinuz\",\"cmdline\":\"console=ttyS0\"},"
+    "\"gpu\":{\"profile\":\"NVIDIA L40S-2Q\",\"device_path\":\"/sys/bus/pci/devices/"
+    "0000:e3:00.6\",\"claimed_at\":\"2026-09-02T20:08:04.5974Z\"}},"
+    "{\"id\":\"a0000000000000000001\",\"name\":\"build-7\",\"state\":\"Stopped\","
+    "\"created_at\":\"2026-09-02T21:00:00Z\",\"vcpus\":16,\"memory_mb\":65536,"
+    "\"boot\":{\"disk\":\"/var/lib/vgpud/images/build.img\"},"
+    "\"error\":\"qemu exited with status 1 before QMP was ready: no\\u001b[2J disk\"},"
+    "{\"id\":\"b0000000000000000002\",\"name\":\"queued\",\"state\":\"Stopped\","
+    "\"created_at\":\"2026-09-02T21:05:00Z\",\"vcpus\":1,\"memory_mb\":128,"
+    "\"boot\":{\"disk\":\"/var/lib/vgpud/images/q.img\"},\"gpu\":{\"profile\":\"NVIDIA "
+    "L40S-1B\"}},"
+    "{\"id\":\"c0000000000000000003\",\"name\":\"a40-vm\",\"state\":\"Running\","
+    "\"created_at\":\"2026-09-03T08:00:00Z\",\"vcpus\":8,\"memory_mb\":16384,"
+    "\"boot\":{\"kernel\":\"/img/vmlinuz\",\"initrd\":\"/img/initrd\"},"
+    "\"gpu\":{\"profile\":\"NVIDIA A40-4Q\",\"device_path\":\"/sys/bus/mdev/devices/"
+    "4b20d080-1b54-4048-85b3-a6a62d165c01\",\"mdev_uuid\":\"4b20d080-1b54-4048-85b3-"
+    "a6a62d165c01\",\"claimed_at\":\"2026-09-03T08:00:01Z\"},\"hypervisor_hint\":1}]";
+
+static const char instances_table[] =
+    "ID                    NAME       STATE    VCPUS  MEMORY     PROFILE         VF              "
+    "                      CREATED\n"
+    "k3x9q2m8v1c4z7n5b0wd  render-01  Running  4      8192 MiB   NVIDIA L40S-2Q  0000:e3:00.6    "
+    "                      2026-09-02T20:08:03Z\n"
+    "a0000000000000000001  build-7    Stopped  16     65536 MiB  -               -               "
+    "                      2026-09-02T21:00:00Z\n"
+    "b0000000000000000002  queued     Stopped  1      128 MiB    NVIDIA L40S-1B  -               "
+    "                      2026-09-02T21:05:00Z\n"
+    "c0000000000000000003  a40-vm     Running  8      16384 MiB  NVIDIA A40-4Q   4b20d080-1b54-40"
+    "48-85b3-a6a62d165c01  2026-09-03T08:00:00Z\n";
+
+/* API-7's example as one instance. */
+static const char instance_json[] =
+    "{\"id\":\"" ID1 "\",\"name\":\"render-01\",\"state\":\"Running\","
+    "\"created_at\":\"2026-09-02T20:08:03Z\",\"vcpus\":4,\"memory_mb\":8192,"
+    "\"boot\":{\"kernel\":\"/var/lib/vgpud/images/vmlinuz\",\"cmdline\":\"console=ttyS0\"},"
+    "\"gpu\":{\"profile\":\"NVIDIA L40S-2Q\",\"device_path\":\"/sys/bus/pci/devices/"
+    "0000:e3:00.6\",\"claimed_at\":\"2026-09-02T20:08:04.5974Z\"}}";
+
+static const char instance_table[] = "id           " ID1 "\n"
+                                     "name         render-01\n"
+                                     "state        Running\n"
+                                     "created      2026-09-02T20:08:03Z\n"
+                                     "vcpus        4\n"
+                                     "memory       8192 MiB\n"
+                                     "kernel       /var/lib/vgpud/images/vmlinuz\n"
+                                     "cmdline      console=ttyS0\n"
+                                     "profile      NVIDIA L40S-2Q\n"
+                                     "device path  /sys/bus/pci/devices/0000:e3:00.6\n"
+                                     "claimed      2026-09-02T20:08:04.5974Z\n";
+
+static void test_instances_requests(void **state) /* OPS-7, API-2, API-9 */
+{
+        Fixture *f = *state;
+        static const struct {
+                const char *args[24];
+                const char *method;
+                const char *path;
+                const char *body; /* NULL: none sent, and no Content-Type */
+                unsigned status;
+                const char *answer;
+                const char *out;
+        } cases[] = {
+            {{"list"}, "GET", "/instances", NULL, 200, instances_json, instances_table},
+            {{"get", ID1}, "GET", "/instances/" ID1, NULL, 200, instance_json, instance_table},
+            /* Every option, in an order unlike the body's; the body follows API-9's shape. */
+            {{"create", "--profile", "NVIDIA L40S-2Q", "--disk", "/img/d.raw", "--cmdline",
+              "console=ttyS0 quiet \"x\"", "--initrd", "/img/initrd", "--kernel", "/img/vmlinuz",
+              "--memory-mb", "8192", "--vcpus", "4", "--name", "render-01"},
+             "POST",
+             "/instances",
+             "{\"name\":\"render-01\",\"vcpus\":4,\"memory_mb\":8192,\"boot\":{\"kernel\":"
+             "\"/img/vmlinuz\",\"initrd\":\"/img/initrd\",\"cmdline\":\"console=ttyS0 quiet "
+             "\\\"x\\\"\",\"disk\":\"/img/d.raw\"},\"gpu\":{\"profile\":\"NVIDIA L40S-2Q\"}}",
+             201,
+             instance_json,
+             instance_table},
+            /* Without a profile there is no "gpu"; absent boot keys are left out. */
+            {{"create", "--name=build-7", "--vcpus=16", "--memory-mb=65536", "--disk=/img/b.img"},
+             "POST",
+             "/instances",
+             "{\"name\":\"build-7\",\"vcpus\":16,\"memory_mb\":65536,\"boot\":{\"disk\":"
+             "\"/img/b.img\"}}",
+             201,
+             instance_json,
+             instance_table},
+            /* Sizes the daemon refuses (INST-5) still travel: it names the field (INST-7). */
+            {{"create", "--name", "x", "--vcpus", "0", "--memory-mb", "18446744073", "--kernel",
+              "relative/vmlinuz"},
+             "POST",
+             "/instances",
+             "{\"name\":\"x\",\"vcpus\":0,\"memory_mb\":18446744073,\"boot\":{\"kernel\":"
+             "\"relative/vmlinuz\"}}",
+             201,
+             instance_json,
+             instance_table},
+            {{"start", ID1},
+             "POST",
+             "/instances/" ID1 "/start",
+             NULL,
+             200,
+             instance_json,
+             instance_table},
+            {{"stop", ID1},
+             "POST",
+             "/instances/" ID1 "/stop",
+             NULL,
+             200,
+             instance_json,
+             instance_table},
+            {{"delete", ID1},
+             "DELETE",
+             "/instances/" ID1,
+             NULL,
+             204,
+             "",
+             "deleted instance " ID1 "\n"},
+            {{"console", ID1},
+             "GET",
+             "/instances/" ID1 "/console",
+             NULL,
+             200,
+             "login: ",
+             "login: "},
+            {{"console", "--tail-bytes", "1", ID1},
+             "GET",
+             "/instances/" ID1 "/console?tail_bytes=1",
+             NULL,
+             200,
+             " ",
+             " "},
+            {{"console", ID1, "--tail-bytes=1048576"},
+             "GET",
+             "/instances/" ID1 "/console?tail_bytes=1048576",
+             NULL,
+             200,
+             "",
+             ""},
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                const char *argv[32] = {"--url", f->url, "--token", "inst-token", "instances"};
+                size_t n = 5;
+                for (size_t j = 0; j < ELEMENTSOF(cases[i].args) && cases[i].args[j]; j++)
+                        argv[n++] = cases[i].args[j];
+                argv[n] = NULL;
+
+                server_set_answer(&f->tcp, cases[i].status,
+                                  startswith(cases[i].path, "/instances/" ID1 "/console")
+                                      ? "text/plain; charset=utf-8"
+                                      : "application/json",
+                                  cases[i].answer);
+                unsigned before = f->tcp.n_requests;
+                assert_int_equal(run_args(f, argv), CTL_EXIT_OK);
+                assert_int_equal(f->tcp.n_requests, before + 1);
+                assert_string_equal(f->tcp.method, cases[i].method);
+                assert_string_equal(f->tcp.path, cases[i].path);
+                assert_string_equal(f->tcp.authorization, "Bearer inst-token");
+                if (cases[i].body) {
+                        assert_string_equal(f->tcp.request_body, cases[i].body);
+                        assert_string_equal(f->tcp.request_content_type, "application/json");
+                } else {
+                        assert_null(f->tcp.request_body);
+                        assert_null(f->tcp.request_content_type);
+                }
+                assert_string_equal(f->tcp.accept, streq(cases[i].args[0], "console")
+                                                       ? "text/plain"
+                                                       : "application/json");
+                assert_string_equal(f->out, cases[i].out);
+                assert_string_equal(f->err, "");
+        }
+}
+
+static void test_instances_tables(void **state) /* OPS-7, API-7, API-8 */
+{
+        Fixture *f = *state;
+
+        server_set_answer(&f->tcp, 200, "application/json", "[]");
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "list"), CTL_EXIT_OK);
+        assert_string_equal(f->out, "no instances\n");
+
+        /* Everything API-8 may add: an error (sanitised), an mdev claim, a consumer. */
+        server_set_answer(
+            &f->tcp, 200, "application/json",
+            "{\"id\":\"c0000000000000000003\",\"name\":\"a40-vm\",\"state\":\"Failed\","
+            "\"created_at\":\"2026-09-03T08:00:00Z\",\"vcpus\":8,\"memory_mb\":16384,"
+            "\"boot\":{\"kernel\":\"/img/vmlinuz\",\"initrd\":\"/img/initrd\",\"disk\":"
+            "\"/img/root.raw\"},\"gpu\":{\"profile\":\"NVIDIA A40-4Q\",\"device_path\":"
+            "\"/sys/bus/mdev/devices/4b20d080-1b54-4048-85b3-a6a62d165c01\",\"mdev_uuid\":"
+            "\"4b20d080-1b54-4048-85b3-a6a62d165c01\",\"claimed_at\":\"2026-09-03T08:00:01Z\"},"
+            "\"placement\":{\"consumer\":\"9d3b1f5e-0a47-4c1e-9a35-2f1e7c6b8d40\"},"
+            "\"error\":\"VMM survived SIGKILL\\u001b]0;x\\u0007\"}");
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "get", "c0000000000000000003"),
+                         CTL_EXIT_OK);
+        assert_string_equal(f->out, "id                  c0000000000000000003\n"
+                                    "name                a40-vm\n"
+                                    "state               Failed\n"
+                                    "error               VMM survived SIGKILL?]0;x?\n"
+                                    "created             2026-09-03T08:00:00Z\n"
+                                    "vcpus               8\n"
+                                    "memory              16384 MiB\n"
+                                    "kernel              /img/vmlinuz\n"
+                                    "initrd              /img/initrd\n"
+                                    "disk                /img/root.raw\n"
+                                    "profile             NVIDIA A40-4Q\n"
+                                    "device path         /sys/bus/mdev/devices/"
+                                    "4b20d080-1b54-4048-85b3-a6a62d165c01\n"
+                                    "mdev uuid           4b20d080-1b54-4048-85b3-a6a62d165c01\n"
+                                    "claimed             2026-09-03T08:00:01Z\n"
+                                    "placement consumer  9d3b1f5e-0a47-4c1e-9a35-2f1e7c6b8d40\n");
+
+        /* Without a GPU, and a profile that waits for its claim (API-8). */
+        server_set_answer(&f->tcp, 200, "application/json",
+                          "{\"id\":\"a0000000000000000001\",\"name\":\"build-7\",\"state\":"
+                          "\"Stopped\",\"created_at\":\"2026-09-02T21:00:00Z\",\"vcpus\":16,"
+                          "\"memory_mb\":65536,\"boot\":{\"disk\":\"/img/b.img\"}}");
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "stop", "a0000000000000000001"),
+                         CTL_EXIT_OK);
+        assert_string_equal(f->out, "id       a0000000000000000001\n"
+                                    "name     build-7\n"
+                                    "state    Stopped\n"
+                                    "created  2026-09-02T21:00:00Z\n"
+                                    "vcpus    16\n"
+                                    "memory   65536 MiB\n"
+                                    "disk     /img/b.img\n");
+        server_set_answer(&f->tcp, 200, "application/json",
+                          "{\"id\":\"b0000000000000000002\",\"name\":\"queued\",\"state\":"
+                          "\"Stopped\",\"created_at\":\"2026-09-02T21:05:00Z\",\"vcpus\":1,"
+                          "\"memory_mb\":128,\"boot\":{\"disk\":\"/img/q.img\"},\"gpu\":"
+                          "{\"profile\":\"NVIDIA L40S-1B\"}}");
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "get", "b0000000000000000002"),
+                         CTL_EXIT_OK);
+        assert_string_equal(f->out, "id       b0000000000000000002\n"
+                                    "name     queued\n"
+                                    "state    Stopped\n"
+                                    "created  2026-09-02T21:05:00Z\n"
+                                    "vcpus    1\n"
+                                    "memory   128 MiB\n"
+                                    "disk     /img/q.img\n"
+                                    "profile  NVIDIA L40S-1B\n");
+}
+
+static void test_instances_json(void **state) /* OPS-6, API-7 */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *want = NULL;
+
+        server_set_answer(&f->tcp, 200, "application/json", instances_json);
+        assert_int_equal(RUN(f, "--url", f->url, "--json", "instances", "list"), CTL_EXIT_OK);
+        assert_int_equal(strprintf(&want, "%s\n", instances_json), 0);
+        assert_string_equal(f->out, want);
+
+        free(want);
+        want = NULL;
+        assert_int_equal(strprintf(&want, "%s\n", instance_json), 0);
+        static const char *const one[][2] = {{"get", "GET"}, {"start", "POST"}, {"stop", "POST"}};
+        for (size_t i = 0; i < ELEMENTSOF(one); i++) {
+                server_set_answer(&f->tcp, 200, "application/json", instance_json);
+                assert_int_equal(RUN(f, "--url", f->url, "instances", one[i][0], ID1, "--json"),
+                                 CTL_EXIT_OK);
+                assert_string_equal(f->out, want);
+                assert_string_equal(f->tcp.method, one[i][1]);
+        }
+        server_set_answer(&f->tcp, 201, "application/json", instance_json);
+        assert_int_equal(RUN(f, "--url", f->url, "--json", "instances", "create", "--name", "r",
+                             "--vcpus", "1", "--memory-mb", "128", "--kernel", "/k"),
+                         CTL_EXIT_OK);
+        assert_string_equal(f->out, want);
+
+        /* A 204 carries no JSON to print. */
+        server_set_answer(&f->tcp, 204, "application/json", "");
+        assert_int_equal(RUN(f, "--url", f->url, "--json", "instances", "delete", ID1),
+                         CTL_EXIT_OK);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err, "");
+}
+
+static void test_instances_console_raw(void **state) /* OPS-7, API-2 */
+{
+        Fixture *f = *state;
+        /* A guest console is bytes: invalid UTF-8, escape sequences, a NUL, no final newline. */
+        static const char bytes[] = "boot\r\n\xff\xfe\x1b[2J\0after NUL\xc3";
+
+        for (int json = 0; json < 2; json++) {
+                server_set_answer_bytes(&f->tcp, 200, "text/plain", bytes, sizeof bytes - 1);
+                assert_int_equal(
+                    json ? RUN(f, "--url", f->url, "--json", "instances", "console", ID1)
+                         : RUN(f, "--url", f->url, "instances", "console", ID1),
+                    CTL_EXIT_OK);
+                assert_int_equal(f->out_size, sizeof bytes - 1);
+                assert_memory_equal(f->out, bytes, sizeof bytes - 1);
+                assert_string_equal(f->err, "");
+        }
+
+        /* Errors of the console route are API errors like any other. */
+        server_set_answer(&f->tcp, 404, "application/json",
+                          "{\"code\":\"not_found\",\"message\":\"no instance " ID1 "\"}");
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "console", ID1), CTL_EXIT_API);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err, "error: not_found: no instance " ID1 " (HTTP 404)\n");
+}
+
+static void test_instances_api_errors(void **state) /* OPS-8, API-21, INST-9, INST-25 */
+{
+        Fixture *f = *state;
+        static const struct {
+                const char *args[12];
+                unsigned status;
+                const char *answer;
+                const char *err;
+        } cases[] = {
+            /* INST-9 */
+            {{"stop", ID1},
+             409,
+             "{\"code\":\"busy\",\"message\":\"instance " ID1 " is busy: start in progress\"}",
+             "error: busy: instance " ID1 " is busy: start in progress (HTTP 409)\n"},
+            {{"delete", ID1},
+             409,
+             "{\"code\":\"busy\",\"message\":\"instance " ID1 " is busy: stop in progress\"}",
+             "error: busy: instance " ID1 " is busy: stop in progress (HTTP 409)\n"},
+            /* INST-25 */
+            {{"start", ID1},
+             409,
+             "{\"code\":\"invalid_state\",\"message\":\"instance " ID1 " is Running\"}",
+             "error: invalid_state: instance " ID1 " is Running (HTTP 409)\n"},
+            /* API-21 */
+            {{"create", "--name", "r", "--vcpus", "1", "--memory-mb", "128", "--profile",
+              "NVIDIA L40S-2Q", "--disk", "/d"},
+             409,
+             "{\"code\":\"insufficient_resources\",\"message\":\"insufficient GPU: requested 1 "
+             "vgpu slot(s), but only 0 available\"}",
+             "error: insufficient_resources: insufficient GPU: requested 1 vgpu slot(s), but "
+             "only 0 available (HTTP 409)\n"},
+            {{"create", "--name", "r", "--vcpus", "1", "--memory-mb", "64", "--disk", "/d"},
+             400,
+             "{\"code\":\"invalid_request\",\"message\":\"memory_mb must be 128..1048576\"}",
+             "error: invalid_request: memory_mb must be 128..1048576 (HTTP 400)\n"},
+            {{"get", ID1},
+             404,
+             "{\"code\":\"not_found\",\"message\":\"no instance " ID1 "\"}",
+             "error: not_found: no instance " ID1 " (HTTP 404)\n"},
+            {{"delete", ID1},
+             500,
+             "{\"code\":\"internal\",\"message\":\"VMM of " ID1 " survived SIGKILL\"}",
+             "error: internal: VMM of " ID1 " survived SIGKILL (HTTP 500)\n"},
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                const char *argv[20] = {"--url", f->url, "instances"};
+                size_t n = 3;
+                for (size_t j = 0; j < ELEMENTSOF(cases[i].args) && cases[i].args[j]; j++)
+                        argv[n++] = cases[i].args[j];
+                argv[n] = NULL;
+
+                server_set_answer(&f->tcp, cases[i].status, "application/json", cases[i].answer);
+                assert_int_equal(run_args(f, argv), CTL_EXIT_API);
+                assert_string_equal(f->out, "");
+                assert_string_equal(f->err, cases[i].err);
+                /* --json changes nothing about errors. */
+                argv[n++] = "--json";
+                argv[n] = NULL;
+                assert_int_equal(run_args(f, argv), CTL_EXIT_API);
+                assert_string_equal(f->out, "");
+                assert_string_equal(f->err, cases[i].err);
+        }
+
+        /* Answers of the wrong shape are reported, and nothing is printed. */
+        server_set_answer(&f->tcp, 200, "application/json", instance_json);
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "list"), CTL_EXIT_API);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err, "error: invalid JSON in the response (HTTP 200): not an "
+                                    "array\n");
+        server_set_answer(&f->tcp, 200, "application/json", instances_json);
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "get", ID1), CTL_EXIT_API);
+        assert_string_equal(f->err, "error: invalid JSON in the response (HTTP 200): not an "
+                                    "object\n");
+        server_set_answer(&f->tcp, 200, "application/json",
+                          "[{\"id\":\"" ID1 "\",\"name\":\"a\",\"state\":\"Running\","
+                          "\"created_at\":\"t\",\"vcpus\":1,\"memory_mb\":128},"
+                          "{\"id\":\"" ID1 "\",\"name\":\"b\",\"state\":\"Running\","
+                          "\"created_at\":\"t\",\"vcpus\":\"1\",\"memory_mb\":128}]");
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "list"), CTL_EXIT_API);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err, "error: unexpected instance in the response: Expected "
+                                    "integer, got string\n");
+        server_set_answer(&f->tcp, 200, "application/json",
+                          "{\"id\":\"" ID1 "\",\"name\":\"a\",\"state\":\"Running\","
+                          "\"created_at\":\"t\",\"vcpus\":1,\"memory_mb\":128,"
+                          "\"gpu\":{\"device_path\":\"/x\"}}");
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "get", ID1), CTL_EXIT_API);
+        assert_string_equal(f->out, "");
+        assert_string_equal(f->err, "error: unexpected instance gpu in the response: Object "
+                                    "item not found: profile\n");
+}
+
+static void test_instances_usage_errors(void **state) /* OPS-7, OPS-8, INST-3, API-2 */
+{
+        Fixture *f = *state;
+        static const struct {
+                const char *args[16];
+                const char *error;
+        } cases[] = {
+            {{"instances", "create", "--vcpus", "1", "--memory-mb", "128", "--kernel", "/k"},
+             "\"instances create\" needs --name"},
+            {{"instances", "create", "--name", "r", "--memory-mb", "128", "--kernel", "/k"},
+             "\"instances create\" needs --vcpus"},
+            {{"instances", "create", "--name", "r", "--vcpus", "1", "--kernel", "/k"},
+             "\"instances create\" needs --memory-mb"},
+            {{"instances", "create", "--name", "r", "--vcpus", "four", "--memory-mb", "128",
+              "--kernel", "/k"},
+             "--vcpus \"four\": expected a whole number"},
+            {{"instances", "create", "--name", "r", "--vcpus", "-1", "--memory-mb", "128",
+              "--kernel", "/k"},
+             "--vcpus \"-1\": expected a whole number"},
+            {{"instances", "create", "--name", "r", "--vcpus", "4294967296", "--memory-mb", "128",
+              "--kernel", "/k"},
+             "--vcpus \"4294967296\": expected a whole number"},
+            {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", "8G", "--kernel",
+              "/k"},
+             "--memory-mb \"8G\": expected a whole number of MiB"},
+            {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", " 128",
+              "--kernel", "/k"},
+             "--memory-mb \" 128\": expected a whole number of MiB"},
+            {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", "128"},
+             "\"instances create\" needs --kernel or --disk (or both)"},
+            {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", "128",
+              "--initrd", "/i", "--cmdline", "c"},
+             "\"instances create\" needs --kernel or --disk (or both)"},
+            {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", "128",
+              "--kernel", "/k", "--cmdline", "x\xc3("},
+             "--cmdline must be UTF-8 text"},
+            {{"instances", "create", "--name", "r\xff", "--vcpus", "1", "--memory-mb", "128",
+              "--kernel", "/k"},
+             "--name must be UTF-8 text"},
+            {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", "128",
+              "--kernel", "/k", "--wait"},
+             "unknown option \"--wait\""},
+            {{"instances", "create", "--name", "r", "--name", "s", "--vcpus", "1"},
+             "option --name given twice"},
+            {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", "128",
+              "--kernel", "/k", "--reason", "x"},
+             "option --reason does not apply to \"instances create\""},
+            {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", "128",
+              "--kernel", "/k", "--tail-bytes", "1"},
+             "option --tail-bytes does not apply to \"instances create\""},
+            {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", "128",
+              "--kernel", "/k", ID1},
+             "unexpected argument \"" ID1 "\""},
+            {{"instances", "get", ID1, "--profile", "p"},
+             "option --profile does not apply to \"instances get\""},
+            {{"health", "drain", "0000:e3:00.0", "--reason", "r", "--name", "n"},
+             "option --name does not apply to \"health drain\""},
+            {{"instances", "list", ID1}, "unexpected argument \"" ID1 "\""},
+            {{"instances", "get"}, "\"instances get\" needs an instance id"},
+            {{"instances", "start"}, "\"instances start\" needs an instance id"},
+            {{"instances", "stop", "--json"}, "\"instances stop\" needs an instance id"},
+            {{"instances", "delete"}, "\"instances delete\" needs an instance id"},
+            {{"instances", "console", "--tail-bytes", "10"},
+             "\"instances console\" needs an instance id"},
+            {{"instances", "stop", ID1, ID1}, "unexpected argument \"" ID1 "\""},
+            /* Path-unsafe or malformed ids never reach a URL (INST-3). */
+            {{"instances", "get", "../x"},
+             "invalid instance id \"../x\" for \"instances get\": expected 20 characters from "
+             "a-z and 0-9"},
+            {{"instances", "delete", "a/b"},
+             "invalid instance id \"a/b\" for \"instances delete\": expected 20 characters "
+             "from a-z and 0-9"},
+            {{"instances", "start", "../../gpu/health/brk"},
+             "invalid instance id \"../../gpu/health/brk\" for \"instances start\": expected 20 "
+             "characters from a-z and 0-9"},
+            {{"instances", "stop", "K3X9Q2M8V1C4Z7N5B0WD"},
+             "invalid instance id \"K3X9Q2M8V1C4Z7N5B0WD\" for \"instances stop\": expected 20 "
+             "characters from a-z and 0-9"},
+            {{"instances", "console", "k3x9q2m8v1c4z7n5b0w"},
+             "invalid instance id \"k3x9q2m8v1c4z7n5b0w\" for \"instances console\": expected "
+             "20 characters from a-z and 0-9"},
+            {{"instances", "get", ID1 "x"},
+             "invalid instance id \"" ID1 "x\" for \"instances get\": expected 20 characters "
+             "from a-z and 0-9"},
+            {{"instances", "get", "k3x9q2m8v1c4z7n5b0w?"},
+             "invalid instance id \"k3x9q2m8v1c4z7n5b0w?\" for \"instances get\": expected 20 "
+             "characters from a-z and 0-9"},
+            {{"instances", "get", ""},
+             "invalid instance id \"\" for \"instances get\": expected 20 characters from a-z "
+             "and 0-9"},
+            /* API-2: 1..1048576 */
+            {{"instances", "console", ID1, "--tail-bytes", "0"},
+             "--tail-bytes \"0\": expected a number of bytes from 1 to 1048576"},
+            {{"instances", "console", ID1, "--tail-bytes", "1048577"},
+             "--tail-bytes \"1048577\": expected a number of bytes from 1 to 1048576"},
+            {{"instances", "console", ID1, "--tail-bytes", "-5"},
+             "--tail-bytes \"-5\": expected a number of bytes from 1 to 1048576"},
+            {{"instances", "console", ID1, "--tail-bytes", "64k"},
+             "--tail-bytes \"64k\": expected a number of bytes from 1 to 1048576"},
+            {{"instances", "console", ID1, "--tail-bytes="},
+             "--tail-bytes \"\": expected a number of bytes from 1 to 1048576"},
+            {{"instances", "console", ID1, "--tail-bytes"}, "option --tail-bytes needs a value"},
+            {{"instances", "get", ID1, "--tail-bytes", "5"},
+             "option --tail-bytes does not apply to \"instances get\""},
+        };
+
+        f->env.url = f->url;
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *want = NULL;
+                assert_int_equal(strprintf(&want, "vgpuctl: %s\nRun 'vgpuctl --help' for usage.\n",
+                                           cases[i].error),
+                                 0);
+                assert_int_equal(run_args(f, cases[i].args), CTL_EXIT_USAGE);
+                assert_string_equal(f->err, want);
+                assert_string_equal(f->out, "");
+        }
+        /* None of them sent a request. */
+        assert_int_equal(f->tcp.n_requests, 0);
+}
+
+static void test_instances_timeouts(void **state) /* OPS-8, INST-23 */
+{
+        Fixture *f = *state;
+
+        /*
+         * Lifecycle commands wait as long as the operation: an answer later than the read
+         * timeout still arrives. The margins are wide, so a slow machine does not matter.
+         */
+        f->env.timeout_ms = 200;
+        f->env.lifecycle_timeout_ms = 60000;
+        server_set_answer(&f->tcp, 201, "application/json", instance_json);
+        f->tcp.delay_ms = 1000;
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "create", "--name", "render-01",
+                             "--vcpus", "4", "--memory-mb", "8192", "--kernel", "/k"),
+                         CTL_EXIT_OK);
+        assert_string_equal(f->out, instance_table);
+        static const char *const waiting[][2] = {
+            {"start", "200"}, {"stop", "200"}, {"delete", "204"}};
+        for (size_t i = 0; i < ELEMENTSOF(waiting); i++) {
+                server_set_answer(&f->tcp, (unsigned)atoi(waiting[i][1]), "application/json",
+                                  instance_json);
+                f->tcp.delay_ms = 1000;
+                assert_int_equal(RUN(f, "--url", f->url, "instances", waiting[i][0], ID1),
+                                 CTL_EXIT_OK);
+        }
+
+        /* Reads keep the short timeout. */
+        _cleanup_free_ char *prefix = NULL;
+        assert_int_equal(
+            strprintf(&prefix, "error: cannot reach vgpud at %s: Operation timed out", f->url), 0);
+        static const char *const reads[] = {"get", "console"};
+        for (size_t i = 0; i < ELEMENTSOF(reads); i++) {
+                f->tcp.hang = true;
+                assert_int_equal(RUN(f, "--url", f->url, "instances", reads[i], ID1),
+                                 CTL_EXIT_CONNECT);
+                assert_true(startswith(f->err, prefix));
+                assert_null(strstr(f->err, "hint:"));
+        }
+        f->tcp.hang = true;
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "list"), CTL_EXIT_CONNECT);
+        assert_true(startswith(f->err, prefix));
+
+        /* A lifecycle command that gives up says the operation goes on (INST-23). */
+        f->env.lifecycle_timeout_ms = 200;
+        f->tcp.hang = true;
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "stop", ID1), CTL_EXIT_CONNECT);
+        assert_true(startswith(f->err, prefix));
+        assert_non_null(strstr(f->err,
+                               "\nhint: vgpud goes on with the operation; see 'vgpuctl instances "
+                               "list'\n"));
+        assert_string_equal(f->out, "");
+}
+
 /* ---- connection choice and defaults (OPS-6) -------------------------------------------------- */
 
 static void test_unix_socket(void **state) /* OPS-6, API-1, API-12 */
@@ -831,7 +1431,8 @@ static void test_usage_errors(void **state) /* OPS-7, OPS-8 */
                 const char *error;
         } cases[] = {
             {{NULL}, "no command given"},
-            {{"instances", "list"}, "unknown command \"instances\""},
+            {{"instances"}, "unknown command \"instances\""},
+            {{"instances", "show"}, "unknown command \"instances show\""},
             {{"health"}, "unknown command \"health\""},
             {{"health", "status"}, "unknown command \"health status\""},
             {{"token", "verify"}, "unknown command \"token verify\""},
@@ -870,7 +1471,7 @@ static void test_usage_errors(void **state) /* OPS-7, OPS-8 */
              "--reason must be UTF-8 text of 1 to 256 bytes"},
             {{"health", "drain", "0000:e3:00.0", "--reason", "\xff"},
              "--reason must be UTF-8 text of 1 to 256 bytes"},
-            {{"token", "mint"}, "token mint needs --secret-file"},
+            {{"token", "mint"}, "\"token mint\" needs --secret-file"},
             {{"token", "mint", "--secret-file", "/s", "--ttl", "90"},
              "--ttl \"90\": expected a duration of at least 1s, such as 30m, 1h or 1h30m"},
             {{"token", "mint", "--secret-file", "/s", "--ttl", "500ms"},
@@ -1173,6 +1774,13 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_bad_responses, setup, teardown),
             cmocka_unit_test_setup_teardown(test_response_size_cap, setup, teardown),
             cmocka_unit_test_setup_teardown(test_operator_routes, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_instances_requests, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_instances_tables, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_instances_json, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_instances_console_raw, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_instances_api_errors, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_instances_usage_errors, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_instances_timeouts, setup, teardown),
             cmocka_unit_test_setup_teardown(test_unix_socket, setup, teardown),
             cmocka_unit_test_setup_teardown(test_environment_defaults, setup, teardown),
             cmocka_unit_test_setup_teardown(test_usage_errors, setup, teardown),
