@@ -1,0 +1,345 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# e2e_guest: what the end-to-end tests (tests/e2e/test-*.py, SPEC SIM-19) share: TAP output, the
+# guest image of build-guest.sh (built once per build directory, cached), initramfs overlays
+# (extra files such as a static vgpu-agent without rebuilding the image), VMM-1's argv for a
+# GPU-less VM, a QEMU process started as VMM-3 says, a QMP client (VMM-5, VMM-6, VMM-20) and
+# console polling.
+#
+# TAP helpers live here rather than in tests/lib/vgpud_test.py because that module reads the
+# simulator's argv and environment when imported, and these tests run without the simulator.
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+# ---- TAP ------------------------------------------------------------------------------------
+
+counter = 0
+failures = 0
+
+
+def ok(cond, name, detail=None):
+    global counter, failures
+    counter += 1
+    if cond:
+        print("ok %d - %s" % (counter, name))
+    else:
+        failures += 1
+        print("not ok %d - %s" % (counter, name))
+        if detail is not None:
+            for line in str(detail).splitlines()[:60]:
+                print("#   " + line)
+    sys.stdout.flush()
+    return cond
+
+
+def eq(got, want, name):
+    return ok(got == want, name, "got:  %r\nwant: %r" % (got, want))
+
+
+def note(text):
+    for line in str(text).splitlines():
+        print("# " + line)
+    sys.stdout.flush()
+
+
+def skip_all(why):
+    print("1..0 # SKIP " + why)
+    sys.exit(0)
+
+
+def plan():
+    print("1..%d" % counter)
+    sys.stdout.flush()
+
+
+def exit_status():
+    return 1 if failures else 0
+
+
+def poll(fn, timeout, interval=0.05):
+    """Calls fn until it returns a true value or timeout seconds pass; returns the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+# ---- the guest image ------------------------------------------------------------------------
+
+
+class Guest:
+    def __init__(self, outdir, seconds, log):
+        self.dir = outdir
+        self.kernel = os.path.join(outdir, "vmlinuz")
+        self.initrd = os.path.join(outdir, "initramfs.cpio.gz")
+        self.seconds = seconds  # what build-guest.sh took, cached or not
+        self.log = log  # its messages
+        self.info = {}
+        with open(os.path.join(outdir, "guest.info")) as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("=")
+                self.info[k] = v
+
+    def cached(self):
+        return "build-guest: cached:" in self.log
+
+
+def ensure_guest(build_script, outdir, timeout=900):
+    """Runs build-guest.sh OUTDIR (a no-op when its cache is valid); returns a Guest, or raises
+    RuntimeError with the script's messages."""
+    t0 = time.monotonic()
+    p = subprocess.run([build_script, outdir], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=timeout)
+    out = p.stdout.decode(errors="replace")
+    if p.returncode != 0:
+        raise RuntimeError("%s %s exited with status %d:\n%s"
+                           % (build_script, outdir, p.returncode, out))
+    return Guest(outdir, time.monotonic() - t0, out)
+
+
+def _newc_entry(name, mode, data, ino):
+    fields = (ino, mode, 0, 0, 2 if stat.S_ISDIR(mode) else 1, 0, len(data), 0, 0, 0, 0,
+              len(name) + 1, 0)
+    head = b"070701" + b"".join(b"%08X" % v for v in fields) + name.encode() + b"\0"
+    head += b"\0" * (-len(head) % 4)
+    return head + data + b"\0" * (-len(data) % 4)
+
+
+def initrd_with(base, files, out):
+    """Writes to out the base initramfs followed by a gzip'd newc archive of files, a dict
+    {guest path: bytes | str (file contents) | ("file", host path) | ("symlink", target)},
+    each optionally as (content, mode). Parent directories are added; the kernel unpacks the
+    archives in order, so these files win over the base's."""
+    entries = []
+    dirs = set()
+    for path in sorted(files):
+        spec = files[path]
+        mode = None
+        if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], int):
+            spec, mode = spec
+        rel = path.strip("/")
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            dirs.add("/".join(parts[:i]))
+        if isinstance(spec, tuple) and spec[0] == "symlink":
+            entries.append((rel, stat.S_IFLNK | 0o777, spec[1].encode()))
+            continue
+        if isinstance(spec, tuple) and spec[0] == "file":
+            with open(spec[1], "rb") as f:
+                data = f.read()
+            if mode is None:
+                mode = os.stat(spec[1]).st_mode & 0o7777
+        else:
+            data = spec.encode() if isinstance(spec, str) else spec
+        entries.append((rel, stat.S_IFREG | (0o644 if mode is None else mode), data))
+    archive = b""
+    ino = 1 << 20  # away from the base archive's inode numbers (hard links match on them)
+    for d in sorted(dirs):
+        archive += _newc_entry(d, stat.S_IFDIR | 0o755, b"", ino)
+        ino += 1
+    for rel, mode, data in entries:
+        archive += _newc_entry(rel, mode, data, ino)
+        ino += 1
+    archive += _newc_entry("TRAILER!!!", 0, b"", 0)
+    tmp = out + ".tmp"
+    with open(tmp, "wb") as f:
+        with open(base, "rb") as b:
+            shutil.copyfileobj(b, f)
+        f.write(gzip.compress(archive, mtime=0))
+    os.rename(tmp, out)
+    return out
+
+
+# ---- QEMU -----------------------------------------------------------------------------------
+
+
+def keyval(value):
+    """VMM-2: commas doubled inside a keyval option's value."""
+    return value.replace(",", ",,")
+
+
+def qemu_argv(qemu, name, qmp_socket, agent_socket, console_log, kernel=None, initrd=None,
+              append=None, vcpus=1, memory_mb=256, accel="tcg"):
+    """VMM-1's argv for a VM without a GPU or disk (accel: "tcg" or "kvm"; "auto" is
+    ["kvm", "tcg"] as a list)."""
+    accels = accel if isinstance(accel, list) else [accel]
+    argv = [qemu, "-name", "guest=%s,debug-threads=on" % keyval(name), "-machine", "q35"]
+    for a in accels:
+        argv += ["-accel", a]
+    argv += ["-cpu", "max", "-smp", str(vcpus), "-m", "%dM" % memory_mb, "-nodefaults",
+             "-no-user-config", "-display", "none",
+             "-chardev", "socket,id=qmp,path=%s,server=on,wait=off" % keyval(qmp_socket),
+             "-mon", "chardev=qmp,mode=control",
+             "-chardev", "socket,id=agent0,path=%s,server=on,wait=off" % keyval(agent_socket),
+             "-device", "virtio-serial-pci,id=vser0",
+             "-device", "virtserialport,bus=vser0.0,chardev=agent0,name=org.vgpud.agent.0",
+             "-chardev", "file,id=console0,path=%s,append=on" % keyval(console_log),
+             "-serial", "chardev:console0"]
+    if kernel:
+        argv += ["-kernel", kernel]
+        if initrd:
+            argv += ["-initrd", initrd]
+        if append:
+            argv += ["-append", append]
+    return argv
+
+
+class Qemu:
+    """A QEMU process started as VMM-3 starts it: PATH only, its own session, stdin /dev/null,
+    stdout and stderr appended to qemu_log. kill() signals its process group by id."""
+
+    def __init__(self, argv, qemu_log):
+        self.argv = argv
+        self.qemu_log = qemu_log
+        with open(qemu_log, "ab") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                                         start_new_session=True, close_fds=True)
+        self.started = time.monotonic()
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def wait(self, timeout):
+        """The exit status, or None if it is still running after timeout seconds."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self):
+        """SIGKILL to the process group (its own, from setsid), then reaps."""
+        if self.proc.returncode is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+    def log_text(self):
+        with open(self.qemu_log, errors="replace") as f:
+            return f.read()
+
+
+class QmpError(Exception):
+    pass
+
+
+class Qmp:
+    """A QMP client: newline-delimited objects, events set aside (VMM-6)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+        self.events = []
+
+    @classmethod
+    def connect(cls, path, timeout, alive=lambda: True):
+        """Connects every 50 ms until timeout (VMM-5) or until alive() turns false."""
+        deadline = time.monotonic() + timeout
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            try:
+                s.connect(path)
+                return cls(s)
+            except (FileNotFoundError, ConnectionRefusedError):
+                s.close()
+                if time.monotonic() >= deadline or not alive():
+                    raise
+            time.sleep(0.05)
+
+    def close(self):
+        self.sock.close()
+
+    def read_object(self, timeout):
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise QmpError("no QMP object within %.1f s" % timeout)
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            if not chunk:
+                raise QmpError("QMP connection closed")
+            self.buf += chunk
+            if len(self.buf) > 1 << 20:
+                raise QmpError("QMP object over 1 MiB")
+        line, _, self.buf = self.buf.partition(b"\n")
+        return json.loads(line)
+
+    def greeting(self, timeout=5):
+        g = self.read_object(timeout)
+        if not isinstance(g, dict) or "QMP" not in g:
+            raise QmpError("not a QMP greeting: %r" % (g,))
+        return g
+
+    def command(self, name, arguments=None, timeout=10):
+        """The reply object ({"return": ...} or {"error": ...}) to one command."""
+        req = {"execute": name}
+        if arguments is not None:
+            req["arguments"] = arguments
+        self.sock.sendall(json.dumps(req).encode() + b"\n")
+        deadline = time.monotonic() + timeout
+        while True:
+            obj = self.read_object(max(0.0, deadline - time.monotonic()))
+            if isinstance(obj, dict) and "event" in obj:
+                self.events.append(obj)
+                continue
+            return obj
+
+    def wait_event(self, name, timeout):
+        """The first event called name (already received or arriving within timeout)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for e in self.events:
+                if e.get("event") == name:
+                    return e
+            obj = self.read_object(max(0.0, deadline - time.monotonic()))
+            if isinstance(obj, dict) and "event" in obj:
+                self.events.append(obj)
+
+
+# ---- the console ----------------------------------------------------------------------------
+
+
+def read_text(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def wait_console(path, pattern, timeout, alive=lambda: True):
+    """The first match of the regular expression pattern in the console log within timeout
+    seconds (None if there is none, or once alive() is false and the log has no match)."""
+    rx = re.compile(pattern, re.M)
+    deadline = time.monotonic() + timeout
+    while True:
+        running = alive()  # before the read, so the last read sees everything it wrote
+        m = rx.search(read_text(path))
+        if m or not running or time.monotonic() >= deadline:
+            return m
+        time.sleep(0.05)
+
+
+def tail(text, lines=40):
+    return "\n".join(text.splitlines()[-lines:])
