@@ -1,0 +1,496 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Instance files: INST-6's confinement of boot paths and the layout under
+ * <data_dir>/instances (INST-1, INST-20). Blocking; run on workers.
+ *
+ * Everything below instances/ is reached by *at() from the instances directory's descriptor and
+ * never through a symlink: an id is checked (INST-3) before it becomes a path, directories are
+ * opened with O_NOFOLLOW, and deletion never descends through a link.
+ */
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+
+#include "instance-record-internal.h"
+
+#define TEMP_SUFFIX ".tmp" /* what write_file_atomic_at() appends */
+#define TREE_DEPTH_MAX 32
+
+static int invalid_id(const char *id, char **error)
+{
+        _cleanup_free_ char *shown = escape_text(id, strlen(id), 64, ESCAPE_QUOTE);
+        if (!shown)
+                return error_set_oom(error);
+        return error_set(error, -EINVAL, "invalid instance id %s", shown);
+}
+
+/* ---- boot paths (INST-6) ------------------------------------------------------------------- */
+
+/* Whether path lies strictly below dir; both absolute and without trailing slashes but "/". */
+static bool path_is_below(const char *path, const char *dir)
+{
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/')
+                n--;
+        if (n == 1 && dir[0] == '/')
+                return path[0] == '/' && path[1] != 0;
+        return strncmp(path, dir, n) == 0 && path[n] == '/' && path[n + 1] != 0;
+}
+
+static bool below_any(const char *path, char *const *dirs)
+{
+        for (char *const *d = dirs; d && *d; d++)
+                if (path_is_below(path, *d))
+                        return true;
+        return false;
+}
+
+static int boot_path_failed(char **error, const char *field, const char *path, const char *why)
+{
+        _cleanup_free_ char *shown = escape_text(path, strlen(path), SIZE_MAX, ESCAPE_UTF8);
+        if (!shown)
+                return error_set_oom(error);
+        return error_set(error, -EINVAL, "boot.%s %s: %s", field, shown, why);
+}
+
+static int boot_path_check(const char *field, const char *path, char *const *image_dirs,
+                           char *const *real_dirs, char **error)
+{
+        if (!instance_path_form_is_valid(path))
+                return boot_path_failed(error, field, path,
+                                        "must be an absolute path without . or .. components");
+
+        _cleanup_free_ char *real = realpath(path, NULL);
+        if (!real) {
+                int r = negative_errno();
+                if (r == -ENOMEM)
+                        return error_set_oom(error);
+                /*
+                 * Outside the image dirs, a missing file reads like any other refusal, so that an
+                 * API client cannot probe which host files exist.
+                 */
+                if (!below_any(path, image_dirs) && !below_any(path, real_dirs))
+                        return boot_path_failed(error, field, path, "not under image_dirs");
+                return boot_path_failed(error, field, path, strerror(-r));
+        }
+        if (!below_any(real, real_dirs))
+                return boot_path_failed(error, field, path, "not under image_dirs");
+
+        /* stat() first: opening a device node (even to read) can have effects of its own. */
+        struct stat st;
+        if (stat(real, &st) < 0)
+                return boot_path_failed(error, field, path, strerror(errno));
+        if (!S_ISREG(st.st_mode))
+                return boot_path_failed(error, field, path, "not a regular file");
+
+        /* O_NONBLOCK: should a FIFO replace the file meanwhile, the open must not wait. */
+        _cleanup_close_ int fd =
+            openat(AT_FDCWD, real, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
+        if (fd < 0) {
+                _cleanup_free_ char *why = NULL;
+                if (strprintf(&why, "cannot be read: %s", strerror(errno)) < 0)
+                        return error_set_oom(error);
+                return boot_path_failed(error, field, path, why);
+        }
+        if (fstat(fd, &st) < 0)
+                return boot_path_failed(error, field, path, strerror(errno));
+        if (!S_ISREG(st.st_mode))
+                return boot_path_failed(error, field, path, "not a regular file");
+        return 0;
+}
+
+int instance_boot_paths_check(const InstanceBoot *boot, char *const *image_dirs, char **error)
+{
+        /* An image dir that does not resolve confines nothing: it is left out. */
+        _cleanup_strv_free_ char **real_dirs = NULL;
+        for (char *const *d = image_dirs; d && *d; d++) {
+                _cleanup_free_ char *real = realpath(*d, NULL);
+                if (!real) {
+                        if (errno == ENOMEM)
+                                return error_set_oom(error);
+                        continue;
+                }
+                if (strv_push(&real_dirs, real) < 0)
+                        return error_set_oom(error);
+        }
+
+        const struct {
+                const char *field, *path;
+        } paths[] = {{"kernel", boot->kernel}, {"initrd", boot->initrd}, {"disk", boot->disk}};
+        for (size_t i = 0; i < ELEMENTSOF(paths); i++) {
+                if (!paths[i].path)
+                        continue;
+                int r =
+                    boot_path_check(paths[i].field, paths[i].path, image_dirs, real_dirs, error);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* ---- instance.json (INST-1) ---------------------------------------------------------------- */
+
+static int save_step_failed(char **error, int r, WriteStep step, const char *id)
+{
+        switch (step) {
+        case WRITE_STEP_CREATE:
+        case WRITE_STEP_WRITE:
+        case WRITE_STEP_SYNC:
+        case WRITE_STEP_CLOSE: {
+                static const char *const verb[] = {
+                    [WRITE_STEP_CREATE] = "create",
+                    [WRITE_STEP_WRITE] = "write",
+                    [WRITE_STEP_SYNC] = "sync",
+                    [WRITE_STEP_CLOSE] = "close",
+                };
+                return error_set(error, r,
+                                 "%s instances/%s/" INSTANCE_RECORD_FILE TEMP_SUFFIX ": %s",
+                                 verb[step], id, strerror(-r));
+        }
+        case WRITE_STEP_RENAME:
+                return error_set(error, r,
+                                 "rename instances/%s/" INSTANCE_RECORD_FILE TEMP_SUFFIX
+                                 " to " INSTANCE_RECORD_FILE ": %s",
+                                 id, strerror(-r));
+        case WRITE_STEP_SYNC_DIR:
+                break;
+        }
+        return error_set(error, r, "sync directory instances/%s: %s", id, strerror(-r));
+}
+
+int instance_record_save_at(int instances_dirfd, const InstanceRecord *r, char **error)
+{
+        if (!instance_id_is_valid(r->id))
+                return error_set(error, -EINVAL,
+                                 "invalid record: id must be %d characters of "
+                                 "[a-z0-9]",
+                                 INSTANCE_ID_LEN);
+
+        _cleanup_free_ char *buf = NULL;
+        size_t size;
+        int k = instance_record_encode(r, &buf, &size, error);
+        if (k < 0)
+                return error_prefix(error, k, "save instances/%s/" INSTANCE_RECORD_FILE, r->id);
+
+        bool created = false;
+        if (mkdirat(instances_dirfd, r->id, 0700) >= 0) {
+                created = true;
+                /* The umask must not narrow the mode INST-1 asks for. */
+                if (fchmodat(instances_dirfd, r->id, 0700, 0) < 0) {
+                        k = negative_errno();
+                        (void)unlinkat(instances_dirfd, r->id, AT_REMOVEDIR);
+                        return error_set(error, k, "create directory instances/%s: %s", r->id,
+                                         strerror(-k));
+                }
+        } else if (errno != EEXIST) {
+                k = negative_errno();
+                return error_set(error, k, "create directory instances/%s: %s", r->id,
+                                 strerror(-k));
+        }
+
+        _cleanup_close_ int dir =
+            openat(instances_dirfd, r->id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dir < 0) {
+                k = negative_errno();
+                if (created)
+                        (void)unlinkat(instances_dirfd, r->id, AT_REMOVEDIR);
+                return error_set(error, k, "open directory instances/%s: %s", r->id, strerror(-k));
+        }
+
+        /*
+         * The new <id> entry is made durable before anything goes into it. Should that fail, the
+         * directory goes again, so that a retry creates it anew and syncs instances/ then.
+         */
+        if (created) {
+                k = fsync_directory_at(instances_dirfd, ".");
+                if (k < 0) {
+                        (void)unlinkat(instances_dirfd, r->id, AT_REMOVEDIR);
+                        return error_set(error, k, "sync directory instances: %s", strerror(-k));
+                }
+        }
+
+        WriteStep step = WRITE_STEP_CREATE;
+        k = write_file_atomic_at(dir, INSTANCE_RECORD_FILE, buf, size, 0600, &step);
+        if (k < 0)
+                return save_step_failed(error, k, step, r->id);
+        return 0;
+}
+
+int instance_record_load_at(int instances_dirfd, const char *id, InstanceRecord *ret, char **error)
+{
+        if (!instance_id_is_valid(id))
+                return invalid_id(id, error);
+
+        _cleanup_close_ int dir =
+            openat(instances_dirfd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dir < 0) {
+                int k = negative_errno();
+                return error_set(error, k, "open directory instances/%s: %s", id, strerror(-k));
+        }
+
+        /*
+         * A temp file outlives only a crash in the middle of a save, whose record never became
+         * instance.json. One that cannot be removed now does no harm: the next save truncates it.
+         */
+        (void)unlinkat(dir, INSTANCE_RECORD_FILE TEMP_SUFFIX, 0);
+
+        _cleanup_free_ char *buf = NULL;
+        size_t size;
+        int k = read_file_at(dir, INSTANCE_RECORD_FILE, INSTANCE_RECORD_MAX, &buf, &size);
+        if (k == -EFBIG)
+                return error_set(error, -EBADMSG,
+                                 "instances/%s/" INSTANCE_RECORD_FILE ": larger than %d bytes", id,
+                                 INSTANCE_RECORD_MAX);
+        if (k < 0)
+                return error_set(error, k, "read instances/%s/" INSTANCE_RECORD_FILE ": %s", id,
+                                 strerror(-k));
+
+        InstanceRecord rec;
+        k = instance_record_from_json(buf, size, &rec, error);
+        if (k < 0)
+                return error_prefix(error, k, "instances/%s/" INSTANCE_RECORD_FILE, id);
+        if (!streq(rec.id, id)) {
+                k = error_set(error, -EBADMSG,
+                              "instances/%s/" INSTANCE_RECORD_FILE ": id %s is not its directory's",
+                              id, rec.id);
+                instance_record_done(&rec);
+                return k;
+        }
+        *ret = rec;
+        return 0;
+}
+
+/* ---- removal and listing (INST-20) --------------------------------------------------------- */
+
+static int tree_failed(char **error, int r, const char *path)
+{
+        _cleanup_free_ char *shown = escape_text(path, strlen(path), SIZE_MAX, ESCAPE_UTF8);
+        if (!shown)
+                return error_set_oom(error);
+        return error_set(error, r, "delete %s: %s", shown, strerror(-r));
+}
+
+/* Deletes name below parent, whose device is dev; path names it in messages. */
+static int tree_delete(int parent, const char *name, const char *path, dev_t dev, unsigned depth,
+                       char **error)
+{
+        struct stat st;
+        if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : tree_failed(error, negative_errno(), path);
+
+        /* A symlink is removed as itself, whatever it points to. */
+        if (!S_ISDIR(st.st_mode)) {
+                if (unlinkat(parent, name, 0) < 0 && errno != ENOENT)
+                        return tree_failed(error, negative_errno(), path);
+                return 0;
+        }
+        /* Another filesystem mounted in the tree is not ours to empty. */
+        if (st.st_dev != dev)
+                return error_set(error, -EXDEV, "delete %s: a mount point", path);
+        if (depth >= TREE_DEPTH_MAX)
+                return error_set(error, -ELOOP, "delete %s: nested deeper than %d directories",
+                                 path, TREE_DEPTH_MAX);
+
+        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : tree_failed(error, negative_errno(), path);
+        _cleanup_closedir_ DIR *d = fdopendir(fd);
+        if (!d) {
+                int r = negative_errno();
+                close(fd);
+                return tree_failed(error, r, path);
+        }
+
+        for (;;) {
+                errno = 0;
+                struct dirent *de = readdir(d);
+                if (!de) {
+                        if (errno != 0)
+                                return tree_failed(error, negative_errno(), path);
+                        break;
+                }
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                _cleanup_free_ char *child = NULL;
+                if (strprintf(&child, "%s/%s", path, de->d_name) < 0)
+                        return error_set_oom(error);
+                int r = tree_delete(dirfd(d), de->d_name, child, st.st_dev, depth + 1, error);
+                if (r < 0)
+                        return r;
+        }
+
+        if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                return tree_failed(error, negative_errno(), path);
+        return 0;
+}
+
+int instance_tree_delete_at(int dirfd, const char *name, char **error)
+{
+        if (!name[0] || strchr(name, '/') || streq(name, ".") || streq(name, ".."))
+                return error_set(error, -EINVAL, "delete: %s is not a name in the directory",
+                                 name[0] ? name : "\"\"");
+        struct stat st;
+        if (fstat(dirfd, &st) < 0)
+                return tree_failed(error, negative_errno(), name);
+        return tree_delete(dirfd, name, name, st.st_dev, 0, error);
+}
+
+int instance_remove_at(int instances_dirfd, const char *id, char **error)
+{
+        if (!instance_id_is_valid(id))
+                return invalid_id(id, error);
+
+        char deleted[sizeof INSTANCE_DELETED_PREFIX + INSTANCE_ID_LEN];
+        snprintf(deleted, sizeof deleted, INSTANCE_DELETED_PREFIX "%s", id);
+
+        int k = renameat(instances_dirfd, id, instances_dirfd, deleted) < 0 ? negative_errno() : 0;
+        if (k == -EEXIST || k == -ENOTEMPTY) {
+                /* A tree of an earlier removal is in the way: it was on its way out anyway. */
+                k = instance_tree_delete_at(instances_dirfd, deleted, error);
+                if (k < 0)
+                        return error_prefix(error, k, "remove instance %s", id);
+                k = renameat(instances_dirfd, id, instances_dirfd, deleted) < 0 ? negative_errno()
+                                                                                : 0;
+        }
+        /* -ENOENT: gone already, or renamed by an earlier call whose delete failed. */
+        if (k < 0 && k != -ENOENT)
+                return error_set(
+                    error, k, "rename instances/%s to instances/" INSTANCE_DELETED_PREFIX "%s: %s",
+                    id, id, strerror(-k));
+
+        /* The rename is durable before the tree goes: a crash now leaves a .deleted-* tree. */
+        k = fsync_directory_at(instances_dirfd, ".");
+        if (k < 0)
+                return error_set(error, k, "remove instance %s: sync directory instances: %s", id,
+                                 strerror(-k));
+        k = instance_tree_delete_at(instances_dirfd, deleted, error);
+        if (k < 0)
+                return error_prefix(error, k, "remove instance %s", id);
+        return 0;
+}
+
+void instance_dir_list_done(InstanceDirList *l)
+{
+        strv_free(l->ids);
+        strv_free(l->deleted);
+        strv_free(l->orphans);
+        strv_free(l->unknown);
+        *l = (InstanceDirList){0};
+}
+
+static int strv_compare(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted, and never NULL, so that callers may iterate without a check. */
+static int strv_finish(char ***strv)
+{
+        if (!*strv) {
+                *strv = calloc(1, sizeof(char *));
+                return *strv ? 0 : -ENOMEM;
+        }
+        qsort(*strv, strv_length(*strv), sizeof(char *), strv_compare);
+        return 0;
+}
+
+typedef enum EntryKind {
+        ENTRY_ID,
+        ENTRY_DELETED,
+        ENTRY_ORPHAN,
+        ENTRY_UNKNOWN,
+        ENTRY_GONE, /* removed while listed */
+} EntryKind;
+
+/* Where an entry of instances/ belongs (INST-20); -errno when that cannot be told. */
+static int classify(int dirfd, const char *name, EntryKind *ret)
+{
+        if (startswith(name, INSTANCE_DELETED_PREFIX) && name[strlen(INSTANCE_DELETED_PREFIX)]) {
+                *ret = ENTRY_DELETED;
+                return 0;
+        }
+        if (!instance_id_is_valid(name)) {
+                *ret = ENTRY_UNKNOWN;
+                return 0;
+        }
+
+        struct stat st;
+        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+                if (errno != ENOENT)
+                        return negative_errno();
+                *ret = ENTRY_GONE;
+                return 0;
+        }
+        /* A link or a file never holds a record of ours. */
+        if (!S_ISDIR(st.st_mode)) {
+                *ret = ENTRY_UNKNOWN;
+                return 0;
+        }
+
+        /* Anything named instance.json counts: a record that fails to load is no orphan. */
+        char rel[INSTANCE_ID_LEN + sizeof "/" INSTANCE_RECORD_FILE];
+        snprintf(rel, sizeof rel, "%.*s/" INSTANCE_RECORD_FILE, INSTANCE_ID_LEN, name);
+        if (fstatat(dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) >= 0)
+                *ret = ENTRY_ID;
+        else if (errno == ENOENT)
+                *ret = ENTRY_ORPHAN;
+        else
+                return negative_errno();
+        return 0;
+}
+
+int instance_dir_list_at(int instances_dirfd, InstanceDirList *ret, char **error)
+{
+        int fd = openat(instances_dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) {
+                int k = negative_errno();
+                return error_set(error, k, "open directory instances: %s", strerror(-k));
+        }
+        _cleanup_closedir_ DIR *d = fdopendir(fd);
+        if (!d) {
+                int k = negative_errno();
+                close(fd);
+                return error_set(error, k, "open directory instances: %s", strerror(-k));
+        }
+
+        _cleanup_(instance_dir_list_done) InstanceDirList l = {0};
+        for (;;) {
+                errno = 0;
+                struct dirent *de = readdir(d);
+                if (!de) {
+                        if (errno != 0) {
+                                int k = negative_errno();
+                                return error_set(error, k, "read directory instances: %s",
+                                                 strerror(-k));
+                        }
+                        break;
+                }
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+
+                EntryKind kind;
+                int k = classify(dirfd(d), de->d_name, &kind);
+                if (k < 0) {
+                        _cleanup_free_ char *shown =
+                            escape_text(de->d_name, strlen(de->d_name), SIZE_MAX, ESCAPE_UTF8);
+                        if (!shown)
+                                return error_set_oom(error);
+                        return error_set(error, k, "stat instances/%s: %s", shown, strerror(-k));
+                }
+                if (kind == ENTRY_GONE)
+                        continue;
+                char ***target = kind == ENTRY_ID        ? &l.ids
+                                 : kind == ENTRY_DELETED ? &l.deleted
+                                 : kind == ENTRY_ORPHAN  ? &l.orphans
+                                                         : &l.unknown;
+                if (strv_push(target, de->d_name) < 0)
+                        return error_set_oom(error);
+        }
+
+        if (strv_finish(&l.ids) < 0 || strv_finish(&l.deleted) < 0 || strv_finish(&l.orphans) < 0 ||
+            strv_finish(&l.unknown) < 0)
+                return error_set_oom(error);
+        *ret = l;
+        l = (InstanceDirList){0};
+        return 0;
+}

@@ -1,0 +1,898 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Instance records as data: ids and names (INST-3, INST-4), states (INST-8), instance.json
+ * (INST-2) and the create body (API-9, INST-4..7). No I/O here but getrandom(); the files are
+ * instance-files.c's.
+ *
+ * Both parsers are strict in two halves: check_fields() finds the first unknown, missing or
+ * mistyped key and names it (INST-7 wants the field named, which jansson's own messages do not
+ * do), and json_unpack_ex() with "!" then takes the values out, so that no key can slip past
+ * unread even if a table and a format were ever to disagree.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <sys/random.h>
+
+#include "base/json-util.h"
+#include "instance-record-internal.h"
+
+#define TIMESTAMP_MISSING ((Timestamp){.sec = TIMESTAMP_ZERO_SEC})
+#define PROFILE_MAX 256
+#define BOOT_ID_MAX 64
+
+/* ---- identity (INST-3, INST-4) ------------------------------------------------------------- */
+
+static const char id_alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+
+int instance_id_generate(char ret[static INSTANCE_ID_LEN + 1])
+{
+        /*
+         * 252 is the largest multiple of 36 that fits a byte: bytes at or above it are dropped,
+         * so that byte % 36 gives every character the same chance (no modulo bias).
+         */
+        const unsigned alphabet = sizeof id_alphabet - 1, limit = 256 / alphabet * alphabet;
+        char id[INSTANCE_ID_LEN + 1];
+        size_t n = 0;
+
+        while (n < INSTANCE_ID_LEN) {
+                uint8_t buf[32];
+                ssize_t k = getrandom(buf, sizeof buf, 0);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                if (k == 0)
+                        return -EIO;
+                for (ssize_t i = 0; i < k && n < INSTANCE_ID_LEN; i++)
+                        if (buf[i] < limit)
+                                id[n++] = id_alphabet[buf[i] % alphabet];
+        }
+        id[n] = 0;
+        memcpy(ret, id, sizeof id);
+        return 0;
+}
+
+static bool is_lower_alnum(char c)
+{
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+bool instance_id_is_valid(const char *id)
+{
+        if (!id)
+                return false;
+        size_t n = 0;
+        for (; id[n]; n++)
+                if (n >= INSTANCE_ID_LEN || !is_lower_alnum(id[n]))
+                        return false;
+        return n == INSTANCE_ID_LEN;
+}
+
+bool instance_name_is_valid(const char *name)
+{
+        size_t n = name ? strlen(name) : 0;
+        if (n == 0 || n > INSTANCE_NAME_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!is_lower_alnum(name[i]) && (name[i] != '-' || i == 0 || i == n - 1))
+                        return false;
+        return true;
+}
+
+bool instance_path_form_is_valid(const char *path)
+{
+        size_t n = path ? strlen(path) : 0;
+        if (n == 0 || n > INSTANCE_PATH_MAX || path[0] != '/')
+                return false;
+        for (const char *c = path; *c;) {
+                while (*c == '/')
+                        c++;
+                size_t len = strcspn(c, "/");
+                if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+                        return false;
+                c += len;
+        }
+        return true;
+}
+
+/* ---- states (INST-8) ----------------------------------------------------------------------- */
+
+static const char *const state_names[_INSTANCE_STATE_MAX] = {
+    [INSTANCE_CREATING] = "Creating", [INSTANCE_RUNNING] = "Running",
+    [INSTANCE_STOPPING] = "Stopping", [INSTANCE_STOPPED] = "Stopped",
+    [INSTANCE_FAILED] = "Failed",     [INSTANCE_DELETING] = "Deleting",
+};
+
+const char *instance_state_to_string(InstanceState s)
+{
+        return (unsigned)s < _INSTANCE_STATE_MAX ? state_names[s] : NULL;
+}
+
+int instance_state_from_string(const char *s, InstanceState *ret)
+{
+        for (unsigned i = 0; s && i < _INSTANCE_STATE_MAX; i++)
+                if (streq(s, state_names[i])) {
+                        *ret = (InstanceState)i;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------ */
+
+static void boot_done(InstanceBoot *b)
+{
+        free(b->kernel);
+        free(b->initrd);
+        free(b->cmdline);
+        free(b->disk);
+        *b = (InstanceBoot){0};
+}
+
+void instance_record_clear_claim(InstanceRecord *r)
+{
+        free(r->gpu.framework);
+        free(r->gpu.device_path);
+        free(r->gpu.mdev_uuid);
+        r->gpu.framework = r->gpu.device_path = r->gpu.mdev_uuid = NULL;
+        r->gpu.claimed_at = TIMESTAMP_MISSING;
+}
+
+void instance_record_clear_hypervisor(InstanceRecord *r)
+{
+        free(r->hypervisor.boot_id);
+        free(r->hypervisor.qmp_socket);
+        free(r->hypervisor.agent_socket);
+        r->hypervisor = (InstanceHypervisor){0};
+}
+
+void instance_record_done(InstanceRecord *r)
+{
+        free(r->name);
+        free(r->error);
+        boot_done(&r->boot);
+        free(r->gpu.profile);
+        instance_record_clear_claim(r);
+        instance_record_clear_hypervisor(r);
+        *r = (InstanceRecord){0};
+}
+
+bool instance_record_is_claimed(const InstanceRecord *r)
+{
+        return r->gpu.device_path != NULL;
+}
+
+static int dup_string(const char *s, char **ret)
+{
+        char *copy = NULL;
+        if (s && !(copy = strdup(s)))
+                return -ENOMEM;
+        *ret = copy;
+        return 0;
+}
+
+static int boot_copy(const InstanceBoot *from, InstanceBoot *ret)
+{
+        InstanceBoot b = {0};
+        if (dup_string(from->kernel, &b.kernel) < 0 || dup_string(from->initrd, &b.initrd) < 0 ||
+            dup_string(from->cmdline, &b.cmdline) < 0 || dup_string(from->disk, &b.disk) < 0) {
+                boot_done(&b);
+                return -ENOMEM;
+        }
+        *ret = b;
+        return 0;
+}
+
+int instance_record_copy(const InstanceRecord *r, InstanceRecord *ret)
+{
+        _cleanup_(instance_record_done) InstanceRecord c = {0};
+        memcpy(c.id, r->id, sizeof c.id);
+        c.state = r->state;
+        c.created_at = r->created_at;
+        c.vcpus = r->vcpus;
+        c.memory_mb = r->memory_mb;
+        c.gpu.claimed_at = r->gpu.claimed_at;
+        c.hypervisor.pid = r->hypervisor.pid;
+        c.hypervisor.start_time = r->hypervisor.start_time;
+
+        if (dup_string(r->name, &c.name) < 0 || dup_string(r->error, &c.error) < 0 ||
+            boot_copy(&r->boot, &c.boot) < 0 || dup_string(r->gpu.profile, &c.gpu.profile) < 0 ||
+            dup_string(r->gpu.framework, &c.gpu.framework) < 0 ||
+            dup_string(r->gpu.device_path, &c.gpu.device_path) < 0 ||
+            dup_string(r->gpu.mdev_uuid, &c.gpu.mdev_uuid) < 0 ||
+            dup_string(r->hypervisor.boot_id, &c.hypervisor.boot_id) < 0 ||
+            dup_string(r->hypervisor.qmp_socket, &c.hypervisor.qmp_socket) < 0 ||
+            dup_string(r->hypervisor.agent_socket, &c.hypervisor.agent_socket) < 0)
+                return -ENOMEM;
+        *ret = c;
+        c = (InstanceRecord){0};
+        return 0;
+}
+
+void instance_spec_done(InstanceSpec *s)
+{
+        free(s->name);
+        boot_done(&s->boot);
+        free(s->profile);
+        *s = (InstanceSpec){0};
+}
+
+/* ---- strict JSON helpers ------------------------------------------------------------------- */
+
+typedef enum FieldKind {
+        FIELD_STRING,
+        FIELD_INTEGER,
+        FIELD_OBJECT,
+} FieldKind;
+
+typedef struct Field {
+        const char *key;
+        FieldKind kind;
+        bool required;
+} Field;
+
+static const char *const field_kind_text[] = {
+    [FIELD_STRING] = "a string",
+    [FIELD_INTEGER] = "an integer",
+    [FIELD_OBJECT] = "an object",
+};
+
+/* jansson quotes the input near an error: keep a message one printable line. */
+static void sanitize_jansson_text(char *text)
+{
+        for (char *p = text; *p; p++)
+                if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+                        *p = '?';
+}
+
+/* GEN-6: nesting, duplicate keys and malformed text refused before any field is looked at. */
+static int parse_object(const char *buf, size_t size, int code, json_t **ret, char **error)
+{
+        if (json_text_too_deep(buf, size, JSON_DEPTH_MAX))
+                return error_set(error, code, "JSON nested deeper than %d levels", JSON_DEPTH_MAX);
+
+        json_error_t jerr;
+        json_t *root = json_loadb(buf, size, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root) {
+                sanitize_jansson_text(jerr.text);
+                return error_set(error, code, "malformed JSON: %s (line %d, column %d)", jerr.text,
+                                 jerr.line, jerr.column);
+        }
+        if (!json_is_object(root)) {
+                json_decref(root);
+                return error_set(error, code, "expected a JSON object");
+        }
+        *ret = root;
+        return 0;
+}
+
+static int unknown_key(char **error, int code, const char *scope, const char *key)
+{
+        _cleanup_free_ char *full = NULL;
+        if (strprintf(&full, "%s%s", scope, key) < 0)
+                return error_set_oom(error);
+        /* The key comes from outside: shown escaped, and cut, since it may be long. */
+        _cleanup_free_ char *shown = escape_text(full, strlen(full), 128, ESCAPE_QUOTE);
+        if (!shown)
+                return error_set_oom(error);
+        return error_set(error, code, "unknown key %s", shown);
+}
+
+/* The first unknown, missing or mistyped key of o, named with its scope ("boot."). */
+static int check_fields(json_t *o, const char *scope, const Field *fields, size_t n_fields,
+                        int code, char **error)
+{
+        const char *key;
+        json_t *value;
+
+        json_object_foreach (o, key, value) {
+                size_t i = 0;
+                while (i < n_fields && !streq(fields[i].key, key))
+                        i++;
+                if (i == n_fields)
+                        return unknown_key(error, code, scope, key);
+        }
+        for (size_t i = 0; i < n_fields; i++) {
+                json_t *v = json_object_get(o, fields[i].key);
+                if (!v) {
+                        if (fields[i].required)
+                                return error_set(error, code, "%s%s is required", scope,
+                                                 fields[i].key);
+                        continue;
+                }
+                bool ok = fields[i].kind == FIELD_STRING    ? json_is_string(v)
+                          : fields[i].kind == FIELD_INTEGER ? json_is_integer(v)
+                                                            : json_is_object(v);
+                if (!ok)
+                        return error_set(error, code, "%s%s must be %s", scope, fields[i].key,
+                                         field_kind_text[fields[i].kind]);
+        }
+        return 0;
+}
+
+/* What check_fields() let through and json_unpack_ex() still refused: never expected. */
+static int unpack_failed(char **error, int code, const char *what, json_error_t *jerr)
+{
+        sanitize_jansson_text(jerr->text);
+        return error_set(error, code, "%s: %s", what, jerr->text);
+}
+
+static bool is_printable_ascii(const char *s, size_t max)
+{
+        size_t n = 0;
+        for (; s[n]; n++)
+                if (n >= max || (unsigned char)s[n] < 0x20 || (unsigned char)s[n] > 0x7e)
+                        return false;
+        return n > 0;
+}
+
+/* ---- the values INST-4..6 and API-9 have in common ----------------------------------------- */
+
+static int check_name(const char *name, int code, char **error)
+{
+        if (!instance_name_is_valid(name))
+                return error_set(error, code,
+                                 "name must match ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$");
+        return 0;
+}
+
+static int check_size(json_int_t vcpus, json_int_t memory_mb, int code, char **error)
+{
+        if (vcpus < (json_int_t)INSTANCE_VCPUS_MIN || vcpus > (json_int_t)INSTANCE_VCPUS_MAX)
+                return error_set(error, code, "vcpus must be %u..%u", INSTANCE_VCPUS_MIN,
+                                 INSTANCE_VCPUS_MAX);
+        if (memory_mb < (json_int_t)INSTANCE_MEMORY_MB_MIN ||
+            memory_mb > (json_int_t)INSTANCE_MEMORY_MB_MAX)
+                return error_set(error, code, "memory_mb must be %" PRIu64 "..%" PRIu64,
+                                 INSTANCE_MEMORY_MB_MIN, INSTANCE_MEMORY_MB_MAX);
+        return 0;
+}
+
+static int check_profile(const char *profile, const char *key, int code, char **error)
+{
+        if (!is_printable_ascii(profile, PROFILE_MAX))
+                return error_set(error, code, "%s must be 1..%d printable ASCII characters", key,
+                                 PROFILE_MAX);
+        return 0;
+}
+
+static int check_path(const char *path, const char *key, int code, char **error)
+{
+        if (strlen(path) > INSTANCE_PATH_MAX)
+                return error_set(error, code, "%s must be at most %d bytes", key,
+                                 INSTANCE_PATH_MAX);
+        if (!instance_path_form_is_valid(path))
+                return error_set(error, code,
+                                 "%s must be an absolute path without . or .. components", key);
+        return 0;
+}
+
+static const Field boot_fields[] = {
+    {"kernel", FIELD_STRING, false},
+    {"initrd", FIELD_STRING, false},
+    {"cmdline", FIELD_STRING, false},
+    {"disk", FIELD_STRING, false},
+};
+
+/* boot of a record or a create body: INST-5 and INST-6's form. */
+static int boot_from_json(json_t *o, int code, InstanceBoot *ret, char **error)
+{
+        int r = check_fields(o, "boot.", boot_fields, ELEMENTSOF(boot_fields), code, error);
+        if (r < 0)
+                return r;
+
+        const char *kernel = NULL, *initrd = NULL, *cmdline = NULL, *disk = NULL;
+        json_error_t jerr;
+        if (json_unpack_ex(o, &jerr, 0, "{s?s, s?s, s?s, s?s !}", "kernel", &kernel, "initrd",
+                           &initrd, "cmdline", &cmdline, "disk", &disk) < 0)
+                return unpack_failed(error, code, "boot", &jerr);
+
+        if ((kernel && (r = check_path(kernel, "boot.kernel", code, error)) < 0) ||
+            (initrd && (r = check_path(initrd, "boot.initrd", code, error)) < 0) ||
+            (disk && (r = check_path(disk, "boot.disk", code, error)) < 0))
+                return r;
+        if (cmdline && strlen(cmdline) > INSTANCE_CMDLINE_MAX)
+                return error_set(error, code, "boot.cmdline must be at most %d bytes",
+                                 INSTANCE_CMDLINE_MAX);
+        if (cmdline && strchr(cmdline, '\n'))
+                return error_set(error, code, "boot.cmdline must not contain a newline");
+        if (!kernel && !disk)
+                return error_set(error, code, "boot needs boot.kernel or boot.disk");
+        /* QEMU refuses -initrd and -append without -kernel: say so before anything runs. */
+        if (!kernel && initrd)
+                return error_set(error, code, "boot.initrd needs boot.kernel");
+        if (!kernel && cmdline)
+                return error_set(error, code, "boot.cmdline needs boot.kernel");
+
+        InstanceBoot b = {0};
+        InstanceBoot view = {(char *)kernel, (char *)initrd, (char *)cmdline, (char *)disk};
+        if (boot_copy(&view, &b) < 0)
+                return error_set_oom(error);
+        *ret = b;
+        return 0;
+}
+
+/* ---- instance.json (INST-2) ---------------------------------------------------------------- */
+
+#define RECORD_BAD (-EBADMSG)
+
+static bool is_lower_uuid(const char *s)
+{
+        for (size_t i = 0; i < 36; i++) {
+                bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+                if (dash ? s[i] != '-'
+                         : !((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+                        return false;
+        }
+        return s[36] == 0;
+}
+
+/*
+ * The device path the claim wrote: <sysfs_root>/bus/pci/devices/<VF> or
+ * <sysfs_root>/bus/mdev/devices/<mdev_uuid>. The tail is what release acts on, so a damaged file
+ * must not be able to name anything else.
+ */
+static bool device_path_is_valid(const char *path, const char *mdev_uuid)
+{
+        if (path[0] != '/' || strlen(path) > INSTANCE_PATH_MAX)
+                return false;
+        const char *slash = strrchr(path, '/');
+        const char *dir = mdev_uuid ? "/bus/mdev/devices" : "/bus/pci/devices";
+        size_t n = (size_t)(slash - path), m = strlen(dir);
+        if (n < m || strncmp(slash - m, dir, m) != 0)
+                return false;
+        return mdev_uuid ? streq(slash + 1, mdev_uuid) : pci_address_is_valid(slash + 1);
+}
+
+/*
+ * GEN-9 for reading; canonical asks for GEN-8's exact rendering too (claimed_at is compared as a
+ * string). A time whose UTC rendering could not be read back (an offset past year 9999 or
+ * before year 1) is refused, so that whatever loads also saves and loads again.
+ */
+static int timestamp_from_json(const char *s, const char *key, bool canonical, Timestamp *ret,
+                               char **error)
+{
+        Timestamp t, again;
+        char buf[TIMESTAMP_STRLEN];
+
+        if (parse_timestamp(s, &t) < 0)
+                return error_set(error, RECORD_BAD, "%s must be an RFC 3339 timestamp", key);
+        if (timestamp_is_zero(t))
+                return error_set(error, RECORD_BAD, "%s must not be the zero time", key);
+        format_timestamp(t, buf);
+        if (parse_timestamp(buf, &again) < 0)
+                return error_set(error, RECORD_BAD, "%s is out of range", key);
+        if (canonical && !streq(buf, s))
+                return error_set(error, RECORD_BAD, "%s must be written %s (GEN-8)", key, buf);
+        *ret = t;
+        return 0;
+}
+
+static const Field gpu_fields[] = {
+    {"profile", FIELD_STRING, true},      {"framework", FIELD_STRING, false},
+    {"device_path", FIELD_STRING, false}, {"mdev_uuid", FIELD_STRING, false},
+    {"claimed_at", FIELD_STRING, false},
+};
+
+static int gpu_from_json(json_t *o, InstanceGpu *ret, char **error)
+{
+        int r = check_fields(o, "gpu.", gpu_fields, ELEMENTSOF(gpu_fields), RECORD_BAD, error);
+        if (r < 0)
+                return r;
+
+        const char *profile, *framework = NULL, *device_path = NULL, *mdev_uuid = NULL,
+                             *claimed_at = NULL;
+        json_error_t jerr;
+        if (json_unpack_ex(o, &jerr, 0, "{s:s, s?s, s?s, s?s, s?s !}", "profile", &profile,
+                           "framework", &framework, "device_path", &device_path, "mdev_uuid",
+                           &mdev_uuid, "claimed_at", &claimed_at) < 0)
+                return unpack_failed(error, RECORD_BAD, "gpu", &jerr);
+
+        r = check_profile(profile, "gpu.profile", RECORD_BAD, error);
+        if (r < 0)
+                return r;
+
+        /* A damaged file must never yield half a claim: the three come and go together. */
+        if (!framework != !device_path || !framework != !claimed_at)
+                return error_set(error, RECORD_BAD,
+                                 "gpu.framework, gpu.device_path and gpu.claimed_at must be given "
+                                 "together");
+        Timestamp at = TIMESTAMP_MISSING;
+        if (framework) {
+                bool mdev = streq(framework, "mdev");
+                if (!mdev && !streq(framework, "vendor-vfio"))
+                        return error_set(error, RECORD_BAD,
+                                         "gpu.framework must be vendor-vfio or mdev");
+                if (mdev != !!mdev_uuid)
+                        return error_set(error, RECORD_BAD,
+                                         "gpu.mdev_uuid must be given exactly when gpu.framework "
+                                         "is mdev");
+                if (mdev && !is_lower_uuid(mdev_uuid))
+                        return error_set(error, RECORD_BAD,
+                                         "gpu.mdev_uuid must be a lowercase UUID");
+                if (!device_path_is_valid(device_path, mdev_uuid))
+                        return error_set(error, RECORD_BAD,
+                                         mdev ? "gpu.device_path must end in "
+                                                "/bus/mdev/devices/<gpu.mdev_uuid>"
+                                              : "gpu.device_path must end in "
+                                                "/bus/pci/devices/<VF address>");
+                r = timestamp_from_json(claimed_at, "gpu.claimed_at", true, &at, error);
+                if (r < 0)
+                        return r;
+        } else if (mdev_uuid)
+                return error_set(error, RECORD_BAD,
+                                 "gpu.mdev_uuid must be given exactly when gpu.framework is mdev");
+
+        InstanceGpu g = {.claimed_at = at};
+        if (dup_string(profile, &g.profile) < 0 || dup_string(framework, &g.framework) < 0 ||
+            dup_string(device_path, &g.device_path) < 0 ||
+            dup_string(mdev_uuid, &g.mdev_uuid) < 0) {
+                free(g.profile);
+                free(g.framework);
+                free(g.device_path);
+                free(g.mdev_uuid);
+                return error_set_oom(error);
+        }
+        *ret = g;
+        return 0;
+}
+
+static const Field hypervisor_fields[] = {
+    {"pid", FIELD_INTEGER, false},         {"start_time", FIELD_INTEGER, false},
+    {"boot_id", FIELD_STRING, false},      {"qmp_socket", FIELD_STRING, false},
+    {"agent_socket", FIELD_STRING, false},
+};
+
+static int hypervisor_from_json(json_t *o, InstanceHypervisor *ret, char **error)
+{
+        int r = check_fields(o, "hypervisor.", hypervisor_fields, ELEMENTSOF(hypervisor_fields),
+                             RECORD_BAD, error);
+        if (r < 0)
+                return r;
+
+        json_int_t pid = 0, start_time = 0;
+        const char *boot_id = NULL, *qmp = NULL, *agent = NULL;
+        json_error_t jerr;
+        if (json_unpack_ex(o, &jerr, 0, "{s?I, s?I, s?s, s?s, s?s !}", "pid", &pid, "start_time",
+                           &start_time, "boot_id", &boot_id, "qmp_socket", &qmp, "agent_socket",
+                           &agent) < 0)
+                return unpack_failed(error, RECORD_BAD, "hypervisor", &jerr);
+
+        bool has_pid = json_object_get(o, "pid"), has_start = json_object_get(o, "start_time");
+        /* The VMM's identity is whole or absent: a pid alone could name another process. */
+        if (has_pid != has_start || has_pid != !!boot_id)
+                return error_set(error, RECORD_BAD,
+                                 "hypervisor.pid, hypervisor.start_time and hypervisor.boot_id "
+                                 "must be given together");
+        if (has_pid && (pid < 1 || pid > INT32_MAX))
+                return error_set(error, RECORD_BAD, "hypervisor.pid must be 1..%d", INT32_MAX);
+        if (start_time < 0)
+                return error_set(error, RECORD_BAD, "hypervisor.start_time must not be negative");
+        if (boot_id && !is_printable_ascii(boot_id, BOOT_ID_MAX))
+                return error_set(error, RECORD_BAD,
+                                 "hypervisor.boot_id must be 1..%d printable ASCII characters",
+                                 BOOT_ID_MAX);
+        if ((qmp && (r = check_path(qmp, "hypervisor.qmp_socket", RECORD_BAD, error)) < 0) ||
+            (agent && (r = check_path(agent, "hypervisor.agent_socket", RECORD_BAD, error)) < 0))
+                return r;
+
+        InstanceHypervisor h = {.pid = (pid_t)pid, .start_time = (uint64_t)start_time};
+        if (dup_string(boot_id, &h.boot_id) < 0 || dup_string(qmp, &h.qmp_socket) < 0 ||
+            dup_string(agent, &h.agent_socket) < 0) {
+                free(h.boot_id);
+                free(h.qmp_socket);
+                return error_set_oom(error);
+        }
+        *ret = h;
+        return 0;
+}
+
+static const Field record_fields[] = {
+    {"version", FIELD_INTEGER, true},    {"id", FIELD_STRING, true},
+    {"name", FIELD_STRING, true},        {"state", FIELD_STRING, true},
+    {"created_at", FIELD_STRING, true},  {"error", FIELD_STRING, false},
+    {"boot", FIELD_OBJECT, true},        {"vcpus", FIELD_INTEGER, true},
+    {"memory_mb", FIELD_INTEGER, true},  {"gpu", FIELD_OBJECT, false},
+    {"hypervisor", FIELD_OBJECT, false},
+};
+
+int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret, char **error)
+{
+        if (size > INSTANCE_RECORD_MAX)
+                return error_set(error, RECORD_BAD, "larger than %d bytes", INSTANCE_RECORD_MAX);
+
+        json_auto_t *root = NULL;
+        int r = parse_object(buf, size, RECORD_BAD, &root, error);
+        if (r < 0)
+                return r;
+        r = check_fields(root, "", record_fields, ELEMENTSOF(record_fields), RECORD_BAD, error);
+        if (r < 0)
+                return r;
+
+        json_int_t version, vcpus, memory_mb;
+        const char *id, *name, *state, *created_at, *failure = NULL;
+        json_t *boot, *gpu = NULL, *hypervisor = NULL;
+        json_error_t jerr;
+        if (json_unpack_ex(root, &jerr, 0,
+                           "{s:I, s:s, s:s, s:s, s:s, s?s, s:o, s:I, s:I, s?o, s?o !}", "version",
+                           &version, "id", &id, "name", &name, "state", &state, "created_at",
+                           &created_at, "error", &failure, "boot", &boot, "vcpus", &vcpus,
+                           "memory_mb", &memory_mb, "gpu", &gpu, "hypervisor", &hypervisor) < 0)
+                return unpack_failed(error, RECORD_BAD, "instance record", &jerr);
+
+        if (version != 1)
+                return error_set(error, RECORD_BAD,
+                                 "version %" JSON_INTEGER_FORMAT " is not supported (only 1)",
+                                 version);
+        if (!instance_id_is_valid(id))
+                return error_set(error, RECORD_BAD, "id must be %d characters of [a-z0-9]",
+                                 INSTANCE_ID_LEN);
+        r = check_name(name, RECORD_BAD, error);
+        if (r < 0)
+                return r;
+
+        _cleanup_(instance_record_done) InstanceRecord rec = {0};
+        if (instance_state_from_string(state, &rec.state) < 0)
+                return error_set(error, RECORD_BAD,
+                                 "state must be Creating, Running, Stopping, Stopped, Failed or "
+                                 "Deleting");
+        r = timestamp_from_json(created_at, "created_at", false, &rec.created_at, error);
+        if (r < 0)
+                return r;
+        /* The writer omits an absent error; an empty one is no record of ours. */
+        if (failure && !failure[0])
+                return error_set(error, RECORD_BAD, "error must not be empty");
+        r = check_size(vcpus, memory_mb, RECORD_BAD, error);
+        if (r < 0)
+                return r;
+
+        memcpy(rec.id, id, sizeof rec.id);
+        rec.vcpus = (uint32_t)vcpus;
+        rec.memory_mb = (uint64_t)memory_mb;
+        rec.gpu.claimed_at = TIMESTAMP_MISSING;
+        r = boot_from_json(boot, RECORD_BAD, &rec.boot, error);
+        if (r < 0)
+                return r;
+        if (gpu && (r = gpu_from_json(gpu, &rec.gpu, error)) < 0)
+                return r;
+        if (hypervisor && (r = hypervisor_from_json(hypervisor, &rec.hypervisor, error)) < 0)
+                return r;
+        if (dup_string(name, &rec.name) < 0 || dup_string(failure, &rec.error) < 0)
+                return error_set_oom(error);
+
+        *ret = rec;
+        rec = (InstanceRecord){0};
+        return 0;
+}
+
+/* jansson takes only UTF-8; a string that is not is the caller's mistake, not a lack of memory. */
+static bool is_utf8(const char *s)
+{
+        const unsigned char *p = (const unsigned char *)s;
+        while (*p) {
+                unsigned more = *p < 0x80             ? 0
+                                : (*p & 0xe0) == 0xc0 ? 1
+                                : (*p & 0xf0) == 0xe0 ? 2
+                                : (*p & 0xf8) == 0xf0 ? 3
+                                                      : 4;
+                if (more == 4)
+                        return false;
+                p++;
+                for (unsigned i = 0; i < more; i++, p++)
+                        if ((*p & 0xc0) != 0x80)
+                                return false;
+        }
+        return true;
+}
+
+/* Adds value under key unless it is NULL (INST-2: absent values are omitted). */
+static int put_string(json_t *o, const char *key, const char *value)
+{
+        if (!value)
+                return 0;
+        json_t *s = json_string(value);
+        if (!s)
+                return is_utf8(value) ? -ENOMEM : -EINVAL;
+        return json_set(o, key, s);
+}
+
+static int put_timestamp(json_t *o, const char *key, Timestamp t)
+{
+        char buf[TIMESTAMP_STRLEN];
+        return json_set(o, key, json_string(format_timestamp(t, buf)));
+}
+
+/* Adds child under key, taking it over; an empty object is omitted (INST-2). */
+static int put_object(json_t *o, const char *key, json_t *child)
+{
+        if (json_object_size(child) == 0) {
+                json_decref(child);
+                return 0;
+        }
+        return json_set(o, key, child);
+}
+
+static int boot_to_json(json_t *o, const InstanceBoot *b)
+{
+        int r;
+        if ((r = put_string(o, "kernel", b->kernel)) < 0 ||
+            (r = put_string(o, "initrd", b->initrd)) < 0 ||
+            (r = put_string(o, "cmdline", b->cmdline)) < 0 ||
+            (r = put_string(o, "disk", b->disk)) < 0)
+                return r;
+        return 0;
+}
+
+static int gpu_to_json(json_t *o, const InstanceGpu *g)
+{
+        /* A claimed_at of an unclaimed record is no value, whatever it holds. */
+        bool claim = g->framework || g->device_path || g->mdev_uuid;
+        int r;
+        if ((r = put_string(o, "profile", g->profile)) < 0 ||
+            (r = put_string(o, "framework", g->framework)) < 0 ||
+            (r = put_string(o, "device_path", g->device_path)) < 0 ||
+            (r = put_string(o, "mdev_uuid", g->mdev_uuid)) < 0)
+                return r;
+        if (claim && !timestamp_is_zero(g->claimed_at))
+                return put_timestamp(o, "claimed_at", g->claimed_at);
+        return 0;
+}
+
+static int hypervisor_to_json(json_t *o, const InstanceHypervisor *h)
+{
+        int r;
+        /* start_time belongs to a pid, and is written with it. */
+        if (h->pid != 0 && ((r = json_set(o, "pid", json_integer(h->pid))) < 0 ||
+                            (r = json_set(o, "start_time", json_u64(h->start_time))) < 0))
+                return r;
+        if ((r = put_string(o, "boot_id", h->boot_id)) < 0 ||
+            (r = put_string(o, "qmp_socket", h->qmp_socket)) < 0 ||
+            (r = put_string(o, "agent_socket", h->agent_socket)) < 0)
+                return r;
+        return 0;
+}
+
+static int record_dump(const InstanceRecord *r, char **ret, size_t *ret_size)
+{
+        const char *state = instance_state_to_string(r->state);
+        if (!state)
+                return -EINVAL;
+
+        json_auto_t *root = json_object(), *boot = json_object(), *gpu = json_object(),
+                    *hypervisor = json_object();
+        if (!root || !boot || !gpu || !hypervisor)
+                return -ENOMEM;
+
+        /* A bad record's id need not be terminated; the check after the dump refuses it. */
+        char id[INSTANCE_ID_LEN + 1];
+        snprintf(id, sizeof id, "%.*s", INSTANCE_ID_LEN, r->id);
+
+        int k;
+        if ((k = json_set(root, "version", json_integer(1))) < 0 ||
+            (k = put_string(root, "id", id)) < 0 || (k = put_string(root, "name", r->name)) < 0 ||
+            (k = put_string(root, "state", state)) < 0 ||
+            (k = put_timestamp(root, "created_at", r->created_at)) < 0 ||
+            (k = put_string(root, "error", r->error && r->error[0] ? r->error : NULL)) < 0 ||
+            (k = boot_to_json(boot, &r->boot)) < 0 ||
+            (k = put_object(root, "boot", TAKE_PTR(boot))) < 0 ||
+            (k = json_set(root, "vcpus", json_u64(r->vcpus))) < 0 ||
+            (k = json_set(root, "memory_mb", json_u64(r->memory_mb))) < 0 ||
+            (k = gpu_to_json(gpu, &r->gpu)) < 0 ||
+            (k = put_object(root, "gpu", TAKE_PTR(gpu))) < 0 ||
+            (k = hypervisor_to_json(hypervisor, &r->hypervisor)) < 0 ||
+            (k = put_object(root, "hypervisor", TAKE_PTR(hypervisor))) < 0)
+                return k;
+
+        /* Indent 0 keeps the record on one line, with ", " and ": " as INST-2 shows it. */
+        _cleanup_free_ char *text = json_dumps(root, JSON_PRESERVE_ORDER);
+        if (!text)
+                return -ENOMEM;
+        size_t n = strlen(text);
+        char *out = realloc(text, n + 2);
+        if (!out)
+                return -ENOMEM;
+        text = NULL;
+        out[n] = '\n';
+        out[n + 1] = 0;
+        *ret = out;
+        *ret_size = n + 1;
+        return 0;
+}
+
+int instance_record_encode(const InstanceRecord *r, char **ret, size_t *ret_size, char **error)
+{
+        _cleanup_free_ char *buf = NULL;
+        size_t size = 0;
+        int k = record_dump(r, &buf, &size);
+        if (k == -ENOMEM)
+                return error_set_oom(error);
+        if (k < 0)
+                return error_set(error, k, "invalid record: %s",
+                                 instance_state_to_string(r->state) ? "a string is not UTF-8"
+                                                                    : "unknown state");
+
+        /* What we write must load: a record this refuses would be a half claim on disk. */
+        _cleanup_(instance_record_done) InstanceRecord check = {0};
+        _cleanup_free_ char *why = NULL;
+        k = instance_record_from_json(buf, size, &check, &why);
+        if (k == -ENOMEM)
+                return error_set_oom(error);
+        if (k < 0)
+                return error_set(error, -EINVAL, "invalid record: %s", why);
+
+        *ret = TAKE_PTR(buf);
+        if (ret_size)
+                *ret_size = size;
+        return 0;
+}
+
+int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_size)
+{
+        _cleanup_free_ char *error = NULL;
+        return instance_record_encode(r, ret, ret_size, &error);
+}
+
+/* ---- the create body (API-9, INST-4..7) ---------------------------------------------------- */
+
+#define SPEC_BAD (-EINVAL)
+
+static const Field spec_fields[] = {
+    {"name", FIELD_STRING, true},       {"vcpus", FIELD_INTEGER, true},
+    {"memory_mb", FIELD_INTEGER, true}, {"boot", FIELD_OBJECT, true},
+    {"gpu", FIELD_OBJECT, false},
+};
+
+static const Field spec_gpu_fields[] = {
+    {"profile", FIELD_STRING, true},
+};
+
+int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, char **error)
+{
+        json_auto_t *root = NULL;
+        int r = parse_object(body, size, SPEC_BAD, &root, error);
+        if (r < 0)
+                return r;
+        r = check_fields(root, "", spec_fields, ELEMENTSOF(spec_fields), SPEC_BAD, error);
+        if (r < 0)
+                return r;
+
+        const char *name, *profile = NULL;
+        json_int_t vcpus, memory_mb;
+        json_t *boot, *gpu = NULL;
+        json_error_t jerr;
+        if (json_unpack_ex(root, &jerr, 0, "{s:s, s:I, s:I, s:o, s?o !}", "name", &name, "vcpus",
+                           &vcpus, "memory_mb", &memory_mb, "boot", &boot, "gpu", &gpu) < 0)
+                return unpack_failed(error, SPEC_BAD, "create body", &jerr);
+
+        r = check_name(name, SPEC_BAD, error);
+        if (r < 0)
+                return r;
+        r = check_size(vcpus, memory_mb, SPEC_BAD, error);
+        if (r < 0)
+                return r;
+
+        _cleanup_(instance_spec_done) InstanceSpec s = {
+            .vcpus = (uint32_t)vcpus,
+            .memory_mb = (uint64_t)memory_mb,
+        };
+        r = boot_from_json(boot, SPEC_BAD, &s.boot, error);
+        if (r < 0)
+                return r;
+        if (gpu) {
+                r = check_fields(gpu, "gpu.", spec_gpu_fields, ELEMENTSOF(spec_gpu_fields),
+                                 SPEC_BAD, error);
+                if (r < 0)
+                        return r;
+                if (json_unpack_ex(gpu, &jerr, 0, "{s:s !}", "profile", &profile) < 0)
+                        return unpack_failed(error, SPEC_BAD, "gpu", &jerr);
+                r = check_profile(profile, "gpu.profile", SPEC_BAD, error);
+                if (r < 0)
+                        return r;
+        }
+        if (dup_string(name, &s.name) < 0 || dup_string(profile, &s.profile) < 0)
+                return error_set_oom(error);
+        *ret = s;
+        s = (InstanceSpec){0};
+        return 0;
+}
