@@ -1099,6 +1099,8 @@ static void claim_select(Claimer *cl, Claim *c, const PlacementSnapshot *sn)
                 claim_finish(c, -ENOMEM, CLAIM_FAILURE_INTERNAL, "out of memory");
                 return;
         }
+        if (cl->owner.reserved)
+                cl->owner.reserved(cl->owner.userdata, c->instance_id);
 
         if (choice.dirty) {
                 /* PLACE-11: reset while reserved, before the claim is written. */

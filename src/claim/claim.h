@@ -103,6 +103,11 @@ typedef struct ClaimerOwner {
          * claimer_request_nvml_refresh() so that it never overlaps a write (PLACE-9).
          */
         void (*vf_changed)(void *userdata, const char *vf);
+        /*
+         * Optional: the claim of instance_id holds a reservation now (each selection makes one),
+         * so INST-10's admitted-but-unreserved count can drop it.
+         */
+        void (*reserved)(void *userdata, const char *instance_id);
         void *userdata;
 } ClaimerOwner;
 
