@@ -349,8 +349,11 @@ static int qmp_error(char **error, const char *fmt, ...)
         return error_set(error, r, "invalid QMP message: %s", what);
 }
 
-/* Every key of o is one of the NULL-terminated allowed, or *ret_key names the first that is not. */
-static bool only_keys(json_t *o, const char *const *allowed, const char **ret_key)
+/* Text from QEMU in a message: quoted, escaped, cut (base.h's one rule for outside text). */
+#define QMP_QUOTE_MAX 64
+
+/* Every key of o is one of the NULL-terminated allowed; else the first other one is named. */
+static int only_keys(json_t *o, const char *const *allowed, const char *where, char **error)
 {
         const char *key;
         json_t *v;
@@ -359,11 +362,14 @@ static bool only_keys(json_t *o, const char *const *allowed, const char **ret_ke
                 for (const char *const *a = allowed; *a && !known; a++)
                         known = streq(key, *a);
                 if (!known) {
-                        *ret_key = key;
-                        return false;
+                        _cleanup_free_ char *quoted =
+                            escape_text(key, strlen(key), QMP_QUOTE_MAX, ESCAPE_QUOTE);
+                        if (!quoted)
+                                return error_set_oom(error);
+                        return qmp_error(error, "unknown key %s in %s", quoted, where);
                 }
         }
-        return true;
+        return 0;
 }
 
 static char *dup_string(json_t *s)
@@ -374,9 +380,9 @@ static char *dup_string(json_t *s)
 static int qmp_greeting(json_t *root, VmmQmpMessage *m, char **error)
 {
         static const char *const keys[] = {"QMP", NULL};
-        const char *extra;
-        if (!only_keys(root, keys, &extra))
-                return qmp_error(error, "unknown key \"%s\" in a greeting", extra);
+        int r = only_keys(root, keys, "a greeting", error);
+        if (r < 0)
+                return r;
         json_t *qmp = json_object_get(root, "QMP");
         if (!json_is_object(qmp))
                 return qmp_error(error, "\"QMP\" is not an object");
@@ -387,9 +393,9 @@ static int qmp_greeting(json_t *root, VmmQmpMessage *m, char **error)
 static int qmp_return(json_t *root, VmmQmpMessage *m, char **error)
 {
         static const char *const keys[] = {"return", "id", NULL};
-        const char *extra;
-        if (!only_keys(root, keys, &extra))
-                return qmp_error(error, "unknown key \"%s\" in a reply", extra);
+        int r = only_keys(root, keys, "a reply", error);
+        if (r < 0)
+                return r;
         m->value = json_incref(json_object_get(root, "return"));
         return 0;
 }
@@ -398,14 +404,15 @@ static int qmp_error_reply(json_t *root, VmmQmpMessage *m, char **error)
 {
         static const char *const keys[] = {"error", "id", NULL};
         static const char *const error_keys[] = {"class", "desc", NULL};
-        const char *extra;
-        if (!only_keys(root, keys, &extra))
-                return qmp_error(error, "unknown key \"%s\" in an error reply", extra);
+        int r = only_keys(root, keys, "an error reply", error);
+        if (r < 0)
+                return r;
         json_t *e = json_object_get(root, "error");
         if (!json_is_object(e))
                 return qmp_error(error, "\"error\" is not an object");
-        if (!only_keys(e, error_keys, &extra))
-                return qmp_error(error, "unknown key \"%s\" in \"error\"", extra);
+        r = only_keys(e, error_keys, "\"error\"", error);
+        if (r < 0)
+                return r;
         json_t *class = json_object_get(e, "class"), *desc = json_object_get(e, "desc");
         if (!json_is_string(class))
                 return qmp_error(error, "\"error\" has no string \"class\"");
@@ -423,19 +430,19 @@ static int qmp_event(json_t *root, VmmQmpMessage *m, char **error)
 {
         static const char *const keys[] = {"event", "data", "timestamp", NULL};
         static const char *const timestamp_keys[] = {"seconds", "microseconds", NULL};
-        const char *extra;
-        if (!only_keys(root, keys, &extra))
-                return qmp_error(error, "unknown key \"%s\" in an event", extra);
+        int r = only_keys(root, keys, "an event", error);
+        if (r < 0)
+                return r;
         json_t *name = json_object_get(root, "event");
         if (!json_is_string(name) || json_string_length(name) == 0)
                 return qmp_error(error, "\"event\" is not a name");
 
         json_t *ts = json_object_get(root, "timestamp");
         if (!json_is_object(ts))
-                return qmp_error(error, "event %s has no \"timestamp\" object",
-                                 json_string_value(name));
-        if (!only_keys(ts, timestamp_keys, &extra))
-                return qmp_error(error, "unknown key \"%s\" in \"timestamp\"", extra);
+                return qmp_error(error, "an event has no \"timestamp\" object");
+        r = only_keys(ts, timestamp_keys, "\"timestamp\"", error);
+        if (r < 0)
+                return r;
         if (!json_is_integer(json_object_get(ts, "seconds")) ||
             !json_is_integer(json_object_get(ts, "microseconds")))
                 return qmp_error(error, "\"timestamp\" lacks integer seconds and microseconds");
@@ -459,6 +466,8 @@ int vmm_qmp_message_parse(const char *line, size_t size, VmmQmpMessage *ret, cha
         if (size > VMM_QMP_LINE_MAX)
                 return error_set(error, -E2BIG, "QMP message longer than %u bytes",
                                  VMM_QMP_LINE_MAX);
+        if (memchr(line, '\0', size))
+                return qmp_error(error, "contains a NUL byte");
         if (json_text_too_deep(line, size, JSON_DEPTH_MAX))
                 return qmp_error(error, "nested deeper than %d levels", JSON_DEPTH_MAX);
 

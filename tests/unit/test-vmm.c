@@ -1,0 +1,1173 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Unit tests for src/vmm, the pure part: the QEMU command line (VMM-1, VMM-2) against golden
+ * files in tests/data/golden/vmm/ (one argument per line), and the strict parsers of
+ * /proc/<pid>/stat (VMM-16), /proc/net/unix (VMM-17, VMM-18) and QMP messages (VMM-5, VMM-6,
+ * VMM-20; GEN-5, GEN-6). The real-kernel tests read this process's own /proc/self/stat and
+ * /proc/net/unix with a listening socket the test binds in a temporary directory.
+ */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <cmocka.h>
+
+#include "base/base.h"
+#include "testlib.h"
+#include "vmm/vmm.h"
+
+/* ---- the command line ---------------------------------------------------------------------- */
+
+#define ID "01hzxk3v9q8r7m6n5p4t"
+#define IMAGES "/var/lib/vgpud/images"
+
+/* The fields every golden case shares; each case changes what it is about. */
+static VmmCommand base_command(void)
+{
+        return (VmmCommand){
+            .qemu_binary = "/usr/bin/qemu-system-x86_64",
+            .accel = CONFIG_QEMU_ACCEL_AUTO,
+            .name = "vm-1",
+            .vcpus = 2,
+            .memory_mb = 2048,
+            .qmp_socket = "/run/vgpud/instances/" ID "/qmp.sock",
+            .agent_socket = "/run/vgpud/instances/" ID "/agent.sock",
+            .console_log = "/var/lib/vgpud/instances/" ID "/console.log",
+        };
+}
+
+static void with_kernel_initrd_cmdline(VmmCommand *c)
+{
+        c->kernel = IMAGES "/vmlinuz";
+        c->initrd = IMAGES "/initrd.img";
+        c->cmdline = "console=ttyS0 root=/dev/vda rw";
+}
+
+static char *golden_path(const char *name)
+{
+        const char *data = getenv("VGPUD_TEST_DATA");
+        assert_non_null(data);
+        char *path = NULL;
+        assert_int_equal(strprintf(&path, "%s/golden/vmm/%s.txt", data, name), 0);
+        return path;
+}
+
+/* The argv of c equals the golden file, one argument per line. */
+static void assert_golden(const VmmCommand *c, const char *name)
+{
+        _cleanup_free_ char *path = golden_path(name), *want = NULL, *error = NULL;
+        _cleanup_free_ char *got = NULL;
+        _cleanup_strv_free_ char **argv = NULL;
+        size_t size;
+
+        assert_int_equal(read_file_at(AT_FDCWD, path, 64 * 1024, &want, &size), 0);
+        int r = vmm_command_argv(c, &argv, &error);
+        if (r < 0)
+                fail_msg("%s: %s", name, error);
+        assert_null(error);
+        for (char **a = argv; *a; a++) {
+                /* One argument per line only works while no argument has a newline. */
+                assert_null(strchr(*a, '\n'));
+                assert_int_equal(strextend(&got, "%s\n", *a), 0);
+        }
+        if (!streq(got, want))
+                fail_msg("%s: argv differs from %s\n--- got ---\n%s--- want ---\n%s", name, path,
+                         got, want);
+}
+
+/* VMM-1, VMM-2: a VM without a vGPU */
+static void test_argv_no_gpu(void **state)
+{
+        VmmCommand c = base_command();
+        c.kernel = IMAGES "/vmlinuz";
+        c.disk = IMAGES "/disk.raw";
+        assert_golden(&c, "no-gpu");
+}
+
+/* VMM-1, VMM-2: vendor-VFIO passes the whole VF by its sysfs device */
+static void test_argv_vendor_vfio(void **state)
+{
+        VmmCommand c = base_command();
+        with_kernel_initrd_cmdline(&c);
+        c.disk = IMAGES "/disk.raw";
+        c.vfio_sysfsdev = "/sys/bus/pci/devices/0000:e3:00.6";
+        assert_golden(&c, "vendor-vfio");
+}
+
+/* VMM-1, VMM-2: an mdev is passed by its sysfs device under the mdev bus */
+static void test_argv_mdev(void **state)
+{
+        VmmCommand c = base_command();
+        with_kernel_initrd_cmdline(&c);
+        c.vfio_sysfsdev = "/sys/bus/mdev/devices/4b1f7a6e-2f0c-4d0e-9a52-4c3b1a5d6e7f";
+        assert_golden(&c, "mdev");
+}
+
+/* VMM-1, VMM-2: a kernel alone boots */
+static void test_argv_kernel_only(void **state)
+{
+        VmmCommand c = base_command();
+        c.kernel = IMAGES "/vmlinuz";
+        assert_golden(&c, "kernel-only");
+}
+
+/* VMM-1, VMM-2: a disk alone boots */
+static void test_argv_disk_only(void **state)
+{
+        VmmCommand c = base_command();
+        c.disk = IMAGES "/disk.raw";
+        assert_golden(&c, "disk-only");
+}
+
+/* VMM-1: -kernel, -initrd, -append, then -drive, in this order */
+static void test_argv_kernel_initrd_cmdline_disk(void **state)
+{
+        VmmCommand c = base_command();
+        with_kernel_initrd_cmdline(&c);
+        c.disk = IMAGES "/disk.raw";
+        assert_golden(&c, "kernel-initrd-cmdline-disk");
+}
+
+/* VMM-1: auto is "-accel kvm -accel tcg", kvm and tcg one -accel each */
+static void test_argv_accel(void **state)
+{
+        static const struct {
+                ConfigQemuAccel accel;
+                const char *golden;
+        } cases[] = {
+            {CONFIG_QEMU_ACCEL_AUTO, "accel-auto"},
+            {CONFIG_QEMU_ACCEL_KVM, "accel-kvm"},
+            {CONFIG_QEMU_ACCEL_TCG, "accel-tcg"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                VmmCommand c = base_command();
+                c.accel = cases[i].accel;
+                c.kernel = IMAGES "/vmlinuz";
+                assert_golden(&c, cases[i].golden);
+        }
+}
+
+/*
+ * VMM-2: commas are doubled in the keyval values (sockets, console, disk, device path) and kept
+ * as they are in -kernel, -initrd and -append.
+ */
+static void test_argv_commas(void **state)
+{
+        VmmCommand c = base_command();
+        c.accel = CONFIG_QEMU_ACCEL_TCG;
+        c.qmp_socket = "/run/vgpud,a/instances/" ID "/qmp.sock";
+        c.agent_socket = "/run/vgpud,a/instances/" ID "/agent.sock";
+        c.console_log = "/srv/data,b/instances/" ID "/console.log";
+        c.kernel = "/srv/images,c/vmlinuz,6.1";
+        c.initrd = "/srv/images,c/initrd,1.img";
+        c.cmdline = "console=ttyS0,115200n8 root=/dev/vda rw vgpud.opts=a,b,,c";
+        c.disk = "/srv/images,c/disk,1.raw";
+        c.vfio_sysfsdev = "/srv/sim,1/sys/bus/pci/devices/0000:e3:00.6";
+        assert_golden(&c, "commas");
+}
+
+/* VMM-2: -name is a keyval option too, although INST-4 keeps commas out of names */
+static void test_argv_name_is_escaped(void **state)
+{
+        VmmCommand c = base_command();
+        c.name = "a,b";
+        c.disk = IMAGES "/disk.raw";
+        _cleanup_strv_free_ char **argv = NULL;
+        assert_int_equal(vmm_command_argv(&c, &argv, NULL), 0);
+        assert_string_equal(argv[1], "-name");
+        assert_string_equal(argv[2], "guest=a,,b,debug-threads=on");
+}
+
+/* VMM-2 */
+static void test_keyval_escape(void **state)
+{
+        static const char *const cases[][2] = {
+            {"", ""},
+            {"a", "a"},
+            {",", ",,"},
+            {",,", ",,,,"},
+            {"a,b,c", "a,,b,,c"},
+            {",a,", ",,a,,"},
+            {"no comma", "no comma"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *s = vmm_keyval_escape(cases[i][0]);
+                assert_non_null(s);
+                assert_string_equal(s, cases[i][1]);
+        }
+}
+
+/* The refusal of c names field; the out-parameter stays untouched. */
+static void assert_argv_refused(const VmmCommand *c, const char *field)
+{
+        char **sentinel = (char **)&sentinel;
+        char **argv = sentinel;
+        _cleanup_free_ char *error = NULL;
+
+        assert_int_equal(vmm_command_argv(c, &argv, &error), -EINVAL);
+        assert_ptr_equal(argv, sentinel);
+        assert_non_null(error);
+        if (!strstr(error, field))
+                fail_msg("error \"%s\" does not name %s", error, field);
+}
+
+/* VMM-1: a command line without its required parts is refused, naming the field */
+static void test_argv_missing_fields(void **state)
+{
+        VmmCommand c;
+
+#define REFUSED(field, change)                  \
+        do {                                    \
+                c = base_command();             \
+                c.disk = IMAGES "/disk.raw";    \
+                change;                         \
+                assert_argv_refused(&c, field); \
+        } while (0)
+
+        REFUSED("qemu_binary", c.qemu_binary = NULL);
+        REFUSED("qemu_binary", c.qemu_binary = "");
+        REFUSED("name", c.name = NULL);
+        REFUSED("name", c.name = "");
+        REFUSED("vcpus", c.vcpus = 0);
+        REFUSED("memory_mb", c.memory_mb = 0);
+        REFUSED("qmp_socket", c.qmp_socket = NULL);
+        REFUSED("agent_socket", c.agent_socket = NULL);
+        REFUSED("console_log", c.console_log = "");
+        REFUSED("accel", c.accel = (ConfigQemuAccel)7);
+        REFUSED("kernel", c.disk = NULL);
+        REFUSED("kernel", c.kernel = "");
+        REFUSED("disk", c.disk = "");
+        REFUSED("vfio_sysfsdev", c.vfio_sysfsdev = "");
+        REFUSED("initrd", c.initrd = IMAGES "/initrd.img");
+        REFUSED("cmdline", c.cmdline = "console=ttyS0");
+        REFUSED("initrd", (c.kernel = IMAGES "/vmlinuz", c.initrd = ""));
+#undef REFUSED
+
+        /* NULL error is allowed */
+        c = base_command();
+        char **argv = NULL;
+        assert_int_equal(vmm_command_argv(&c, &argv, NULL), -EINVAL);
+        assert_null(argv);
+}
+
+/* ---- /proc/<pid>/stat ---------------------------------------------------------------------- */
+
+/* Fields 3..52 of a real stat (kernel 6.1), field 22 (start_time) being 987654. */
+static const char *const stat_tail[] = {
+    "S",
+    "1",
+    "4242",
+    "4242",
+    "0",
+    "-1",
+    "4194560",
+    "101",
+    "0",
+    "0",
+    "0",
+    "0",
+    "0",
+    "0",
+    "0",
+    "20",
+    "0",
+    "1",
+    "0",
+    "987654",
+    "3133440",
+    "394",
+    "18446744073709551615",
+    "93840167419904",
+    "93840167439785",
+    "140734967330560",
+    "0",
+    "0",
+    "0",
+    "0",
+    "0",
+    "0",
+    "0",
+    "0",
+    "0",
+    "17",
+    "0",
+    "0",
+    "0",
+    "0",
+    "0",
+    "0",
+    "93840167455792",
+    "93840167457408",
+    "93840546344960",
+    "140734967335563",
+    "140734967335583",
+    "140734967335583",
+    "140734967336939",
+    "0",
+};
+
+/*
+ * "4242 (<comm>) <fields 3..last>\n" with field `field` replaced by value (0: none), or, with
+ * value NULL, removed.
+ */
+static char *stat_text(const char *comm, unsigned last, unsigned field, const char *value)
+{
+        char *s = NULL;
+        assert_int_equal(strprintf(&s, "4242 (%s)", comm), 0);
+        for (unsigned f = 3; f <= last; f++) {
+                const char *v = f == field ? value : stat_tail[f - 3];
+                if (v)
+                        assert_int_equal(strextend(&s, " %s", v), 0);
+        }
+        assert_int_equal(strextend(&s, "\n"), 0);
+        return s;
+}
+
+static VmmProcStat parse_stat_ok(const char *text)
+{
+        VmmProcStat st;
+        _cleanup_free_ char *error = NULL;
+        int r = vmm_parse_proc_stat(text, strlen(text), &st, &error);
+        if (r < 0)
+                fail_msg("\"%s\" refused: %s", text, error);
+        assert_null(error);
+        return st;
+}
+
+/* The stat text is refused with EBADMSG (or r), the message contains what, ret is untouched. */
+static void assert_stat_refused_r(const char *text, size_t size, int r, const char *what)
+{
+        VmmProcStat st = {.pid = -7, .state = '?'};
+        _cleanup_free_ char *error = NULL;
+        int got = vmm_parse_proc_stat(text, size, &st, &error);
+        if (got != r)
+                fail_msg("\"%.*s\": got %d, want %d (%s)", (int)size, text, got, r,
+                         error ? error : "no message");
+        assert_int_equal(st.pid, -7);
+        assert_int_equal(st.state, '?');
+        assert_non_null(error);
+        assert_null(strchr(error, '\n'));
+        if (what && !strstr(error, what))
+                fail_msg("\"%.*s\": error \"%s\" lacks \"%s\"", (int)size, text, error, what);
+}
+
+static void assert_stat_refused(const char *text, const char *what)
+{
+        assert_stat_refused_r(text, strlen(text), -EBADMSG, what);
+}
+
+/* VMM-16: the fields liveness needs, from a real-looking stat */
+static void test_stat_parse(void **state)
+{
+        _cleanup_free_ char *t = stat_text("qemu-system-x86", 52, 0, NULL);
+        VmmProcStat st = parse_stat_ok(t);
+        assert_int_equal(st.pid, 4242);
+        assert_int_equal(st.state, 'S');
+        assert_int_equal(st.ppid, 1);
+        assert_int_equal(st.pgrp, 4242);
+        assert_int_equal(st.session, 4242);
+        assert_int_equal(st.start_time, 987654);
+
+        /* without the trailing newline, and with only the 22 fields the header promises */
+        t[strlen(t) - 1] = '\0';
+        assert_int_equal(parse_stat_ok(t).start_time, 987654);
+        _cleanup_free_ char *short22 = stat_text("a", 22, 0, NULL);
+        assert_int_equal(parse_stat_ok(short22).start_time, 987654);
+
+        /* every state the kernel prints */
+        for (const char *s = "RSDZTtXxKWPI"; *s; s++) {
+                char state_[2] = {*s, 0};
+                _cleanup_free_ char *u = stat_text("a", 52, 3, state_);
+                assert_int_equal(parse_stat_ok(u).state, *s);
+        }
+
+        /* extremes: start_time UINT64_MAX, pid-like fields INT32_MAX and 0 */
+        _cleanup_free_ char *big = stat_text("a", 52, 22, "18446744073709551615");
+        assert_true(parse_stat_ok(big).start_time == UINT64_MAX);
+        _cleanup_free_ char *ppid = stat_text("a", 52, 4, "2147483647");
+        assert_int_equal(parse_stat_ok(ppid).ppid, INT32_MAX);
+        _cleanup_free_ char *zero = stat_text("a", 52, 6, "0");
+        assert_int_equal(parse_stat_ok(zero).session, 0);
+        /* signed fields the kernel prints with a sign: priority and nice of an RT task */
+        _cleanup_free_ char *rt = stat_text("a", 52, 18, "-100");
+        assert_int_equal(parse_stat_ok(rt).start_time, 987654);
+        _cleanup_free_ char *min = stat_text("a", 52, 19, "-9223372036854775808");
+        assert_int_equal(parse_stat_ok(min).start_time, 987654);
+}
+
+/* VMM-16: comm is everything up to the LAST ")", spaces and parentheses included */
+static void test_stat_comm(void **state)
+{
+        static const char *const comms[] = {
+            "Web Content",
+            "x) (y",
+            ") (",
+            "((()))",
+            "a)",
+            "(",
+            ")",
+            "",
+            "a\nb",
+            "  ",
+            /* a process that names itself like the rest of a stat line */
+            "x) R 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(comms); i++) {
+                _cleanup_free_ char *t = stat_text(comms[i], 52, 0, NULL);
+                VmmProcStat st = parse_stat_ok(t);
+                assert_int_equal(st.pid, 4242);
+                assert_int_equal(st.state, 'S');
+                assert_int_equal(st.ppid, 1);
+                assert_int_equal(st.start_time, 987654);
+        }
+
+        /* a ") (" after the comm that is not followed by fields makes the stat malformed */
+        _cleanup_free_ char *t = stat_text("a", 52, 0, NULL);
+        _cleanup_free_ char *u = NULL;
+        t[strlen(t) - 1] = '\0';
+        assert_int_equal(strprintf(&u, "%s) (", t), 0);
+        assert_stat_refused(u, "field 3");
+}
+
+/* VMM-16, GEN-5: truncated texts are refused */
+static void test_stat_truncated(void **state)
+{
+        _cleanup_free_ char *t = stat_text("qemu", 52, 0, NULL);
+        /* Cut anywhere before field 22 begins: never accepted. */
+        const char *f22 = strstr(t, " 987654 ");
+        assert_non_null(f22);
+        for (size_t n = 0; n <= (size_t)(f22 - t) + 1; n++)
+                assert_stat_refused_r(t, n, -EBADMSG, NULL);
+
+        assert_stat_refused("", "empty");
+        assert_stat_refused("\n", "empty");
+        assert_stat_refused("4242", "field 2");
+        assert_stat_refused("4242 (qemu", "field 2");
+        assert_stat_refused("4242 (qemu)", "field 3");
+        assert_stat_refused("4242 (qemu) ", "field 3");
+        assert_stat_refused("4242 (qemu) S", "fewer than 22");
+}
+
+/* VMM-16: fewer than 22 fields, or a field left out, is refused */
+static void test_stat_missing_fields(void **state)
+{
+        for (unsigned last = 3; last < 22; last++) {
+                _cleanup_free_ char *t = stat_text("a", last, 0, NULL);
+                assert_stat_refused(t, "fewer than 22");
+        }
+        /* without the state, a number moves into field 3 */
+        _cleanup_free_ char *nostate = stat_text("a", 52, 3, NULL);
+        assert_stat_refused(nostate, "field 3");
+        _cleanup_free_ char *nopid = strdup("(a) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5\n");
+        assert_stat_refused(nopid, "field 2");
+        assert_stat_refused(" (a) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5", "field");
+}
+
+/* VMM-16: start_time and the pid-like fields are plain decimals */
+static void test_stat_bad_numbers(void **state)
+{
+        static const struct {
+                unsigned field;
+                const char *value;
+                const char *what;
+        } cases[] = {
+            {22, "abc", "field 22 (start_time): not a decimal"},
+            {22, "12a", "field 22 (start_time): not a decimal"},
+            {22, "-5", "field 22 (start_time): not a decimal"},
+            {22, "+5", "field 22 (start_time): not a decimal"},
+            {22, "0x10", "field 22 (start_time): not a decimal"},
+            {22, "007", "field 22 (start_time): not a decimal"},
+            {22, "18446744073709551616", "field 22 (start_time): out of range"},
+            {22, "99999999999999999999999", "field 22 (start_time): out of range"},
+            {4, "-1", "field 4 (ppid)"},
+            {4, "2147483648", "field 4 (ppid): out of range"},
+            {5, "x", "field 5 (pgrp)"},
+            {6, "4294967296", "field 6 (session): out of range"},
+            {3, "Q", "field 3 (state)"},
+            {3, "SS", "field 3 (state)"},
+            {3, "1", "field 3 (state)"},
+            {8, "--1", "field 8: not a decimal"},
+            {8, "-0", "field 8: not a decimal"},
+            {8, "-", "field 8: not a decimal"},
+            {9, "1.5", "field 9: not a decimal"},
+            {19, "-9223372036854775809", "field 19: out of range"},
+            {25, "18446744073709551616", "field 25: out of range"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *t = stat_text("a", 52, cases[i].field, cases[i].value);
+                assert_stat_refused(t, cases[i].what);
+        }
+
+        /* field 1 */
+        assert_stat_refused("0 (a) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5\n", "field 1 (pid)");
+        assert_stat_refused("-1 (a) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5\n", "field 1 (pid)");
+        assert_stat_refused("2147483648 (a) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5\n",
+                            "field 1 (pid): out of range");
+        assert_stat_refused("x1 (a) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5\n", "field 1");
+        assert_stat_refused("1  (a) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5\n", "field 1");
+}
+
+/* GEN-5: nothing but one trailing newline after the last field; one space between fields */
+static void test_stat_trailing_garbage(void **state)
+{
+        _cleanup_free_ char *base = stat_text("a", 52, 0, NULL);
+        base[strlen(base) - 1] = '\0';
+        static const char *const tails[] = {
+            " ", "\n\n", " x", "x", "\t", " \n", "\r\n", "\0", "\n0",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(tails); i++) {
+                size_t tail_len = streq(tails[i], "") ? 1 : strlen(tails[i]);
+                size_t n = strlen(base) + tail_len;
+                _cleanup_free_ char *t = malloc(n);
+                assert_non_null(t);
+                memcpy(t, base, strlen(base));
+                memcpy(t + strlen(base), tails[i], tail_len);
+                assert_stat_refused_r(t, n, -EBADMSG, "field");
+        }
+
+        /* two spaces, a tab */
+        _cleanup_free_ char *two = stat_text("a", 52, 10, " 5");
+        assert_stat_refused(two, "field 10");
+        _cleanup_free_ char *tab = stat_text("a", 52, 10, "5\t6");
+        assert_stat_refused(tab, "field 10");
+        /* a newline inside the fields */
+        _cleanup_free_ char *nl = stat_text("a", 52, 10, "5\n6");
+        assert_stat_refused(nl, "field 10");
+}
+
+/* GEN-5: a stat longer than VMM_PROC_STAT_MAX is refused, not cut */
+static void test_stat_oversized(void **state)
+{
+        _cleanup_free_ char *t = stat_text("a", 52, 0, NULL);
+        size_t n = VMM_PROC_STAT_MAX + 1;
+        _cleanup_free_ char *big = malloc(n);
+        assert_non_null(big);
+        memset(big, '1', n);
+        memcpy(big, t, strlen(t) - 1);
+        assert_stat_refused_r(big, n, -EFBIG, "longer than 4096");
+
+        /* exactly the bound is read: a long comm */
+        _cleanup_free_ char *comm = malloc(VMM_PROC_STAT_MAX);
+        assert_non_null(comm);
+        size_t rest = strlen(t) - strlen("4242 (a)");
+        memset(comm, 'c', VMM_PROC_STAT_MAX - rest - strlen("4242 ()"));
+        comm[VMM_PROC_STAT_MAX - rest - strlen("4242 ()")] = '\0';
+        _cleanup_free_ char *exact = stat_text(comm, 52, 0, NULL);
+        assert_int_equal(strlen(exact), VMM_PROC_STAT_MAX);
+        assert_int_equal(parse_stat_ok(exact).start_time, 987654);
+}
+
+/* VMM-16: this very process, as the kernel prints it */
+static void test_stat_real_process(void **state)
+{
+        _cleanup_free_ char *buf = NULL;
+        size_t size;
+        assert_int_equal(read_file_at(AT_FDCWD, "/proc/self/stat", VMM_PROC_STAT_MAX, &buf, &size),
+                         0);
+        VmmProcStat st;
+        _cleanup_free_ char *error = NULL;
+        int r = vmm_parse_proc_stat(buf, size, &st, &error);
+        if (r < 0)
+                fail_msg("/proc/self/stat refused: %s\n%s", error, buf);
+        assert_int_equal(st.pid, getpid());
+        assert_int_equal(st.state, 'R');
+        assert_int_equal(st.ppid, getppid());
+        assert_int_equal(st.pgrp, getpgrp());
+        assert_int_equal(st.session, getsid(0));
+        assert_true(st.start_time > 0);
+}
+
+/* ---- /proc/net/unix ------------------------------------------------------------------------ */
+
+#define UNIX_HEADER "Num       RefCount Protocol Flags    Type St Inode Path\n"
+#define QMP "/run/vgpud/instances/" ID "/qmp.sock"
+
+typedef struct UnixResult {
+        int r;
+        size_t n;
+        uint64_t inodes[4];
+        char *error;
+} UnixResult;
+
+static UnixResult find_listening(const char *text, size_t size, const char *path, size_t max)
+{
+        UnixResult u = {.n = 99, .inodes = {7, 7, 7, 7}};
+        u.r = vmm_net_unix_find_listening(text, size, path, max ? u.inodes : NULL, max, &u.n,
+                                          &u.error);
+        return u;
+}
+
+static void assert_unix_found(const char *body, size_t n, uint64_t first)
+{
+        _cleanup_free_ char *text = NULL;
+        assert_int_equal(strprintf(&text, UNIX_HEADER "%s", body), 0);
+        UnixResult u = find_listening(text, strlen(text), QMP, 4);
+        if (u.r < 0)
+                fail_msg("refused: %s\n%s", u.error, text);
+        assert_null(u.error);
+        assert_int_equal(u.n, n);
+        if (n > 0)
+                assert_int_equal(u.inodes[0], first);
+}
+
+static void assert_unix_refused(const char *body, size_t size, const char *what)
+{
+        _cleanup_free_ char *text = malloc(strlen(UNIX_HEADER) + size + 1);
+        assert_non_null(text);
+        memcpy(text, UNIX_HEADER, strlen(UNIX_HEADER));
+        memcpy(text + strlen(UNIX_HEADER), body, size);
+        UnixResult u = find_listening(text, strlen(UNIX_HEADER) + size, QMP, 4);
+        _cleanup_free_ char *error = u.error;
+        if (u.r != -EBADMSG)
+                fail_msg("\"%.*s\": got %d (%s)", (int)size, body, u.r, error ? error : "-");
+        /* out-parameters untouched */
+        assert_int_equal(u.n, 99);
+        for (size_t i = 0; i < 4; i++)
+                assert_int_equal(u.inodes[i], 7);
+        assert_non_null(error);
+        assert_null(strchr(error, '\n'));
+        if (!strstr(error, what))
+                fail_msg("\"%.*s\": error \"%s\" lacks \"%s\"", (int)size, body, error, what);
+}
+
+#define LISTEN_LINE(inode, path) \
+        "00000000fb208a61: 00000002 00000000 00010000 0001 01 " inode " " path "\n"
+
+/* VMM-17: a listening entry of the path, among the other kinds of entries */
+static void test_unix_find(void **state)
+{
+        /* the header alone: no socket */
+        assert_unix_found("", 0, 0);
+
+        assert_unix_found("00000000fb208a61: 00000003 00000000 00000000 0001 03  1453\n"
+                          "000000002a4bbc6e: 00000002 00000000 00010000 0005 01 23456 "
+                          "@/org/kernel/abstract\n"
+                          "0000000000000000: 00000002 00000000 00010000 0001 01 123456 " QMP "\n"
+                          "0000000000000000: 00000003 00000000 00000000 0001 03 123457 " QMP "\n"
+                          "0000000000000000: 0000000A 00000000 00000000 0002 01     7\n"
+                          "00000000: 00000002 00000000 00010000 0001 01    99 /run/other.sock\n",
+                          1, 123456);
+
+        /* "%5lu": the inode is right-aligned in five columns */
+        assert_unix_found("0000000000000000: 00000002 00000000 00010000 0001 01     1 " QMP "\n", 1,
+                          1);
+        assert_unix_found("0000000000000000: 00000002 00000000 00010000 0001 01    12 " QMP "\n", 1,
+                          12);
+        assert_unix_found("0000000000000000: 00000002 00000000 00010000 0001 01 12345 " QMP "\n", 1,
+                          12345);
+        assert_unix_found("0000000000000000: 00000002 00000000 00010000 0001 01 "
+                          "18446744073709551615 " QMP "\n",
+                          1, UINT64_MAX);
+}
+
+/* VMM-17: a connected or bound-only socket of the path is no listener */
+static void test_unix_non_listening(void **state)
+{
+        assert_unix_found("0000000000000000: 00000003 00000000 00000000 0001 03 123457 " QMP "\n"
+                          "0000000000000000: 00000002 00000000 00000000 0001 01 123458 " QMP "\n",
+                          0, 0);
+}
+
+/* VMM-17, VMM-18: every listener of the path counts; only max inodes are stored */
+static void test_unix_multiple_listeners(void **state)
+{
+        static const char text[] = UNIX_HEADER LISTEN_LINE("10001", QMP)
+            LISTEN_LINE("10002", "/run/other") LISTEN_LINE("10003", QMP) LISTEN_LINE("10004", QMP);
+
+        UnixResult u = find_listening(text, strlen(text), QMP, 4);
+        assert_int_equal(u.r, 0);
+        assert_int_equal(u.n, 3);
+        assert_int_equal(u.inodes[0], 10001);
+        assert_int_equal(u.inodes[1], 10003);
+        assert_int_equal(u.inodes[2], 10004);
+        assert_int_equal(u.inodes[3], 7);
+
+        u = find_listening(text, strlen(text), QMP, 2);
+        assert_int_equal(u.r, 0);
+        assert_int_equal(u.n, 3);
+        assert_int_equal(u.inodes[0], 10001);
+        assert_int_equal(u.inodes[1], 10003);
+        assert_int_equal(u.inodes[2], 7);
+
+        u = find_listening(text, strlen(text), QMP, 0);
+        assert_int_equal(u.r, 0);
+        assert_int_equal(u.n, 3);
+}
+
+/* VMM-17: the path must equal byte for byte; prefixes and extensions of it do not match */
+static void test_unix_prefix_paths(void **state)
+{
+        assert_unix_found(LISTEN_LINE("51001", QMP ".old")
+                              LISTEN_LINE("51002", "/run/vgpud/instances/" ID "/qmp.soc")
+                                  LISTEN_LINE("51003", QMP " ") LISTEN_LINE("51004", "@" QMP)
+                                      LISTEN_LINE("51005", "/run/vgpud/instances/" ID)
+                                          LISTEN_LINE("51006", "x" QMP),
+                          0, 0);
+        static const char text[] = UNIX_HEADER LISTEN_LINE("51001", "/a/qmp.sock.old")
+            LISTEN_LINE("51002", "/a/qmp.sock") LISTEN_LINE("51003", "/a/qmp.so");
+        for (const char *const *p =
+                 (const char *const[]){"/a/qmp.sock", "/a/qmp.so", "/a/qmp.sock.old", NULL};
+             *p; p++) {
+                UnixResult u = find_listening(text, strlen(text), *p, 4);
+                assert_int_equal(u.r, 0);
+                assert_int_equal(u.n, 1);
+                assert_int_equal(u.inodes[0], streq(*p, "/a/qmp.sock") ? 51002
+                                              : streq(*p, "/a/qmp.so") ? 51003
+                                                                       : 51001);
+        }
+        /* a path with a space is found whole (paths are raw) */
+        static const char spaced[] = UNIX_HEADER LISTEN_LINE("51007", "/a/b c");
+        UnixResult u = find_listening(spaced, strlen(spaced), "/a/b c", 4);
+        assert_int_equal(u.r, 0);
+        assert_int_equal(u.n, 1);
+        assert_int_equal(u.inodes[0], 51007);
+}
+
+/* VMM-18: anything but the kernel's header is malformed */
+static void test_unix_bad_header(void **state)
+{
+        static const char *const texts[] = {
+            "",
+            "Num       RefCount Protocol Flags    Type St Inode Path",
+            "Num RefCount Protocol Flags Type St Inode Path\n",
+            "Num       RefCount Protocol Flags    Type St Inode Path \n",
+            "num       RefCount Protocol Flags    Type St Inode Path\n",
+            "Num       RefCount Protocol Flags    Type St Inode\n",
+            "\n",
+            "0000000000000000: 00000002 00000000 00010000 0001 01 123456 /a\n",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(texts); i++) {
+                UnixResult u = find_listening(texts[i], strlen(texts[i]), QMP, 4);
+                _cleanup_free_ char *error = u.error;
+                assert_int_equal(u.r, -EBADMSG);
+                assert_int_equal(u.n, 99);
+                assert_non_null(strstr(error, "line 1"));
+        }
+}
+
+/* VMM-18: a line without every column of the kernel's format is malformed */
+static void test_unix_bad_lines(void **state)
+{
+        static const struct {
+                const char *line;
+                const char *what;
+        } cases[] = {
+            /* short lines */
+            {"0000000000000000: 00000002 00000000 00010000 0001 01\n", "line 2: RefCount"},
+            {"0000000000000000: 00000002 00000000 00010000 0001 01 \n", "line 2: Inode"},
+            {"0000000000000000: 00000002 00000000 00010000\n", "line 2: RefCount"},
+            {"0000000000000000:\n", "line 2"},
+            {"\n", "line 2"},
+            {"0000000000000000: 00000002 00000000 00010000 0001 01 123456 ", "no newline"},
+            {"0000000000000000: 00000002 00000000 00010000 0001 01 123456 " QMP,
+             "line 2: no newline"},
+            /* bad hex */
+            {"0000000000000000: 0000000a 00000000 00010000 0001 01 123456 /a\n", "RefCount"},
+            {"0000000000000000: 0000000G 00000000 00010000 0001 01 123456 /a\n", "RefCount"},
+            {"0000000000000000: 0000002 00000000 00010000 0001 01 123456 /a\n", "RefCount"},
+            {"0000000000000000: 000000002 00000000 00010000 0001 01 123456 /a\n", "RefCount"},
+            {"0000000000000000: 00000002 00000000 0001000 0001 01 123456 /a\n", "RefCount"},
+            {"0000000000000000: 00000002 00000000 00010000 001 01 123456 /a\n", "RefCount"},
+            {"0000000000000000: 00000002 00000000 00010000 0001 1 123456 /a\n", "RefCount"},
+            {"0000000000000000: 00000002 00000000 -0010000 0001 01 123456 /a\n", "RefCount"},
+            {"00000000FB208A61: 00000002 00000000 00010000 0001 01 123456 /a\n", "address"},
+            {"0000fb208a61: 00000002 00000000 00010000 0001 01 123456 /a\n", "address"},
+            {"00000000fb208a61 00000002 00000000 00010000 0001 01 123456 /a\n", "address"},
+            {"00000000fb208a61:00000002 00000000 00010000 0001 01 123456 /a\n", "address"},
+            {" 0000000000000000: 00000002 00000000 00010000 0001 01 123456 /a\n", "address"},
+            /* the inode column */
+            {"0000000000000000: 00000002 00000000 00010000 0001 01 1453 /a\n", "Inode"},
+            {"0000000000000000: 00000002 00000000 00010000 0001 01  123456 /a\n", "Inode"},
+            {"0000000000000000: 00000002 00000000 00010000 0001 01 01234 /a\n", "Inode"},
+            {"0000000000000000: 00000002 00000000 00010000 0001 01 12x45 /a\n", "Inode"},
+            {"0000000000000000: 00000002 00000000 00010000 0001 01 -1234 /a\n", "Inode"},
+            {"0000000000000000: 00000002 00000000 00010000 0001 01 18446744073709551616 /a\n",
+             "Inode"},
+            {"0000000000000000: 00000002 00000000 00010000 0001 01 123456\t/a\n", "path"},
+            {"0000000000000000: 00000002 00000000 00010000 0001 01 123456 \n", "path"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++)
+                assert_unix_refused(cases[i].line, strlen(cases[i].line), cases[i].what);
+
+        /* a NUL byte, and a bad line after good ones (nothing is stored) */
+        static const char nul[] =
+            "0000000000000000: 00000002 00000000 00010000 0001 01 123456 /a\0b\n";
+        assert_unix_refused(nul, sizeof(nul) - 1, "line 2: contains a NUL");
+        static const char late[] = LISTEN_LINE("10001", QMP) LISTEN_LINE("10002", QMP) "garbage\n";
+        assert_unix_refused(late, strlen(late), "line 4");
+}
+
+/* GEN-5: a /proc/net/unix past VMM_NET_UNIX_MAX is refused (liveness is then ambiguous) */
+static void test_unix_oversized(void **state)
+{
+        size_t n = VMM_NET_UNIX_MAX + 1;
+        _cleanup_free_ char *big = calloc(1, n);
+        assert_non_null(big);
+        memcpy(big, UNIX_HEADER, strlen(UNIX_HEADER));
+        size_t found = 99;
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(vmm_net_unix_find_listening(big, n, QMP, NULL, 0, &found, &error), -EFBIG);
+        assert_int_equal(found, 99);
+        assert_non_null(error);
+}
+
+/* VMM-17: the kernel's own file, with a socket this test listens on */
+static void test_unix_real_socket(void **state)
+{
+        _cleanup_(test_tree_freep) TestTree *tree = NULL;
+        assert_int_equal(test_tree_new("test-vmm-unix", &tree), 0);
+        _cleanup_free_ char *listening = test_tree_path(tree, "qmp.sock");
+        _cleanup_free_ char *bound = test_tree_path(tree, "bound.sock");
+        assert_non_null(listening);
+        assert_non_null(bound);
+        if (strlen(listening) >= sizeof(((struct sockaddr_un *)NULL)->sun_path) ||
+            strpbrk(listening, " \t\n")) {
+                print_message("# temporary directory unsuitable for a socket path: %s\n",
+                              listening);
+                return;
+        }
+
+        _cleanup_close_ int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        _cleanup_close_ int b = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(l >= 0 && b >= 0);
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        strcpy(a.sun_path, listening);
+        assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+        assert_int_equal(listen(l, 1), 0);
+        strcpy(a.sun_path, bound);
+        assert_int_equal(bind(b, (struct sockaddr *)&a, sizeof a), 0);
+        struct stat st;
+        assert_int_equal(fstat(l, &st), 0);
+
+        _cleanup_free_ char *text = NULL, *error = NULL;
+        size_t size, n = 0;
+        uint64_t inodes[2] = {0, 0};
+        assert_int_equal(read_file_at(AT_FDCWD, "/proc/net/unix", VMM_NET_UNIX_MAX, &text, &size),
+                         0);
+        int r = vmm_net_unix_find_listening(text, size, listening, inodes, 2, &n, &error);
+        if (r < 0)
+                fail_msg("/proc/net/unix refused: %s", error);
+        assert_int_equal(n, 1);
+        assert_int_equal(inodes[0], st.st_ino);
+
+        /* bound but not listening */
+        assert_int_equal(vmm_net_unix_find_listening(text, size, bound, inodes, 2, &n, &error), 0);
+        assert_int_equal(n, 0);
+}
+
+/* ---- QMP messages -------------------------------------------------------------------------- */
+
+static VmmQmpMessage qmp_ok(const char *line)
+{
+        VmmQmpMessage m;
+        _cleanup_free_ char *error = NULL;
+        int r = vmm_qmp_message_parse(line, strlen(line), &m, &error);
+        if (r < 0)
+                fail_msg("'%s' refused: %s", line, error);
+        assert_null(error);
+        return m;
+}
+
+static void assert_qmp_refused_r(const char *line, size_t size, int r, const char *what)
+{
+        VmmQmpMessage m = {.kind = (VmmQmpKind)42};
+        _cleanup_free_ char *error = NULL;
+        int got = vmm_qmp_message_parse(line, size, &m, &error);
+        if (got != r)
+                fail_msg("'%.*s': got %d, want %d (%s)", (int)(size > 200 ? 200 : size), line, got,
+                         r, error ? error : "-");
+        assert_int_equal(m.kind, 42);
+        assert_null(m.value);
+        assert_non_null(error);
+        /* one printable line */
+        for (const char *p = error; *p; p++)
+                assert_true(*p >= 0x20 && *p < 0x7f);
+        if (what && !strstr(error, what))
+                fail_msg("'%.*s': error \"%s\" lacks \"%s\"", (int)(size > 200 ? 200 : size), line,
+                         error, what);
+}
+
+static void assert_qmp_refused(const char *line, const char *what)
+{
+        assert_qmp_refused_r(line, strlen(line), -EBADMSG, what);
+}
+
+/* VMM-5, VMM-20: the greeting, as QEMU 7.2 sends it (with its "\r") */
+static void test_qmp_greeting(void **state)
+{
+        _cleanup_(vmm_qmp_message_done) VmmQmpMessage m = qmp_ok(
+            "{\"QMP\": {\"version\": {\"qemu\": {\"micro\": 0, \"minor\": 2, \"major\": 7}, "
+            "\"package\": \"Debian 1:7.2+dfsg-7+deb12u6\"}, \"capabilities\": [\"oob\"]}}\r");
+        assert_int_equal(m.kind, VMM_QMP_GREETING);
+        assert_true(json_is_object(m.value));
+        assert_non_null(json_object_get(m.value, "version"));
+        assert_null(m.event);
+        assert_null(m.error_class);
+
+        assert_qmp_refused("{\"QMP\": []}", "\"QMP\" is not an object");
+        assert_qmp_refused("{\"QMP\": {}, \"id\": 1}", "unknown key \"id\"");
+}
+
+/* VMM-5, VMM-6, VMM-20: replies, with and without an id */
+static void test_qmp_return(void **state)
+{
+        {
+                _cleanup_(vmm_qmp_message_done) VmmQmpMessage m = qmp_ok("{\"return\": {}}\r");
+                assert_int_equal(m.kind, VMM_QMP_RETURN);
+                assert_true(json_is_object(m.value));
+                assert_int_equal(json_object_size(m.value), 0);
+        }
+        {
+                _cleanup_(vmm_qmp_message_done) VmmQmpMessage m =
+                    qmp_ok("{\"return\": {\"status\": \"running\", \"singlestep\": false, "
+                           "\"running\": true}}");
+                assert_string_equal(json_string_value(json_object_get(m.value, "status")),
+                                    "running");
+        }
+        {
+                _cleanup_(vmm_qmp_message_done) VmmQmpMessage m =
+                    qmp_ok("{\"return\": [1, 2], \"id\": \"c1\"}");
+                assert_int_equal(m.kind, VMM_QMP_RETURN);
+                assert_int_equal(json_array_size(m.value), 2);
+        }
+        {
+                _cleanup_(vmm_qmp_message_done) VmmQmpMessage m = qmp_ok("{\"return\": null}");
+                assert_true(json_is_null(m.value));
+        }
+        assert_qmp_refused("{\"return\": {}, \"foo\": 1}", "unknown key \"foo\"");
+}
+
+/* VMM-6: error replies become class and desc */
+static void test_qmp_error(void **state)
+{
+        _cleanup_(vmm_qmp_message_done) VmmQmpMessage m = qmp_ok(
+            "{\"error\": {\"class\": \"GenericError\", \"desc\": \"Parameter 'x' is missing\"}, "
+            "\"id\": 3}\r");
+        assert_int_equal(m.kind, VMM_QMP_ERROR);
+        assert_string_equal(m.error_class, "GenericError");
+        assert_string_equal(m.error_desc, "Parameter 'x' is missing");
+        assert_null(m.value);
+
+        assert_qmp_refused("{\"error\": {\"class\": \"GenericError\"}}", "no string \"desc\"");
+        assert_qmp_refused("{\"error\": {\"desc\": \"x\"}}", "no string \"class\"");
+        assert_qmp_refused("{\"error\": {\"class\": \"GenericError\", \"desc\": 5}}",
+                           "no string \"desc\"");
+        assert_qmp_refused("{\"error\": {\"class\": \"A\", \"desc\": \"b\", \"x\": 1}}",
+                           "unknown key \"x\"");
+        assert_qmp_refused("{\"error\": \"GenericError\"}", "not an object");
+        assert_qmp_refused("{\"error\": {\"class\": \"A\", \"desc\": \"b\"}, \"data\": 1}",
+                           "unknown key \"data\"");
+}
+
+/* VMM-6, VMM-20: events carry a name, a timestamp and maybe data */
+static void test_qmp_event(void **state)
+{
+        {
+                _cleanup_(vmm_qmp_message_done) VmmQmpMessage m =
+                    qmp_ok("{\"timestamp\": {\"seconds\": 1788379200, \"microseconds\": 597400}, "
+                           "\"event\": \"SHUTDOWN\", \"data\": {\"guest\": true, \"reason\": "
+                           "\"guest-shutdown\"}}\r");
+                assert_int_equal(m.kind, VMM_QMP_EVENT);
+                assert_string_equal(m.event, "SHUTDOWN");
+                assert_true(json_is_true(json_object_get(m.value, "guest")));
+        }
+        {
+                _cleanup_(vmm_qmp_message_done) VmmQmpMessage m =
+                    qmp_ok("{\"event\": \"POWERDOWN\", \"timestamp\": {\"seconds\": 1, "
+                           "\"microseconds\": 2}}");
+                assert_string_equal(m.event, "POWERDOWN");
+                assert_null(m.value);
+        }
+
+        /* without a name */
+        assert_qmp_refused(
+            "{\"event\": \"\", \"timestamp\": {\"seconds\": 1, \"microseconds\": 2}}",
+            "\"event\" is not a name");
+        assert_qmp_refused(
+            "{\"event\": null, \"timestamp\": {\"seconds\": 1, \"microseconds\": 2}}",
+            "\"event\" is not a name");
+        assert_qmp_refused("{\"event\": {}, \"timestamp\": {\"seconds\": 1, \"microseconds\": 2}}",
+                           "\"event\" is not a name");
+        /* a bad timestamp or data */
+        assert_qmp_refused("{\"event\": \"STOP\"}", "no \"timestamp\"");
+        assert_qmp_refused("{\"event\": \"STOP\", \"timestamp\": 5}", "no \"timestamp\"");
+        assert_qmp_refused("{\"event\": \"STOP\", \"timestamp\": {\"seconds\": 1}}",
+                           "lacks integer");
+        assert_qmp_refused("{\"event\": \"STOP\", \"timestamp\": {\"seconds\": \"1\", "
+                           "\"microseconds\": 2}}",
+                           "lacks integer");
+        assert_qmp_refused("{\"event\": \"STOP\", \"timestamp\": {\"seconds\": 1, "
+                           "\"microseconds\": 2, \"nanoseconds\": 3}}",
+                           "unknown key \"nanoseconds\"");
+        assert_qmp_refused("{\"event\": \"STOP\", \"timestamp\": {\"seconds\": 1, "
+                           "\"microseconds\": 2}, \"data\": []}",
+                           "\"data\" is not an object");
+        assert_qmp_refused("{\"event\": \"STOP\", \"timestamp\": {\"seconds\": 1, "
+                           "\"microseconds\": 2}, \"id\": 1}",
+                           "unknown key \"id\"");
+}
+
+/* GEN-6: duplicate keys are refused, at the top and nested */
+static void test_qmp_duplicate_keys(void **state)
+{
+        assert_qmp_refused("{\"return\": {}, \"return\": {}}", "duplicate");
+        assert_qmp_refused("{\"return\": {\"a\": 1, \"a\": 2}}", "duplicate");
+        assert_qmp_refused("{\"error\": {\"class\": \"A\", \"desc\": \"b\", \"desc\": \"c\"}}",
+                           "duplicate");
+}
+
+/* VMM-6: exactly one of QMP, return, error, event */
+static void test_qmp_kinds(void **state)
+{
+        assert_qmp_refused("{\"return\": {}, \"error\": {\"class\": \"A\", \"desc\": \"b\"}}",
+                           "both \"return\" and \"error\"");
+        assert_qmp_refused("{\"QMP\": {}, \"event\": \"X\"}", "both \"QMP\" and \"event\"");
+        assert_qmp_refused("{\"QMP\": {}, \"return\": {}}", "both");
+        assert_qmp_refused("{}", "none of");
+        assert_qmp_refused("{\"id\": 1}", "none of");
+        assert_qmp_refused("{\"execute\": \"quit\"}", "none of");
+}
+
+/* VMM-6, GEN-5: anything but one JSON object is refused */
+static void test_qmp_not_object(void **state)
+{
+        static const char *const lines[] = {
+            "",
+            "\r",
+            " ",
+            "[]",
+            "[{\"return\": {}}]",
+            "\"return\"",
+            "1",
+            "null",
+            "true",
+            "{\"return\": {}} x",
+            "{\"return\": {}}{}",
+            "{\"return\": {}",
+            "{'return': {}}",
+            "{\"return\": 01}",
+            "\xff{\"return\": {}}",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(lines); i++)
+                assert_qmp_refused(lines[i], "invalid QMP message");
+
+        /* a NUL byte inside the line */
+        static const char nul[] = "{\"return\": {}}\0";
+        assert_qmp_refused_r(nul, sizeof(nul) - 1, -EBADMSG, "invalid QMP message");
+        /* control bytes quoted by jansson stay out of the message */
+        assert_qmp_refused("{\"return\": \x1b[31m}", "invalid QMP message");
+}
+
+/* GEN-6: nesting deeper than 16 levels is refused before jansson sees it */
+static void test_qmp_too_deep(void **state)
+{
+        for (unsigned depth = 14; depth <= 17; depth++) {
+                /* {"return": [[...]]}: the object is level 1, then depth - 1 arrays */
+                _cleanup_free_ char *line = NULL;
+                assert_int_equal(strextend(&line, "{\"return\": "), 0);
+                for (unsigned i = 1; i < depth; i++)
+                        assert_int_equal(strextend(&line, "["), 0);
+                for (unsigned i = 1; i < depth; i++)
+                        assert_int_equal(strextend(&line, "]"), 0);
+                assert_int_equal(strextend(&line, "}"), 0);
+                if (depth <= JSON_DEPTH_MAX) {
+                        _cleanup_(vmm_qmp_message_done) VmmQmpMessage m = qmp_ok(line);
+                        assert_int_equal(m.kind, VMM_QMP_RETURN);
+                } else
+                        assert_qmp_refused(line, "nested deeper than 16");
+        }
+}
+
+/* VMM-6: a line of at most 1 MiB (its "\r" excluded) is read; a longer one is E2BIG */
+static void test_qmp_too_long(void **state)
+{
+        size_t max = VMM_QMP_LINE_MAX;
+        _cleanup_free_ char *line = malloc(max + 2);
+        assert_non_null(line);
+        static const char head[] = "{\"return\": \"";
+        memcpy(line, head, strlen(head));
+        memset(line + strlen(head), 'a', max - strlen(head) - 2);
+        memcpy(line + max - 2, "\"}", 2);
+        line[max] = '\r';
+
+        VmmQmpMessage m;
+        assert_int_equal(vmm_qmp_message_parse(line, max, &m, NULL), 0);
+        assert_int_equal(json_string_length(m.value), max - strlen(head) - 2);
+        vmm_qmp_message_done(&m);
+        assert_int_equal(vmm_qmp_message_parse(line, max + 1, &m, NULL), 0);
+        vmm_qmp_message_done(&m);
+
+        line[max] = ' ';
+        assert_qmp_refused_r(line, max + 1, -E2BIG, "longer than 1048576");
+        line[max + 1] = '\r';
+        assert_qmp_refused_r(line, max + 2, -E2BIG, "longer than 1048576");
+}
+
+/* VMM-6: QEMU's "\r" before the newline is accepted, once */
+static void test_qmp_trailing_cr(void **state)
+{
+        _cleanup_(vmm_qmp_message_done) VmmQmpMessage a = qmp_ok("{\"return\": {}}");
+        _cleanup_(vmm_qmp_message_done) VmmQmpMessage b = qmp_ok("{\"return\": {}}\r");
+        assert_int_equal(a.kind, b.kind);
+        assert_true(json_equal(a.value, b.value));
+        assert_qmp_refused("{\"return\": {}}\rx", "invalid QMP message");
+}
+
+/* vmm_qmp_message_done() accepts NULL and a message twice */
+static void test_qmp_done(void **state)
+{
+        vmm_qmp_message_done(NULL);
+        VmmQmpMessage m = qmp_ok("{\"error\": {\"class\": \"A\", \"desc\": \"b\"}}");
+        vmm_qmp_message_done(&m);
+        assert_null(m.error_class);
+        vmm_qmp_message_done(&m);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_argv_no_gpu),
+            cmocka_unit_test(test_argv_vendor_vfio),
+            cmocka_unit_test(test_argv_mdev),
+            cmocka_unit_test(test_argv_kernel_only),
+            cmocka_unit_test(test_argv_disk_only),
+            cmocka_unit_test(test_argv_kernel_initrd_cmdline_disk),
+            cmocka_unit_test(test_argv_accel),
+            cmocka_unit_test(test_argv_commas),
+            cmocka_unit_test(test_argv_name_is_escaped),
+            cmocka_unit_test(test_keyval_escape),
+            cmocka_unit_test(test_argv_missing_fields),
+            cmocka_unit_test(test_stat_parse),
+            cmocka_unit_test(test_stat_comm),
+            cmocka_unit_test(test_stat_truncated),
+            cmocka_unit_test(test_stat_missing_fields),
+            cmocka_unit_test(test_stat_bad_numbers),
+            cmocka_unit_test(test_stat_trailing_garbage),
+            cmocka_unit_test(test_stat_oversized),
+            cmocka_unit_test(test_stat_real_process),
+            cmocka_unit_test(test_unix_find),
+            cmocka_unit_test(test_unix_non_listening),
+            cmocka_unit_test(test_unix_multiple_listeners),
+            cmocka_unit_test(test_unix_prefix_paths),
+            cmocka_unit_test(test_unix_bad_header),
+            cmocka_unit_test(test_unix_bad_lines),
+            cmocka_unit_test(test_unix_oversized),
+            cmocka_unit_test(test_unix_real_socket),
+            cmocka_unit_test(test_qmp_greeting),
+            cmocka_unit_test(test_qmp_return),
+            cmocka_unit_test(test_qmp_error),
+            cmocka_unit_test(test_qmp_event),
+            cmocka_unit_test(test_qmp_duplicate_keys),
+            cmocka_unit_test(test_qmp_kinds),
+            cmocka_unit_test(test_qmp_not_object),
+            cmocka_unit_test(test_qmp_too_deep),
+            cmocka_unit_test(test_qmp_too_long),
+            cmocka_unit_test(test_qmp_trailing_cr),
+            cmocka_unit_test(test_qmp_done),
+        };
+        return cmocka_run_group_tests_name("vmm", tests, NULL, NULL);
+}
