@@ -14,3 +14,22 @@ int api_health_record_json(const ApiContext *ctx, const HealthRecord *rec, json_
 
 /* The "breaker" object of API-10, also the answer of DELETE /gpu/health/breaker. */
 int api_breaker_json(const ApiContext *ctx, json_t **ret);
+
+/* Between the route files: 503 not_ready while starting or stopping (API-17, OPS-3): 1 when
+ * answered. */
+int api_refuse_unless_ready(ApiContext *ctx, HttpRequest *req);
+/* 400 for a body on a POST that takes none: -EINVAL when answered. */
+int api_refuse_body(HttpRequest *req);
+
+/* api-instances.c: API-7's instance object and the instance routes. */
+int api_instance_json(const InstanceRecord *r, json_t **ret);
+int api_handle_instances_list(HttpRequest *req, void *userdata);
+int api_handle_instance_create(HttpRequest *req, void *userdata);
+int api_handle_instance_get(HttpRequest *req, void *userdata);
+int api_handle_instance_delete(HttpRequest *req, void *userdata);
+int api_handle_instance_start(HttpRequest *req, void *userdata);
+int api_handle_instance_stop(HttpRequest *req, void *userdata);
+int api_handle_instance_standby(HttpRequest *req, void *userdata);
+int api_handle_instance_snapshot(HttpRequest *req, void *userdata);
+int api_handle_instance_fork(HttpRequest *req, void *userdata);
+int api_handle_instance_console(HttpRequest *req, void *userdata);

@@ -69,6 +69,10 @@ static json_t *vf_json(const ApiContext *ctx, const ApiSnapshot *snap, size_t i)
         if (gpu_vf_is_readable(vf) && vf->current_profile &&
             json_set(o, "profile", json_string(vf->current_profile)) < 0)
                 return NULL;
+        const InstanceRecord *owner =
+            ctx->instances ? instance_manager_find_claim(ctx->instances, vf->address) : NULL;
+        if (owner && json_set(o, "instance_id", json_string(owner->id)) < 0)
+                return NULL;
         if (json_set(o, "failures", json_u64(rec ? rec->n_failures : 0)) < 0)
                 return NULL;
         if (snap->vf_uncertain[i] && json_set(o, "uncertain", json_true()) < 0)

@@ -94,14 +94,18 @@ static int write_nvml(MetricsWriter *w, const ApiContext *ctx)
 }
 
 /*
- * The families of the instance, sentinel and reconciler stages. Their owners (instances/,
- * ctrl/'s sentinel and release stages) do not exist yet, so every sample is 0 (MET-3: the
- * families and their label values are there from start-up); each family reads its owner's
- * counters once that module exists.
+ * The families of the instance, sentinel and reconciler stages. The instance figures are the
+ * instance manager's; the sentinel's and the reconciler's release stages do not exist yet, so
+ * their samples are 0 (MET-3: the families and their label values are there from start-up).
  */
 static int write_instances(MetricsWriter *w, const ApiContext *ctx)
 {
         const HealthStore *hs = ctx->health;
+        InstanceManagerStats st = {0};
+        if (ctx->instances)
+                instance_manager_get_stats(ctx->instances, &st);
+        /* MET-2 lists in_grace "true" first. */
+        const uint64_t kills[] = {st.forced_kills[1], st.forced_kills[0]};
         int r;
 
         static const char *const results[] = {
@@ -153,14 +157,14 @@ static int write_instances(MetricsWriter *w, const ApiContext *ctx)
                     w,
                     &(Family){"vgpud_instances_vgpu_reconcile_liveness_uncertain_total",
                               METRIC_COUNTER, "Ambiguous VMM liveness verdicts that kept a claim."},
-                    0);
+                    st.liveness_uncertain);
         if (r < 0)
                 return r;
 
         static const char *const states[] = {"Creating", "Running", "Stopping",
                                              "Stopped",  "Failed",  "Deleting"};
         r = write_labelled(w, &(Family){"vgpud_instances", METRIC_GAUGE, "Instances by state."},
-                           "state", states, zero, ELEMENTSOF(states));
+                           "state", states, st.by_state, ELEMENTSOF(states));
         if (r < 0)
                 return r;
 
@@ -168,7 +172,7 @@ static int write_instances(MetricsWriter *w, const ApiContext *ctx)
         r = write_labelled(w,
                            &(Family){"vgpud_instances_vmm_forced_kills_total", METRIC_COUNTER,
                                      "SIGKILLs sent to VMMs with a VFIO device."},
-                           "in_grace", grace, zero, ELEMENTSOF(grace));
+                           "in_grace", grace, kills, ELEMENTSOF(grace));
         if (r >= 0)
                 r = write_single(w,
                                  &(Family){"vgpud_instances_vgpu_quarantine_breaker_open",

@@ -25,7 +25,7 @@ static int reply_body(HttpRequest *req, unsigned status, json_t *body, int r)
  * API-17: until the first reconcile pass, and while stopping, nothing changes state. Returns 1
  * when it answered 503, 0 when the daemon is ready.
  */
-static int refuse_unless_ready(ApiContext *ctx, HttpRequest *req)
+int api_refuse_unless_ready(ApiContext *ctx, HttpRequest *req)
 {
         if (ctx->stopping) {
                 (void)http_reply_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
@@ -61,7 +61,7 @@ static int handle_healthz(HttpRequest *req, void *userdata)
 static int handle_readyz(HttpRequest *req, void *userdata)
 {
         ApiContext *ctx = userdata;
-        if (refuse_unless_ready(ctx, req))
+        if (api_refuse_unless_ready(ctx, req))
                 return 0;
         json_auto_t *body = json_pack("{s:s}", "status", "ready");
         if (!body)
@@ -129,7 +129,7 @@ static int handle_metrics(HttpRequest *req, void *userdata)
 /* ---- operator health routes (API-18) --------------------------------------------------------- */
 
 typedef enum OpKind {
-        OP_RECORDS, /* answers {"records": [...], "running_instances": []} */
+        OP_RECORDS, /* answers {"records": [...], "running_instances": [...]} */
         OP_BREAKER, /* answers {"breaker": {...}} */
 } OpKind;
 
@@ -172,11 +172,19 @@ static int answer_records(ApiWaiter *w)
         ApiContext *ctx = w->ctx;
         const HealthState *st = health_store_state(ctx->health);
         json_auto_t *body = json_object();
-        json_t *records = json_array();
+        json_t *records = json_array(), *running = json_array();
 
         if (!body || json_set(body, "records", records) < 0 ||
-            json_set(body, "running_instances", json_array()) < 0)
+            json_set(body, "running_instances", running) < 0)
                 return -ENOMEM;
+        for (char **vf = w->vfs; vf && *vf; vf++) {
+                /* API-18: the instances that still run on the affected VFs. */
+                const InstanceRecord *owner =
+                    ctx->instances ? instance_manager_find_claim(ctx->instances, *vf) : NULL;
+                if (owner && instance_manager_is_running(ctx->instances, owner->id) &&
+                    json_push(running, json_pack("{s:s, s:s}", "id", owner->id, "vf", *vf)) < 0)
+                        return -ENOMEM;
+        }
         for (char **vf = w->vfs; vf && *vf; vf++) {
                 const HealthRecord *rec = health_state_find(st, *vf);
                 json_t *o;
@@ -362,7 +370,7 @@ static int parse_reason(HttpRequest *req, json_t **ret_body, const char **ret_re
         return 0;
 }
 
-static int refuse_body(HttpRequest *req)
+int api_refuse_body(HttpRequest *req)
 {
         size_t size = 0;
         (void)http_request_get_body(req, &size);
@@ -420,7 +428,7 @@ static int handle_quarantine(HttpRequest *req, void *userdata)
         const char *reason;
         if (parse_reason(req, &body, &reason) < 0)
                 return 0;
-        if (refuse_unless_ready(ctx, req) != 0)
+        if (api_refuse_unless_ready(ctx, req) != 0)
                 return 0;
         if (!gpu_host_find_vf(api_host(ctx), address))
                 return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
@@ -440,7 +448,7 @@ static int handle_clear(HttpRequest *req, void *userdata)
 {
         ApiContext *ctx = userdata;
         const char *address = address_param(req);
-        if (!address || refuse_body(req) < 0 || refuse_unless_ready(ctx, req) != 0)
+        if (!address || api_refuse_body(req) < 0 || api_refuse_unless_ready(ctx, req) != 0)
                 return 0;
         /* API-18: clearing may name an absent VF that still has a record. */
         if (!gpu_host_find_vf(api_host(ctx), address) &&
@@ -465,7 +473,7 @@ static int handle_drain(HttpRequest *req, void *userdata)
                 return 0;
         json_auto_t *body = NULL;
         const char *reason;
-        if (parse_reason(req, &body, &reason) < 0 || refuse_unless_ready(ctx, req) != 0)
+        if (parse_reason(req, &body, &reason) < 0 || api_refuse_unless_ready(ctx, req) != 0)
                 return 0;
         if (!gpu_host_find_gpu(api_host(ctx), address))
                 return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
@@ -486,7 +494,7 @@ static int handle_drain(HttpRequest *req, void *userdata)
 static int handle_pf_change(HttpRequest *req, ApiContext *ctx, HealthRequestKind kind)
 {
         const char *address = address_param(req);
-        if (!address || refuse_body(req) < 0 || refuse_unless_ready(ctx, req) != 0)
+        if (!address || api_refuse_body(req) < 0 || api_refuse_unless_ready(ctx, req) != 0)
                 return 0;
         if (!gpu_host_find_gpu(api_host(ctx), address))
                 return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
@@ -513,13 +521,15 @@ static int handle_clear_gpu(HttpRequest *req, void *userdata)
 static int handle_breaker_reset(HttpRequest *req, void *userdata)
 {
         ApiContext *ctx = userdata;
-        if (refuse_body(req) < 0 || refuse_unless_ready(ctx, req) != 0)
+        if (api_refuse_body(req) < 0 || api_refuse_unless_ready(ctx, req) != 0)
                 return 0;
         return submit_change(ctx, req, &(HealthRequest){.kind = HEALTH_REQUEST_BREAKER_RESET},
                              OP_BREAKER, NULL);
 }
 
 /* ---- the table ------------------------------------------------------------------------------- */
+
+static const char *const console_query[] = {"tail_bytes", NULL};
 
 static const HttpRoute routes[] = {
     {"GET", "/healthz", handle_healthz, NULL, true},
@@ -535,6 +545,16 @@ static const HttpRoute routes[] = {
     {"DELETE", "/gpu/gpus/{address}/drain", handle_undrain, NULL, false},
     {"DELETE", "/gpu/gpus/{address}/records", handle_clear_gpu, NULL, false},
     {"GET", "/metrics", handle_metrics, NULL, false},
+    {"GET", "/instances", api_handle_instances_list, NULL, false},
+    {"POST", "/instances", api_handle_instance_create, NULL, false},
+    {"GET", "/instances/{id}", api_handle_instance_get, NULL, false},
+    {"DELETE", "/instances/{id}", api_handle_instance_delete, NULL, false},
+    {"POST", "/instances/{id}/start", api_handle_instance_start, NULL, false},
+    {"POST", "/instances/{id}/stop", api_handle_instance_stop, NULL, false},
+    {"POST", "/instances/{id}/standby", api_handle_instance_standby, NULL, false},
+    {"POST", "/instances/{id}/snapshot", api_handle_instance_snapshot, NULL, false},
+    {"POST", "/instances/{id}/fork", api_handle_instance_fork, NULL, false},
+    {"GET", "/instances/{id}/console", api_handle_instance_console, console_query, false},
 };
 
 const HttpRoute *api_routes(size_t *ret_n)

@@ -52,6 +52,8 @@ int api_placement_disabled_reason(const ApiContext *ctx, char **ret)
                 reason = gpu_tracker_error(ctx->tracker);
         if (!reason && ctx->reconciler)
                 reason = reconciler_scan_error(ctx->reconciler);
+        if (!reason && ctx->instances)
+                reason = instance_manager_disabled_reason(ctx->instances); /* INST-22 */
         if (reason) {
                 char *copy = strdup(reason);
                 if (!copy)

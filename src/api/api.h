@@ -31,6 +31,7 @@
 #include "gpu/gpu.h"
 #include "health/health.h"
 #include "http/http.h"
+#include "instances/instances.h"
 #include "metrics/metrics.h"
 #include "nvml/nvml.h"
 #include "placement/placement.h"
@@ -44,11 +45,12 @@ typedef struct ApiContext {
         const Config *config;
         HealthStore *health;
         NvmlClient *nvml;
-        WorkerPool *workers;    /* the sysfs pool: uncertain VFs (GEN-4), exhaustion */
-        GpuTracker *tracker;    /* the host as last discovered, DISC-7's error */
-        Reconciler *reconciler; /* DEV-14's scan failure; NULL: none */
-        Claimer *claimer;       /* reservations and claims (PLACE-21); NULL: none */
-        HttpServer *http;       /* for vgpud_http_requests_total; NULL before the listeners */
+        WorkerPool *workers;        /* the sysfs pool: uncertain VFs (GEN-4), exhaustion */
+        GpuTracker *tracker;        /* the host as last discovered, DISC-7's error */
+        Reconciler *reconciler;     /* DEV-14's scan failure; NULL: none */
+        Claimer *claimer;           /* reservations and claims (PLACE-21); NULL: none */
+        InstanceManager *instances; /* the instances (INST); NULL: none (tests of reads) */
+        HttpServer *http;           /* for vgpud_http_requests_total; NULL before the listeners */
 
         bool ready;    /* the first reconcile pass has run (API-17) */
         bool stopping; /* shutting down (OPS-3): mutations are refused */

@@ -111,6 +111,8 @@ static void become_ready(Manager *m)
         log_line(LOG_LEVEL_INFO, 0, "vgpud ready", "gpus",
                  h ? (h->n_gpus ? "present" : "none") : "unknown", NULL);
         manager_check_placement(m);
+        /* INST-21: the actions that wait on a VMM start as ordinary operations now. */
+        instance_manager_start_recovery(m->instances);
 
         /* GEN-10: timers start after READY=1. */
         (void)manager_arm_timer(m, &m->reconcile_timer, m->config.gpu.reconcile_interval,
@@ -188,7 +190,7 @@ void manager_maybe_finish_stop(Manager *m)
                 return;
         /* In-flight operations have reached disk and every waiting client has its answer. */
         if (m->health_writing || (m->health && health_store_write_pending(m->health)) ||
-            m->api.n_suspended > 0)
+            m->api.n_suspended > 0 || (m->instances && !instance_manager_is_settled(m->instances)))
                 return;
         (void)sd_event_exit(m->event, m->exit_status);
 }
@@ -224,7 +226,7 @@ int manager_new(Manager **ret)
         Manager *m = calloc(1, sizeof *m);
         if (!m)
                 return -ENOMEM;
-        m->lock_fd = m->data_dir_fd = -1;
+        m->lock_fd = m->data_dir_fd = m->instances_dirfd = -1;
         *ret = m;
         return 0;
 }
@@ -365,6 +367,9 @@ int manager_start(Manager *m, Config *config, char **error)
         r = manager_health_setup(m);
         if (r < 0)
                 return error_set(error, r, "set up the VF health store: %s", strerror(-r));
+        r = manager_instances_setup(m, error);
+        if (r < 0)
+                return r;
         r = setup_reconciler(m);
         if (r < 0)
                 return error_set(error, r, "set up the reconciler: %s", strerror(-r));
@@ -421,6 +426,9 @@ Manager *manager_free(Manager *m)
          */
         if (m->workers)
                 worker_pool_free(m->workers);
+        if (m->disk_pool)
+                worker_pool_free(m->disk_pool);
+        manager_instances_free(m);
         m->reconciler = reconciler_free(m->reconciler);
         m->tracker = gpu_tracker_free(m->tracker);
 

@@ -22,8 +22,10 @@
 #include "config/config.h"
 #include "ctrl/ctrl.h"
 #include "gpu/gpu.h"
+#include "device/device.h"
 #include "health/health.h"
 #include "http/http.h"
+#include "instances/instances.h"
 #include "notify/notify.h"
 #include "nvml/nvml.h"
 #include "sysfs/sysfs.h"
@@ -55,10 +57,15 @@ typedef struct Manager {
         sd_event_source *health_write_defer, *repair_defer; /* health_write_defer: any I/O */
 
         WorkerPool *workers;
+        WorkerPool *disk_pool; /* instance records, spawns, console reads (GEN-4: apart) */
         NvmlClient *nvml;
         GpuTracker *tracker;    /* the host's one picture (ARCHITECTURE.md decision 3) */
         Reconciler *reconciler; /* the passes (ctrl/) */
         HealthStore *health;
+        DeviceRoots device_roots;
+        DeviceOps *device_ops;      /* releases and the Claimer's writes */
+        InstanceManager *instances; /* the VMs (instances/); owns the Claimer */
+        int instances_dirfd;        /* <data_dir>/instances */
         JwtSecret *jwt_secret;
         HttpServer *http;
         ApiContext api;
@@ -97,6 +104,10 @@ void manager_schedule_repair(void *userdata);
 int manager_health_repair(Manager *m);
 int manager_on_health_poll(sd_event_source *s, uint64_t usec, void *userdata);
 void manager_health_reload(Manager *m);
+
+/* manager-instances.c */
+int manager_instances_setup(Manager *m, char **error);
+void manager_instances_free(Manager *m);
 
 /* manager.c */
 void manager_check_placement(Manager *m);

@@ -64,17 +64,17 @@ typedef struct InstanceBoot {
 } InstanceBoot;
 
 typedef struct InstanceGpu {
-        char *profile;     /* NULL: no vGPU requested; the rest is then NULL/zero too */
-        char *framework;   /* the claim: "vendor-vfio" or "mdev"; NULL while unclaimed */
-        char *device_path; /* <sysfs_root>/bus/pci/devices/<vf> or .../bus/mdev/devices/<uuid> */
-        char *mdev_uuid;   /* mdev claims only */
+        char *profile;        /* NULL: no vGPU requested; the rest is then NULL/zero too */
+        char *framework;      /* the claim: "vendor-vfio" or "mdev"; NULL while unclaimed */
+        char *device_path;    /* <sysfs_root>/bus/pci/devices/<vf> or .../bus/mdev/devices/<uuid> */
+        char *mdev_uuid;      /* mdev claims only */
         Timestamp claimed_at; /* zero while unclaimed */
 } InstanceGpu;
 
 typedef struct InstanceHypervisor {
-        pid_t pid;           /* 0: none */
-        uint64_t start_time; /* with pid */
-        char *boot_id;       /* with pid */
+        pid_t pid;                       /* 0: none */
+        uint64_t start_time;             /* with pid */
+        char *boot_id;                   /* with pid */
         char *qmp_socket, *agent_socket; /* NULL when absent */
 } InstanceHypervisor;
 
@@ -160,8 +160,7 @@ int instance_boot_paths_check(const InstanceBoot *boot, char *const *image_dirs,
 int instance_record_save_at(int instances_dirfd, const InstanceRecord *r, char **error);
 
 /* Reads and parses <id>/instance.json; -ENOENT when it is missing. A leftover temp is removed. */
-int instance_record_load_at(int instances_dirfd, const char *id, InstanceRecord *ret,
-                            char **error);
+int instance_record_load_at(int instances_dirfd, const char *id, InstanceRecord *ret, char **error);
 
 /*
  * INST-20's removal: renames <id> to .deleted-<id>, fsyncs instances/, deletes the tree.
@@ -171,10 +170,10 @@ int instance_record_load_at(int instances_dirfd, const char *id, InstanceRecord 
 int instance_remove_at(int instances_dirfd, const char *id, char **error);
 
 typedef struct InstanceDirList {
-        char **ids;      /* directories named by a valid id holding instance.json */
-        char **deleted;  /* ".deleted-*" names left to delete */
-        char **orphans;  /* valid-id directories without instance.json (INST-20) */
-        char **unknown;  /* anything else: logged, never touched */
+        char **ids;     /* directories named by a valid id holding instance.json */
+        char **deleted; /* ".deleted-*" names left to delete */
+        char **orphans; /* valid-id directories without instance.json (INST-20) */
+        char **unknown; /* anything else: logged, never touched */
 } InstanceDirList;
 
 void instance_dir_list_done(InstanceDirList *l);
@@ -184,3 +183,147 @@ int instance_dir_list_at(int instances_dirfd, InstanceDirList *ret, char **error
 
 /* Deletes the tree name below dirfd (never following links): .deleted-* and orphans. */
 int instance_tree_delete_at(int dirfd, const char *name, char **error);
+
+/* ---- the instance manager (INST-8..25; instance-manager.c, instance-ops.c) ----------------- */
+
+/*
+ * An InstanceManager owns every instance on the event loop: the records in memory (written
+ * through a disk worker pool of their own, so that stuck sysfs calls never stop persistence,
+ * GEN-4), one operation at a time per instance (INST-9), admission (INST-10, INST-11), the
+ * Claimer (claim-first, PLACE-1, PLACE-20) and each running VMM (vmm/). Operations announce each
+ * transition by persisting it before they act (INST-8), and answer their caller once a persisted
+ * state is reached (INST-23: the caller's disconnect cancels nothing).
+ */
+
+#include <systemd/sd-event.h>
+
+#include "claim/claim.h"
+#include "config/config.h"
+#include "device/device.h"
+#include "sysfs/sysfs.h"
+#include "vmm/vmm.h"
+#include "worker/worker.h"
+
+typedef struct InstanceManager InstanceManager;
+
+/* What kind of failure ended an operation; api/ maps it to API-21's status and code. */
+typedef enum InstanceFailure {
+        INSTANCE_FAILURE_NONE,
+        INSTANCE_FAILURE_INVALID_REQUEST,        /* 400 invalid_request */
+        INSTANCE_FAILURE_UNKNOWN_PROFILE,        /* 400 unknown_profile */
+        INSTANCE_FAILURE_NOT_FOUND,              /* 404 not_found */
+        INSTANCE_FAILURE_ALREADY_EXISTS,         /* 409 already_exists */
+        INSTANCE_FAILURE_BUSY,                   /* 409 busy */
+        INSTANCE_FAILURE_INVALID_STATE,          /* 409 invalid_state */
+        INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, /* 409 insufficient_resources */
+        INSTANCE_FAILURE_PLACEMENT_DISABLED,     /* 503 placement_disabled */
+        INSTANCE_FAILURE_NOT_IMPLEMENTED,        /* 501 not_implemented */
+        INSTANCE_FAILURE_INTERNAL,               /* 500 internal */
+        _INSTANCE_FAILURE_MAX,
+} InstanceFailure;
+
+typedef struct InstanceOutcome {
+        int r;                   /* >= 0, or -errno */
+        InstanceFailure failure; /* r < 0 */
+        const char *error;       /* r < 0: the SPEC text, never NULL */
+        /* r >= 0: the instance after the operation; NULL after a delete or a rolled-back create */
+        const InstanceRecord *record;
+} InstanceOutcome;
+
+/* Runs once on the loop, never inside the call that started the operation. */
+typedef void (*InstanceDoneFunc)(const InstanceOutcome *outcome, void *userdata);
+
+typedef struct InstanceManagerConfig {
+        const Config *config;   /* image_dirs, qemu, vmm.*, gpu.vfio_*, runtime_dir (borrowed) */
+        int instances_dirfd;    /* <data_dir>/instances (borrowed) */
+        const Root *proc;       /* proc_root */
+        const char *dev_root;   /* dev_root, absolute */
+        const char *sysfs_path; /* sysfs_root, for device paths */
+        WorkerPool *disk_pool;  /* record I/O, spawns, path checks, console reads, liveness */
+        DeviceOps *ops;         /* releases (borrowed) */
+        /* The claim flow's configuration; the manager fills in its owner (borrowed parts). */
+        ClaimerConfig claimer;
+        /*
+         * INST-11: placement_disabled_reason as the API shows it, NULL while enabled. The
+         * manager's own INST-22 reason is part of it (instance_manager_disabled_reason()).
+         */
+        char *(*placement_disabled)(void *userdata);
+        /* INST-10: allocatable VFs now, from the shared snapshot (PLACE-21). */
+        int (*slot_figures)(void *userdata, uint64_t *ret_total, uint64_t *ret_used,
+                            uint64_t *ret_allocatable, bool *ret_has_gpu);
+        void *userdata;
+        const Clock *clock; /* created_at; NULL for clock_realtime */
+} InstanceManagerConfig;
+
+int instance_manager_new(const InstanceManagerConfig *config, InstanceManager **ret, char **error);
+/* Drops every operation without answering; running VMMs keep running. Free the pools first. */
+InstanceManager *instance_manager_free(InstanceManager *m);
+DEFINE_TRIVIAL_CLEANUP_FUNC(InstanceManager *, instance_manager_free);
+#define _cleanup_instance_manager_ _cleanup_(instance_manager_freep)
+
+/* Adds the manager's sources (the Claimer's, each VMM's) to event. -EBUSY if attached. */
+int instance_manager_attach_event(InstanceManager *m, sd_event *event);
+
+/*
+ * GEN-10's record step: sweeps INST-20's leftovers, loads every record, probes each VMM's
+ * liveness and classifies the record by INST-21's table without waiting on any VMM (state
+ * changes are written before this returns). Unloadable records keep placement disabled
+ * (INST-22). Fails only on ENOMEM or an unreadable instances/ directory.
+ */
+int instance_manager_load(InstanceManager *m, char **error);
+
+/* After READY=1: starts INST-21's waiting actions as ordinary operations. */
+void instance_manager_start_recovery(InstanceManager *m);
+
+Claimer *instance_manager_get_claimer(InstanceManager *m);
+
+/* INST-22's `instance record <dir> unreadable: <err>`, NULL when every record loaded. */
+const char *instance_manager_disabled_reason(const InstanceManager *m);
+
+/*
+ * The operations (INST-12..19, 24, 25). Each returns 0 once started (done runs later), or < 0
+ * when refused at once, with *ret_failure and *ret_error (malloc'd) saying why (not found, busy,
+ * invalid state, name taken, admission). done is not called then.
+ */
+int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, InstanceDoneFunc done,
+                            void *userdata, InstanceFailure *ret_failure, char **ret_error);
+int instance_manager_start(InstanceManager *m, const char *id, InstanceDoneFunc done,
+                           void *userdata, InstanceFailure *ret_failure, char **ret_error);
+int instance_manager_stop(InstanceManager *m, const char *id, InstanceDoneFunc done, void *userdata,
+                          InstanceFailure *ret_failure, char **ret_error);
+int instance_manager_delete(InstanceManager *m, const char *id, InstanceDoneFunc done,
+                            void *userdata, InstanceFailure *ret_failure, char **ret_error);
+
+/* INST-24 for operation "standby", "snapshot" or "fork": always < 0, with the refusal. */
+int instance_manager_refuse(InstanceManager *m, const char *id, const char *operation,
+                            InstanceFailure *ret_failure, char **ret_error);
+
+/* Reads (API-16: from memory). */
+const InstanceRecord *instance_manager_get(const InstanceManager *m, const char *id);
+/* Every instance sorted by created_at, then id (API-2); the array is the manager's. */
+size_t instance_manager_list(InstanceManager *m, const InstanceRecord *const **ret);
+/* The instance whose claim holds vf (vendor-VFIO VF, or an mdev's parent VF), or NULL. */
+const InstanceRecord *instance_manager_find_claim(const InstanceManager *m, const char *vf);
+/* Whether a VMM of the instance may be running (API-18's running_instances). */
+bool instance_manager_is_running(const InstanceManager *m, const char *id);
+
+/*
+ * The console route (API-2): the last tail_bytes of console.log, read on the disk pool.
+ * done gets r >= 0 and the bytes, or r < 0 and a message.
+ */
+typedef void (*InstanceConsoleFunc)(int r, const char *data, size_t size, const char *error,
+                                    void *userdata);
+int instance_manager_console(InstanceManager *m, const char *id, size_t tail_bytes,
+                             InstanceConsoleFunc done, void *userdata, InstanceFailure *ret_failure,
+                             char **ret_error);
+
+/* Counters and figures for /metrics (MET-2). */
+typedef struct InstanceManagerStats {
+        uint64_t by_state[_INSTANCE_STATE_MAX];
+        uint64_t forced_kills[2];    /* [in_grace] (VMM-12) */
+        uint64_t liveness_uncertain; /* VMM-19 */
+} InstanceManagerStats;
+void instance_manager_get_stats(const InstanceManager *m, InstanceManagerStats *ret);
+
+/* OPS-3: whether no operation is between two persisted states (shutdown may finish). */
+bool instance_manager_is_settled(const InstanceManager *m);

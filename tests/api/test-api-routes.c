@@ -2,8 +2,9 @@
 /*
  * API-19: the router and api/openapi.yaml list the same (method, path) pairs, and the served
  * document is the repository's file byte for byte. Also the route table's own rules: it
- * validates, public routes are exactly /healthz, /readyz and /openapi.yaml (API-12), and no
- * instance route is in this release. And API-21's code and status for each claim failure kind.
+ * validates, public routes are exactly /healthz, /readyz and /openapi.yaml (API-12), every
+ * instance route of API-2 is there, and only the console route takes a query parameter. And
+ * API-21's code and status for each claim failure kind.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -132,9 +133,35 @@ static void test_route_table(void **state)
                                    streq(routes[i].pattern, "/readyz") ||
                                    streq(routes[i].pattern, "/openapi.yaml");
                 assert_int_equal(routes[i].public, public_path);
-                /* The instance routes come with the instances release. */
-                assert_null(startswith(routes[i].pattern, "/instances"));
-                assert_null(routes[i].query);
+                if (streq(routes[i].pattern, "/instances/{id}/console")) {
+                        assert_non_null(routes[i].query);
+                        assert_string_equal(routes[i].query[0], "tail_bytes");
+                        assert_null(routes[i].query[1]);
+                } else
+                        assert_null(routes[i].query);
+        }
+
+        /* API-2's instance routes, INST-24's refused ones included. */
+        static const char *const instance_routes[][2] = {
+            {"GET", "/instances"},
+            {"POST", "/instances"},
+            {"GET", "/instances/{id}"},
+            {"DELETE", "/instances/{id}"},
+            {"POST", "/instances/{id}/start"},
+            {"POST", "/instances/{id}/stop"},
+            {"POST", "/instances/{id}/standby"},
+            {"POST", "/instances/{id}/snapshot"},
+            {"POST", "/instances/{id}/fork"},
+            {"GET", "/instances/{id}/console"},
+        };
+        for (size_t k = 0; k < ELEMENTSOF(instance_routes); k++) {
+                bool found = false;
+                for (size_t i = 0; i < n; i++)
+                        found = found || (streq(routes[i].method, instance_routes[k][0]) &&
+                                          streq(routes[i].pattern, instance_routes[k][1]));
+                if (!found)
+                        fail_msg("route %s %s missing", instance_routes[k][0],
+                                 instance_routes[k][1]);
         }
 }
 

@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The instance routes (API-2, API-7..9, API-21, INST-3, INST-23, INST-24): reads answer from the
+ * manager's memory; lifecycle requests are suspended until their operation reaches a persisted
+ * state, and a client that leaves meanwhile cancels nothing (the answer is then dropped).
+ */
+#include <microhttpd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api-internal.h"
+
+/* ---- JSON (API-7, API-8) ------------------------------------------------------------------- */
+
+int api_instance_json(const InstanceRecord *r, json_t **ret)
+{
+        char created[TIMESTAMP_STRLEN], claimed[TIMESTAMP_STRLEN];
+        json_auto_t *boot =
+            json_pack("{s:s*, s:s*, s:s*, s:s*}", "kernel", r->boot.kernel, "initrd",
+                      r->boot.initrd, "cmdline", r->boot.cmdline, "disk", r->boot.disk);
+        json_auto_t *gpu = NULL;
+        if (r->gpu.profile) {
+                bool claimed_now = instance_record_is_claimed(r);
+                gpu = json_pack("{s:s, s:s*, s:s*, s:s*}", "profile", r->gpu.profile, "device_path",
+                                r->gpu.device_path, "mdev_uuid", r->gpu.mdev_uuid, "claimed_at",
+                                claimed_now ? format_timestamp(r->gpu.claimed_at, claimed) : NULL);
+                if (!gpu)
+                        return -ENOMEM;
+        }
+        if (!boot)
+                return -ENOMEM;
+        json_auto_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O, s:O*, s:s*}", "id", r->id,
+                                   "name", r->name, "state", instance_state_to_string(r->state),
+                                   "created_at", format_timestamp(r->created_at, created), "vcpus",
+                                   (json_int_t)r->vcpus, "memory_mb", (json_int_t)r->memory_mb,
+                                   "boot", boot, "gpu", gpu, "error", r->error);
+        if (!o)
+                return -ENOMEM;
+        *ret = TAKE_PTR(o);
+        return 0;
+}
+
+static int reply_instance(HttpRequest *req, unsigned status, const InstanceRecord *r)
+{
+        json_auto_t *o = NULL;
+        int k = api_instance_json(r, &o);
+        if (k < 0)
+                return k;
+        return http_reply_json(req, status, o);
+}
+
+/* ---- failures (API-21) --------------------------------------------------------------------- */
+
+static const struct {
+        unsigned status;
+        const char *code;
+} failure_map[_INSTANCE_FAILURE_MAX] = {
+    [INSTANCE_FAILURE_NONE] = {MHD_HTTP_INTERNAL_SERVER_ERROR, "internal"},
+    [INSTANCE_FAILURE_INVALID_REQUEST] = {MHD_HTTP_BAD_REQUEST, "invalid_request"},
+    [INSTANCE_FAILURE_UNKNOWN_PROFILE] = {MHD_HTTP_BAD_REQUEST, "unknown_profile"},
+    [INSTANCE_FAILURE_NOT_FOUND] = {MHD_HTTP_NOT_FOUND, "not_found"},
+    [INSTANCE_FAILURE_ALREADY_EXISTS] = {MHD_HTTP_CONFLICT, "already_exists"},
+    [INSTANCE_FAILURE_BUSY] = {MHD_HTTP_CONFLICT, "busy"},
+    [INSTANCE_FAILURE_INVALID_STATE] = {MHD_HTTP_CONFLICT, "invalid_state"},
+    [INSTANCE_FAILURE_INSUFFICIENT_RESOURCES] = {MHD_HTTP_CONFLICT, "insufficient_resources"},
+    [INSTANCE_FAILURE_PLACEMENT_DISABLED] = {MHD_HTTP_SERVICE_UNAVAILABLE, "placement_disabled"},
+    [INSTANCE_FAILURE_NOT_IMPLEMENTED] = {MHD_HTTP_NOT_IMPLEMENTED, "not_implemented"},
+    [INSTANCE_FAILURE_INTERNAL] = {MHD_HTTP_INTERNAL_SERVER_ERROR, "internal"},
+};
+
+static const char *api_instance_failure_code(InstanceFailure f)
+{
+        return f < _INSTANCE_FAILURE_MAX ? failure_map[f].code : "internal";
+}
+
+static unsigned api_instance_failure_status(InstanceFailure f)
+{
+        return f < _INSTANCE_FAILURE_MAX ? failure_map[f].status : MHD_HTTP_INTERNAL_SERVER_ERROR;
+}
+
+static int reply_failure(HttpRequest *req, InstanceFailure f, const char *error)
+{
+        return http_reply_error(req, api_instance_failure_status(f), api_instance_failure_code(f),
+                                "%s", error ? error : "unknown error");
+}
+
+/* ---- waiting requests (INST-23) ------------------------------------------------------------ */
+
+typedef struct InstanceWaiter {
+        HttpRequest *req;
+        unsigned status; /* on success */
+} InstanceWaiter;
+
+static void on_done(const InstanceOutcome *o, void *userdata)
+{
+        InstanceWaiter *w = userdata;
+        int r;
+        if (o->r < 0)
+                r = reply_failure(w->req, o->failure, o->error);
+        else if (w->status == MHD_HTTP_NO_CONTENT || !o->record)
+                r = http_reply(w->req, MHD_HTTP_NO_CONTENT, NULL, NULL, 0);
+        else
+                r = reply_instance(w->req, w->status, o->record);
+        if (r < 0 && r != -ECONNABORTED)
+                (void)http_reply_error(w->req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
+                                       "answer: %s", strerror(-r));
+        http_request_unref(w->req);
+        free(w);
+}
+
+typedef int (*InstanceOp)(InstanceManager *m, const char *id, InstanceDoneFunc done, void *userdata,
+                          InstanceFailure *ret_failure, char **ret_error);
+
+/* The id parameter (INST-3: 400 invalid_id before any file is touched); NULL when answered. */
+static const char *id_param(HttpRequest *req)
+{
+        const char *id = http_request_get_param(req, "id");
+        if (id && instance_id_is_valid(id))
+                return id;
+        (void)http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_id",
+                               "invalid instance id \"%s\": 20 characters of [a-z0-9] expected",
+                               id ? id : "");
+        return NULL;
+}
+
+/*
+ * After a manager call with waiter w: r < 0 refused (answered here), 1 nothing to do (the
+ * instance as it is), else the request waits for on_done.
+ */
+static int settle(HttpRequest *req, ApiContext *ctx, InstanceWaiter *w, int r, const char *id,
+                  InstanceFailure f, const char *error)
+{
+        if (r < 0 || r == 1) {
+                unsigned status = w->status;
+                http_request_unref(w->req);
+                free(w);
+                if (r < 0)
+                        return reply_failure(req, f, error);
+                return reply_instance(req, status, instance_manager_get(ctx->instances, id));
+        }
+        return http_request_suspend(req);
+}
+
+static InstanceWaiter *waiter_new(HttpRequest *req, unsigned status)
+{
+        InstanceWaiter *w = calloc(1, sizeof *w);
+        if (w)
+                *w = (InstanceWaiter){.req = http_request_ref(req), .status = status};
+        return w;
+}
+
+static int lifecycle(HttpRequest *req, void *userdata, InstanceOp op, unsigned status)
+{
+        ApiContext *ctx = userdata;
+        const char *id = id_param(req);
+        if (!id || api_refuse_body(req) < 0 || api_refuse_unless_ready(ctx, req) != 0)
+                return 0;
+        InstanceWaiter *w = waiter_new(req, status);
+        if (!w)
+                return -ENOMEM;
+        InstanceFailure f = INSTANCE_FAILURE_NONE;
+        _cleanup_free_ char *error = NULL;
+        int r = op(ctx->instances, id, on_done, w, &f, &error);
+        return settle(req, ctx, w, r, id, f, error);
+}
+
+/* ---- the routes ---------------------------------------------------------------------------- */
+
+int api_handle_instances_list(HttpRequest *req, void *userdata)
+{
+        ApiContext *ctx = userdata;
+        const InstanceRecord *const *list = NULL;
+        size_t n = instance_manager_list(ctx->instances, &list);
+        json_auto_t *a = json_array();
+        if (!a)
+                return -ENOMEM;
+        for (size_t k = 0; k < n; k++) {
+                json_t *o = NULL;
+                int r = api_instance_json(list[k], &o);
+                if (r < 0)
+                        return r;
+                if (json_push(a, o) < 0)
+                        return -ENOMEM;
+        }
+        return http_reply_json(req, MHD_HTTP_OK, a);
+}
+
+int api_handle_instance_get(HttpRequest *req, void *userdata)
+{
+        ApiContext *ctx = userdata;
+        const char *id = id_param(req);
+        if (!id)
+                return 0;
+        const InstanceRecord *r = instance_manager_get(ctx->instances, id);
+        if (!r)
+                return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
+                                        "instance %s not found", id);
+        return reply_instance(req, MHD_HTTP_OK, r);
+}
+
+int api_handle_instance_create(HttpRequest *req, void *userdata)
+{
+        ApiContext *ctx = userdata;
+        size_t size = 0;
+        const char *body = http_request_get_body(req, &size);
+        _cleanup_free_ char *error = NULL;
+        InstanceSpec spec = {0};
+        int r = instance_spec_from_json(body ? body : "", size, &spec, &error);
+        if (r < 0)
+                return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", "%s", error);
+        if (api_refuse_unless_ready(ctx, req) != 0) {
+                instance_spec_done(&spec);
+                return 0;
+        }
+        InstanceWaiter *w = waiter_new(req, MHD_HTTP_CREATED);
+        if (!w) {
+                instance_spec_done(&spec);
+                return -ENOMEM;
+        }
+        InstanceFailure f = INSTANCE_FAILURE_NONE;
+        _cleanup_free_ char *refusal = NULL;
+        r = instance_manager_create(ctx->instances, &spec, on_done, w, &f, &refusal);
+        instance_spec_done(&spec);
+        return settle(req, ctx, w, r, NULL, f, refusal);
+}
+
+int api_handle_instance_delete(HttpRequest *req, void *userdata)
+{
+        return lifecycle(req, userdata, instance_manager_delete, MHD_HTTP_NO_CONTENT);
+}
+
+int api_handle_instance_start(HttpRequest *req, void *userdata)
+{
+        return lifecycle(req, userdata, instance_manager_start, MHD_HTTP_OK);
+}
+
+int api_handle_instance_stop(HttpRequest *req, void *userdata)
+{
+        return lifecycle(req, userdata, instance_manager_stop, MHD_HTTP_OK);
+}
+
+static int refused(HttpRequest *req, void *userdata, const char *operation)
+{
+        ApiContext *ctx = userdata;
+        const char *id = id_param(req);
+        if (!id || api_refuse_body(req) < 0 || api_refuse_unless_ready(ctx, req) != 0)
+                return 0;
+        InstanceFailure f = INSTANCE_FAILURE_NONE;
+        _cleanup_free_ char *error = NULL;
+        (void)instance_manager_refuse(ctx->instances, id, operation, &f, &error);
+        return reply_failure(req, f, error);
+}
+
+int api_handle_instance_standby(HttpRequest *req, void *userdata)
+{
+        return refused(req, userdata, "standby");
+}
+
+int api_handle_instance_snapshot(HttpRequest *req, void *userdata)
+{
+        return refused(req, userdata, "snapshot");
+}
+
+int api_handle_instance_fork(HttpRequest *req, void *userdata)
+{
+        return refused(req, userdata, "fork");
+}
+
+/* ---- the console (API-2) ------------------------------------------------------------------- */
+
+#define CONSOLE_TAIL_DEFAULT 65536
+#define CONSOLE_TAIL_MAX 1048576
+
+static void on_console(int r, const char *data, size_t size, const char *error, void *userdata)
+{
+        HttpRequest *req = userdata;
+        if (r < 0)
+                (void)http_reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", "%s",
+                                       error);
+        else
+                (void)http_reply(req, MHD_HTTP_OK, "text/plain; charset=utf-8", data, size);
+        http_request_unref(req);
+}
+
+int api_handle_instance_console(HttpRequest *req, void *userdata)
+{
+        ApiContext *ctx = userdata;
+        const char *id = id_param(req);
+        if (!id)
+                return 0;
+        uint64_t tail = CONSOLE_TAIL_DEFAULT;
+        const char *q = http_request_get_query(req, "tail_bytes");
+        if (q && parse_uint64_range(q, 1, CONSOLE_TAIL_MAX, &tail) < 0)
+                return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                        "tail_bytes must be 1..%d", CONSOLE_TAIL_MAX);
+        InstanceFailure f = INSTANCE_FAILURE_NONE;
+        _cleanup_free_ char *error = NULL;
+        HttpRequest *ref = http_request_ref(req);
+        int r =
+            instance_manager_console(ctx->instances, id, (size_t)tail, on_console, ref, &f, &error);
+        if (r < 0) {
+                http_request_unref(ref);
+                return reply_failure(req, f, error);
+        }
+        return http_request_suspend(req);
+}

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The Manager's instance side: the disk pool, DeviceOps and the InstanceManager (which owns the
+ * Claimer), wired to the health store, the host tracker and the API's snapshot.
+ */
+#include <fcntl.h>
+
+#include "manager.h"
+
+/* DEV-2's questions, answered from the health store. */
+static bool guard_is_quarantined(void *userdata, const char *vf)
+{
+        Manager *m = userdata;
+        return m->health && health_store_is_quarantined(m->health, vf);
+}
+
+static const char *guard_store_unavailable(void *userdata)
+{
+        Manager *m = userdata;
+        return m->health ? health_store_unavailable_reason(m->health) : NULL;
+}
+
+static char *placement_disabled(void *userdata)
+{
+        Manager *m = userdata;
+        char *reason = NULL;
+        if (api_placement_disabled_reason(&m->api, &reason) < 0)
+                return strdup("out of memory");
+        return reason;
+}
+
+/* INST-10's figures, from the snapshot /resources shows (MET-4). */
+static int slot_figures(void *userdata, uint64_t *ret_total, uint64_t *ret_used,
+                        uint64_t *ret_allocatable, bool *ret_has_gpu)
+{
+        Manager *m = userdata;
+        _cleanup_api_snapshot_ ApiSnapshot *s = NULL;
+        int r = api_snapshot_build(&m->api, &s);
+        if (r < 0)
+                return r;
+        *ret_total = s->total_slots;
+        *ret_used = s->used_slots;
+        *ret_allocatable = s->allocatable_slots;
+        *ret_has_gpu = s->has_gpu;
+        return 0;
+}
+
+/* NVML-14: a configure or reset changed a VF; the cache follows, never overlapping a write. */
+static void vf_changed(void *userdata, const char *vf)
+{
+        Manager *m = userdata;
+        (void)vf;
+        (void)claimer_request_nvml_refresh(instance_manager_get_claimer(m->instances), false);
+}
+
+int manager_instances_setup(Manager *m, char **error)
+{
+        /* GEN-4: record writes never queue behind stuck sysfs calls. */
+        WorkerPoolConfig wc = {.threads = 2};
+        int r = worker_pool_new(&wc, &m->disk_pool);
+        if (r >= 0)
+                r = worker_pool_attach_event(m->disk_pool, m->event);
+        if (r < 0)
+                return error_set(error, r, "set up the disk worker pool: %s", strerror(-r));
+
+        m->instances_dirfd =
+            openat(m->data_dir_fd, "instances", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (m->instances_dirfd < 0) {
+                r = negative_errno();
+                return error_set(error, r, "data_dir %s/instances: %s", m->config.data_dir,
+                                 strerror(-r));
+        }
+
+        DeviceGuard guard = {.is_quarantined = guard_is_quarantined,
+                             .store_unavailable = guard_store_unavailable,
+                             .userdata = m};
+        m->device_roots =
+            (DeviceRoots){.sysfs = m->sysfs, .proc = m->proc, .dev_root = m->config.dev_root};
+        r = device_ops_new(&(DeviceOpsConfig){.roots = m->device_roots,
+                                              .pool = m->workers,
+                                              .sysfs_timeout = m->config.gpu.sysfs_timeout,
+                                              .guard = guard},
+                           &m->device_ops);
+        if (r >= 0)
+                r = device_ops_attach_event(m->device_ops, m->event);
+        if (r < 0)
+                return error_set(error, r, "set up device operations: %s", strerror(-r));
+
+        InstanceManagerConfig ic = {
+            .config = &m->config,
+            .instances_dirfd = m->instances_dirfd,
+            .proc = m->proc,
+            .dev_root = m->config.dev_root,
+            .sysfs_path = m->config.sysfs_root,
+            .disk_pool = m->disk_pool,
+            .ops = m->device_ops,
+            .claimer = {.sysfs = m->sysfs,
+                        .tracker = m->tracker,
+                        .proc = m->proc,
+                        .dev_root = m->config.dev_root,
+                        .pool = m->workers,
+                        .ops = m->device_ops,
+                        .nvml = m->nvml,
+                        .nvml_timeout = m->config.gpu.nvml_timeout,
+                        .sysfs_timeout = m->config.gpu.sysfs_timeout,
+                        .policy = m->config.gpu.placement_policy,
+                        .guard = guard,
+                        .owner = {.vf_changed = vf_changed, .userdata = m}},
+            .placement_disabled = placement_disabled,
+            .slot_figures = slot_figures,
+            .userdata = m,
+        };
+        r = instance_manager_new(&ic, &m->instances, error);
+        if (r < 0)
+                return r;
+        r = instance_manager_attach_event(m->instances, m->event);
+        if (r < 0)
+                return error_set(error, r, "attach the instance manager: %s", strerror(-r));
+        m->api.instances = m->instances;
+        m->api.claimer = instance_manager_get_claimer(m->instances);
+
+        /* GEN-10: records load and are classified before discovery, without waiting on VMMs. */
+        _cleanup_free_ char *load_error = NULL;
+        r = instance_manager_load(m->instances, &load_error);
+        if (r < 0)
+                return error_set(error, r, "load instance records: %s", load_error);
+        return 0;
+}
+
+void manager_instances_free(Manager *m)
+{
+        m->instances = instance_manager_free(m->instances);
+        m->device_ops = device_ops_free(m->device_ops);
+        closep(&m->instances_dirfd);
+}

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#pragma once
+
+/*
+ * Between the instance manager's files: instance-manager.c (the table of instances, records on
+ * the disk pool, the Claimer's owner, start-up recovery, reads) and instance-ops.c (the
+ * operations' state machines).
+ */
+
+#include "instances/instances.h"
+
+typedef struct Instance Instance;
+typedef struct Op Op;
+
+/* What INST-21 left for after READY=1. */
+typedef enum Recovery {
+        RECOVERY_NONE,
+        RECOVERY_READY,     /* Creating, VMM alive: Running if QMP is ready, else terminate */
+        RECOVERY_STOP,      /* Stopping, VMM alive: the stop resumes */
+        RECOVERY_DELETE,    /* Deleting, VMM alive or ambiguous: the delete resumes */
+        RECOVERY_TERMINATE, /* Stopped or Failed with a live VMM: VMM-10 */
+} Recovery;
+
+struct Instance {
+        InstanceManager *m;
+        InstanceRecord rec;
+        char vf[PCI_ADDRESS_STRLEN]; /* the claim's VF ("" when unknown or unclaimed) */
+        Vmm *vmm;                    /* a VMM that may be running; NULL when none is known */
+        bool ambiguous;              /* the last liveness verdict was ambiguous (VMM-19) */
+        bool exited;                 /* vmm has exited: its exit is in last_exit */
+        VmmExit last_exit;
+        Recovery recovery;
+        Op *op;             /* the one operation (INST-9) */
+        Claim *claim_token; /* the Claimer's save or clear in flight */
+        bool claim_clear;
+        unsigned writes; /* record writes in flight */
+};
+
+struct InstanceManager {
+        InstanceManagerConfig cfg;
+        const Config *config;
+        sd_event *event;
+        Claimer *claimer;
+        Instance **instances; /* sorted by created_at, then id */
+        size_t n_instances;
+        char *boot_id;
+        char *disabled_reason;        /* INST-22 */
+        uint64_t admitted_unreserved; /* INST-10 */
+        uint64_t forced_kills[2];     /* VMM-12 [in_grace] */
+        uint64_t liveness_uncertain;  /* VMM-19 */
+        char *runtime_instances;      /* <runtime_dir>/instances */
+        const InstanceRecord **view;  /* instance_manager_list()'s array */
+        size_t n_view;
+};
+
+/* ---- instance-manager.c -------------------------------------------------------------------- */
+
+Instance *instance_find(const InstanceManager *m, const char *id);
+int instance_insert(InstanceManager *m, Instance *i);
+/* Takes i out of the table and frees it. */
+void instance_drop(InstanceManager *m, Instance *i);
+Instance *instance_new(InstanceManager *m);
+
+/* Writes the record as it is now (INST-1) on the disk pool; next runs on the loop. */
+typedef void (*InstanceWriteDone)(Instance *i, int r, const char *error);
+int instance_write(Instance *i, InstanceWriteDone next);
+
+/* "<runtime_dir>/instances/<id>/<name>", malloc'd. */
+char *instance_runtime_path(const Instance *i, const char *name);
+
+/* A Vmm for a spawned child or an adopted process, attached to the manager's loop. */
+int instance_attach_vmm(Instance *i, pid_t pid, int pidfd, bool is_child, uint64_t start_time);
+void instance_forget_vmm(Instance *i);
+
+/* Whether the instance passes a VFIO device to its VMM (VMM-10's ladder). */
+bool instance_has_vfio(const Instance *i);
+
+/* ---- instance-ops.c ------------------------------------------------------------------------ */
+
+/* A VMM exited while no operation ran (INST-19). */
+void instance_ops_vmm_exited(Instance *i);
+/* INST-21's actions after READY=1. */
+void instance_ops_recover(Instance *i);
+/* The Claimer's owner callbacks route claim completions of an operation here. */
+void instance_ops_reserved(Instance *i);
+void instance_op_free(Op *op);

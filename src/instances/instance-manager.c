@@ -1,0 +1,840 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The instance manager's table: instances in memory, their records on the disk pool, the
+ * Claimer's owner, start-up recovery (INST-20..22) and the reads of the API.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "instances/instance-internal.h"
+
+/* ---- the table ----------------------------------------------------------------------------- */
+
+static int instance_compare(const Instance *a, const Instance *b)
+{
+        int c = timestamp_compare(a->rec.created_at, b->rec.created_at);
+        return c != 0 ? c : strcmp(a->rec.id, b->rec.id);
+}
+
+Instance *instance_find(const InstanceManager *m, const char *id)
+{
+        if (!id)
+                return NULL;
+        for (size_t k = 0; k < m->n_instances; k++)
+                if (streq(m->instances[k]->rec.id, id))
+                        return m->instances[k];
+        return NULL;
+}
+
+Instance *instance_new(InstanceManager *m)
+{
+        Instance *i = calloc(1, sizeof *i);
+        if (i)
+                i->m = m;
+        return i;
+}
+
+static Instance *instance_free(Instance *i)
+{
+        if (!i)
+                return NULL;
+        if (i->op)
+                instance_op_free(i->op);
+        vmm_free(i->vmm);
+        instance_record_done(&i->rec);
+        free(i);
+        return NULL;
+}
+
+int instance_insert(InstanceManager *m, Instance *i)
+{
+        Instance **n = reallocarray(m->instances, m->n_instances + 1, sizeof *n);
+        if (!n)
+                return -ENOMEM;
+        m->instances = n;
+        size_t at = m->n_instances;
+        while (at > 0 && instance_compare(m->instances[at - 1], i) > 0)
+                at--;
+        memmove(&m->instances[at + 1], &m->instances[at], (m->n_instances - at) * sizeof *n);
+        m->instances[at] = i;
+        m->n_instances++;
+        return 0;
+}
+
+void instance_drop(InstanceManager *m, Instance *i)
+{
+        for (size_t k = 0; k < m->n_instances; k++)
+                if (m->instances[k] == i) {
+                        memmove(&m->instances[k], &m->instances[k + 1],
+                                (m->n_instances - k - 1) * sizeof *m->instances);
+                        m->n_instances--;
+                        break;
+                }
+        instance_free(i);
+}
+
+char *instance_runtime_path(const Instance *i, const char *name)
+{
+        char *p = NULL;
+        if (strprintf(&p, "%s/%s/%s", i->m->runtime_instances, i->rec.id, name) < 0)
+                return NULL;
+        return p;
+}
+
+bool instance_has_vfio(const Instance *i)
+{
+        return i->rec.gpu.device_path != NULL;
+}
+
+/* ---- record writes on the disk pool (INST-1, GEN-4) ---------------------------------------- */
+
+typedef struct WriteJob {
+        int dirfd;
+        InstanceRecord copy;
+        Instance *i;
+        InstanceWriteDone next;
+} WriteJob;
+
+static int write_job_run(void *data, char **error)
+{
+        WriteJob *j = data;
+        return instance_record_save_at(j->dirfd, &j->copy, error);
+}
+
+static void write_job_done(int r, void *data, const char *error, void *userdata)
+{
+        Instance *i = userdata;
+        InstanceWriteDone next = data ? ((WriteJob *)data)->next : NULL;
+        i->writes--;
+        if (r < 0)
+                log_line(LOG_LEVEL_ERR, r, "save instance record failed", "instance_id", i->rec.id,
+                         "error", error, NULL);
+        if (next)
+                next(i, r, error);
+}
+
+static void write_job_free(void *data)
+{
+        WriteJob *j = data;
+        instance_record_done(&j->copy);
+        free(j);
+}
+
+/*
+ * Record writes have no deadline, so the pool never ends one itself and done() always gets
+ * the data back with its next step.
+ */
+int instance_write(Instance *i, InstanceWriteDone next)
+{
+        WriteJob *j = calloc(1, sizeof *j);
+        if (!j)
+                return -ENOMEM;
+        j->dirfd = i->m->cfg.instances_dirfd;
+        j->i = i;
+        j->next = next;
+        int r = instance_record_copy(&i->rec, &j->copy);
+        if (r < 0) {
+                free(j);
+                return r;
+        }
+        _cleanup_free_ char *error = NULL;
+        r = worker_pool_submit(i->m->cfg.disk_pool,
+                               &(WorkerJob){.key = i->rec.id,
+                                            .run = write_job_run,
+                                            .done = write_job_done,
+                                            .data = j,
+                                            .free_data = write_job_free,
+                                            .userdata = i},
+                               &error);
+        if (r < 0) {
+                write_job_free(j);
+                return r;
+        }
+        i->writes++;
+        return 0;
+}
+
+/* ---- VMMs ---------------------------------------------------------------------------------- */
+
+static void on_vmm_exited(Vmm *v, const VmmExit *exit, void *userdata)
+{
+        Instance *i = userdata;
+        i->exited = true;
+        i->last_exit = *exit;
+        if (exit->status_known && exit->signal == SIGKILL && !exit->killed_by_us &&
+            instance_has_vfio(i))
+                /* VMM-13: a kill vgpud did not send is worth the same warning. */
+                log_line(LOG_LEVEL_WARNING, 0, "VMM killed; VF may wedge", "instance_id", i->rec.id,
+                         "device_path", i->rec.gpu.device_path, "in_grace",
+                         vmm_in_init_window(v) ? "true" : "false", NULL);
+        if (!i->op)
+                instance_ops_vmm_exited(i);
+}
+
+static void on_vmm_forced_kill(Vmm *v, bool in_grace, void *userdata)
+{
+        Instance *i = userdata;
+        i->m->forced_kills[in_grace ? 1 : 0]++;
+        log_line(LOG_LEVEL_WARNING, 0, "VMM killed; VF may wedge", "instance_id", i->rec.id,
+                 "device_path", i->rec.gpu.device_path, "in_grace", in_grace ? "true" : "false",
+                 NULL);
+}
+
+int instance_attach_vmm(Instance *i, pid_t pid, int pidfd, bool is_child, uint64_t start_time)
+{
+        const Config *c = i->m->config;
+        Vmm *v = NULL;
+        int r = vmm_new(&(VmmConfig){.pid = pid,
+                                     .pidfd = pidfd,
+                                     .is_child = is_child,
+                                     .start_time = start_time,
+                                     .qmp_socket = i->rec.hypervisor.qmp_socket,
+                                     .has_vfio = instance_has_vfio(i),
+                                     .vfio_term_grace = c->gpu.vfio_term_grace,
+                                     .vfio_init_window = c->gpu.vfio_init_window,
+                                     .exited = on_vmm_exited,
+                                     .forced_kill = on_vmm_forced_kill,
+                                     .userdata = i},
+                        &v);
+        if (r < 0)
+                return r;
+        if (i->m->event) {
+                r = vmm_attach_event(v, i->m->event);
+                if (r < 0) {
+                        vmm_free(v);
+                        return r;
+                }
+        }
+        vmm_free(i->vmm);
+        i->vmm = v;
+        i->exited = false;
+        i->ambiguous = false;
+        return 0;
+}
+
+void instance_forget_vmm(Instance *i)
+{
+        i->vmm = vmm_free(i->vmm);
+        i->exited = false;
+}
+
+/* ---- the Claimer's owner (PLACE-1, PLACE-20) ----------------------------------------------- */
+
+static void claim_write_done(Instance *i, int r, const char *error);
+
+static int owner_save(void *userdata, const ClaimRecord *rec, Claim *token, char **error)
+{
+        InstanceManager *m = userdata;
+        Instance *i = instance_find(m, rec->instance_id);
+        if (!i)
+                return error_set(error, -ENOENT, "instance %s is gone", rec->instance_id);
+        InstanceGpu *g = &i->rec.gpu;
+        free(g->framework);
+        free(g->device_path);
+        free(g->mdev_uuid);
+        g->framework = strdup(rec->framework);
+        g->device_path = strdup(rec->device_path);
+        g->mdev_uuid = rec->mdev_uuid ? strdup(rec->mdev_uuid) : NULL;
+        g->claimed_at = rec->claimed_at;
+        snprintf(i->vf, sizeof i->vf, "%s", rec->vf);
+        if (!g->framework || !g->device_path || (rec->mdev_uuid && !g->mdev_uuid)) {
+                instance_record_clear_claim(&i->rec);
+                return error_set_oom(error);
+        }
+        i->claim_token = token;
+        i->claim_clear = false;
+        int r = instance_write(i, claim_write_done);
+        if (r < 0) {
+                instance_record_clear_claim(&i->rec);
+                return error_set(error, r, "write instance record: %s", strerror(-r));
+        }
+        return 0;
+}
+
+static int owner_clear(void *userdata, const ClaimRecord *rec, Claim *token, char **error)
+{
+        InstanceManager *m = userdata;
+        Instance *i = instance_find(m, rec->instance_id);
+        if (!i)
+                return error_set(error, -ENOENT, "instance %s is gone", rec->instance_id);
+        instance_record_clear_claim(&i->rec);
+        i->vf[0] = 0;
+        i->claim_token = token;
+        i->claim_clear = true;
+        int r = instance_write(i, claim_write_done);
+        if (r < 0)
+                return error_set(error, r, "write instance record: %s", strerror(-r));
+        return 0;
+}
+
+static void claim_write_done(Instance *i, int r, const char *error)
+{
+        Claim *token = TAKE_PTR(i->claim_token);
+        if (r < 0 && !i->claim_clear) {
+                instance_record_clear_claim(&i->rec);
+                i->vf[0] = 0;
+        }
+        if (i->claim_clear)
+                claimer_clear_done(i->m->claimer, token, r, error);
+        else
+                claimer_save_done(i->m->claimer, token, r, error);
+}
+
+static bool instance_holds_vf(const InstanceManager *m, const Instance *i, const char *vf)
+{
+        if (!instance_record_is_claimed(&i->rec))
+                return false;
+        if (i->vf[0])
+                return streq(i->vf, vf);
+        /* A claim loaded from disk: vendor VFIO names its VF, an mdev its UUID. */
+        if (streq_ptr(i->rec.gpu.framework, "vendor-vfio")) {
+                const char *slash = strrchr(i->rec.gpu.device_path, '/');
+                return slash && streq(slash + 1, vf);
+        }
+        const GpuHost *h = gpu_tracker_host(m->cfg.claimer.tracker);
+        const GpuVf *v = h ? gpu_host_find_vf(h, vf) : NULL;
+        for (char **u = v ? v->mdev_uuids : NULL; u && *u; u++)
+                if (streq_ptr(*u, i->rec.gpu.mdev_uuid))
+                        return true;
+        return false;
+}
+
+const InstanceRecord *instance_manager_find_claim(const InstanceManager *m, const char *vf)
+{
+        for (size_t k = 0; k < m->n_instances; k++)
+                if (instance_holds_vf(m, m->instances[k], vf))
+                        return &m->instances[k]->rec;
+        return NULL;
+}
+
+static bool owner_is_claimed(void *userdata, const char *vf, uint64_t *ret_fb)
+{
+        const InstanceRecord *r = instance_manager_find_claim(userdata, vf);
+        if (!r)
+                return false;
+        *ret_fb = gpu_profile_framebuffer_mib(r->gpu.profile);
+        return true;
+}
+
+static void owner_vf_changed(void *userdata, const char *vf)
+{
+        InstanceManager *m = userdata;
+        if (m->cfg.claimer.owner.vf_changed)
+                m->cfg.claimer.owner.vf_changed(m->cfg.claimer.owner.userdata, vf);
+}
+
+static void owner_reserved(void *userdata, const char *instance_id)
+{
+        Instance *i = instance_find(userdata, instance_id);
+        if (i)
+                instance_ops_reserved(i);
+}
+
+/* ---- construction -------------------------------------------------------------------------- */
+
+int instance_manager_new(const InstanceManagerConfig *config, InstanceManager **ret, char **error)
+{
+        if (!config || !config->config || !config->disk_pool || !config->ops ||
+            config->instances_dirfd < 0)
+                return error_set(error, -EINVAL, "instance manager: incomplete configuration");
+        _cleanup_(instance_manager_freep) InstanceManager *m = calloc(1, sizeof *m);
+        if (!m)
+                return error_set_oom(error);
+        m->cfg = *config;
+        m->config = config->config;
+        if (strprintf(&m->runtime_instances, "%s/instances", m->config->runtime_dir) < 0)
+                return error_set_oom(error);
+
+        ClaimerConfig cc = config->claimer;
+        cc.owner = (ClaimerOwner){.save = owner_save,
+                                  .clear = owner_clear,
+                                  .is_claimed = owner_is_claimed,
+                                  .reserved = owner_reserved,
+                                  .vf_changed = owner_vf_changed,
+                                  .userdata = m};
+        int r = claimer_new(&cc, &m->claimer);
+        if (r < 0)
+                return error_set(error, r, "claim flow: %s", strerror(-r));
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
+InstanceManager *instance_manager_free(InstanceManager *m)
+{
+        if (!m)
+                return NULL;
+        for (size_t k = 0; k < m->n_instances; k++)
+                instance_free(m->instances[k]);
+        free(m->instances);
+        free(m->view);
+        claimer_free(m->claimer);
+        sd_event_unref(m->event);
+        free(m->boot_id);
+        free(m->disabled_reason);
+        free(m->runtime_instances);
+        free(m);
+        return NULL;
+}
+
+int instance_manager_attach_event(InstanceManager *m, sd_event *event)
+{
+        if (m->event)
+                return -EBUSY;
+        if (!event) {
+                int r = sd_event_default(&m->event);
+                if (r < 0)
+                        return r;
+        } else
+                m->event = sd_event_ref(event);
+        int r = claimer_attach_event(m->claimer, m->event);
+        if (r < 0)
+                return r;
+        for (size_t k = 0; k < m->n_instances; k++)
+                if (m->instances[k]->vmm) {
+                        r = vmm_attach_event(m->instances[k]->vmm, m->event);
+                        if (r < 0)
+                                return r;
+                }
+        return 0;
+}
+
+Claimer *instance_manager_get_claimer(InstanceManager *m)
+{
+        return m->claimer;
+}
+
+const char *instance_manager_disabled_reason(const InstanceManager *m)
+{
+        return m->disabled_reason;
+}
+
+/* ---- start-up (GEN-10, INST-20..22) -------------------------------------------------------- */
+
+/* Whether a process listens on <dir>/qmp.sock or agent.sock (INST-20, VMM-17). */
+static bool runtime_dir_is_listened(const InstanceManager *m, const char *dir)
+{
+        _cleanup_free_ char *text = NULL;
+        size_t size = 0;
+        int r = root_read_file(m->cfg.proc, "net/unix", VMM_NET_UNIX_MAX, &text, &size);
+        if (r < 0)
+                return true; /* cannot tell: leave it */
+        const char *names[] = {INSTANCE_QMP_SOCKET, INSTANCE_AGENT_SOCKET};
+        for (size_t k = 0; k < 2; k++) {
+                _cleanup_free_ char *path = NULL, *err = NULL;
+                uint64_t inode;
+                size_t n = 0;
+                if (strprintf(&path, "%s/%s", dir, names[k]) < 0)
+                        return true;
+                if (vmm_net_unix_find_listening(text, size, path, &inode, 1, &n, &err) < 0 || n > 0)
+                        return true;
+        }
+        return false;
+}
+
+static void sweep_runtime_dirs(InstanceManager *m)
+{
+        _cleanup_close_ int fd = open(m->runtime_instances, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) {
+                if (errno != ENOENT)
+                        log_line(LOG_LEVEL_WARNING, -errno, "cannot list runtime directories",
+                                 "path", m->runtime_instances, NULL);
+                return;
+        }
+        _cleanup_(closedirp) DIR *d = fdopendir(fcntl(fd, F_DUPFD_CLOEXEC, 3));
+        if (!d)
+                return;
+        struct dirent *de;
+        _cleanup_strv_free_ char **gone = NULL;
+        while ((de = readdir(d)))
+                if (de->d_name[0] != '.' && !instance_find(m, de->d_name))
+                        (void)strv_push(&gone, de->d_name);
+        for (char **g = gone; g && *g; g++) {
+                _cleanup_free_ char *dir = NULL, *err = NULL;
+                if (strprintf(&dir, "%s/%s", m->runtime_instances, *g) < 0)
+                        return;
+                if (runtime_dir_is_listened(m, dir)) {
+                        log_line(LOG_LEVEL_WARNING, 0,
+                                 "runtime directory of a removed instance is still listened on",
+                                 "path", dir, NULL);
+                        continue;
+                }
+                if (instance_tree_delete_at(fd, *g, &err) < 0)
+                        log_line(LOG_LEVEL_WARNING, 0, "cannot remove runtime directory", "path",
+                                 dir, "error", err, NULL);
+        }
+}
+
+static void sweep_leftovers(InstanceManager *m, const InstanceDirList *l)
+{
+        for (char **p = l->deleted; p && *p; p++) {
+                _cleanup_free_ char *err = NULL;
+                if (instance_tree_delete_at(m->cfg.instances_dirfd, *p, &err) < 0)
+                        log_line(LOG_LEVEL_WARNING, 0, "cannot delete removed instance", "name", *p,
+                                 "error", err, NULL);
+        }
+        for (char **p = l->orphans; p && *p; p++) {
+                _cleanup_free_ char *err = NULL;
+                log_line(LOG_LEVEL_INFO, 0, "removing instance directory without a record", "name",
+                         *p, NULL);
+                if (instance_tree_delete_at(m->cfg.instances_dirfd, *p, &err) < 0)
+                        log_line(LOG_LEVEL_WARNING, 0, "cannot delete instance directory", "name",
+                                 *p, "error", err, NULL);
+        }
+        for (char **p = l->unknown; p && *p; p++)
+                log_line(LOG_LEVEL_WARNING, 0, "unexpected entry in instances directory", "name",
+                         *p, NULL);
+}
+
+static bool has_hypervisor(const InstanceRecord *r)
+{
+        return r->hypervisor.pid > 0 || r->hypervisor.qmp_socket;
+}
+
+/* Writes a state change of start-up at once: the loop does not serve yet (GEN-10). */
+static void save_now(InstanceManager *m, Instance *i)
+{
+        _cleanup_free_ char *err = NULL;
+        if (instance_record_save_at(m->cfg.instances_dirfd, &i->rec, &err) < 0)
+                log_line(LOG_LEVEL_ERR, 0, "save instance record failed", "instance_id", i->rec.id,
+                         "error", err, NULL);
+}
+
+static int set_error(InstanceRecord *r, const char *text)
+{
+        char *e = strdup(text);
+        if (!e)
+                return -ENOMEM;
+        free(r->error);
+        r->error = e;
+        return 0;
+}
+
+/* INST-21's table for one record, given its VMM's verdict. */
+static void classify(InstanceManager *m, Instance *i, const VmmLiveness *l)
+{
+        InstanceRecord *r = &i->rec;
+        InstanceState was = r->state;
+        bool had_hypervisor = has_hypervisor(r);
+        bool alive = l->verdict == VMM_ALIVE, gone = l->verdict == VMM_GONE;
+        if (l->verdict == VMM_AMBIGUOUS) {
+                i->ambiguous = true;
+                if (instance_record_is_claimed(r))
+                        m->liveness_uncertain++;
+                log_line(LOG_LEVEL_WARNING, 0, "VMM liveness is ambiguous", "instance_id", r->id,
+                         "state", instance_state_to_string(r->state), "reason", l->reason, NULL);
+        }
+        switch (r->state) {
+        case INSTANCE_CREATING:
+                if (alive)
+                        i->recovery = RECOVERY_READY;
+                else {
+                        r->state = INSTANCE_FAILED;
+                        if (gone)
+                                (void)set_error(r, "interrupted by daemon restart");
+                }
+                break;
+        case INSTANCE_RUNNING:
+                if (gone) {
+                        r->state = INSTANCE_STOPPED;
+                        instance_record_clear_hypervisor(r);
+                }
+                break;
+        case INSTANCE_STOPPING:
+                if (alive)
+                        i->recovery = RECOVERY_STOP;
+                else if (gone) {
+                        r->state = INSTANCE_STOPPED;
+                        instance_record_clear_hypervisor(r);
+                } else
+                        r->state = INSTANCE_FAILED;
+                break;
+        case INSTANCE_DELETING:
+                /* Gone or alive: the delete completes or resumes; ambiguous: REC-10, later. */
+                if (alive || gone)
+                        i->recovery = RECOVERY_DELETE;
+                break;
+        case INSTANCE_STOPPED:
+        case INSTANCE_FAILED:
+                if (alive)
+                        i->recovery = RECOVERY_TERMINATE;
+                else if (gone && has_hypervisor(r))
+                        instance_record_clear_hypervisor(r);
+                break;
+        default:
+                break;
+        }
+        if (r->state != was || had_hypervisor != has_hypervisor(r))
+                save_now(m, i);
+        if (r->state != was)
+                log_line(LOG_LEVEL_NOTICE, 0, "instance recovered after restart", "instance_id",
+                         r->id, "from", instance_state_to_string(was), "to",
+                         instance_state_to_string(r->state), "vmm",
+                         vmm_verdict_to_string(l->verdict), NULL);
+}
+
+static int load_one(InstanceManager *m, const char *id, const VfioScan *scan)
+{
+        _cleanup_free_ char *err = NULL;
+        Instance *i = instance_new(m);
+        if (!i)
+                return -ENOMEM;
+        int r = instance_record_load_at(m->cfg.instances_dirfd, id, &i->rec, &err);
+        if (r < 0) {
+                free(i);
+                if (r == -ENOMEM)
+                        return r;
+                log_line(LOG_LEVEL_ERR, r, "instance record unreadable", "instance_id", id, "error",
+                         err, NULL);
+                if (!m->disabled_reason &&
+                    strprintf(&m->disabled_reason, "instance record %s/instances/%s unreadable: %s",
+                              m->config->data_dir, id, err) < 0)
+                        return -ENOMEM;
+                return 0;
+        }
+
+        VmmLiveness l = {.verdict = VMM_GONE, .pidfd = -1};
+        if (has_hypervisor(&i->rec)) {
+                r = vmm_liveness_probe(
+                    &(VmmLivenessQuery){.proc = m->cfg.proc,
+                                        .boot_id = m->boot_id,
+                                        .identity = {.pid = i->rec.hypervisor.pid,
+                                                     .start_time = i->rec.hypervisor.start_time,
+                                                     .boot_id = i->rec.hypervisor.boot_id,
+                                                     .qmp_socket = i->rec.hypervisor.qmp_socket},
+                                        .scan = scan,
+                                        .dev_root = m->cfg.dev_root},
+                    &l);
+                if (r < 0) {
+                        instance_record_done(&i->rec);
+                        free(i);
+                        return r;
+                }
+        }
+        if (l.verdict == VMM_ALIVE) {
+                r = instance_attach_vmm(i, l.pid, l.pidfd, false, l.start_time);
+                if (r < 0) {
+                        vmm_liveness_done(&l);
+                        instance_record_done(&i->rec);
+                        free(i);
+                        return r;
+                }
+                l.pidfd = -1; /* taken */
+                if (l.pid != i->rec.hypervisor.pid) {
+                        /* VMM-18: the socket's owner is the VMM now. */
+                        i->rec.hypervisor.pid = l.pid;
+                        i->rec.hypervisor.start_time = l.start_time;
+                }
+        }
+        r = instance_insert(m, i);
+        if (r < 0) {
+                vmm_liveness_done(&l);
+                instance_free(i);
+                return r;
+        }
+        classify(m, i, &l);
+        vmm_liveness_done(&l);
+        return 0;
+}
+
+int instance_manager_load(InstanceManager *m, char **error)
+{
+        _cleanup_free_ char *err = NULL;
+        int r = vmm_read_boot_id(m->cfg.proc, &m->boot_id, &err);
+        if (r < 0)
+                /* Without it no stored pid can be trusted: every pid is ambiguous then. */
+                log_line(LOG_LEVEL_WARNING, r, "cannot read boot id", "error", err, NULL);
+
+        InstanceDirList list = {0};
+        r = instance_dir_list_at(m->cfg.instances_dirfd, &list, error);
+        if (r < 0)
+                return r;
+        sweep_leftovers(m, &list);
+
+        /* One fd scan serves every record's VMM-18 step (REC-9's rule, at start-up too). */
+        _cleanup_(vfio_scan_freep) VfioScan *scan = NULL;
+        _cleanup_free_ char *scan_error = NULL;
+        if (list.ids && vfio_scan(m->cfg.proc, m->cfg.dev_root, &scan, &scan_error) < 0)
+                log_line(LOG_LEVEL_WARNING, 0, "open-handle scan for VMM liveness failed", "error",
+                         scan_error, NULL);
+        for (char **id = list.ids; id && *id; id++) {
+                r = load_one(m, *id, scan);
+                if (r < 0) {
+                        instance_dir_list_done(&list);
+                        return error_set(error, r, "load instance %s: %s", *id, strerror(-r));
+                }
+        }
+        instance_dir_list_done(&list);
+        sweep_runtime_dirs(m);
+        return 0;
+}
+
+void instance_manager_start_recovery(InstanceManager *m)
+{
+        /* A recovery may drop its instance (a completed delete): walk a copy. */
+        size_t n = m->n_instances;
+        _cleanup_free_ Instance **copy = calloc(n ? n : 1, sizeof *copy);
+        if (!copy)
+                return;
+        if (n > 0)
+                memcpy(copy, m->instances, n * sizeof *copy);
+        for (size_t k = 0; k < n; k++)
+                if (copy[k]->recovery != RECOVERY_NONE)
+                        instance_ops_recover(copy[k]);
+}
+
+/* ---- reads --------------------------------------------------------------------------------- */
+
+const InstanceRecord *instance_manager_get(const InstanceManager *m, const char *id)
+{
+        Instance *i = instance_find(m, id);
+        return i ? &i->rec : NULL;
+}
+
+size_t instance_manager_list(InstanceManager *m, const InstanceRecord *const **ret)
+{
+        if (m->n_instances > m->n_view) {
+                const InstanceRecord **n = reallocarray(m->view, m->n_instances, sizeof *n);
+                if (!n) {
+                        *ret = NULL;
+                        return 0;
+                }
+                m->view = n;
+                m->n_view = m->n_instances;
+        }
+        for (size_t k = 0; k < m->n_instances; k++)
+                m->view[k] = &m->instances[k]->rec;
+        *ret = m->view;
+        return m->n_instances;
+}
+
+bool instance_manager_is_running(const InstanceManager *m, const char *id)
+{
+        Instance *i = instance_find(m, id);
+        return i && ((i->vmm && !i->exited) || i->ambiguous);
+}
+
+void instance_manager_get_stats(const InstanceManager *m, InstanceManagerStats *ret)
+{
+        InstanceManagerStats s = {.forced_kills = {m->forced_kills[0], m->forced_kills[1]},
+                                  .liveness_uncertain = m->liveness_uncertain};
+        for (size_t k = 0; k < m->n_instances; k++)
+                s.by_state[m->instances[k]->rec.state]++;
+        *ret = s;
+}
+
+bool instance_manager_is_settled(const InstanceManager *m)
+{
+        for (size_t k = 0; k < m->n_instances; k++)
+                if (m->instances[k]->writes > 0)
+                        return false;
+        return true;
+}
+
+/* ---- the console (API-2) ------------------------------------------------------------------- */
+
+typedef struct ConsoleJob {
+        int dirfd;
+        char id[INSTANCE_ID_LEN + 1];
+        size_t tail;
+        char *data;
+        size_t size;
+        InstanceConsoleFunc done;
+        void *userdata;
+} ConsoleJob;
+
+static int console_job_run(void *data, char **error)
+{
+        ConsoleJob *j = data;
+        _cleanup_free_ char *rel = NULL;
+        if (strprintf(&rel, "%s/%s", j->id, INSTANCE_CONSOLE_FILE) < 0)
+                return error_set_oom(error);
+        _cleanup_close_ int fd = openat(j->dirfd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) {
+                if (errno == ENOENT) {
+                        j->data = strdup("");
+                        return j->data ? 0 : error_set_oom(error);
+                }
+                return error_set(error, -errno, "open console log of instance %s: %m", j->id);
+        }
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return error_set(error, -errno, "stat console log of instance %s: %m", j->id);
+        if (!S_ISREG(st.st_mode))
+                return error_set(error, -EINVAL, "console log of instance %s is not a file", j->id);
+        off_t from = st.st_size > (off_t)j->tail ? st.st_size - (off_t)j->tail : 0;
+        size_t want = (size_t)(st.st_size - from);
+        j->data = malloc(want + 1);
+        if (!j->data)
+                return error_set_oom(error);
+        size_t got = 0;
+        while (got < want) {
+                ssize_t k = pread(fd, j->data + got, want - got, from + (off_t)got);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return error_set(error, -errno, "read console log of instance %s: %m",
+                                         j->id);
+                }
+                if (k == 0)
+                        break;
+                got += (size_t)k;
+        }
+        j->size = got;
+        return 0;
+}
+
+static void console_job_done(int r, void *data, const char *error, void *userdata)
+{
+        ConsoleJob *j = data;
+        (void)userdata;
+        if (!j)
+                return; /* no deadline is set: the pool never ends this job itself */
+        j->done(r, r >= 0 ? j->data : NULL, r >= 0 ? j->size : 0, error, j->userdata);
+}
+
+static void console_job_free(void *data)
+{
+        ConsoleJob *j = data;
+        free(j->data);
+        free(j);
+}
+
+int instance_manager_console(InstanceManager *m, const char *id, size_t tail_bytes,
+                             InstanceConsoleFunc done, void *userdata, InstanceFailure *ret_failure,
+                             char **ret_error)
+{
+        if (!instance_find(m, id)) {
+                *ret_failure = INSTANCE_FAILURE_NOT_FOUND;
+                (void)strprintf(ret_error, "instance %s not found", id);
+                return -ENOENT;
+        }
+        ConsoleJob *j = calloc(1, sizeof *j);
+        if (!j) {
+                *ret_failure = INSTANCE_FAILURE_INTERNAL;
+                *ret_error = strdup("out of memory");
+                return -ENOMEM;
+        }
+        *j = (ConsoleJob){.dirfd = m->cfg.instances_dirfd,
+                          .tail = tail_bytes,
+                          .done = done,
+                          .userdata = userdata};
+        snprintf(j->id, sizeof j->id, "%s", id);
+        _cleanup_free_ char *error = NULL;
+        int r = worker_pool_submit(m->cfg.disk_pool,
+                                   &(WorkerJob){.run = console_job_run,
+                                                .done = console_job_done,
+                                                .data = j,
+                                                .free_data = console_job_free},
+                                   &error);
+        if (r < 0) {
+                console_job_free(j);
+                *ret_failure = INSTANCE_FAILURE_INTERNAL;
+                *ret_error = TAKE_PTR(error);
+                return r;
+        }
+        return 0;
+}

@@ -1,0 +1,1294 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The operations on an instance (INST-8..19, 21, 24, 25) as small state machines on the loop.
+ * Each step that announces a transition writes the record first (INST-8) and acts in the
+ * write's completion; blocking work (path checks, spawn, file removal, qemu.log) runs on the
+ * disk pool, device releases on DeviceOps, and VMM waits in the Vmm's own sources.
+ *
+ * Rollback follows INST-14: a VMM provably gone (or never started) lets the VF be released and
+ * the record deleted (create) or stopped (start); a VMM that may be alive keeps record and claim
+ * in Failed.
+ */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "instances/instance-internal.h"
+
+typedef enum OpKind {
+        OP_CREATE,
+        OP_START,
+        OP_STOP,
+        OP_DELETE,
+        OP_EXIT,      /* INST-19: a VMM exited unrequested */
+        OP_RECOVER,   /* INST-21: QMP readiness of an adopted Creating VMM */
+        OP_TERMINATE, /* INST-21: a live VMM behind a Stopped or Failed record */
+} OpKind;
+
+static const char *const op_names[] = {
+    [OP_CREATE] = "create",         [OP_START] = "start", [OP_STOP] = "stop",
+    [OP_DELETE] = "delete",         [OP_EXIT] = "exit",   [OP_RECOVER] = "recovery",
+    [OP_TERMINATE] = "termination",
+};
+
+typedef void (*OpStep)(Op *op, int r, const char *error);
+
+struct Op {
+        OpKind kind;
+        Instance *i;
+        InstanceManager *m;
+        InstanceDoneFunc done;
+        void *userdata;
+        bool admitted;     /* counted in admitted_unreserved (INST-10) */
+        bool vmm_started;  /* a VMM was spawned by this operation */
+        bool failed_start; /* Failed → Stopped only through INST-25 */
+        InstanceFailure failure;
+        char *error;         /* the failure being rolled back */
+        char **pending_name; /* create: the name held while validation runs */
+        InstanceSpec spec;   /* create, start: what to boot */
+        OpStep next;         /* the step after a record write, job or release */
+        void *job_data;      /* during a job's next step: the job's data */
+};
+
+void instance_op_free(Op *op)
+{
+        if (!op)
+                return;
+        if (op->admitted)
+                op->m->admitted_unreserved--;
+        free(op->error);
+        instance_spec_done(&op->spec);
+        free(op);
+}
+
+static char *dup_error(const char *e)
+{
+        return strdup(e ? e : "unknown error");
+}
+
+/* error may be op->error itself. */
+static void op_set_error(Op *op, const char *error)
+{
+        char *e = dup_error(error);
+        free(op->error);
+        op->error = e;
+}
+
+static void refuse(InstanceFailure f, InstanceFailure *ret_failure, char **ret_error,
+                   const char *fmt, ...) _printf_(4, 5);
+static void refuse(InstanceFailure f, InstanceFailure *ret_failure, char **ret_error,
+                   const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        char *e = NULL;
+        if (vasprintf(&e, fmt, ap) < 0)
+                e = NULL;
+        va_end(ap);
+        *ret_failure = e ? f : INSTANCE_FAILURE_INTERNAL;
+        *ret_error = e ? e : strdup("out of memory");
+}
+
+/* ---- ending an operation ------------------------------------------------------------------- */
+
+static void op_finish(Op *op, int r, InstanceFailure failure, const char *error)
+{
+        Instance *i = op->i;
+        if (i && i->op == op)
+                i->op = NULL;
+        InstanceOutcome o = {.r = r,
+                             .failure = r < 0 ? failure : INSTANCE_FAILURE_NONE,
+                             .error = r < 0 ? (error ? error : "unknown error") : NULL,
+                             .record = i ? &i->rec : NULL};
+        if (op->done)
+                op->done(&o, op->userdata);
+        bool exited_meanwhile =
+            i && !i->op && i->vmm && i->exited && i->rec.state == INSTANCE_RUNNING;
+        instance_op_free(op);
+        /* A VMM that exited while the operation ran is handled now (INST-19). */
+        if (exited_meanwhile)
+                instance_ops_vmm_exited(i);
+}
+
+static void op_succeed(Op *op)
+{
+        op_finish(op, 0, INSTANCE_FAILURE_NONE, NULL);
+}
+
+static void op_fail(Op *op, int r, InstanceFailure failure, const char *error)
+{
+        op_finish(op, r < 0 ? r : -EIO, failure, error);
+}
+
+static Op *op_new(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc done,
+                  void *userdata)
+{
+        Op *op = calloc(1, sizeof *op);
+        if (!op)
+                return NULL;
+        *op = (Op){.kind = kind, .i = i, .m = m, .done = done, .userdata = userdata};
+        if (i)
+                i->op = op;
+        return op;
+}
+
+/* ---- steps shared by the machines ---------------------------------------------------------- */
+
+static void write_then(Op *op, OpStep next);
+
+static void write_done(Instance *i, int r, const char *error)
+{
+        Op *op = i->op;
+        if (!op)
+                return;
+        OpStep next = op->next;
+        next(op, r, error);
+}
+
+/* Writes the record; next gets the write's result. */
+static void write_then(Op *op, OpStep next)
+{
+        op->next = next;
+        int r = instance_write(op->i, write_done);
+        if (r < 0)
+                next(op, r, strerror(-r));
+}
+
+static int set_error(InstanceRecord *rec, const char *text)
+{
+        char *e = text ? strdup(text) : NULL;
+        if (text && !e)
+                return -ENOMEM;
+        free(rec->error);
+        rec->error = e;
+        return 0;
+}
+
+/* VMM-15: the socket files go with the VMM; the runtime directory with them. */
+static void remove_runtime(Instance *i)
+{
+        const char *names[] = {INSTANCE_QMP_SOCKET, INSTANCE_AGENT_SOCKET};
+        for (size_t k = 0; k < 2; k++) {
+                _cleanup_free_ char *p = instance_runtime_path(i, names[k]);
+                if (p && unlink(p) < 0 && errno != ENOENT)
+                        log_line(LOG_LEVEL_WARNING, -errno, "cannot remove VMM socket", "path", p,
+                                 NULL);
+        }
+        _cleanup_free_ char *dir = NULL;
+        if (strprintf(&dir, "%s/%s", i->m->runtime_instances, i->rec.id) >= 0)
+                (void)rmdir(dir);
+}
+
+/* ---- the disk pool ------------------------------------------------------------------------- */
+
+typedef int (*JobFunc)(void *data, char **error);
+
+typedef struct OpJob {
+        Op *op;
+        JobFunc run;
+        void *data;
+        void (*free_data)(void *data);
+} OpJob;
+
+static int op_job_run(void *data, char **error)
+{
+        OpJob *j = data;
+        return j->run(j->data, error);
+}
+
+static void op_job_done(int r, void *data, const char *error, void *userdata)
+{
+        Op *op = userdata;
+        op->job_data = data ? ((OpJob *)data)->data : NULL;
+        op->next(op, r, error);
+}
+
+static void op_job_free(void *data)
+{
+        OpJob *j = data;
+        if (j->free_data)
+                j->free_data(j->data);
+        free(j);
+}
+
+/* Runs run(data) on the disk pool; next gets its result. data is freed with free_data. */
+static void job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpStep next)
+{
+        op->next = next;
+        OpJob *j = calloc(1, sizeof *j);
+        if (!j) {
+                if (free_data)
+                        free_data(data);
+                next(op, -ENOMEM, "out of memory");
+                return;
+        }
+        *j = (OpJob){.op = op, .run = run, .data = data, .free_data = free_data};
+        _cleanup_free_ char *error = NULL;
+        int r = worker_pool_submit(op->m->cfg.disk_pool,
+                                   &(WorkerJob){.key = op->i ? op->i->rec.id : NULL,
+                                                .run = op_job_run,
+                                                .done = op_job_done,
+                                                .data = j,
+                                                .free_data = op_job_free,
+                                                .userdata = op},
+                                   &error);
+        if (r < 0) {
+                op_job_free(j);
+                next(op, r, error);
+        }
+}
+
+/* ---- releases (INST-14, 15, 17, 18) -------------------------------------------------------- */
+
+/* DISC-20: the host picture follows a release, and NVML's cache with it (NVML-14). */
+static void reread_after_release(Op *op)
+{
+        InstanceManager *m = op->m;
+        GpuTracker *t = m->cfg.claimer.tracker;
+        _cleanup_free_ char *error = NULL;
+        bool mdev = streq_ptr(op->i->rec.gpu.framework, "mdev");
+        int r = t ? (mdev ? gpu_tracker_discover(t, NULL, NULL, &error)
+                          : gpu_tracker_reread_types(t, NULL, NULL, &error))
+                  : 0;
+        if (r < 0)
+                log_line(LOG_LEVEL_WARNING, r, "cannot re-read the host after a release", "error",
+                         error, NULL);
+        if (m->cfg.claimer.owner.vf_changed && op->i->vf[0])
+                m->cfg.claimer.owner.vf_changed(m->cfg.claimer.owner.userdata, op->i->vf);
+}
+
+static void release_done(const DeviceResult *res, void *userdata)
+{
+        Op *op = userdata;
+        reread_after_release(op);
+        if (res->r >= 0) {
+                instance_record_clear_claim(&op->i->rec);
+                op->i->vf[0] = 0;
+        } else
+                log_line(LOG_LEVEL_WARNING, res->r, "release of vGPU claim failed", "instance_id",
+                         op->i->rec.id, "device_path", op->i->rec.gpu.device_path, "error",
+                         res->error, NULL);
+        op->next(op, res->r, res->error);
+}
+
+/* Releases the claim if there is one; next gets the result (0 without a claim). */
+static void release_then(Op *op, bool after_vmm_exit, OpStep next)
+{
+        Instance *i = op->i;
+        op->next = next;
+        if (!instance_record_is_claimed(&i->rec)) {
+                next(op, 0, NULL);
+                return;
+        }
+        const char *vf = i->vf[0] ? i->vf : NULL;
+        if (!vf && streq_ptr(i->rec.gpu.framework, "vendor-vfio")) {
+                const char *slash = strrchr(i->rec.gpu.device_path, '/');
+                vf = slash ? slash + 1 : NULL;
+        }
+        _cleanup_free_ char *error = NULL;
+        int r =
+            device_ops_release(op->m->cfg.ops,
+                               &(DeviceReleaseRequest){.claim = {.framework = i->rec.gpu.framework,
+                                                                 .vf = vf,
+                                                                 .mdev_uuid = i->rec.gpu.mdev_uuid},
+                                                       .instance_id = i->rec.id,
+                                                       .after_vmm_exit = after_vmm_exit},
+                               release_done, op, &error);
+        if (r < 0) {
+                log_line(LOG_LEVEL_WARNING, r, "release of vGPU claim failed", "instance_id",
+                         i->rec.id, "device_path", i->rec.gpu.device_path, "error", error, NULL);
+                next(op, r, error);
+        }
+}
+
+/* ---- removal (INST-18, INST-20) ------------------------------------------------------------ */
+
+typedef struct RemoveData {
+        int dirfd;
+        char id[INSTANCE_ID_LEN + 1];
+} RemoveData;
+
+static int remove_run(void *data, char **error)
+{
+        RemoveData *d = data;
+        return instance_remove_at(d->dirfd, d->id, error);
+}
+
+static void remove_then(Op *op, OpStep next)
+{
+        RemoveData *d = calloc(1, sizeof *d);
+        if (!d) {
+                next(op, -ENOMEM, "out of memory");
+                return;
+        }
+        d->dirfd = op->m->cfg.instances_dirfd;
+        snprintf(d->id, sizeof d->id, "%s", op->i->rec.id);
+        job_then(op, remove_run, d, free, next);
+}
+
+/* The instance leaves the table; the operation answers without a record. */
+static void drop_instance(Op *op)
+{
+        Instance *i = op->i;
+        remove_runtime(i);
+        i->op = NULL;
+        op->i = NULL;
+        instance_drop(op->m, i);
+}
+
+/* ---- rollback (INST-14) -------------------------------------------------------------------- */
+
+static void rollback_removed(Op *op, int r, const char *error)
+{
+        if (r < 0)
+                log_line(LOG_LEVEL_ERR, r, "cannot remove instance after a failed create",
+                         "instance_id", op->i->rec.id, "error", error, NULL);
+        _cleanup_free_ char *e = TAKE_PTR(op->error);
+        InstanceFailure f = op->failure;
+        drop_instance(op);
+        op_fail(op, -EIO, f, e);
+}
+
+static void rollback_stopped(Op *op, int r, const char *error)
+{
+        (void)r;
+        (void)error;
+        _cleanup_free_ char *e = TAKE_PTR(op->error);
+        op_fail(op, -EIO, op->failure, e);
+}
+
+static void rollback_released(Op *op, int r, const char *error)
+{
+        (void)r;
+        (void)error;
+        Instance *i = op->i;
+        remove_runtime(i);
+        instance_forget_vmm(i);
+        if (op->kind == OP_CREATE) {
+                /* The record goes whatever the release did: a dirty VF is REC-6's. */
+                remove_then(op, rollback_removed);
+                return;
+        }
+        /* A start ends Stopped; a claim the release kept is REC-4's. */
+        instance_record_clear_hypervisor(&i->rec);
+        i->rec.state = INSTANCE_STOPPED;
+        (void)set_error(&i->rec, op->error);
+        write_then(op, rollback_stopped);
+}
+
+/* The operation failed with the VMM provably gone or never started. */
+static void rollback_gone(Op *op, InstanceFailure failure, const char *error)
+{
+        op->failure = failure;
+        op_set_error(op, error);
+        release_then(op, op->vmm_started, rollback_released);
+}
+
+static void failed_written(Op *op, int r, const char *error)
+{
+        (void)r;
+        (void)error;
+        _cleanup_free_ char *e = TAKE_PTR(op->error);
+        op_fail(op, -EIO, op->failure, e);
+}
+
+/* The VMM may be alive: record and claim stay, in Failed (INST-14, INST-16, VMM-11). */
+static void fail_alive(Op *op, InstanceFailure failure, const char *error)
+{
+        op->failure = failure;
+        op_set_error(op, error);
+        op->i->rec.state = INSTANCE_FAILED;
+        (void)set_error(&op->i->rec, op->error);
+        write_then(op, failed_written);
+}
+
+/* VMM-14: after a spawn, failures always go through the ladder. */
+static void terminated_for_rollback(Vmm *v, int r, const char *error, void *userdata)
+{
+        Op *op = userdata;
+        (void)v;
+        if (r < 0) {
+                _cleanup_free_ char *e = NULL;
+                if (strprintf(&e, "%s; %s", op->error, error) < 0)
+                        e = NULL;
+                fail_alive(op, op->failure, e ? e : error);
+                return;
+        }
+        _cleanup_free_ char *e = TAKE_PTR(op->error);
+        rollback_gone(op, op->failure, e);
+}
+
+static void fail_after_spawn(Op *op, InstanceFailure failure, const char *error)
+{
+        op->failure = failure;
+        op_set_error(op, error);
+        int r = op->i->vmm ? vmm_terminate(op->i->vmm, terminated_for_rollback, op) : -ENOENT;
+        if (r == -ENOENT) {
+                _cleanup_free_ char *e = TAKE_PTR(op->error);
+                rollback_gone(op, failure, e);
+        } else if (r < 0)
+                fail_alive(op, failure, error);
+}
+
+/* ---- create and start: validation and admission (INST-6, 10, 11) --------------------------- */
+
+static InstanceFailure claim_failure_map(ClaimFailure f)
+{
+        switch (f) {
+        case CLAIM_FAILURE_UNKNOWN_PROFILE:
+                return INSTANCE_FAILURE_UNKNOWN_PROFILE;
+        case CLAIM_FAILURE_INSUFFICIENT_RESOURCES:
+                return INSTANCE_FAILURE_INSUFFICIENT_RESOURCES;
+        case CLAIM_FAILURE_PLACEMENT_DISABLED:
+                return INSTANCE_FAILURE_PLACEMENT_DISABLED;
+        default:
+                return INSTANCE_FAILURE_INTERNAL;
+        }
+}
+
+/* INST-10, INST-11: 0 when admitted, else the refusal. */
+static int admit(InstanceManager *m, InstanceFailure *ret_failure, char **ret_error)
+{
+        _cleanup_free_ char *disabled =
+            m->cfg.placement_disabled ? m->cfg.placement_disabled(m->cfg.userdata) : NULL;
+        if (disabled) {
+                refuse(INSTANCE_FAILURE_PLACEMENT_DISABLED, ret_failure, ret_error,
+                       "insufficient GPU: vGPU placement is disabled: %s", disabled);
+                return -EAGAIN;
+        }
+        uint64_t total = 0, used = 0, allocatable = 0;
+        bool has_gpu = false;
+        int r = m->cfg.slot_figures
+                    ? m->cfg.slot_figures(m->cfg.userdata, &total, &used, &allocatable, &has_gpu)
+                    : -ENODEV;
+        if (r < 0 || !has_gpu) {
+                refuse(INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
+                       "insufficient GPU: no GPU available on this host");
+                return -ENOSPC;
+        }
+        if (allocatable == 0) {
+                refuse(INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
+                       "insufficient GPU: no allocatable vgpu slots available (%" PRIu64
+                       " total, %" PRIu64 " in use)",
+                       total, used);
+                return -ENOSPC;
+        }
+        if (allocatable <= m->admitted_unreserved) {
+                refuse(INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
+                       "insufficient GPU: requested 1 vgpu slot(s), but only %" PRIu64 " available",
+                       allocatable > m->admitted_unreserved ? allocatable - m->admitted_unreserved
+                                                            : 0);
+                return -ENOSPC;
+        }
+        return 0;
+}
+
+void instance_ops_reserved(Instance *i)
+{
+        Op *op = i->op;
+        if (op && op->admitted) {
+                op->admitted = false;
+                op->m->admitted_unreserved--;
+        }
+}
+
+typedef struct PathCheck {
+        InstanceBoot boot; /* borrowed from the operation's spec */
+        char *const *image_dirs;
+} PathCheck;
+
+static int path_check_run(void *data, char **error)
+{
+        PathCheck *p = data;
+        return instance_boot_paths_check(&p->boot, p->image_dirs, error);
+}
+
+/* ---- create and start: claim, spawn, readiness (INST-12, 13, 17) --------------------------- */
+
+static void spawn_step(Op *op);
+
+static void claim_done(const ClaimResult *res, void *userdata)
+{
+        Op *op = userdata;
+        instance_ops_reserved(op->i);
+        if (res->r < 0) {
+                rollback_gone(op, claim_failure_map(res->failure), res->error);
+                return;
+        }
+        spawn_step(op);
+}
+
+static void claim_step(Op *op)
+{
+        Instance *i = op->i;
+        if (!i->rec.gpu.profile) {
+                spawn_step(op);
+                return;
+        }
+        int r =
+            claimer_claim(op->m->claimer,
+                          &(ClaimRequest){.instance_id = i->rec.id, .profile = i->rec.gpu.profile},
+                          claim_done, op);
+        if (r < 0)
+                rollback_gone(op, INSTANCE_FAILURE_INTERNAL, strerror(-r));
+}
+
+static void creating_written(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "save instance record: %s", error);
+                if (op->kind == OP_CREATE) {
+                        op->failure = INSTANCE_FAILURE_INTERNAL;
+                        op->error = e ? strdup(e) : NULL;
+                        remove_then(op, rollback_removed);
+                } else {
+                        op->i->rec.state = INSTANCE_STOPPED;
+                        op_fail(op, r, INSTANCE_FAILURE_INTERNAL, e ? e : error);
+                }
+                return;
+        }
+        claim_step(op);
+}
+
+/* Validation passed: admission, then the Creating record (INST-12, INST-17). */
+static void admit_step(Op *op)
+{
+        Instance *i = op->i;
+        if (i->rec.gpu.profile) {
+                InstanceFailure f;
+                _cleanup_free_ char *e = NULL;
+                if (admit(op->m, &f, &e) < 0) {
+                        if (op->kind == OP_CREATE) {
+                                drop_instance(op);
+                                op_fail(op, -ENOSPC, f, e);
+                        } else
+                                op_fail(op, -ENOSPC, f, e);
+                        return;
+                }
+                op->admitted = true;
+                op->m->admitted_unreserved++;
+        }
+        if (op->kind == OP_START)
+                (void)set_error(&i->rec, NULL);
+        i->rec.state = INSTANCE_CREATING;
+        write_then(op, creating_written);
+}
+
+static void paths_checked(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                if (op->kind == OP_CREATE)
+                        drop_instance(op);
+                op_fail(op, r, INSTANCE_FAILURE_INVALID_REQUEST, error);
+                return;
+        }
+        admit_step(op);
+}
+
+static void check_paths_step(Op *op)
+{
+        PathCheck *p = calloc(1, sizeof *p);
+        if (!p) {
+                paths_checked(op, -ENOMEM, "out of memory");
+                return;
+        }
+        p->boot = op->i->rec.boot;
+        p->image_dirs = op->m->config->image_dirs;
+        job_then(op, path_check_run, p, free, paths_checked);
+}
+
+typedef struct SpawnData {
+        char **argv;
+        char *runtime_dir; /* <runtime_dir>/instances */
+        char id[INSTANCE_ID_LEN + 1];
+        int instances_dirfd;
+        const Root *proc;
+        VmmSpawned spawned;
+        bool spawned_ok;
+} SpawnData;
+
+static void spawn_data_free(void *data)
+{
+        SpawnData *d = data;
+        strv_free(d->argv);
+        free(d->runtime_dir);
+        if (d->spawned_ok && d->spawned.pidfd >= 0)
+                close(d->spawned.pidfd);
+        free(d);
+}
+
+static int spawn_run(void *data, char **error)
+{
+        SpawnData *d = data;
+        if (mkdir(d->runtime_dir, 0755) < 0 && errno != EEXIST)
+                return error_set(error, -errno, "create %s: %m", d->runtime_dir);
+        _cleanup_close_ int rfd = open(d->runtime_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (rfd < 0)
+                return error_set(error, -errno, "open %s: %m", d->runtime_dir);
+        if (mkdirat(rfd, d->id, 0700) < 0 && errno != EEXIST)
+                return error_set(error, -errno, "create %s/%s: %m", d->runtime_dir, d->id);
+        _cleanup_close_ int ifd = openat(rfd, d->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (ifd < 0)
+                return error_set(error, -errno, "open %s/%s: %m", d->runtime_dir, d->id);
+        /* Stale sockets of an earlier VMM would make QEMU's bind fail. */
+        (void)unlinkat(ifd, INSTANCE_QMP_SOCKET, 0);
+        (void)unlinkat(ifd, INSTANCE_AGENT_SOCKET, 0);
+        _cleanup_close_ int dfd =
+            openat(d->instances_dirfd, d->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return error_set(error, -errno, "open instance directory %s: %m", d->id);
+        int r = vmm_spawn(
+            &(VmmSpawnRequest){
+                .argv = d->argv, .log_dirfd = dfd, .log = INSTANCE_QEMU_LOG_FILE, .proc = d->proc},
+            &d->spawned, error);
+        if (r < 0)
+                return r;
+        d->spawned_ok = true;
+        return 0;
+}
+
+static void ready_done(Vmm *v, int r, const char *error, void *userdata);
+
+static void running_written(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "save instance record: %s", error);
+                fail_after_spawn(op, INSTANCE_FAILURE_INTERNAL, e ? e : error);
+                return;
+        }
+        log_line(LOG_LEVEL_INFO, 0, "instance running", "instance_id", op->i->rec.id, "name",
+                 op->i->rec.name, NULL);
+        op_succeed(op);
+}
+
+typedef struct LogLine {
+        int dirfd;
+        char id[INSTANCE_ID_LEN + 1];
+        char *line;
+} LogLine;
+
+static int log_line_run(void *data, char **error)
+{
+        LogLine *l = data;
+        _cleanup_close_ int dfd = openat(l->dirfd, l->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return error_set(error, -errno, "open instance directory %s: %m", l->id);
+        return vmm_log_last_line(dfd, INSTANCE_QEMU_LOG_FILE, &l->line, error);
+}
+
+static void log_line_free(void *data)
+{
+        LogLine *l = data;
+        free(l->line);
+        free(l);
+}
+
+static void not_ready_with_line(Op *op, int r, const char *error);
+
+static void ready_done(Vmm *v, int r, const char *error, void *userdata)
+{
+        Op *op = userdata;
+        (void)v;
+        if (r < 0) {
+                /* VMM-5: QEMU's own last word goes with the error. */
+                op_set_error(op, error);
+                LogLine *l = calloc(1, sizeof *l);
+                if (!l) {
+                        fail_after_spawn(op, INSTANCE_FAILURE_INTERNAL, error);
+                        return;
+                }
+                l->dirfd = op->m->cfg.instances_dirfd;
+                snprintf(l->id, sizeof l->id, "%s", op->i->rec.id);
+                job_then(op, log_line_run, l, log_line_free, not_ready_with_line);
+                return;
+        }
+        if (r == 0 && op->m->config->qemu_accel == CONFIG_QEMU_ACCEL_AUTO)
+                log_line(LOG_LEVEL_WARNING, 0, "KVM unavailable; VM runs under TCG", "instance_id",
+                         op->i->rec.id, NULL);
+        op->i->rec.state = INSTANCE_RUNNING;
+        write_then(op, running_written);
+}
+
+static void identity_written(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                /* INST-13: no running VMM may lack a persisted identity. */
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "save VMM identity: %s", error);
+                fail_after_spawn(op, INSTANCE_FAILURE_INTERNAL, e ? e : error);
+                return;
+        }
+        r = vmm_wait_ready(op->i->vmm, op->m->config->vmm.boot_timeout,
+                           op->m->config->qemu_accel == CONFIG_QEMU_ACCEL_AUTO, ready_done, op);
+        if (r < 0)
+                fail_after_spawn(op, INSTANCE_FAILURE_INTERNAL, strerror(-r));
+}
+
+static void spawned(Op *op, int r, const char *error);
+
+static void spawn_step(Op *op)
+{
+        Instance *i = op->i;
+        InstanceManager *m = op->m;
+        const Config *c = m->config;
+        _cleanup_free_ char *qmp = instance_runtime_path(i, INSTANCE_QMP_SOCKET);
+        _cleanup_free_ char *agent = instance_runtime_path(i, INSTANCE_AGENT_SOCKET);
+        _cleanup_free_ char *console = NULL, *err = NULL;
+        if (!qmp || !agent ||
+            strprintf(&console, "%s/instances/%s/%s", c->data_dir, i->rec.id,
+                      INSTANCE_CONSOLE_FILE) < 0) {
+                rollback_gone(op, INSTANCE_FAILURE_INTERNAL, "out of memory");
+                return;
+        }
+        SpawnData *d = calloc(1, sizeof *d);
+        if (!d) {
+                rollback_gone(op, INSTANCE_FAILURE_INTERNAL, "out of memory");
+                return;
+        }
+        d->spawned.pidfd = -1;
+        int r = vmm_command_argv(&(VmmCommand){.qemu_binary = c->qemu_binary,
+                                               .accel = c->qemu_accel,
+                                               .name = i->rec.name,
+                                               .vcpus = i->rec.vcpus,
+                                               .memory_mb = i->rec.memory_mb,
+                                               .qmp_socket = qmp,
+                                               .agent_socket = agent,
+                                               .console_log = console,
+                                               .kernel = i->rec.boot.kernel,
+                                               .initrd = i->rec.boot.initrd,
+                                               .cmdline = i->rec.boot.cmdline,
+                                               .disk = i->rec.boot.disk,
+                                               .vfio_sysfsdev = i->rec.gpu.device_path},
+                                 &d->argv, &err);
+        if (r >= 0 && (r = strprintf(&d->runtime_dir, "%s", m->runtime_instances)) >= 0) {
+                free(i->rec.hypervisor.qmp_socket);
+                free(i->rec.hypervisor.agent_socket);
+                i->rec.hypervisor.qmp_socket = TAKE_PTR(qmp);
+                i->rec.hypervisor.agent_socket = TAKE_PTR(agent);
+        }
+        if (r < 0) {
+                spawn_data_free(d);
+                rollback_gone(op, INSTANCE_FAILURE_INTERNAL, err ? err : "out of memory");
+                return;
+        }
+        snprintf(d->id, sizeof d->id, "%s", i->rec.id);
+        d->instances_dirfd = m->cfg.instances_dirfd;
+        d->proc = m->cfg.proc;
+        job_then(op, spawn_run, d, spawn_data_free, spawned);
+}
+
+static void spawned(Op *op, int r, const char *error)
+{
+        Instance *i = op->i;
+        if (r < 0) {
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "spawn VMM: %s", error);
+                instance_record_clear_hypervisor(&i->rec);
+                rollback_gone(op, INSTANCE_FAILURE_INTERNAL, e ? e : error);
+                return;
+        }
+        SpawnData *d = op->job_data;
+        op->vmm_started = true;
+        r = instance_attach_vmm(i, d->spawned.pid, d->spawned.pidfd, true, d->spawned.start_time);
+        if (r < 0) {
+                /* The child runs without a watch: kill it through its pidfd before anything. */
+                (void)syscall(SYS_pidfd_send_signal, d->spawned.pidfd, SIGKILL, NULL, 0);
+                fail_alive(op, INSTANCE_FAILURE_INTERNAL, "watch VMM: out of memory");
+                return;
+        }
+        d->spawned_ok = false; /* the Vmm owns the pidfd now */
+        i->rec.hypervisor.pid = d->spawned.pid;
+        i->rec.hypervisor.start_time = d->spawned.start_time;
+        free(i->rec.hypervisor.boot_id);
+        i->rec.hypervisor.boot_id = op->m->boot_id ? strdup(op->m->boot_id) : NULL;
+        write_then(op, identity_written);
+}
+
+static void not_ready_with_line(Op *op, int r, const char *error)
+{
+        (void)error;
+        LogLine *l = op->job_data;
+        _cleanup_free_ char *e = NULL;
+        if (r >= 0 && l && l->line)
+                (void)strprintf(&e, "%s: %s", op->error, l->line);
+        fail_after_spawn(op, INSTANCE_FAILURE_INTERNAL, e ? e : op->error);
+}
+
+/* ---- stop (INST-15, INST-16, INST-25) ------------------------------------------------------ */
+
+static void stopped_written(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "save instance record: %s", error);
+                op_fail(op, r, INSTANCE_FAILURE_INTERNAL, e ? e : error);
+                return;
+        }
+        op_succeed(op);
+}
+
+static void stop_released(Op *op, int r, const char *error)
+{
+        (void)r;
+        (void)error;
+        /* A failed release keeps the claim (visible as gpu.device_path) and still answers 200. */
+        Instance *i = op->i;
+        instance_record_clear_hypervisor(&i->rec);
+        i->rec.state = INSTANCE_STOPPED;
+        write_then(op, stopped_written);
+}
+
+static void vmm_gone_then_release(Op *op, OpStep next)
+{
+        Instance *i = op->i;
+        bool had_vmm = i->vmm != NULL;
+        remove_runtime(i);
+        instance_forget_vmm(i);
+        release_then(op, had_vmm, next);
+}
+
+static void stop_vmm_done(Vmm *v, int r, const char *error, void *userdata)
+{
+        Op *op = userdata;
+        (void)v;
+        if (r < 0) {
+                /* INST-16: the ladder failed; the VMM may be alive. */
+                fail_alive(op, INSTANCE_FAILURE_INTERNAL, error);
+                return;
+        }
+        vmm_gone_then_release(op, stop_released);
+}
+
+static bool may_be_alive(const Instance *i)
+{
+        return (i->vmm && !i->exited) || i->ambiguous;
+}
+
+/* The VMM stop of a stop (graceful_timeout 0: the ladder only, INST-25). */
+static void stop_vmm_step(Op *op, nsec_t graceful_timeout)
+{
+        Instance *i = op->i;
+        if (i->vmm && !i->exited) {
+                int r = vmm_stop(i->vmm, graceful_timeout, stop_vmm_done, op);
+                if (r < 0)
+                        fail_alive(op, INSTANCE_FAILURE_INTERNAL, strerror(-r));
+                return;
+        }
+        if (i->ambiguous) {
+                fail_alive(op, INSTANCE_FAILURE_INTERNAL,
+                           "VMM liveness is ambiguous; the VMM may still be running");
+                return;
+        }
+        vmm_gone_then_release(op, stop_released);
+}
+
+static void stopping_written(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                op->i->rec.state = INSTANCE_RUNNING;
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "save instance record: %s", error);
+                op_fail(op, r, INSTANCE_FAILURE_INTERNAL, e ? e : error);
+                return;
+        }
+        stop_vmm_step(op, op->m->config->vmm.stop_timeout);
+}
+
+/* ---- delete (INST-18) ---------------------------------------------------------------------- */
+
+static void deleted(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                /* The .deleted-<id> tree is retried later (REC-10); the instance is gone. */
+                log_line(LOG_LEVEL_WARNING, r, "instance removal incomplete", "instance_id",
+                         op->i->rec.id, "error", error, NULL);
+        }
+        log_line(LOG_LEVEL_INFO, 0, "instance deleted", "instance_id", op->i->rec.id, NULL);
+        drop_instance(op);
+        op_succeed(op);
+}
+
+static void delete_released(Op *op, int r, const char *error)
+{
+        (void)r;
+        (void)error;
+        /* Removed whatever the release did: a dirty VF is REC-6's. */
+        remove_then(op, deleted);
+}
+
+static void delete_vmm_done(Vmm *v, int r, const char *error, void *userdata)
+{
+        Op *op = userdata;
+        (void)v;
+        if (r < 0) {
+                /* May be alive: the record stays Deleting with its claim; a later delete resumes.
+                 */
+                op_fail(op, r, INSTANCE_FAILURE_INTERNAL, error);
+                return;
+        }
+        vmm_gone_then_release(op, delete_released);
+}
+
+static void delete_vmm_step(Op *op)
+{
+        Instance *i = op->i;
+        const Config *c = op->m->config;
+        nsec_t cap = instance_has_vfio(i) ? 5 * NSEC_PER_SEC : 2 * NSEC_PER_SEC;
+        nsec_t graceful = c->vmm.stop_timeout < cap ? c->vmm.stop_timeout : cap;
+        if (i->vmm && !i->exited) {
+                int r = vmm_stop(i->vmm, graceful, delete_vmm_done, op);
+                if (r < 0)
+                        op_fail(op, r, INSTANCE_FAILURE_INTERNAL, strerror(-r));
+                return;
+        }
+        if (i->ambiguous) {
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "instance %s VMM may still be running", i->rec.id);
+                op_fail(op, -EBUSY, INSTANCE_FAILURE_INTERNAL, e ? e : "VMM may still be running");
+                return;
+        }
+        vmm_gone_then_release(op, delete_released);
+}
+
+static void deleting_written(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "save instance record: %s", error);
+                op_fail(op, r, INSTANCE_FAILURE_INTERNAL, e ? e : error);
+                return;
+        }
+        delete_vmm_step(op);
+}
+
+/* ---- unrequested exits (INST-19) ----------------------------------------------------------- */
+
+static void exit_released(Op *op, int r, const char *error)
+{
+        (void)r;
+        (void)error;
+        instance_record_clear_hypervisor(&op->i->rec);
+        write_then(op, stopped_written);
+}
+
+void instance_ops_vmm_exited(Instance *i)
+{
+        if (i->rec.state != INSTANCE_RUNNING) {
+                /* A VMM behind a Stopped or Failed record (INST-21): nothing else to do. */
+                if (!i->op) {
+                        remove_runtime(i);
+                        instance_forget_vmm(i);
+                }
+                return;
+        }
+        Op *op = op_new(i->m, i, OP_EXIT, NULL, NULL);
+        if (!op)
+                return;
+        const VmmExit *e = &i->last_exit;
+        _cleanup_free_ char *why = NULL;
+        if (e->status_known && e->signal)
+                (void)strprintf(&why, "qemu was killed by signal SIG%s", sigabbrev_np(e->signal));
+        else if (e->status_known && e->code != 0)
+                (void)strprintf(&why, "qemu exited with status %d", e->code);
+        i->rec.state = why ? INSTANCE_FAILED : INSTANCE_STOPPED;
+        (void)set_error(&i->rec, why);
+        log_line(why ? LOG_LEVEL_WARNING : LOG_LEVEL_INFO, 0, "VMM exited", "instance_id",
+                 i->rec.id, "state", instance_state_to_string(i->rec.state), "error", why, NULL);
+        vmm_gone_then_release(op, exit_released);
+}
+
+/* ---- start-up recovery (INST-21) ----------------------------------------------------------- */
+
+/* INST-21: an adopted Creating VMM whose QMP never became ready ends Failed, claim kept. */
+static void recover_terminated(Vmm *v, int r, const char *error, void *userdata)
+{
+        Op *op = userdata;
+        (void)v;
+        _cleanup_free_ char *e = NULL;
+        if (r < 0)
+                (void)strprintf(&e, "%s; %s", op->error, error);
+        else {
+                remove_runtime(op->i);
+                instance_forget_vmm(op->i);
+                instance_record_clear_hypervisor(&op->i->rec);
+        }
+        fail_alive(op, INSTANCE_FAILURE_INTERNAL, e ? e : op->error);
+}
+
+static void recovered_ready(Vmm *v, int r, const char *error, void *userdata)
+{
+        Op *op = userdata;
+        (void)v;
+        if (r < 0) {
+                op_set_error(op, error);
+                r = vmm_terminate(op->i->vmm, recover_terminated, op);
+                if (r < 0)
+                        fail_alive(op, INSTANCE_FAILURE_INTERNAL, error);
+                return;
+        }
+        op->i->rec.state = INSTANCE_RUNNING;
+        write_then(op, stopped_written);
+}
+
+static void terminate_done(Vmm *v, int r, const char *error, void *userdata)
+{
+        Op *op = userdata;
+        (void)v;
+        if (r < 0) {
+                op_fail(op, r, INSTANCE_FAILURE_INTERNAL, error);
+                return;
+        }
+        remove_runtime(op->i);
+        instance_forget_vmm(op->i);
+        instance_record_clear_hypervisor(&op->i->rec);
+        write_then(op, stopped_written);
+}
+
+void instance_ops_recover(Instance *i)
+{
+        Recovery what = i->recovery;
+        i->recovery = RECOVERY_NONE;
+        if (i->op)
+                return;
+        static const OpKind kinds[] = {[RECOVERY_READY] = OP_RECOVER,
+                                       [RECOVERY_STOP] = OP_STOP,
+                                       [RECOVERY_DELETE] = OP_DELETE,
+                                       [RECOVERY_TERMINATE] = OP_TERMINATE};
+        Op *op = op_new(i->m, i, kinds[what], NULL, NULL);
+        if (!op)
+                return;
+        int r = 0;
+        switch (what) {
+        case RECOVERY_READY:
+                r = vmm_wait_ready(i->vmm, i->m->config->vmm.boot_timeout, false, recovered_ready,
+                                   op);
+                break;
+        case RECOVERY_STOP:
+                stop_vmm_step(op, i->m->config->vmm.stop_timeout);
+                return;
+        case RECOVERY_DELETE:
+                delete_vmm_step(op);
+                return;
+        case RECOVERY_TERMINATE:
+                r = vmm_terminate(i->vmm, terminate_done, op);
+                break;
+        default:
+                break;
+        }
+        if (r < 0)
+                op_fail(op, r, INSTANCE_FAILURE_INTERNAL, strerror(-r));
+}
+
+/* ---- the entry points ---------------------------------------------------------------------- */
+
+static Instance *find_idle(InstanceManager *m, const char *id, InstanceFailure *ret_failure,
+                           char **ret_error)
+{
+        Instance *i = instance_find(m, id);
+        if (!i) {
+                refuse(INSTANCE_FAILURE_NOT_FOUND, ret_failure, ret_error, "instance %s not found",
+                       id);
+                return NULL;
+        }
+        if (i->op) {
+                refuse(INSTANCE_FAILURE_BUSY, ret_failure, ret_error,
+                       "instance %s is busy: %s in progress", id, op_names[i->op->kind]);
+                return NULL;
+        }
+        return i;
+}
+
+static bool name_taken(const InstanceManager *m, const char *name)
+{
+        for (size_t k = 0; k < m->n_instances; k++)
+                if (streq(m->instances[k]->rec.name, name))
+                        return true;
+        return false;
+}
+
+static int copy_boot(const InstanceBoot *from, InstanceBoot *to)
+{
+        const char *const src[] = {from->kernel, from->initrd, from->cmdline, from->disk};
+        char **dst[] = {&to->kernel, &to->initrd, &to->cmdline, &to->disk};
+        for (size_t k = 0; k < 4; k++)
+                if (src[k] && !(*dst[k] = strdup(src[k])))
+                        return -ENOMEM;
+        return 0;
+}
+
+int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, InstanceDoneFunc done,
+                            void *userdata, InstanceFailure *ret_failure, char **ret_error)
+{
+        if (name_taken(m, spec->name)) {
+                refuse(INSTANCE_FAILURE_ALREADY_EXISTS, ret_failure, ret_error,
+                       "an instance named %s already exists", spec->name);
+                return -EEXIST;
+        }
+        /* Admission answers at once when it refuses (INST-10, 11); it runs again after INST-6. */
+        if (spec->profile && admit(m, ret_failure, ret_error) < 0)
+                return -ENOSPC;
+        Instance *i = instance_new(m);
+        if (!i) {
+                refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
+                return -ENOMEM;
+        }
+        InstanceRecord *rec = &i->rec;
+        int r = instance_id_generate(rec->id);
+        if (r >= 0) {
+                rec->name = strdup(spec->name);
+                rec->state = INSTANCE_CREATING;
+                rec->created_at = clock_now(m->cfg.clock ? m->cfg.clock : &clock_realtime);
+                rec->vcpus = spec->vcpus;
+                rec->memory_mb = spec->memory_mb;
+                r = rec->name ? copy_boot(&spec->boot, &rec->boot) : -ENOMEM;
+        }
+        if (r >= 0 && spec->profile && !(rec->gpu.profile = strdup(spec->profile)))
+                r = -ENOMEM;
+        if (r >= 0)
+                r = instance_insert(m, i);
+        if (r < 0) {
+                instance_record_done(rec);
+                free(i);
+                refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "create instance: %s",
+                       strerror(-r));
+                return r;
+        }
+        Op *op = op_new(m, i, OP_CREATE, done, userdata);
+        if (!op) {
+                instance_drop(m, i);
+                refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
+                return -ENOMEM;
+        }
+        /*
+         * The instance is in the table from here on, so its name is taken at once; until its
+         * record is written it is Creating in memory only, and a failure takes it out again.
+         */
+        check_paths_step(op);
+        return 0;
+}
+
+static void start_cleared(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "save instance record: %s", error);
+                op_fail(op, r, INSTANCE_FAILURE_INTERNAL, e ? e : error);
+                return;
+        }
+        check_paths_step(op);
+}
+
+static void start_released(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "instance %s still holds VF %s: %s", op->i->rec.id,
+                                op->i->vf[0] ? op->i->vf : op->i->rec.gpu.device_path, error);
+                op_fail(op, r, INSTANCE_FAILURE_INVALID_STATE, e ? e : error);
+                return;
+        }
+        instance_record_clear_hypervisor(&op->i->rec);
+        write_then(op, start_cleared);
+}
+
+int instance_manager_start(InstanceManager *m, const char *id, InstanceDoneFunc done,
+                           void *userdata, InstanceFailure *ret_failure, char **ret_error)
+{
+        Instance *i = find_idle(m, id, ret_failure, ret_error);
+        if (!i)
+                return -EBUSY;
+        if (i->rec.state != INSTANCE_STOPPED && i->rec.state != INSTANCE_FAILED) {
+                refuse(INSTANCE_FAILURE_INVALID_STATE, ret_failure, ret_error, "instance %s is %s",
+                       id, instance_state_to_string(i->rec.state));
+                return -EBUSY;
+        }
+        if (may_be_alive(i)) {
+                refuse(INSTANCE_FAILURE_INVALID_STATE, ret_failure, ret_error,
+                       "instance %s VMM may still be running; stop it first", id);
+                return -EBUSY;
+        }
+        if (i->rec.gpu.profile && admit(m, ret_failure, ret_error) < 0)
+                return -ENOSPC;
+        Op *op = op_new(m, i, OP_START, done, userdata);
+        if (!op) {
+                refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
+                return -ENOMEM;
+        }
+        /* INST-17: a claim left from the last run is released first. */
+        release_then(op, true, start_released);
+        return 0;
+}
+
+int instance_manager_stop(InstanceManager *m, const char *id, InstanceDoneFunc done, void *userdata,
+                          InstanceFailure *ret_failure, char **ret_error)
+{
+        Instance *i = find_idle(m, id, ret_failure, ret_error);
+        if (!i)
+                return -EBUSY;
+        switch (i->rec.state) {
+        case INSTANCE_STOPPED:
+                return 1; /* INST-25: unchanged */
+        case INSTANCE_RUNNING:
+        case INSTANCE_FAILED:
+                break;
+        default:
+                refuse(INSTANCE_FAILURE_INVALID_STATE, ret_failure, ret_error, "instance %s is %s",
+                       id, instance_state_to_string(i->rec.state));
+                return -EBUSY;
+        }
+        Op *op = op_new(m, i, OP_STOP, done, userdata);
+        if (!op) {
+                refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
+                return -ENOMEM;
+        }
+        if (i->rec.state == INSTANCE_FAILED) {
+                /* INST-25: termination and release only. */
+                stop_vmm_step(op, 0);
+                return 0;
+        }
+        i->rec.state = INSTANCE_STOPPING;
+        write_then(op, stopping_written);
+        return 0;
+}
+
+int instance_manager_delete(InstanceManager *m, const char *id, InstanceDoneFunc done,
+                            void *userdata, InstanceFailure *ret_failure, char **ret_error)
+{
+        Instance *i = find_idle(m, id, ret_failure, ret_error);
+        if (!i)
+                return -EBUSY;
+        Op *op = op_new(m, i, OP_DELETE, done, userdata);
+        if (!op) {
+                refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
+                return -ENOMEM;
+        }
+        i->rec.state = INSTANCE_DELETING;
+        write_then(op, deleting_written);
+        return 0;
+}
+
+int instance_manager_refuse(InstanceManager *m, const char *id, const char *operation,
+                            InstanceFailure *ret_failure, char **ret_error)
+{
+        Instance *i = instance_find(m, id);
+        if (!i)
+                refuse(INSTANCE_FAILURE_NOT_FOUND, ret_failure, ret_error, "instance %s not found",
+                       id);
+        else if (i->rec.gpu.profile)
+                refuse(INSTANCE_FAILURE_INVALID_STATE, ret_failure, ret_error,
+                       "%s is not supported for instances with vGPU attached (driver limitation)",
+                       operation);
+        else
+                refuse(INSTANCE_FAILURE_NOT_IMPLEMENTED, ret_failure, ret_error,
+                       "%s is not implemented", operation);
+        return -EOPNOTSUPP;
+}
