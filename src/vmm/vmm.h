@@ -215,6 +215,7 @@ typedef struct VmmLiveness {
  * recorded is gone. Only ENOMEM fails; every other trouble is a verdict.
  */
 int vmm_liveness_probe(const VmmLivenessQuery *q, VmmLiveness *ret);
+/* Frees reason and closes a pidfd still there: a caller taking the pidfd sets it to -1. */
 void vmm_liveness_done(VmmLiveness *l);
 
 /* ---- a running VMM on the loop (vmm.c, vmm-qmp.c) ------------------------------------------ */

@@ -1482,9 +1482,8 @@ static void test_ladder_fails_after_sigkill(void **state) /* VMM-10, VMM-11, VMM
         TEST_WAIT_UNTIL(f->event, f->n_stop == 1);
         swallow_sigkill = false;
 
-        /* Each wait counts from the loop's wake-up, a little before the test's own clock. */
         nsec_t took = test_now() - start;
-        if (took < 2 * VMM_KILL_WAIT)
+        if (took < 100 * NSEC_PER_MSEC + 2 * VMM_KILL_WAIT)
                 fail_msg("gave up after %" PRIu64 " ms: %s, %d SIGKILLs", took / NSEC_PER_MSEC,
                          f->stop_error, (int)swallowed_sigkills);
         _cleanup_free_ char *want = NULL;
