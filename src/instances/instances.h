@@ -165,7 +165,8 @@ int instance_record_load_at(int instances_dirfd, const char *id, InstanceRecord 
 /*
  * INST-20's removal: renames <id> to .deleted-<id>, fsyncs instances/, deletes the tree.
  * 0 when removed; a failure after the rename leaves the .deleted-<id> tree for a retry
- * (instance_sweep_at) and fails with its message.
+ * (instance_dir_list_at() lists it, instance_tree_delete_at() deletes it) and fails with its
+ * message.
  */
 int instance_remove_at(int instances_dirfd, const char *id, char **error);
 

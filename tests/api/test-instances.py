@@ -61,6 +61,14 @@ def alive(pid):
         return False
 
 
+def delete_when_idle(c, inst_id):
+    """DELETE, retried while another operation on the instance runs (INST-9's 409 busy)."""
+    def attempt():
+        r = c.request("DELETE", "/instances/" + inst_id)
+        return r if r.status != 409 else None
+    return poll(attempt, 20)
+
+
 def console_text(c, inst_id):
     r = c.get("/instances/%s/console" % inst_id)
     return r.body.decode(errors="replace") if r.status == 200 else ""
@@ -265,7 +273,8 @@ def check_unrequested_exit(c, work):
     ok(got and "SIGKILL" in s.get("error", ""),
        "INST-19: a VMM killed by a signal leaves the instance Failed with the error", s)
     ok(poll(lambda: current_type(vf_of(inst)) == "0", 10), "INST-19: the VF is released")
-    c.request("DELETE", "/instances/" + inst["id"])
+    r = delete_when_idle(c, inst["id"])
+    ok(r is not None and r.status == 204, "INST-8: the Failed instance is deleted")
 
 
 def check_concurrent(c, work):
@@ -290,6 +299,50 @@ def check_concurrent(c, work):
     for i in good:
         c.request("DELETE", "/instances/" + i["id"])
     eq(c.get("/instances").json(), [], "every concurrent instance is deleted")
+
+
+def check_operator_routes(c):
+    # API-18: a drain answers the instances still running on the PF's VFs.
+    r = c.request("POST", "/instances", body("drained-01", PROFILE))
+    ok(r.status == 201, "drained VM created", error_of(r))
+    inst = r.json()
+    vf = vf_of(inst)
+    pf = [g["address"] for g in c.get("/gpus").json()["gpus"]
+          if any(v["address"] == vf for v in g["vfs"])][0]
+    r = c.request("POST", "/gpu/gpus/%s/drain" % pf, {"reason": "maintenance"})
+    ok(r.status == 200 and {"id": inst["id"], "vf": vf} in r.json()["running_instances"],
+       "API-18: the drain lists the instance still running on the GPU", error_of(r))
+    r = c.request("DELETE", "/gpu/gpus/%s/drain" % pf)
+    eq(r.status, 200, "API-18: undrain")
+    c.request("DELETE", "/instances/" + inst["id"])
+
+
+def check_sysfs_stuck(c):
+    # GEN-4: with every sysfs call hung, instance records still reach disk (their own pool),
+    # so a GPU-less VM is created, stopped and deleted, while a vGPU create is refused with
+    # INST-11's 503 once the hung discovery has disabled placement.
+    try:
+        sim_ctl("fault read sys/* hang")
+        sim_ctl("fault write sys/* hang")
+        g = poll(lambda: (lambda g: "placement_disabled_reason" in g and g)(gpu_body(c)), 30)
+        ok(bool(g), "GEN-4: a hung discovery disables placement", gpu_body(c))
+        reason = g.get("placement_disabled_reason", "") if g else ""
+        e = error_of(c.request("POST", "/instances", body("refused-01", PROFILE)))
+        eq(e, (503, {"code": "placement_disabled",
+                     "message": "insufficient GPU: vGPU placement is disabled: " + reason}),
+           "INST-11: a vGPU create while placement is disabled is 503 placement_disabled")
+        r = c.request("POST", "/instances", body("stuck-01"))
+        ok(r.status == 201, "GEN-4: a GPU-less create completes with sysfs hung", error_of(r))
+        if r.status == 201:
+            iid = r.json()["id"]
+            r = c.request("POST", "/instances/%s/stop" % iid)
+            ok(r.status == 200, "GEN-4: its stop completes with sysfs hung", error_of(r))
+            eq(c.request("DELETE", "/instances/" + iid).status, 204,
+               "GEN-4: its delete completes with sysfs hung")
+    finally:
+        sim_ctl("clear-faults")
+    ok(poll(lambda: "placement_disabled_reason" not in gpu_body(c), 40),
+       "GEN-4: placement comes back once sysfs answers", gpu_body(c))
 
 
 def check_restart(work, config, secret, sock, daemons):
@@ -332,13 +385,14 @@ def main():
             f.write("a kernel for fake-qemu\n")
         secret = write_secret(work)
         config = os.path.join(work, "vgpud.yaml")
-        write_config(config, work, extra_top="""qemu_binary: "%s"
+        write_config(config, work, extra_gpu="""  vfio_term_grace: 1s
+  sysfs_timeout: 2s
+""", extra_top="""qemu_binary: "%s"
 qemu_accel: tcg
 vmm:
   boot_timeout: 3s
   stop_timeout: 3s
-""" % FAKE_QEMU, extra_gpu="""  vfio_term_grace: 1s
-""")
+""" % FAKE_QEMU)
         sock = os.path.join(work, "api.sock")
         d, c = start(work, "main", config, secret, sock)
         daemons.append(d)
@@ -349,6 +403,8 @@ vmm:
             run_group("failures", lambda: check_failures(c, work))
             run_group("exit", lambda: check_unrequested_exit(c, work))
             run_group("concurrent", lambda: check_concurrent(c, work))
+            run_group("operator", lambda: check_operator_routes(c))
+            run_group("sysfs-stuck", lambda: check_sysfs_stuck(c))
             stop(d)
         run_group("restart", lambda: check_restart(work, config, secret, sock, daemons))
     finally:
