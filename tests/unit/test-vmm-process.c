@@ -32,6 +32,7 @@
 #include "sysfs/sysfs.h"
 #include "testlib.h"
 #include "vfio/vfio.h"
+#include "vmm/vmm-internal.h"
 #include "vmm/vmm.h"
 
 #define INSTANCE "vm1"
@@ -1112,6 +1113,100 @@ static void test_ready_overlong_line(void **state) /* VMM-6, GEN-5 */
         assert_string_equal(f->ready_error, "qmp query-status: line longer than 1048576 bytes");
 }
 
+static void test_ready_reply_timeout(void **state) /* VMM-5 */
+{
+        Fixture *f = *state;
+        Server s;
+        static const Reply replies[] = {{"query-status", ""}}; /* never answered */
+        nsec_t start = test_now();
+        ready_against_server(f, &s, replies, ELEMENTSOF(replies), false);
+        server_stop(&s);
+        assert_true(test_now() - start >= VMM_QMP_COMMAND_TIMEOUT);
+        assert_int_equal(f->ready_r, -ETIMEDOUT);
+        assert_string_equal(f->ready_error, "qmp query-status: no reply within 5s");
+}
+
+typedef struct Replies {
+        int n;
+        char names[4][64];
+        int r[4];
+} Replies;
+
+static void on_qmp_ready(VmmQmp *q, int r, json_t *value, const char *error, void *userdata)
+{
+        int *ready = userdata;
+        *ready = r < 0 ? r : 1;
+}
+
+static void on_qmp_reply(VmmQmp *q, int r, json_t *value, const char *error, void *userdata)
+{
+        Replies *rs = userdata;
+        const char *name = r < 0 ? error : json_string_value(json_object_get(value, "name"));
+        if (rs->n < 4) {
+                snprintf(rs->names[rs->n], sizeof(rs->names[0]), "%s", name ? name : "?");
+                rs->r[rs->n] = r;
+        }
+        rs->n++;
+}
+
+static void test_qmp_replies_in_order(void **state) /* VMM-6 */
+{
+        Fixture *f = *state;
+        Server s;
+        /* Each reply names its command; events come before, between and after. */
+        static const Reply replies[] = {
+            {"first", "{\"event\": \"A\", \"timestamp\": {\"seconds\": 1, \"microseconds\": "
+                      "0}}\r\n{\"return\": {\"name\": \"first\"}}\r\n"},
+            {"second", "{\"error\": {\"class\": \"GenericError\", \"desc\": \"refused\"}}\r\n"},
+            {"third", "{\"return\": {\"name\": \"third\"}}\r\n{\"event\": \"B\", "
+                      "\"timestamp\": {\"seconds\": 1, \"microseconds\": 0}}\r\n"},
+            {"fourth", ""}, /* never answered */
+        };
+        server_start(f, &s, replies, ELEMENTSOF(replies));
+
+        int ready = 0;
+        Replies rs = {0};
+        _cleanup_(vmm_qmp_freep) VmmQmp *q = NULL;
+        assert_int_equal(vmm_qmp_connect(f->event, f->qmp, SHORT_WAIT, on_qmp_ready, &ready, &q),
+                         0);
+        assert_int_equal(vmm_qmp_execute(q, "first", on_qmp_reply, &rs), -ENOTCONN);
+        TEST_WAIT_UNTIL(f->event, ready != 0);
+        assert_int_equal(ready, 1);
+        assert_true(vmm_qmp_is_alive(q));
+
+        /* Three queued at once, answered in order. */
+        assert_int_equal(vmm_qmp_execute(q, "first", on_qmp_reply, &rs), 0);
+        assert_int_equal(vmm_qmp_execute(q, "second", on_qmp_reply, &rs), 0);
+        assert_int_equal(vmm_qmp_execute(q, "third", on_qmp_reply, &rs), 0);
+        assert_int_equal(rs.n, 0);
+        TEST_WAIT_UNTIL(f->event, rs.n == 3);
+        assert_string_equal(rs.names[0], "first");
+        assert_int_equal(rs.r[0], 0);
+        assert_string_equal(rs.names[1], "qmp second: GenericError: refused");
+        assert_int_equal(rs.r[1], -EREMOTEIO);
+        assert_string_equal(rs.names[2], "third");
+
+        /* The peer goes: what is queued hears it, and the session is dead. */
+        assert_int_equal(vmm_qmp_execute(q, "fourth", on_qmp_reply, &rs), 0);
+        server_stop(&s);
+        TEST_WAIT_UNTIL(f->event, rs.n == 4);
+        assert_string_equal(rs.names[3], "qmp fourth: connection closed");
+        assert_int_equal(rs.r[3], -ECONNRESET);
+        assert_false(vmm_qmp_is_alive(q));
+        assert_int_equal(vmm_qmp_execute(q, "fifth", on_qmp_reply, &rs), -ENOTCONN);
+}
+
+static void test_qmp_single_attempt(void **state) /* VMM-9: no retries for a stop */
+{
+        Fixture *f = *state;
+        int ready = 0;
+        _cleanup_(vmm_qmp_freep) VmmQmp *q = NULL;
+        assert_int_equal(vmm_qmp_connect(f->event, f->qmp, 0, on_qmp_ready, &ready, &q), 0);
+        assert_int_equal(ready, 0);
+        TEST_WAIT_UNTIL(f->event, ready != 0);
+        assert_int_equal(ready, -ENOENT);
+}
+
 static void test_ready_not_before_deadline(void **state) /* VMM-5 */
 {
         Fixture *f = *state;
@@ -1905,6 +2000,9 @@ int main(void)
             T(test_ready_not_running),
             T(test_ready_malformed_reply),
             T(test_ready_overlong_line),
+            T(test_ready_reply_timeout),
+            T(test_qmp_replies_in_order),
+            T(test_qmp_single_attempt),
             T(test_ready_not_before_deadline),
             T(test_ready_socket_appears_late),
             T(test_ready_greeting_timeout),
