@@ -86,10 +86,38 @@ static int reply_failure(HttpRequest *req, InstanceFailure f, const char *error)
 
 /* ---- waiting requests (INST-23) ------------------------------------------------------------ */
 
-typedef struct InstanceWaiter {
+struct InstanceWaiter {
+        ApiContext *ctx;
         HttpRequest *req;
         unsigned status; /* on success */
-} InstanceWaiter;
+        InstanceWaiter *prev, *next;
+};
+
+static void waiter_free(InstanceWaiter *w)
+{
+        if (w->prev)
+                w->prev->next = w->next;
+        else if (w->ctx->instance_waiters == w)
+                w->ctx->instance_waiters = w->next;
+        if (w->next)
+                w->next->prev = w->prev;
+        http_request_unref(w->req);
+        free(w);
+}
+
+/*
+ * OPS-3: at shutdown the operations stop where their last write left them (INST-21 resumes
+ * them at the next start); their clients learn it now rather than from a closed connection.
+ */
+void api_instances_done(ApiContext *ctx)
+{
+        while (ctx->instance_waiters) {
+                InstanceWaiter *w = ctx->instance_waiters;
+                (void)http_reply_error(w->req, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
+                                       "vgpud is shutting down");
+                waiter_free(w);
+        }
+}
 
 static void on_done(const InstanceOutcome *o, void *userdata)
 {
@@ -104,8 +132,7 @@ static void on_done(const InstanceOutcome *o, void *userdata)
         if (r < 0 && r != -ECONNABORTED)
                 (void)http_reply_error(w->req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
                                        "answer: %s", strerror(-r));
-        http_request_unref(w->req);
-        free(w);
+        waiter_free(w);
 }
 
 typedef int (*InstanceOp)(InstanceManager *m, const char *id, InstanceDoneFunc done, void *userdata,
@@ -132,8 +159,7 @@ static int settle(HttpRequest *req, ApiContext *ctx, InstanceWaiter *w, int r, c
 {
         if (r < 0 || r == 1) {
                 unsigned status = w->status;
-                http_request_unref(w->req);
-                free(w);
+                waiter_free(w);
                 if (r < 0)
                         return reply_failure(req, f, error);
                 return reply_instance(req, status, instance_manager_get(ctx->instances, id));
@@ -141,11 +167,18 @@ static int settle(HttpRequest *req, ApiContext *ctx, InstanceWaiter *w, int r, c
         return http_request_suspend(req);
 }
 
-static InstanceWaiter *waiter_new(HttpRequest *req, unsigned status)
+static InstanceWaiter *waiter_new(ApiContext *ctx, HttpRequest *req, unsigned status)
 {
         InstanceWaiter *w = calloc(1, sizeof *w);
-        if (w)
-                *w = (InstanceWaiter){.req = http_request_ref(req), .status = status};
+        if (!w)
+                return NULL;
+        *w = (InstanceWaiter){.ctx = ctx,
+                              .req = http_request_ref(req),
+                              .status = status,
+                              .next = ctx->instance_waiters};
+        if (w->next)
+                w->next->prev = w;
+        ctx->instance_waiters = w;
         return w;
 }
 
@@ -155,7 +188,7 @@ static int lifecycle(HttpRequest *req, void *userdata, InstanceOp op, unsigned s
         const char *id = id_param(req);
         if (!id || api_refuse_body(req) < 0 || api_refuse_unless_ready(ctx, req) != 0)
                 return 0;
-        InstanceWaiter *w = waiter_new(req, status);
+        InstanceWaiter *w = waiter_new(ctx, req, status);
         if (!w)
                 return -ENOMEM;
         InstanceFailure f = INSTANCE_FAILURE_NONE;
@@ -212,7 +245,7 @@ int api_handle_instance_create(HttpRequest *req, void *userdata)
                 instance_spec_done(&spec);
                 return 0;
         }
-        InstanceWaiter *w = waiter_new(req, MHD_HTTP_CREATED);
+        InstanceWaiter *w = waiter_new(ctx, req, MHD_HTTP_CREATED);
         if (!w) {
                 instance_spec_done(&spec);
                 return -ENOMEM;

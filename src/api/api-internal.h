@@ -22,6 +22,7 @@ int api_refuse_unless_ready(ApiContext *ctx, HttpRequest *req);
 int api_refuse_body(HttpRequest *req);
 
 /* api-instances.c: API-7's instance object and the instance routes. */
+void api_instances_done(ApiContext *ctx);
 int api_instance_json(const InstanceRecord *r, json_t **ret);
 int api_handle_instances_list(HttpRequest *req, void *userdata);
 int api_handle_instance_create(HttpRequest *req, void *userdata);

@@ -278,6 +278,7 @@ void api_context_done(ApiContext *ctx)
                                        "vgpud is shutting down");
                 waiter_free(w);
         }
+        api_instances_done(ctx);
 }
 
 static int waiter_new(ApiContext *ctx, HttpRequest *req, OpKind kind, char **vfs, ApiWaiter **ret)

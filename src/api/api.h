@@ -40,6 +40,7 @@
 /* ---- the view of the daemon's state ---------------------------------------------------------- */
 
 typedef struct ApiWaiter ApiWaiter;
+typedef struct InstanceWaiter InstanceWaiter;
 
 typedef struct ApiContext {
         const Config *config;
@@ -65,6 +66,8 @@ typedef struct ApiContext {
         /* Owned by this module: requests waiting for the health store to go idle. */
         ApiWaiter *waiters;
         unsigned n_suspended; /* requests suspended on health writes */
+        /* Requests suspended on instance operations (INST-23); shutdown answers them 503. */
+        InstanceWaiter *instance_waiters;
 } ApiContext;
 
 /* The host as last discovered (DISC-7: kept when a later discovery fails); NULL before it. */

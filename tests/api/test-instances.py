@@ -49,8 +49,12 @@ def current_type(vf):
 
 
 def pid_of(work, inst_id):
-    with open(os.path.join(MNT, "data/instances", inst_id, "instance.json")) as f:
-        return json.load(f).get("hypervisor", {}).get("pid")
+    """The VMM pid in the instance's record; None before the record (or the pid) is written."""
+    try:
+        with open(os.path.join(MNT, "data/instances", inst_id, "instance.json")) as f:
+            return json.load(f).get("hypervisor", {}).get("pid")
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def alive(pid):
@@ -376,6 +380,50 @@ def check_restart(work, config, secret, sock, daemons):
 KEEP_LOG = os.environ.get("VGPUD_TEST_KEEP")
 
 
+def check_shutdown_mid_create(work, config, secret, sock, daemons):
+    # OPS-3: SIGTERM while a create waits for QMP answers that request 503 and exits 0; the
+    # VMM keeps running; the next start finds the Creating record with its VMM alive (INST-21),
+    # gets no QMP readiness from it, terminates it and records Failed with the claim kept.
+    d, c = start(work, "shutdown-a", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    sim_ctl("qemu late-01 hang-qmp")
+    answer = {}
+    t = threading.Thread(target=lambda: answer.setdefault(
+        "r", c.request("POST", "/instances", body("late-01", PROFILE))))
+    t.start()
+
+    def creating():
+        lst = c.get("/instances").json()
+        return lst and lst[0]["state"] == "Creating" and pid_of(work, lst[0]["id"]) and lst[0]
+    inst = poll(creating, 10)
+    ok(bool(inst), "INST-12: the create waits for readiness with its VMM spawned")
+    pid = pid_of(work, inst["id"]) if inst else None
+    eq(d.stop(), 0, "OPS-3: SIGTERM during a create exits 0")
+    t.join(10)
+    r = answer.get("r")
+    eq(error_of(r) if r else None,
+       (503, {"code": "not_ready", "message": "vgpud is shutting down"}),
+       "OPS-3: the waiting create is answered 503 not_ready")
+    ok(pid and alive(pid), "OPS-3: the VMM outlives the daemon")
+    d2, c2 = start(work, "shutdown-b", config, secret, sock)
+    daemons.append(d2)
+    if not c2 or not inst:
+        return
+    got = poll(lambda: c2.get("/instances/" + inst["id"]).json()["state"] == "Failed", 20)
+    s = c2.get("/instances/" + inst["id"]).json()
+    ok(got and s["gpu"].get("device_path") == inst["gpu"]["device_path"],
+       "INST-21: Creating with a live VMM that never gets ready is terminated and Failed, "
+       "claim kept", s)
+    ok(not alive(pid), "INST-21, VMM-10: the VMM was terminated")
+    r = c2.request("POST", "/instances/%s/stop" % inst["id"])
+    ok(r.status == 200 and r.json()["state"] == "Stopped" and "device_path" not in r.json()["gpu"],
+       "INST-25: stop of the Failed instance releases the claim and ends Stopped", error_of(r))
+    eq(c2.request("DELETE", "/instances/" + inst["id"]).status, 204, "and it is deleted")
+    stop(d2, " (after the shutdown)")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-instances-")
     daemons = []
@@ -407,6 +455,8 @@ vmm:
             run_group("sysfs-stuck", lambda: check_sysfs_stuck(c))
             stop(d)
         run_group("restart", lambda: check_restart(work, config, secret, sock, daemons))
+        run_group("shutdown", lambda: check_shutdown_mid_create(work, config, secret, sock,
+                                                                daemons))
     finally:
         if KEEP_LOG:
             for d in daemons:
