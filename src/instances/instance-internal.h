@@ -68,7 +68,11 @@ int instance_write(Instance *i, InstanceWriteDone next);
 /* "<runtime_dir>/instances/<id>/<name>", malloc'd. */
 char *instance_runtime_path(const Instance *i, const char *name);
 
-/* A Vmm for a spawned child or an adopted process, attached to the manager's loop. */
+/*
+ * A Vmm for a spawned child or an adopted process, attached to the manager's loop. Takes the
+ * pidfd in every case; on failure a child is killed through it first (it must not run on
+ * unwatched).
+ */
 int instance_attach_vmm(Instance *i, pid_t pid, int pidfd, bool is_child, uint64_t start_time);
 void instance_forget_vmm(Instance *i);
 

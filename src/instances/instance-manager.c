@@ -5,9 +5,11 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "instances/instance-internal.h"
@@ -200,14 +202,20 @@ int instance_attach_vmm(Instance *i, pid_t pid, int pidfd, bool is_child, uint64
                                      .forced_kill = on_vmm_forced_kill,
                                      .userdata = i},
                         &v);
-        if (r < 0)
-                return r;
-        if (i->m->event) {
+        if (r >= 0 && i->m->event)
                 r = vmm_attach_event(v, i->m->event);
-                if (r < 0) {
-                        vmm_free(v);
-                        return r;
+        if (r < 0) {
+                /* An unwatched child of ours must not run on (INST-13's rule). */
+                if (is_child) {
+                        (void)syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+                        log_line(LOG_LEVEL_ERR, r, "cannot watch the VMM; it was killed",
+                                 "instance_id", i->rec.id, NULL);
                 }
+                if (v)
+                        vmm_free(v); /* it had taken the pidfd */
+                else
+                        closep(&pidfd);
+                return r;
         }
         vmm_free(i->vmm);
         i->vmm = v;
@@ -616,13 +624,13 @@ static int load_one(InstanceManager *m, const char *id, const VfioScan *scan)
         }
         if (l.verdict == VMM_ALIVE) {
                 r = instance_attach_vmm(i, l.pid, l.pidfd, false, l.start_time);
+                l.pidfd = -1; /* taken, whatever the result */
                 if (r < 0) {
                         vmm_liveness_done(&l);
                         instance_record_done(&i->rec);
                         free(i);
                         return r;
                 }
-                l.pidfd = -1; /* taken */
                 if (l.pid != i->rec.hypervisor.pid) {
                         /* VMM-18: the socket's owner is the VMM now. */
                         i->rec.hypervisor.pid = l.pid;

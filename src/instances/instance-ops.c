@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "instances/instance-internal.h"
@@ -799,13 +798,12 @@ static void spawned(Op *op, int r, const char *error)
         SpawnData *d = op->job_data;
         op->vmm_started = true;
         r = instance_attach_vmm(i, d->spawned.pid, d->spawned.pidfd, true, d->spawned.start_time);
+        d->spawned_ok = false; /* the pidfd is taken, whatever the result */
         if (r < 0) {
-                /* The child runs without a watch: kill it through its pidfd before anything. */
-                (void)syscall(SYS_pidfd_send_signal, d->spawned.pidfd, SIGKILL, NULL, 0);
+                /* Killed, but not seen to exit: it may be alive until proven gone. */
                 fail_alive(op, INSTANCE_FAILURE_INTERNAL, "watch VMM: out of memory");
                 return;
         }
-        d->spawned_ok = false; /* the Vmm owns the pidfd now */
         i->rec.hypervisor.pid = d->spawned.pid;
         i->rec.hypervisor.start_time = d->spawned.start_time;
         free(i->rec.hypervisor.boot_id);
