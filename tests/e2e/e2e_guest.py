@@ -6,8 +6,9 @@
 # GPU-less VM, a QEMU process started as VMM-3 says, a QMP client (VMM-5, VMM-6, VMM-20) and
 # console polling.
 #
-# TAP helpers live here rather than in tests/lib/vgpud_test.py because that module reads the
-# simulator's argv and environment when imported, and these tests run without the simulator.
+# The TAP helpers (ok, eq, plan, exit_status, poll) are tests/lib/vgpud_test.py's, one counter
+# for every check of a script; that module reads the simulator's arguments only when a test
+# asks for them, so tests that run without the simulator import it too.
 import gzip
 import json
 import os
@@ -20,29 +21,10 @@ import subprocess
 import sys
 import time
 
-# ---- TAP ------------------------------------------------------------------------------------
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from vgpud_test import eq, exit_status, ok, plan, poll  # noqa: E402,F401 (re-exported)
 
-counter = 0
-failures = 0
-
-
-def ok(cond, name, detail=None):
-    global counter, failures
-    counter += 1
-    if cond:
-        print("ok %d - %s" % (counter, name))
-    else:
-        failures += 1
-        print("not ok %d - %s" % (counter, name))
-        if detail is not None:
-            for line in str(detail).splitlines()[:60]:
-                print("#   " + line)
-    sys.stdout.flush()
-    return cond
-
-
-def eq(got, want, name):
-    return ok(got == want, name, "got:  %r\nwant: %r" % (got, want))
+# ---- TAP, beyond vgpud_test's ----------------------------------------------------------------
 
 
 def note(text):
@@ -54,25 +36,6 @@ def note(text):
 def skip_all(why):
     print("1..0 # SKIP " + why)
     sys.exit(0)
-
-
-def plan():
-    print("1..%d" % counter)
-    sys.stdout.flush()
-
-
-def exit_status():
-    return 1 if failures else 0
-
-
-def poll(fn, timeout, interval=0.05):
-    """Calls fn until it returns a true value or timeout seconds pass; returns the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
 
 
 # ---- the guest image ------------------------------------------------------------------------

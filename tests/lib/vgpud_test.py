@@ -8,6 +8,10 @@
 # Both scripts run under tests/sim/run-sim-test.sh, which mounts the simulator in a private PID
 # namespace (SIM-21) and exports VGPU_SIM_MOUNT and VGPU_SIM_CONTROL, and both take the same
 # arguments: VGPUD OPENAPI_YAML FAKE_NVML.
+#
+# Those arguments and that environment are read at their first use, not at import: VGPUD,
+# OPENAPI, FAKE_NVML, MNT, CTL, SYS and HEALTH_FILE are looked up on demand (PEP 562), so a
+# script without the simulator (tests/e2e/e2e_guest.py) can share the TAP helpers.
 import base64
 import hashlib
 import hmac
@@ -24,11 +28,35 @@ import threading
 import time
 import traceback
 
-VGPUD, OPENAPI, FAKE_NVML = sys.argv[1:4]
-MNT = os.environ["VGPU_SIM_MOUNT"]
-CTL = os.environ["VGPU_SIM_CONTROL"]
-SYS = os.path.join(MNT, "sys")
-HEALTH_FILE = os.path.join(MNT, "data", "gpu", "vf-health.json")
+_context = None
+
+
+def context():
+    """{"VGPUD", "OPENAPI", "FAKE_NVML", "MNT", "CTL", "SYS", "HEALTH_FILE"}: the script's
+    first three arguments and the simulator's environment, read once, at the first use."""
+    global _context
+    if _context is None:
+        if len(sys.argv) < 4:
+            raise RuntimeError("vgpud_test: the script needs the arguments VGPUD OPENAPI_YAML "
+                               "FAKE_NVML (got %r)" % (sys.argv[1:],))
+        missing = [v for v in ("VGPU_SIM_MOUNT", "VGPU_SIM_CONTROL") if v not in os.environ]
+        if missing:
+            raise RuntimeError("vgpud_test: %s not set (run under tests/sim/run-sim-test.sh)"
+                               % " and ".join(missing))
+        mnt = os.environ["VGPU_SIM_MOUNT"]
+        _context = {"VGPUD": sys.argv[1], "OPENAPI": sys.argv[2], "FAKE_NVML": sys.argv[3],
+                    "MNT": mnt, "CTL": os.environ["VGPU_SIM_CONTROL"],
+                    "SYS": os.path.join(mnt, "sys"),
+                    "HEALTH_FILE": os.path.join(mnt, "data", "gpu", "vf-health.json")}
+    return _context
+
+
+def __getattr__(name):
+    # Module attributes not defined above: `from vgpud_test import MNT` and `vgpud_test.MNT`
+    # both land here (PEP 562), so the names read as constants while staying lazy.
+    if name in ("VGPUD", "OPENAPI", "FAKE_NVML", "MNT", "CTL", "SYS", "HEALTH_FILE"):
+        return context()[name]
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 # ---- TAP ------------------------------------------------------------------------------------
 
@@ -221,11 +249,11 @@ class Daemon:
         self.notify_lock = threading.Lock()
         self.closing = threading.Event()
         env = dict(os.environ)
-        env["VGPU_SIM_CONTROL"] = CTL
+        env["VGPU_SIM_CONTROL"] = context()["CTL"]
         env["NOTIFY_SOCKET"] = self.notify_path
         env.update(extra_env or {})
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([VGPUD, "--config", config] + list(extra_args),
+        self.proc = subprocess.Popen([context()["VGPUD"], "--config", config] + list(extra_args),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self.log, env=env)
         self.reader = threading.Thread(target=self._drain, daemon=True)
@@ -281,6 +309,7 @@ def free_port():
 def write_config(path, work, listen="", reconcile="5s", extra_top="", extra_gpu=""):
     """vgpud's configuration for a daemon whose own files live under work (CFG-3: an empty
     listen disables TCP)."""
+    mnt = context()["MNT"]
     with open(path, "w") as f:
         f.write("""listen: "%s"
 unix_socket: "%s/api.sock"
@@ -293,7 +322,8 @@ nvml_library: "%s"
 log_level: debug
 %sgpu:
   reconcile_interval: %s
-%s""" % (listen, work, work, MNT, work, MNT, MNT, FAKE_NVML, extra_top, reconcile, extra_gpu))
+%s""" % (listen, work, work, mnt, work, mnt, mnt, context()["FAKE_NVML"], extra_top, reconcile,
+       extra_gpu))
 
 
 def write_secret(work):
@@ -357,17 +387,18 @@ def log_count(d, pattern):
 
 
 def sim_state():
-    with open(os.path.join(CTL, "state.json")) as f:
+    with open(os.path.join(context()["CTL"], "state.json")) as f:
         return json.load(f)
 
 
 def sim_ctl(command):
-    with open(os.path.join(CTL, "ctl"), "w") as f:
+    with open(os.path.join(context()["CTL"], "ctl"), "w") as f:
         f.write(command)
 
 
 def read_creatable(vf):
-    with open(os.path.join(SYS, "bus/pci/devices", vf, "nvidia/creatable_vgpu_types")) as f:
+    with open(os.path.join(context()["SYS"], "bus/pci/devices", vf,
+                           "nvidia/creatable_vgpu_types")) as f:
         names = []
         for line in f.read().splitlines():
             left, sep, right = line.partition(":")
@@ -377,7 +408,8 @@ def read_creatable(vf):
 
 
 def configure(vf, type_id):
-    with open(os.path.join(SYS, "bus/pci/devices", vf, "nvidia/current_vgpu_type"), "w") as f:
+    with open(os.path.join(context()["SYS"], "bus/pci/devices", vf, "nvidia/current_vgpu_type"),
+              "w") as f:
         f.write(str(type_id))
 
 
@@ -441,7 +473,7 @@ def mdev_vfs():
 
 
 def read_attr(path):
-    with open(os.path.join(SYS, path)) as f:
+    with open(os.path.join(context()["SYS"], path)) as f:
         return f.read().strip()
 
 
@@ -457,7 +489,7 @@ def mdev_truth():
             busy = v["mdev"] is not None or v["type"] != 0
             used += busy
             allocatable += not busy
-            for t in sorted(os.listdir(os.path.join(SYS, types))):
+            for t in sorted(os.listdir(os.path.join(context()["SYS"], types))):
                 name = read_attr(os.path.join(types, t, "name"))
                 n = 0 if busy else int(read_attr(os.path.join(types, t, "available_instances")))
                 avail[name] = avail.get(name, 0) + n

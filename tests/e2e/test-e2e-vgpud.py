@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# test-e2e-vgpud.py VGPUD OPENAPI_YAML FAKE_NVML BUILD_GUEST_SH GUEST_DIR QEMU
+#
+# vgpud runs the real QEMU (SPEC SIM-19, §6, §7): under tests/sim/run-sim-test.sh (a mounted
+# vgpu-sim in a private PID namespace, SIM-21, so vgpud has a GPU host), a daemon with
+# qemu_binary the real qemu-system-x86_64 and qemu_accel tcg boots build-guest.sh's guest
+# without a GPU. Through the public API only: create answers 201 Running (INST-12), the
+# console route shows the kernel's and the init's lines (API-2), stop powers the guest off
+# through ACPI without a forced kill (INST-15, VMM-9), start boots it again (INST-17), delete
+# leaves no process, socket or directory (INST-18, INST-20, VMM-15); and a kernel that QEMU
+# cannot load fails the create with QEMU's own last line (VMM-5) and leaves no record
+# (INST-14). The files the API does not show (instance.json's pid, /proc, the directories) are
+# read only to prove that nothing is left. Timings go to TAP comments. Whatever happens, the
+# daemon and any QEMU started under this test's work tree are killed, the tree removed.
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_guest import ensure_guest, note, skip_all, tail  # noqa: E402 (after the path)
+from vgpud_test import (  # noqa: E402 (e2e_guest put tests/lib on the path)
+    MNT, error_of, eq, exit_status, finish, metric, ok, parse_metrics, plan, poll, start, stop,
+    write_config, write_secret)
+
+BUILD_GUEST, GUEST_DIR, QEMU = sys.argv[4:7]
+
+# Bounds, not waits: the guest reaches init in 2.5 to 7 s here under TCG, more when the rest
+# of the suite loads the machine.
+BOOT_TIMEOUT = 90
+VMM_BOOT_TIMEOUT = 30  # vmm.boot_timeout: QMP readiness (VMM-5)
+STOP_TIMEOUT = 30  # vmm.stop_timeout: the graceful stop's bound (VMM-9)
+# VMM-2: -append is passed as it is, commas and all; the kernel echoes it ("Command line:").
+CMDLINE = "console=ttyS0,115200 vgpud.e2e=raw,commas"
+KERNEL_LINE = r"^\[ *[0-9.]+\] Linux version \S+"
+INIT_LINE = r"^vgpud-guest: init reached$"
+READY_LINE = r"^vgpud-guest: ready$"
+POWER_LINE = "vgpud-guest: power button, powering off"
+INSTANCES = os.path.join(MNT, "data", "instances")
+
+
+# ---- what the API does not show -------------------------------------------------------------
+
+
+def proc_stat(pid):
+    """(state, start_time) of /proc/<pid>/stat, or None when there is no such process."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return None
+
+
+def qemu_processes():
+    """{pid: argv} of every qemu-system process in /proc, zombies included (their argv is
+    empty: the comm and state stand in). The PID namespace (SIM-21) has its own /proc, so
+    these are this test's."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            if not argv:
+                with open("/proc/%s/comm" % name) as f:
+                    argv = ["%s (state %s)" % (f.read().strip(), (proc_stat(int(name)) or "?")[0])]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if os.path.basename(argv[0]).startswith("qemu-system"):
+            found[int(name)] = argv
+    return found
+
+
+def kill_qemus(work):
+    """SIGKILL, by pid, every QEMU whose argv names a path under work: the VMMs of this test's
+    daemon, should it leave any (a daemon stopped with SIGTERM leaves VMs running, OPS-3)."""
+    for pid, argv in qemu_processes().items():
+        if any(work in a for a in argv):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def record(iid):
+    with open(os.path.join(INSTANCES, iid, "instance.json")) as f:
+        return json.load(f)
+
+
+def instance_dirs():
+    try:
+        return sorted(os.listdir(INSTANCES))
+    except FileNotFoundError:
+        return []
+
+
+# ---- through the API ------------------------------------------------------------------------
+
+
+def console(c, iid):
+    """The console route's text; the guest's tty ends its lines with CR LF."""
+    r = c.get("/instances/%s/console?tail_bytes=1048576" % iid)
+    return r.body.decode(errors="replace").replace("\r\n", "\n") if r.status == 200 else ""
+
+
+def wait_lines(c, iid, pattern, count, timeout):
+    """Polls the console route until pattern matches count lines (bounded); returns the
+    number of matching lines seen last."""
+    rx = re.compile(pattern, re.M)
+    seen = [0]
+
+    def enough():
+        seen[0] = len(rx.findall(console(c, iid)))
+        return seen[0] >= count
+
+    poll(enough, timeout, 0.1)
+    return seen[0]
+
+
+def forced_kills(c):
+    fams = parse_metrics(c.get("/metrics").body.decode())
+    return sum(metric(fams, "vgpud_instances_vmm_forced_kills_total", in_grace=g) or 0
+               for g in ("true", "false"))
+
+
+def timed(fn):
+    t0 = time.monotonic()
+    v = fn()
+    return v, time.monotonic() - t0
+
+
+def diagnostics(c, d, iid):
+    return "console (tail):\n%s\nvgpud log (tail):\n%s" % (
+        tail(console(c, iid), 25), tail(d.log_text(), 25))
+
+
+def check_boot(c, d, iid, boot, label):
+    """The kernel's banner and the init's marker on the console route, the n-th time (boot)."""
+    t0 = time.monotonic()
+    n = wait_lines(c, iid, KERNEL_LINE, boot, BOOT_TIMEOUT)
+    if not ok(n >= boot, "API-2: the console route shows the kernel's 'Linux version' line%s"
+              % label, diagnostics(c, d, iid)):
+        return False
+    n = wait_lines(c, iid, INIT_LINE, boot, BOOT_TIMEOUT)
+    if not ok(n >= boot, "SIM-19: the console route shows the guest's init marker%s" % label,
+              diagnostics(c, d, iid)):
+        return False
+    note("Running to init marker%s: %.1f s" % (label, time.monotonic() - t0))
+    # acpid must run before a stop, or the power button goes unheard (VMM-9's quit follows).
+    n = wait_lines(c, iid, READY_LINE, boot, BOOT_TIMEOUT)
+    return ok(n >= boot, "SIM-19: the guest's init is ready (acpid runs)%s" % label,
+              diagnostics(c, d, iid))
+
+
+def check_stopped(c, d, iid, r, seconds, kills_before):
+    s = r.json() if r.status == 200 else {}
+    ok(r.status == 200 and s.get("state") == "Stopped" and "error" not in s,
+       "INST-15: stop answers 200 Stopped, no error", error_of(r))
+    note("stop %.2f s" % seconds)
+    ok(POWER_LINE in console(c, iid),
+       "VMM-9: the guest powered itself off through ACPI (acpid's PWRF action ran)",
+       diagnostics(c, d, iid))
+    # A guest that ignored system_powerdown would hold the stop for the whole stop timeout
+    # before VMM-9's quit or VMM-10's ladder; GPU-less VMMs are SIGKILLed without counting.
+    ok(seconds < STOP_TIMEOUT,
+       "VMM-9: the VMM exited within vmm.stop_timeout (%d s): neither quit nor the ladder ran"
+       % STOP_TIMEOUT, "%.1f s" % seconds)
+    eq(forced_kills(c), kills_before,
+       "VMM-12: vgpud_instances_vmm_forced_kills_total does not move")
+
+
+def check_lifecycle(c, d, work, images):
+    kernel = os.path.join(images, "vmlinuz")
+    initrd = os.path.join(images, "initramfs.cpio.gz")
+    body = {"name": "e2e-guest-01", "vcpus": 1, "memory_mb": 256,
+            "boot": {"kernel": kernel, "initrd": initrd, "cmdline": CMDLINE}}
+    kills = forced_kills(c)
+    eq(kills, 0, "VMM-12: vgpud_instances_vmm_forced_kills_total starts at 0")
+
+    # INST-12: 201 Running once QMP is ready; the guest boots on after that.
+    r, seconds = timed(lambda: c.request("POST", "/instances", body))
+    inst = r.json() if r.status == 201 else {}
+    if not ok(r.status == 201 and inst.get("state") == "Running",
+              "INST-12: create with the real QEMU answers 201 Running", error_of(r)):
+        note("vgpud log (tail):\n" + tail(d.log_text(), 30))
+        return
+    note("create-to-Running %.2f s" % seconds)
+    iid = inst["id"]
+    eq(inst["boot"], body["boot"], "API-7: the instance shows its boot paths as given")
+    hv = record(iid).get("hypervisor", {})
+    pid = hv.get("pid")
+    st = proc_stat(pid) if pid else None
+    ok(st and st[0] != "Z" and st[1] == hv.get("start_time") and
+       os.path.basename(qemu_processes().get(pid, ["?"])[0]) == os.path.basename(QEMU),
+       "INST-12, VMM-4: instance.json's pid and start_time are the running qemu's",
+       (hv, st, qemu_processes()))
+    rt = os.path.join(work, "run", "instances", iid)
+    ok(os.path.exists(os.path.join(rt, "qmp.sock")) and
+       os.path.exists(os.path.join(rt, "agent.sock")),
+       "INST-1: qmp.sock and agent.sock are in <runtime_dir>/instances/<id>/")
+    if not check_boot(c, d, iid, 1, ""):
+        return
+    text = console(c, iid)
+    m = re.search(KERNEL_LINE, text, re.M)
+    note("guest: " + m.group(0).split("] ", 1)[1])
+    ok(re.search(r"^\[ *[0-9.]+\] Command line: %s$" % re.escape(CMDLINE), text, re.M),
+       "VMM-1, VMM-2: the guest kernel got the cmdline as given, commas undoubled",
+       [l for l in text.splitlines() if "Command line" in l])
+    ok(len(c.get("/instances/%s/console?tail_bytes=64" % iid).body) == 64,
+       "API-2: tail_bytes=64 returns the console's last 64 bytes")
+
+    # INST-15, VMM-9: the graceful stop.
+    r, seconds = timed(lambda: c.request("POST", "/instances/%s/stop" % iid))
+    check_stopped(c, d, iid, r, seconds, kills)
+    ok(proc_stat(pid) is None, "VMM-4: the VMM is gone and reaped (no zombie)", proc_stat(pid))
+    eq([p for p in ("qmp.sock", "agent.sock") if os.path.exists(os.path.join(rt, p))], [],
+       "VMM-15: no socket is left after the stop")
+    rec = record(iid)
+    ok("hypervisor" not in rec and rec.get("state") == "Stopped",
+       "INST-15: the record is Stopped without hypervisor fields", rec)
+
+    # INST-17: start again; the same disk-less guest boots a second time.
+    r, seconds = timed(lambda: c.request("POST", "/instances/%s/start" % iid))
+    s = r.json() if r.status == 200 else {}
+    if not ok(r.status == 200 and s.get("state") == "Running",
+              "INST-17: start answers 200 Running", error_of(r)):
+        return
+    note("start-to-Running %.2f s" % seconds)
+    pid2 = record(iid).get("hypervisor", {}).get("pid")
+    ok(pid2 and pid2 != pid and proc_stat(pid2), "INST-17: a new VMM runs", (pid, pid2))
+    if not check_boot(c, d, iid, 2, " (second boot)"):
+        return
+    r, seconds = timed(lambda: c.request("POST", "/instances/%s/stop" % iid))
+    check_stopped(c, d, iid, r, seconds, kills)
+    eq(console(c, iid).count(POWER_LINE), 2, "VMM-9: the second stop is the guest's too")
+
+    # INST-17 again, then INST-18: a delete of a Running instance stops it and removes all.
+    r = c.request("POST", "/instances/%s/start" % iid)
+    if not ok(r.status == 200, "INST-17: start a third time", error_of(r)):
+        return
+    pid3 = record(iid).get("hypervisor", {}).get("pid")
+    start_time3 = record(iid).get("hypervisor", {}).get("start_time")
+    check_boot(c, d, iid, 3, " (third boot)")
+    r, seconds = timed(lambda: c.request("DELETE", "/instances/" + iid))
+    eq(r.status, 204, "INST-18: delete of the Running instance answers 204")
+    note("delete %.2f s" % seconds)
+    eq(error_of(c.get("/instances/" + iid))[0], 404, "API-2: the instance is gone")
+    eq(c.get("/instances").json(), [], "API-2: the list is empty")
+    st = proc_stat(pid3) if pid3 else ("?", None)
+    ok(st is None or st[1] != start_time3, "INST-18: the VMM recorded in instance.json is gone",
+       st)
+    eq(qemu_processes(), {}, "INST-18: no qemu-system process is left")
+    ok(not os.path.exists(rt), "INST-20: the runtime directory is removed", rt)
+    eq(instance_dirs(), [], "INST-20: <data_dir>/instances/ holds nothing (no data directory, "
+       "no .deleted-*)")
+    eq(forced_kills(c), kills, "VMM-12: no forced kill in the whole lifecycle")
+
+
+def qemu_own_error(kernel, initrd):
+    """The last non-empty line QEMU itself prints for this kernel and initrd, run directly (the
+    oracle for VMM-5's message)."""
+    p = subprocess.run([QEMU, "-machine", "q35", "-accel", "tcg", "-nodefaults",
+                        "-no-user-config", "-display", "none", "-m", "256M",
+                        "-kernel", kernel, "-initrd", initrd, "-append", CMDLINE],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60,
+                       env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    lines = [l for l in p.stdout.decode(errors="replace").splitlines() if l.strip()]
+    return p.returncode, (lines[-1] if lines else "")
+
+
+def check_bad_kernel(c, d, images):
+    # VMM-5: QEMU refuses a kernel that is not one and exits at once; the create fails with
+    # QEMU's own last line of qemu.log, and INST-14 leaves no record.
+    bogus = os.path.join(images, "not-a-kernel")
+    initrd = os.path.join(images, "initramfs.cpio.gz")
+    rc, want = qemu_own_error(bogus, initrd)
+    if not ok(rc != 0 and want.startswith("qemu"),
+              "QEMU itself refuses a text file as a kernel", (rc, want)):
+        return
+    note("QEMU's own error: " + want)
+    body = {"name": "e2e-bad-kernel", "vcpus": 1, "memory_mb": 256,
+            "boot": {"kernel": bogus, "initrd": initrd, "cmdline": CMDLINE}}
+    r, seconds = timed(lambda: c.request("POST", "/instances", body))
+    e = error_of(r)
+    msg = e[1].get("message", "") if isinstance(e[1], dict) else ""
+    ok(r.status == 500 and e[1].get("code") == "internal",
+       "VMM-5: a kernel QEMU cannot load fails the create with 500 internal", e)
+    ok(msg.endswith(": " + want), "VMM-5: the message ends with QEMU's own line from qemu.log",
+       "got:  %r\nwant: ...: %r" % (msg, want))
+    ok(re.match(r"qemu (exited with status \d+|was killed by signal \S+|exited) ", msg) or
+       "QMP" in msg, "VMM-5: the message says QEMU ended before QMP was ready", msg)
+    note("failed create answered in %.2f s: %s" % (seconds, msg))
+    eq([i for i in c.get("/instances").json() if i.get("name") == body["name"]], [],
+       "INST-14: the failed create leaves no record")
+    eq(instance_dirs(), [], "INST-14, INST-20: and no instance directory")
+    eq(qemu_processes(), {}, "VMM-14: and no QEMU")
+
+
+def main():
+    if not QEMU or not os.access(QEMU, os.X_OK):
+        skip_all("qemu-system-x86_64 not found (scripts/deps.sh installs qemu-system-x86)")
+    try:
+        guest = ensure_guest(BUILD_GUEST, GUEST_DIR)
+    except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
+        ok(False, "SIM-19: build-guest.sh builds the guest", e)
+        plan()
+        return 1
+    ok(True, "SIM-19: build-guest.sh builds the guest")
+    note("guest %s: %s (kernel %s), %.1f s" % (
+        "reused from the cache" if guest.cached() else "built", guest.info["kernel_package"],
+        guest.info["kernel_release"], guest.seconds))
+
+    work = tempfile.mkdtemp(prefix="vgpud-e2e-vgpud-")
+    daemons = []
+    try:
+        # image_dirs: INST-6 resolves real paths, so the images directory holds symlinks into
+        # the guest's cache and the cache itself is listed too; a text file stands in for a
+        # broken kernel.
+        images = os.path.join(work, "images")
+        os.mkdir(images)
+        os.symlink(os.path.realpath(guest.kernel), os.path.join(images, "vmlinuz"))
+        os.symlink(os.path.realpath(guest.initrd), os.path.join(images, "initramfs.cpio.gz"))
+        with open(os.path.join(images, "not-a-kernel"), "w") as f:
+            f.write("this text file is not a Linux kernel\n")
+        secret = write_secret(work)
+        config = os.path.join(work, "vgpud.yaml")
+        write_config(config, work, extra_top="""qemu_binary: "%s"
+qemu_accel: tcg
+image_dirs:
+  - "%s"
+  - "%s"
+vmm:
+  boot_timeout: %ds
+  stop_timeout: %ds
+""" % (QEMU, images, os.path.realpath(guest.dir), VMM_BOOT_TIMEOUT, STOP_TIMEOUT))
+        sock = os.path.join(work, "api.sock")
+        d, c = start(work, "e2e", config, secret, sock)
+        daemons.append(d)
+        if c:
+            for name, fn in (("lifecycle", lambda: check_lifecycle(c, d, work, images)),
+                             ("bad kernel", lambda: check_bad_kernel(c, d, images))):
+                try:
+                    fn()
+                except Exception:
+                    ok(False, "%s: no exception" % name, traceback.format_exc())
+            # Anything a failed check left behind goes before the daemon stops.
+            for i in c.get("/instances").json():
+                c.request("DELETE", "/instances/" + i["id"])
+            stop(d)
+    finally:
+        for d in daemons:
+            d.stop(signal.SIGKILL)
+        kill_qemus(work)
+        finish(daemons, work)
+    return exit_status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
