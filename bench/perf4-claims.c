@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * PERF-4: 20 simultaneous claims of `NVIDIA L40S-2Q` on a mixed-size 2×L40S simulated host with
- * a fake NVML latency of 20 ms per call. The figure is the largest nvml_ms (PLACE-22) of a
- * burst; one warm-up burst, then the median of 5. Runs under tests/integration/run-with-sim.sh
- * (bench/host-perf4.yaml); argv[1] is the fake libnvidia-ml.so.1. Prints one bench/run row.
+ * PERF-4 at the claim flow alone: 20 simultaneous claims of `NVIDIA L40S-2Q` on a mixed-size
+ * 2×L40S simulated host with a fake NVML latency of 20 ms per call, all submitted to the Claimer
+ * in one loop turn, without the API, the instance records or a VMM. The figure is the largest
+ * nvml_ms (PLACE-22) of a burst; one warm-up burst, then the median of 5. It is an info row:
+ * SPEC's target applies to creates through the API (bench/perf4-instances.py), whose claims
+ * arrive spread over the record writes; this one shows what the Claimer's batching gives when
+ * they arrive together. Runs under tests/integration/run-with-sim.sh (bench/host-perf4.yaml);
+ * argv[1] is the fake libnvidia-ml.so.1. Prints one bench/run row.
  */
 #include "../tests/integration/claim-harness.h"
 
 #define CLAIMS 20
 #define RUNS 5
 #define UPSTREAM_MS 400.0
-#define TARGET_MS 100
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -96,9 +99,8 @@ int main(int argc, char **argv)
         harness_stop(&h);
         qsort(ms, RUNS, sizeof ms[0], cmp_u64);
         uint64_t median = ms[RUNS / 2];
-        printf("row\tPERF-4\t20 concurrent L40S-2Q claims, NVML latency 20 ms: largest nvml_ms "
-               "vs upstream\t%" PRIu64 "\t%.0f\t%.2f\t<= %d ms\t%s\n",
-               median, UPSTREAM_MS, (double)median / UPSTREAM_MS, TARGET_MS,
-               median <= TARGET_MS ? "pass" : "FAIL");
+        printf("row\tPERF-4\tclaim flow alone, 20 claims in one turn, NVML latency 20 ms: largest "
+               "nvml_ms vs upstream\t%" PRIu64 "\t%.0f\t%.2f\t-\tinfo\n",
+               median, UPSTREAM_MS, (double)median / UPSTREAM_MS);
         return 0;
 }
