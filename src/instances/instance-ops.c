@@ -48,6 +48,7 @@ struct Op {
         bool admitted;     /* counted in admitted_unreserved (INST-10) */
         bool vmm_started;  /* a VMM was spawned by this operation */
         bool failed_start; /* Failed → Stopped only through INST-25 */
+        InstanceState was; /* delete: the state to return to if Deleting cannot be written */
         InstanceFailure failure;
         char *error;         /* the failure being rolled back */
         char **pending_name; /* create: the name held while validation runs */
@@ -960,6 +961,8 @@ static void delete_vmm_step(Op *op)
 static void deleting_written(Op *op, int r, const char *error)
 {
         if (r < 0) {
+                /* INST-8: the delete was not announced, so it did not happen. */
+                op->i->rec.state = op->was;
                 _cleanup_free_ char *e = NULL;
                 (void)strprintf(&e, "save instance record: %s", error);
                 op_fail(op, r, INSTANCE_FAILURE_INTERNAL, e ? e : error);
@@ -1269,6 +1272,7 @@ int instance_manager_delete(InstanceManager *m, const char *id, InstanceDoneFunc
                 refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
                 return -ENOMEM;
         }
+        op->was = i->rec.state;
         i->rec.state = INSTANCE_DELETING;
         write_then(op, deleting_written);
         return 0;
