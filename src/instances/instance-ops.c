@@ -545,14 +545,20 @@ static void creating_written(Op *op, int r, const char *error)
         if (r < 0) {
                 _cleanup_free_ char *e = NULL;
                 (void)strprintf(&e, "save instance record: %s", error);
+                op->failure = INSTANCE_FAILURE_INTERNAL;
+                op_set_error(op, e ? e : error);
                 if (op->kind == OP_CREATE) {
-                        op->failure = INSTANCE_FAILURE_INTERNAL;
-                        op->error = e ? strdup(e) : NULL;
                         remove_then(op, rollback_removed);
-                } else {
-                        op->i->rec.state = INSTANCE_STOPPED;
-                        op_fail(op, r, INSTANCE_FAILURE_INTERNAL, e ? e : error);
+                        return;
                 }
+                /*
+                 * INST-17: no VMM was started, so the start ends Stopped with its error; that
+                 * is written too, or memory would say Stopped while the record keeps the state
+                 * and error from before the start.
+                 */
+                op->i->rec.state = INSTANCE_STOPPED;
+                (void)set_error(&op->i->rec, op->error);
+                write_then(op, rollback_stopped);
                 return;
         }
         claim_step(op);
