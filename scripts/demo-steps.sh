@@ -1,14 +1,25 @@
 #!/bin/sh
 # The demo's steps, run by demo.sh inside a private PID namespace with a mounted simulator at
-# $VGPU_SIM_MOUNT. Every step prints the command it runs, so the demo doubles as a tour of the
-# API. Whatever happens, vgpud is stopped and the work directory removed.
+# $VGPU_SIM_MOUNT (SIM-21, OPS-11). Usage: demo-steps.sh BUILD [GUEST_DIR QEMU]
+#
+# With GUEST_DIR (tests/e2e/build-guest.sh's tiny guest) and QEMU, a first vgpud runs the real
+# QEMU under TCG and boots one VM without a GPU: its console, an ACPI stop, a delete that leaves
+# nothing. Then a vgpud with fake-qemu as its VMM (the simulator's VFs cannot go to a real
+# QEMU) places vGPU instances on the simulated host, and the operator side follows: the
+# driver driven directly, quarantine, drain, metrics, restore. Every step prints the command it
+# runs, so the demo doubles as a tour of the API. Whatever happens, vgpud and every VM are
+# stopped and the work directory removed.
 set -eu
 build=$1
+guest=${2:-}
+qemu=${3:-}
 mnt=$VGPU_SIM_MOUNT
 sys=$mnt/sys
-vgpud=$build/src/daemon/vgpud
-vgpuctl=$build/src/ctl/vgpuctl
+fake_qemu=$build/sim/fake-qemu
 nvml=$(find "$build/sim" -maxdepth 1 -name 'libnvidia-ml.so*' | head -n 1)
+# vgpud and vgpuctl by name, as an operator would type them.
+PATH=$build/src/daemon:$build/src/ctl:$PATH
+export PATH
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/vgpud-demo.XXXXXX")
 vgpud_pid=
@@ -18,6 +29,10 @@ cleanup() {
                 kill -TERM "$vgpud_pid" 2>/dev/null || true
                 wait "$vgpud_pid" 2>/dev/null || true
         fi
+        # A vgpud stopped by SIGTERM leaves its VMs running (OPS-3): end those of this demo.
+        for pid in $(vmm_pids); do
+                kill -KILL "$pid" 2>/dev/null || true
+        done
         rm -rf "$work"
         exit "$status"
 }
@@ -27,70 +42,267 @@ trap 'exit 143' TERM
 
 bold=$(printf '\033[1m') plain=$(printf '\033[0m')
 say() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
+# Words as a shell reads them back: those with blanks or shell characters in single quotes.
+quote() {
+        q=
+        for w in "$@"; do
+                case $w in
+                "" | *[!A-Za-z0-9_./:=@%+,-]*)
+                        w="'$(printf '%s' "$w" | sed "s/'/'\\\\''/g")'"
+                        ;;
+                esac
+                q="$q${q:+ }$w"
+        done
+        printf '%s' "$q"
+}
+# The command goes to the terminal (fd 3) before it runs, so a pipe after it filters only
+# its output.
+exec 3>&1
+show() { printf '$ %s\n' "$*" >&3; }
 run() {
-        printf '$ %s\n' "$*"
+        show "$(quote "$@")"
         "$@"
 }
+ctl() { run vgpuctl --unix "$sock" "$@"; }
 
-say "A simulated host: two NVIDIA L40S, 0000:e3:00.0 in mixed-size mode, 0001:c8:00.0 equal-size"
-echo "vgpu-sim mounts a model of the driver's sysfs, /dev/vfio and a fake libnvidia-ml at $mnt"
-run "$vgpud" inventory --sysfs-root "$sys" | cut -c1-100 | sed -n '1,4p'
-echo "..."
+# The pids of the VMMs (QEMU or fake-qemu) whose argv names this demo's work directory.
+vmm_pids() {
+        for f in /proc/[0-9]*/cmdline; do
+                exe=$(tr '\0' '\n' <"$f" 2>/dev/null | head -n 1)
+                case ${exe##*/} in
+                qemu-system-* | fake-qemu) ;;
+                *) continue ;;
+                esac
+                tr '\0' '\n' <"$f" 2>/dev/null | grep -qF "$work/" || continue
+                pid=${f#/proc/}
+                echo "${pid%/cmdline}"
+        done
+}
 
-say "Start vgpud against it (TCP on 127.0.0.1, a Unix socket, NVML from the simulator)"
-head -c 48 /dev/urandom > "$work/jwt.secret"
-chmod 600 "$work/jwt.secret"
-mkdir -p "$work/run"
-cat > "$work/vgpud.yaml" <<YAML
+# start_vgpud NAME: vgpud with $work/NAME.yaml on $work/NAME.sock, then a bounded wait (20 s)
+# until its first reconcile pass is done (/readyz answers 200).
+start_vgpud() {
+        sock=$work/$1.sock
+        show "vgpud --config $work/$1.yaml &"
+        VGPU_SIM_CONTROL=$VGPU_SIM_CONTROL vgpud --config "$work/$1.yaml" 2>"$work/$1.log" &
+        vgpud_pid=$!
+        i=0
+        until curl -sf --unix-socket "$sock" http://vgpud/readyz >/dev/null 2>&1; do
+                if [ "$i" -ge 400 ] || ! kill -0 "$vgpud_pid" 2>/dev/null; then
+                        echo "vgpud did not become ready:" >&2
+                        cat "$work/$1.log" >&2
+                        exit 1
+                fi
+                sleep 0.05
+                i=$((i + 1))
+        done
+        run curl -s --unix-socket "$sock" http://vgpud/readyz
+        echo
+}
+
+stop_vgpud() {
+        show "kill -TERM $vgpud_pid"
+        kill -TERM "$vgpud_pid"
+        wait "$vgpud_pid" && echo "vgpud exited 0"
+        vgpud_pid=
+}
+
+# write_config NAME DATA_DIR QEMU_BINARY IMAGE_DIR...
+write_config() {
+        name=$1 data=$2 binary=$3
+        shift 3
+        mkdir -p "$work/$name-run" "$data"
+        {
+                cat <<YAML
 listen: ""
-unix_socket: "$work/api.sock"
+unix_socket: "$work/$name.sock"
 jwt_secret_file: "$work/jwt.secret"
-data_dir: "$mnt/data"
-runtime_dir: "$work/run"
+data_dir: "$data"
+runtime_dir: "$work/$name-run"
 sysfs_root: "$sys"
 dev_root: "$mnt/dev"
 nvml_library: "$nvml"
 log_level: notice
+qemu_binary: "$binary"
+qemu_accel: tcg
+image_dirs:
+YAML
+                for d in "$@"; do
+                        printf '  - "%s"\n' "$d"
+                done
+                cat <<YAML
+vmm:
+  boot_timeout: 30s
+  stop_timeout: 30s
 gpu:
   reconcile_interval: 5s
 YAML
-printf '$ vgpud --config %s &\n' "$work/vgpud.yaml"
-VGPU_SIM_CONTROL=$VGPU_SIM_CONTROL "$vgpud" --config "$work/vgpud.yaml" 2>"$work/vgpud.log" &
-vgpud_pid=$!
+        } >"$work/$name.yaml"
+}
 
-# Wait (bounded, 20 s) until the first reconcile pass is done: /readyz answers 200.
-i=0
-until curl -sf --unix-socket "$work/api.sock" http://vgpud/readyz >/dev/null 2>&1; do
-        if [ "$i" -ge 400 ] || ! kill -0 "$vgpud_pid" 2>/dev/null; then
-                echo "vgpud did not become ready:" >&2
-                cat "$work/vgpud.log" >&2
-                exit 1
-        fi
-        sleep 0.05
-        i=$((i + 1))
-done
-run curl -s --unix-socket "$work/api.sock" http://vgpud/readyz
-echo
+# create ARGS...: vgpuctl instances create ARGS, the rows of its answer that match
+# $create_rows shown, the new id in $id.
+create_rows=.
+create() {
+        ctl instances create "$@" >"$work/created"
+        grep -E "$create_rows" "$work/created"
+        id=$(awk '$1 == "id" { print $2 }' "$work/created")
+        [ -n "$id" ] || { echo "no id in vgpuctl's answer" >&2; exit 1; }
+}
 
-say "Mint a bearer token (HS256, 1h) and point vgpuctl at the daemon"
-printf '$ export VGPUD_TOKEN=$(vgpuctl token mint --secret-file %s --sub demo)\n' "$work/jwt.secret"
-VGPUD_TOKEN=$("$vgpuctl" token mint --secret-file "$work/jwt.secret" --sub demo)
-export VGPUD_TOKEN
-ctl() { run "$vgpuctl" --unix "$work/api.sock" "$@"; }
+json_field() { # EXPR [ARG]: evaluates EXPR on the JSON document on stdin (as j; ARG is sys.argv[2])
+        python3 -c 'import json, sys; j = json.load(sys.stdin); print(eval(sys.argv[1]))' "$@"
+}
+used_slots() {
+        vgpuctl --unix "$sock" --json resources | json_field 'j["gpu"]["used_slots"]'
+}
+# "<used slots> <available of PROFILE>", as /resources has them now.
+figures() {
+        vgpuctl --unix "$sock" --json resources | json_field '"%d %d" % (j["gpu"]["used_slots"],
+                [p["available"] for p in j["gpu"]["profiles"] if p["name"] == sys.argv[2]][0])' "$1"
+}
+# wait_figures PROFILE FIGURES: a bounded wait (15 s, three reconcile passes) until figures
+# reads FIGURES. vgpud re-reads a VF and refreshes NVML's placements after each release; the
+# answer to the stop or delete does not wait for that.
+wait_figures() {
+        i=0
+        while [ "$(figures "$1")" != "$2" ]; do
+                [ "$i" -lt 300 ] || { echo "/resources did not come back to $2" >&2; exit 1; }
+                sleep 0.05
+                i=$((i + 1))
+        done
+}
+claimed_vfs() {
+        vgpuctl --unix "$sock" --json gpus |
+                json_field 'sum(v["state"] == "claimed" for g in j["gpus"] for v in g["vfs"])'
+}
+count() { # DIR: its entries
+        if [ -d "$1" ]; then find "$1" -mindepth 1 -maxdepth 1 | wc -l; else echo 0; fi
+}
+# set_types TYPE: the driver's own interface, behind vgpud's back: TYPE into current_vgpu_type
+# of four VFs of the equal-size card (0 releases them).
+set_types() {
+        show "for vf in 0001:c8:00.4 0001:c8:00.5 0001:c8:00.6 0001:c8:00.7; do" \
+                "echo $1 > $sys/bus/pci/devices/\$vf/nvidia/current_vgpu_type; done"
+        for vf in 0001:c8:00.4 0001:c8:00.5 0001:c8:00.6 0001:c8:00.7; do
+                echo "$1" >"$sys/bus/pci/devices/$vf/nvidia/current_vgpu_type"
+        done
+}
+
+say "A simulated host: two NVIDIA L40S, 0000:e3:00.0 in mixed-size mode, 0001:c8:00.0 equal-size"
+echo "vgpu-sim mounts a model of the driver's sysfs, /dev/vfio and a fake libnvidia-ml at $mnt"
+echo "(vgpud and vgpuctl are the ones in $build, on PATH)"
+run vgpud inventory --sysfs-root "$sys" | cut -c1-100 | sed -n '1,4p'
+echo "..."
+
+head -c 48 /dev/urandom >"$work/jwt.secret"
+chmod 600 "$work/jwt.secret"
+
+if [ -n "$guest" ]; then
+        say "A real VM first: vgpud runs QEMU (TCG) with a Debian kernel and a busybox initramfs"
+        echo "image_dirs: $guest (INST-6: boot files must lie there); data and sockets under $work"
+        write_config vm "$work/vm-data" "$qemu" "$guest"
+        start_vgpud vm
+        show "export VGPUD_TOKEN=\$(vgpuctl token mint --secret-file $work/jwt.secret --sub demo)"
+        VGPUD_TOKEN=$(vgpuctl token mint --secret-file "$work/jwt.secret" --sub demo)
+        export VGPUD_TOKEN
+        echo "(a bearer token, HS256, valid 1h; vgpuctl reads it from VGPUD_TOKEN)"
+
+        t0=$(date +%s%N)
+        create --name tiny-vm --vcpus 1 --memory-mb 256 --kernel "$guest/vmlinuz" \
+                --initrd "$guest/initramfs.cpio.gz" --cmdline "console=ttyS0"
+        echo "(201 once QMP answers; the guest boots on: polling its console, 90 s at most)"
+        i=0
+        # Unanchored: a kernel message may cut into a line of the guest's init on the console.
+        until vgpuctl --unix "$sock" instances console "$id" | grep -q 'vgpud-guest: ready'; do
+                if [ "$i" -ge 450 ]; then
+                        echo "the guest did not reach its init's ready line:" >&2
+                        vgpuctl --unix "$sock" instances console "$id" | tail -n 20 >&2
+                        exit 1
+                fi
+                sleep 0.2
+                i=$((i + 1))
+        done
+        ms=$((($(date +%s%N) - t0) / 1000000))
+        printf 'the guest reached its init %d.%d s after the create\n' $((ms / 1000)) \
+                $((ms % 1000 / 100))
+        ctl instances console "$id" | tr -d '\r' | sed -n '1,3p' | cut -c1-110
+        echo "..."
+        ctl instances console "$id" | tr -d '\r' | grep -E 'Run /init|vgpud-guest:'
+
+        say "Stop it: QMP system_powerdown, the guest's acpid powers it off (no kill)"
+        ctl instances stop "$id" | grep -E '^(id|name|state) '
+        ctl instances console "$id" | tr -d '\r' | grep -E 'power button|reboot: Power down'
+
+        say "Delete it: the record, its files, its sockets and its QEMU are gone"
+        ctl instances delete "$id"
+        ctl instances list
+        run ls -A "$work/vm-data/instances" "$work/vm-run/instances"
+        printf 'left behind: %s instance directories, %s runtime directories, %s qemu processes\n' \
+                "$(count "$work/vm-data/instances")" "$(count "$work/vm-run/instances")" \
+                "$(vmm_pids | wc -l)"
+        stop_vgpud
+fi
+
+say "Start vgpud against the simulated host, fake-qemu as its VMM"
+echo "(fake-qemu answers QMP like a VM that boots at once; a VF of the simulator cannot go to"
+echo " a real QEMU)"
+mkdir -p "$work/images"
+echo "fake-qemu never reads this kernel" >"$work/images/vmlinuz"
+write_config sim "$mnt/data" "$fake_qemu" "$work/images"
+start_vgpud sim
+if [ -z "${VGPUD_TOKEN:-}" ]; then
+        show "export VGPUD_TOKEN=\$(vgpuctl token mint --secret-file $work/jwt.secret --sub demo)"
+        VGPUD_TOKEN=$(vgpuctl token mint --secret-file "$work/jwt.secret" --sub demo)
+        export VGPUD_TOKEN
+fi
 
 say "Capacity: every profile and how many vGPUs of it the host can place now"
 ctl resources | sed -n '1,12p'
 echo "..."
 
-say "The driver is driven directly: four 4Q vGPUs on the equal-size card"
-for vf in 0001:c8:00.4 0001:c8:00.5 0001:c8:00.6 0001:c8:00.7; do
-        echo 1150 > "$sys/bus/pci/devices/$vf/nvidia/current_vgpu_type"
+profile="NVIDIA L40S-2Q"
+ctl resources | grep -E "^used slots|$profile"
+initial=$(figures "$profile")
+
+say "Three vGPU instances: vgpud claims a VF for each, configures it and starts the VMM"
+ids=
+create_rows='^(id|name|state|profile|device path) '
+for n in 1 2 3; do
+        create --name "render-0$n" --vcpus 4 --memory-mb 8192 --kernel "$work/images/vmlinuz" \
+                --profile "$profile"
+        ids="$ids $id"
 done
-echo "(echo 1150 > .../nvidia/current_vgpu_type on four VFs; vgpud sees them at its next pass)"
-used_slots() {
-        "$vgpuctl" --unix "$work/api.sock" --json resources |
-                python3 -c 'import json, sys; print(json.load(sys.stdin)["gpu"]["used_slots"])'
-}
+ctl instances list
+ctl gpus | grep -E '^GPU|claimed'
+echo "Three slots fewer:"
+ctl resources | grep -E "slots|$profile"
+
+# shellcheck disable=SC2086 # the ids are words
+set -- $ids
+say "Stop one: its VF is released (the instance stays, Stopped)"
+ctl instances stop "$1" | grep -E '^(id|name|state|profile|device path) '
+i=0
+while [ "$(used_slots)" != 2 ]; do
+        [ "$i" -lt 200 ] || { echo "the stopped instance's slot did not come back" >&2; exit 1; }
+        sleep 0.05
+        i=$((i + 1))
+done
+ctl resources | grep -E "^used slots|$profile"
+
+say "Delete all three"
+for id in $ids; do
+        ctl instances delete "$id"
+done
+ctl instances list
+wait_figures "$profile" "$initial"
+ctl resources | grep -E "^used slots|$profile"
+printf 'left behind: %s instances, %s claimed VFs, %s fake-qemu processes\n' \
+        "$(count "$mnt/data/instances")" "$(claimed_vfs)" "$(vmm_pids | wc -l)"
+
+say "The driver is driven directly: four 4Q vGPUs on the equal-size card"
+set_types 1150
+echo "(vgpud sees them at its next pass)"
 i=0
 while [ "$(used_slots)" != 4 ]; do
         [ "$i" -lt 300 ] || { echo "vgpud did not pick up the change" >&2; exit 1; }
@@ -109,18 +321,15 @@ echo "Only the equal-size card remains; it holds 4 GiB vGPUs, so only 4 GiB prof
 ctl resources | grep -E 'slots|PROFILE|L40S-4[QA]'
 
 say "The same facts in Prometheus metrics"
-curl -s --unix-socket "$work/api.sock" -H "Authorization: Bearer $VGPUD_TOKEN" \
+show "curl -s --unix-socket $sock -H 'Authorization: Bearer \$VGPUD_TOKEN' http://vgpud/metrics"
+curl -s --unix-socket "$sock" -H "Authorization: Bearer $VGPUD_TOKEN" \
         http://vgpud/metrics | grep -E '^vgpud_(resources_gpu_slots|instances_vgpu_quarantined_vfs)'
 
 say "Restore: after a recovery, clear the GPU's VF records, undrain it, release the four vGPUs"
 ctl health clear-gpu 0000:e3:00.0
 ctl health undrain 0000:e3:00.0
-for vf in 0001:c8:00.4 0001:c8:00.5 0001:c8:00.6 0001:c8:00.7; do
-        echo 0 > "$sys/bus/pci/devices/$vf/nvidia/current_vgpu_type"
-done
+set_types 0
 ctl health list
 
 say "Stop vgpud (SIGTERM): it exits 0 and leaves running VMs alone"
-kill -TERM "$vgpud_pid"
-wait "$vgpud_pid" && echo "vgpud exited 0"
-vgpud_pid=
+stop_vgpud
