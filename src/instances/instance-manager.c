@@ -328,11 +328,31 @@ static bool owner_is_claimed(void *userdata, const char *vf, uint64_t *ret_fb)
         return true;
 }
 
+int instance_manager_reread_host(InstanceManager *m, const char *vf, bool mdev, GpuTrackerDone done,
+                                 void *userdata)
+{
+        GpuTracker *t = m->cfg.claimer.tracker;
+        _cleanup_free_ char *error = NULL;
+        /* mdevs come and go as directories: only a full discovery sees them. */
+        int r = !t     ? -ENODEV
+                : mdev ? gpu_tracker_discover(t, done, userdata, &error)
+                       : gpu_tracker_reread_types(t, done, userdata, &error);
+        if (r < 0 && t)
+                log_line(LOG_LEVEL_WARNING, r, "cannot re-read the host after a VF change", "vf",
+                         vf, "error", error, NULL);
+        /* NVML-14: the placement cache follows, never overlapping a write (PLACE-9). */
+        if (m->cfg.claimer.owner.vf_changed && vf)
+                m->cfg.claimer.owner.vf_changed(m->cfg.claimer.owner.userdata, vf);
+        return r;
+}
+
+/* DISC-20: a configure or reset by the Claimer has ended. */
 static void owner_vf_changed(void *userdata, const char *vf)
 {
         InstanceManager *m = userdata;
-        if (m->cfg.claimer.owner.vf_changed)
-                m->cfg.claimer.owner.vf_changed(m->cfg.claimer.owner.userdata, vf);
+        const GpuHost *h = m->cfg.claimer.tracker ? gpu_tracker_host(m->cfg.claimer.tracker) : NULL;
+        (void)instance_manager_reread_host(m, vf, h && h->framework == GPU_FRAMEWORK_MDEV, NULL,
+                                           NULL);
 }
 
 static void owner_reserved(void *userdata, const char *instance_id)

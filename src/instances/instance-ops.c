@@ -55,6 +55,8 @@ struct Op {
         InstanceSpec spec;   /* create, start: what to boot */
         OpStep next;         /* the step after a record write, job or release */
         void *job_data;      /* during a job's next step: the job's data */
+        int release_r;       /* a release waiting for the host's re-read */
+        char *release_error;
 };
 
 void instance_op_free(Op *op)
@@ -63,6 +65,9 @@ void instance_op_free(Op *op)
                 return;
         if (op->admitted)
                 op->m->admitted_unreserved--;
+        if (op->m->cfg.claimer.tracker)
+                gpu_tracker_cancel(op->m->cfg.claimer.tracker, op);
+        free(op->release_error);
         free(op->error);
         instance_spec_done(&op->spec);
         free(op);
@@ -248,26 +253,20 @@ static void job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *),
 /* ---- releases (INST-14, 15, 17, 18) -------------------------------------------------------- */
 
 /* DISC-20: the host picture follows a release, and NVML's cache with it (NVML-14). */
-static void reread_after_release(Op *op)
+/* The release's result waits here for the host's re-read (DISC-20). */
+static void release_reread(int r, const char *error, void *userdata)
 {
-        InstanceManager *m = op->m;
-        GpuTracker *t = m->cfg.claimer.tracker;
-        _cleanup_free_ char *error = NULL;
-        bool mdev = streq_ptr(op->i->rec.gpu.framework, "mdev");
-        int r = t ? (mdev ? gpu_tracker_discover(t, NULL, NULL, &error)
-                          : gpu_tracker_reread_types(t, NULL, NULL, &error))
-                  : 0;
-        if (r < 0)
-                log_line(LOG_LEVEL_WARNING, r, "cannot re-read the host after a release", "error",
-                         error, NULL);
-        if (m->cfg.claimer.owner.vf_changed && op->i->vf[0])
-                m->cfg.claimer.owner.vf_changed(m->cfg.claimer.owner.userdata, op->i->vf);
+        Op *op = userdata;
+        (void)r;
+        (void)error;
+        _cleanup_free_ char *e = TAKE_PTR(op->release_error);
+        op->next(op, op->release_r, e);
 }
 
 static void release_done(const DeviceResult *res, void *userdata)
 {
         Op *op = userdata;
-        reread_after_release(op);
+        bool mdev = streq_ptr(op->i->rec.gpu.framework, "mdev");
         if (res->r >= 0) {
                 instance_record_clear_claim(&op->i->rec);
                 op->i->vf[0] = 0;
@@ -275,7 +274,14 @@ static void release_done(const DeviceResult *res, void *userdata)
                 log_line(LOG_LEVEL_WARNING, res->r, "release of vGPU claim failed", "instance_id",
                          op->i->rec.id, "device_path", op->i->rec.gpu.device_path, "error",
                          res->error, NULL);
-        op->next(op, res->r, res->error);
+        /*
+         * The answer waits for the host's picture to show the release, so that a /gpus or
+         * /resources read after it agrees (MET-4).
+         */
+        op->release_r = res->r;
+        op->release_error = res->r < 0 ? dup_error(res->error) : NULL;
+        if (instance_manager_reread_host(op->m, res->vf, mdev, release_reread, op) < 0)
+                release_reread(0, NULL, op);
 }
 
 /* Releases the claim if there is one; next gets the result (0 without a claim). */

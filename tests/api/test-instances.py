@@ -202,6 +202,12 @@ def check_vgpu(c, work):
     gvf = [v for gp in c.get("/gpus").json()["gpus"] for v in gp["vfs"] if v["address"] == vf]
     ok(gvf and gvf[0]["state"] == "claimed" and gvf[0].get("instance_id") == inst["id"],
        "API-6: /gpus shows the VF claimed by the instance", gvf)
+
+    def vf_profile():
+        v = [v for gp in c.get("/gpus").json()["gpus"] for v in gp["vfs"] if v["address"] == vf]
+        return v and v[0].get("profile")
+    # DISC-20: the configure makes the Claimer's owner re-read the VF, long before a pass.
+    eq(poll(vf_profile, 2, 0.05), PROFILE, "DISC-20: /gpus shows the new claim's profile")
     e = error_of(c.request("POST", "/instances/%s/snapshot" % inst["id"]))
     eq(e, (409, {"code": "invalid_state", "message": "snapshot is not supported for instances "
                  "with vGPU attached (driver limitation)"}),
@@ -214,7 +220,10 @@ def check_vgpu(c, work):
     ok(r.status == 200 and s.get("state") == "Stopped" and
        sorted(s.get("gpu", {})) == ["profile"],
        "INST-15: stop answers 200 Stopped with the claim cleared", error_of(r))
-    ok(poll(lambda: current_type(vf) == "0", 10), "INST-15: the VF is released")
+    eq(current_type(vf), "0", "INST-15: the VF is released when the stop answers")
+    # MET-4, DISC-20: the answer waits for the host's re-read, so reads agree with it at once.
+    eq(gpu_body(c)["used_slots"], before["used_slots"],
+       "DISC-20: /resources shows the release as soon as the stop has answered")
 
     # INST-17: a new start claims again, with a new claimed_at.
     r = c.request("POST", "/instances/%s/start" % inst["id"])
