@@ -7,8 +7,10 @@
 # with fake-qemu as its VMM, in run-sim-test.sh's private PID namespace (SIM-21): each reachable
 # row of INST-8's table, INST-9's busy refusal, every admission message of INST-10 and INST-11,
 # INST-13's failed identity save, INST-14 and INST-17's rollbacks with a VMM provably gone and
-# with one that may be alive, VMM-5/10/12/13 with fake-qemu's flags, INST-6's confinement, and
-# API-21's mapping route by route. Restarts are test-instances-restart.py's.
+# with one that may be alive, failed record writes and failed releases, VMM-5/10/12/13 with
+# fake-qemu's flags, a VMM that cannot be spawned, INST-6's confinement, and API-21's mapping
+# route by route. Restarts are test-instances-restart.py's. MATRIX_GROUPS="rows busy ..." runs
+# only the named groups (for a quick local rerun).
 #
 # On a host file without GPUs (tests/api/host-none.yaml) only INST-10's "no GPU" case runs.
 #
@@ -35,9 +37,9 @@ from vgpud_test import (  # noqa: E402 (after the path)
     MNT, configure, eq, error_of, exit_status, finish, gpu_body, ok, poll, read_creatable,
     run_group, sim_ctl, sim_state, start, stop, write_secret)
 from vgpud_instances import (  # noqa: E402
-    EQUAL_PF, IMAGES, INSTANCES, KERNEL, MIXED_PF, PROFILE, GuestWatch, QmpHold, alive,
+    EQUAL_PF, FAKE_QEMU, IMAGES, INSTANCES, KERNEL, MIXED_PF, PROFILE, GuestWatch, QmpHold, alive,
     check_claims, console_file, create, create_running, current_type, delete, delete_all,
-    forced_kills, get, log_has, make_images, pid_of, post, proc_state, record,
+    forced_kills, get, guest_pids, log_has, make_images, pid_of, post, proc_state, record,
     runtime_dir, vf_of, vmm_config, wait_exited, wait_state, local_images)
 
 LADDER_FAILED = r"hypervisor pid \d+ did not exit after SIGKILL"
@@ -421,7 +423,7 @@ def check_record_faults(c, d, work):
        ("Stopped", e.get("message")),
        "INST-8, INST-17: the failed start ends Stopped with its error, in memory and on disk",
        (g, r))
-    ok(not guest_pids_of("rf-02"), "INST-17: no VMM was spawned")
+    ok(not guest_pids("rf-02"), "INST-17: no VMM was spawned")
 
     # A create whose Creating write fails leaves nothing (INST-12: a failure before the claim
     # deletes the record).
@@ -437,11 +439,6 @@ def check_record_faults(c, d, work):
        "INST-12: nothing of it remains")
     group_end(c, "record-faults")
     check_claims(c, "record-faults: no VF leaked")
-
-
-def guest_pids_of(name):
-    from vgpud_instances import guest_pids
-    return guest_pids(name)
 
 
 # ---- INST-15, INST-17, INST-18: failed releases --------------------------------------------
@@ -712,6 +709,23 @@ def check_out_of_window(work, config, secret, sock, daemons):
     stop(d, " (window 0s)")
 
 
+def check_spawn_failure(work, config, secret, sock, daemons):
+    # API-21: a spawn failure (qemu_binary cannot be executed) is 500 internal, and the create
+    # rolls back with nothing spawned (INST-14: VMM never started).
+    d, c = start(work, "bad-qemu", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    st, b = create(c, "spawn-01", PROFILE)
+    ok(st == 500 and b.get("code") == "internal" and
+       b.get("message", "").startswith("spawn VMM: spawn %s: " % os.path.join(work, "no-qemu")),
+       "API-21, INST-14: a VMM that cannot be spawned is 500 internal `spawn VMM: spawn ...`",
+       (st, b))
+    ok(not c.get("/instances").json(), "INST-14: the failed create leaves no instance")
+    check_claims(c, "INST-14: and no claim")
+    stop(d, " (bad qemu_binary)")
+
+
 # ---- INST-6 ------------------------------------------------------------------------------------
 
 
@@ -864,6 +878,13 @@ def main():
                 sim_ctl("clear-faults")
             stop(d)
             window = vmm_config(os.path.join(work, "window.yaml"), work, init_window="0s")
+            if not only or "spawn" in only:
+                bad = vmm_config(os.path.join(work, "bad.yaml"), work)
+                with open(bad) as f:
+                    text = f.read().replace(FAKE_QEMU, os.path.join(work, "no-qemu"))
+                with open(bad, "w") as f:
+                    f.write(text)
+                run_group("spawn", lambda: check_spawn_failure(work, bad, secret, sock, daemons))
             if not only or "window" in only:
                 run_group("window",
                           lambda: check_out_of_window(work, window, secret, sock, daemons))
