@@ -142,7 +142,6 @@ struct Claimer {
 };
 
 static void process(Claimer *cl);
-static bool gpu_uses_nvml(Claimer *cl, const char *pf);
 
 /* ---- pure helpers -------------------------------------------------------------------------- */
 
@@ -521,7 +520,8 @@ static void configure_done(Claim *c, const DeviceResult *res)
 
         if (res->r >= 0) {
                 /* PLACE-2: the reservation ends; PLACE-7 keeps the write until it is reflected. */
-                GpuRoundState *g = gpu_uses_nvml(cl, c->gpu) ? round_gpu(cl, c->gpu, true) : NULL;
+                GpuRoundState *g =
+                    claimer_gpu_uses_nvml(cl, c->gpu) ? round_gpu(cl, c->gpu, true) : NULL;
                 WriteRecord *recs =
                     g ? realloc(cl->records, (cl->n_records + 1) * sizeof *recs) : NULL;
                 if (recs) {
@@ -672,8 +672,7 @@ void claimer_save_done(Claimer *cl, Claim *c, int r, const char *error)
 
 /* ---- discovery (DISC-20, through the host's one tracker) ------------------------------------ */
 
-/* A GPU decides on fresh NVML placements (PLACE-4) rather than on its VFs' lists. */
-static bool gpu_uses_nvml(Claimer *cl, const char *pf)
+bool claimer_gpu_uses_nvml(Claimer *cl, const char *pf)
 {
         return cl->nvml && host(cl) && host(cl)->framework == GPU_FRAMEWORK_VENDOR_VFIO &&
                nvml_client_get_gpu_fallback(cl->nvml, pf, NULL) == NVML_FALLBACK_NONE &&
@@ -694,7 +693,7 @@ static bool claim_needs_full_discovery(Claimer *cl, const Claim *c)
                 const Gpu *g = &h->gpus[i];
                 if (!gpu_find_profile(g, c->profile))
                         continue;
-                if (!gpu_uses_nvml(cl, g->address) || g->catalog_source != GPU_CATALOG_NVML)
+                if (!claimer_gpu_uses_nvml(cl, g->address) || g->catalog_source != GPU_CATALOG_NVML)
                         return true;
                 any = true;
         }

@@ -215,6 +215,13 @@ int claimer_claim(Claimer *cl, const ClaimRequest *request, ClaimDoneFunc done, 
 
 /* ---- the PLACE-9 gate for the owner --------------------------------------------------------- */
 
+/*
+ * Whether GPU pf decides on fresh NVML placements (PLACE-4: vendor VFIO, mixed-size, NVML
+ * usable) rather than on its VFs' sysfs lists; after a write to one of its VFs, a re-read of the
+ * VFs' types then suffices, where the lists need a full discovery (DISC-20).
+ */
+bool claimer_gpu_uses_nvml(Claimer *cl, const char *pf);
+
 /* True while a claim-time NVML query covering pf is in flight: don't start a write on pf. */
 bool claimer_gpu_is_querying(Claimer *cl, const char *pf);
 

@@ -77,11 +77,11 @@ int instance_attach_vmm(Instance *i, pid_t pid, int pidfd, bool is_child, uint64
 void instance_forget_vmm(Instance *i);
 
 /*
- * DISC-20 after a write to vf (NULL: unknown): a re-read of the VFs' types (a full discovery
- * for mdev), and an NVML cache refresh through the daemon. done (may be NULL) runs when the
- * re-read has ended; < 0 when it could not start (done never runs then).
+ * DISC-20 after a write to vf (NULL: unknown): a re-read of the VFs' types, or a full discovery
+ * where sysfs lists or mdevs decide, and an NVML cache refresh through the daemon. done (may be
+ * NULL) runs when the re-read has ended; < 0 when it could not start (done never runs then).
  */
-int instance_manager_reread_host(InstanceManager *m, const char *vf, bool mdev, GpuTrackerDone done,
+int instance_manager_reread_host(InstanceManager *m, const char *vf, GpuTrackerDone done,
                                  void *userdata);
 
 /* Whether the instance passes a VFIO device to its VMM (VMM-10's ladder). */

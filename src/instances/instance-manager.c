@@ -328,14 +328,20 @@ static bool owner_is_claimed(void *userdata, const char *vf, uint64_t *ret_fb)
         return true;
 }
 
-int instance_manager_reread_host(InstanceManager *m, const char *vf, bool mdev, GpuTrackerDone done,
+int instance_manager_reread_host(InstanceManager *m, const char *vf, GpuTrackerDone done,
                                  void *userdata)
 {
         GpuTracker *t = m->cfg.claimer.tracker;
         _cleanup_free_ char *error = NULL;
-        /* mdevs come and go as directories: only a full discovery sees them. */
+        const GpuHost *h = t ? gpu_tracker_host(t) : NULL;
+        const GpuVf *v = h && vf ? gpu_host_find_vf(h, vf) : NULL;
+        /*
+         * Only a GPU that decides on NVML placements is served by its VFs' types alone; the
+         * sysfs lists of the others, and mdevs (directories), need a full discovery.
+         */
+        bool full = !v || !claimer_gpu_uses_nvml(m->claimer, v->parent);
         int r = !t     ? -ENODEV
-                : mdev ? gpu_tracker_discover(t, done, userdata, &error)
+                : full ? gpu_tracker_discover(t, done, userdata, &error)
                        : gpu_tracker_reread_types(t, done, userdata, &error);
         if (r < 0 && t)
                 log_line(LOG_LEVEL_WARNING, r, "cannot re-read the host after a VF change", "vf",
@@ -349,10 +355,7 @@ int instance_manager_reread_host(InstanceManager *m, const char *vf, bool mdev, 
 /* DISC-20: a configure or reset by the Claimer has ended. */
 static void owner_vf_changed(void *userdata, const char *vf)
 {
-        InstanceManager *m = userdata;
-        const GpuHost *h = m->cfg.claimer.tracker ? gpu_tracker_host(m->cfg.claimer.tracker) : NULL;
-        (void)instance_manager_reread_host(m, vf, h && h->framework == GPU_FRAMEWORK_MDEV, NULL,
-                                           NULL);
+        (void)instance_manager_reread_host(userdata, vf, NULL, NULL);
 }
 
 static void owner_reserved(void *userdata, const char *instance_id)

@@ -266,7 +266,6 @@ static void release_reread(int r, const char *error, void *userdata)
 static void release_done(const DeviceResult *res, void *userdata)
 {
         Op *op = userdata;
-        bool mdev = streq_ptr(op->i->rec.gpu.framework, "mdev");
         if (res->r >= 0) {
                 instance_record_clear_claim(&op->i->rec);
                 op->i->vf[0] = 0;
@@ -280,7 +279,7 @@ static void release_done(const DeviceResult *res, void *userdata)
          */
         op->release_r = res->r;
         op->release_error = res->r < 0 ? dup_error(res->error) : NULL;
-        if (instance_manager_reread_host(op->m, res->vf, mdev, release_reread, op) < 0)
+        if (instance_manager_reread_host(op->m, res->vf, release_reread, op) < 0)
                 release_reread(0, NULL, op);
 }
 

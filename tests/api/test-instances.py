@@ -17,6 +17,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -292,6 +293,9 @@ def check_unrequested_exit(c, work):
 
 def check_concurrent(c, work):
     # PLACE-2, INST-10: 20 concurrent creates of one profile never share a VF.
+    def available():
+        return [p["available"] for p in gpu_body(c)["profiles"] if p["name"] == PROFILE][0]
+    start_available = available()
     results = [None] * 20
 
     def create(k):
@@ -312,6 +316,13 @@ def check_concurrent(c, work):
     for i in good:
         c.request("DELETE", "/instances/" + i["id"])
     eq(c.get("/instances").json(), [], "every concurrent instance is deleted")
+    # NVML-14, NVML-15: the releases' cache refreshes bring the profile's availability back
+    # without waiting for a reconcile pass.
+    t0 = time.monotonic()
+    back = poll(lambda: available() == start_available, 10, 0.02)
+    print("# %s availability back after %.2f s" % (PROFILE, time.monotonic() - t0))
+    ok(back, "NVML-14: availability returns to %d after the deletes" % start_available,
+       available())
 
 
 def check_operator_routes(c):
