@@ -7,14 +7,16 @@
 #   tests/sim/run-sim-test.sh BUILD/sim/vgpu-sim bench/host-perf4.yaml \
 #           python3 bench/perf4-instances.py BUILD_DIR
 #
-# One vgpud (log_level info) serves every burst. A burst starts 20 client threads at a barrier,
-# each sending one create over its own Unix-socket connection, and times each from the request
-# to its answer (201 with the instance Running: INST-12's whole path, claim, configure, spawn,
-# QMP readiness). The burst's nvml_ms figures are read from the log lines PLACE-22 writes for
-# its 20 instances. After each burst every instance is deleted, and the next burst waits until
-# /resources and the simulator both show an empty host. One warm-up burst, then PERF4_REPS
-# (default 5); each row is the median over the bursts (p50 and p99 are per burst first).
-# Prints bench/run rows on stdout, details on stderr.
+# Each repetition is a fresh vgpud (log_level info). After READY=1 the script sets the NVML
+# latency, releases 20 client threads from a barrier, each sending one create over its own
+# Unix-socket connection, and times each from the request to its answer (201 with the instance
+# Running: INST-12's whole path, claim, configure, spawn, QMP readiness). The burst's nvml_ms
+# figures are read from the log lines PLACE-22 writes for its 20 instances. Then the latency
+# goes back to 0, every instance is deleted, the script waits until /resources and the
+# simulator both show an empty host, and stops vgpud. One warm-up, then PERF4_REPS (default 5);
+# each row is the median over the repetitions (p50 and p99 are per repetition first).
+# PERF4_LOG_LEVEL sets vgpud's log level, PERF4_KEEP_LOGS=DIR keeps its logs (with the time
+# of each line, see vgpud_bench.Vgpud). Prints bench/run rows on stdout, details on stderr.
 import os
 import re
 import shutil

@@ -208,8 +208,10 @@ class Vgpud:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             rc = self.proc.wait()
-        self.stamper.join()
-        self.log_file.close()
+        # Bounded: a child that kept vgpud's stderr open would keep the pipe from ending.
+        self.stamper.join(5)
+        if not self.stamper.is_alive():
+            self.log_file.close()
         self.notify.close()
         if rc != 0:
             log("bench", "%s: vgpud exited with status %d on SIGTERM" % (self.label, rc))
