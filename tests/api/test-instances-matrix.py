@@ -40,7 +40,7 @@ from vgpud_instances import (  # noqa: E402
     EQUAL_PF, FAKE_QEMU, IMAGES, INSTANCES, KERNEL, MIXED_PF, PROFILE, GuestWatch, QmpHold, alive,
     check_claims, console_file, create, create_running, current_type, delete, delete_all,
     forced_kills, get, guest_pids, log_has, make_images, pid_of, post, proc_state, record,
-    runtime_dir, vf_of, vmm_config, wait_exited, wait_state, local_images)
+    runtime_dir, vf_of, vmm_config, wait_exited, wait_state, local_images, unless_busy)
 
 LADDER_FAILED = r"hypervisor pid \d+ did not exit after SIGKILL"
 
@@ -98,7 +98,7 @@ def check_rows(c, d, work):
 
     # INST-8, INST-17: Failed → start → Running, with a new claim, error cleared. (Flags are
     # per name: this VMM exits after 1.5 s too, after the start has answered.)
-    st, s = post(c, cc["id"], "start")
+    st, s = unless_busy(lambda: post(c, cc["id"], "start"))
     ok(st == 200 and s["state"] == "Running" and "error" not in s and
        s["gpu"].get("claimed_at") not in (None, cc["gpu"]["claimed_at"]),
        "INST-8, INST-17: Failed → start → Running with a new claim and no error", (st, s))
@@ -107,7 +107,7 @@ def check_rows(c, d, work):
     dd = create_running(c, "row-d", PROFILE)
     os.kill(pid_of(dd["id"]), signal.SIGKILL)
     ok(wait_exited(c, dd["id"], "Failed"), "row-d is Failed after a SIGKILL")
-    st, s = post(c, dd["id"], "stop")
+    st, s = unless_busy(lambda: post(c, dd["id"], "stop"))
     ok(st == 200 and s["state"] == "Stopped" and sorted(s["gpu"]) == ["profile"],
        "INST-8, INST-25: Failed → stop → Stopped, no claim", (st, s))
     ok("qmp command system_powerdown" not in console_file(dd["id"]),
@@ -117,7 +117,8 @@ def check_rows(c, d, work):
     e = create_running(c, "row-e", PROFILE)
     os.kill(pid_of(e["id"]), signal.SIGKILL)
     ok(wait_exited(c, e["id"], "Failed"), "row-e is Failed after a SIGKILL")
-    eq(delete(c, e["id"])[0], 204, "INST-8, INST-18: delete of a Failed instance is 204")
+    eq(unless_busy(lambda: delete(c, e["id"]))[0], 204,
+       "INST-8, INST-18: delete of a Failed instance is 204")
     eq(get(c, e["id"]), None, "INST-18: the Failed instance is gone")
 
     # INST-8: delete of a Running instance (INST-18, graceful) was test-instances.py's; a
@@ -413,7 +414,7 @@ def check_record_faults(c, d, work):
     ok(wait_exited(c, b["id"], "Failed"), "rf-02 is Failed")
     fail_next_record(b["id"], after=1)  # INST-17's first write clears the hypervisor fields
     try:
-        st, e = post(c, b["id"], "start")
+        st, e = unless_busy(lambda: post(c, b["id"], "start"))
     finally:
         sim_ctl("clear-faults")
     ok(st == 500 and e.get("message", "").startswith("save instance record: "),

@@ -40,7 +40,7 @@ from vgpud_test import (  # noqa: E402 (after the path)
 from vgpud_instances import (  # noqa: E402
     IMAGES, INSTANCES, PROFILE, QmpHold, alive, check_claims, claim_picture, console_file, create,
     create_running, current_type, delete, delete_all, disk_claims, get, log_has, make_images,
-    pid_of, post, record, runtime_dir, todo, vf_of, vmm_config)
+    pid_of, post, record, runtime_dir, todo, unless_busy, vf_of, vmm_config)
 
 REC4 = "REC-4 release_stale is not implemented"
 
@@ -230,11 +230,11 @@ def check_operations_held(work, slow, fast, secret, sock, daemons, holds):
     # (INST-17) release them.
     for nm in ("hang", "hang-gone", "failed"):
         if nm in ids:
-            st, g = post(c, ids[nm], "stop")
+            st, g = unless_busy(lambda: post(c, ids[nm], "stop"))
             ok(st == 200 and g["state"] == "Stopped" and sorted(g["gpu"]) == ["profile"],
                "INST-25: stop of the recovered Failed r-%s releases its claim" % nm, (st, g))
     for nm in ("stop-gone", "run-gone"):
-        st, g = post(c, ids[nm], "start")
+        st, g = unless_busy(lambda: post(c, ids[nm], "start"))
         ok(st == 200 and g["state"] == "Running",
            "INST-17: start of the recovered Stopped r-%s (its old claim released first)" % nm,
            (st, g))

@@ -177,12 +177,22 @@ def request(c, method, path, data=None):
 
 
 def wait_exited(c, iid, state, timeout=20):
-    """An unrequested exit (INST-19) is handled: state shows at once, and the exit operation
-    ends once the release (DEV-10's retries) has cleared the claim."""
+    """An unrequested exit (INST-19) is handled: the state shows at once, the claim clears
+    after the release (DEV-10's retries), and the record with both is written last."""
     def done():
-        g = get(c, iid) or {}
-        return g.get("state") == state and "device_path" not in g.get("gpu", {})
+        g, r = get(c, iid) or {}, record(iid) or {}
+        return all(x.get("state") == state and "device_path" not in x.get("gpu", {})
+                   for x in (g, r)) and "hypervisor" not in r
     return poll(done, timeout)
+
+
+def unless_busy(fn, timeout=10):
+    """fn() -> (status, body), again while it is 409 busy (INST-9: the exit operation of
+    INST-19 ends a moment after its record is written); the last answer."""
+    res = []
+    poll(lambda: res.append(fn()) or not (res[-1][0] == 409 and isinstance(res[-1][1], dict) and
+                                         res[-1][1].get("code") == "busy"), timeout, 0.05)
+    return res[-1]
 
 
 def create(c, name, profile=None, **extra):
