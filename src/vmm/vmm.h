@@ -142,10 +142,10 @@ void vmm_qmp_message_done(VmmQmpMessage *m);
 #define VMM_SPAWN_PATH "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
 
 typedef struct VmmSpawnRequest {
-        char *const *argv;  /* vmm_command_argv()'s; argv[0] is executed as a path */
-        int log_dirfd;      /* the instance's data directory */
-        const char *log;    /* "qemu.log", opened O_APPEND|O_CREAT (0600) below log_dirfd */
-        const Root *proc;   /* for start_time */
+        char *const *argv;       /* vmm_command_argv()'s; argv[0] is executed as a path */
+        int log_dirfd;           /* the instance's data directory */
+        const char *log;         /* "qemu.log", opened O_APPEND|O_CREAT (0600) below log_dirfd */
+        const Root *proc;        /* for start_time */
         const char *null_device; /* "/dev/null" (GEN-1's one literal); NULL for it */
 } VmmSpawnRequest;
 
@@ -178,15 +178,15 @@ typedef enum VmmVerdict {
 const char *vmm_verdict_to_string(VmmVerdict v);
 
 typedef struct VmmIdentity {
-        pid_t pid;            /* 0: none recorded */
-        uint64_t start_time;  /* with pid */
-        const char *boot_id;  /* recorded with pid; NULL: none */
-        const char *qmp_socket;   /* NULL: none recorded */
+        pid_t pid;              /* 0: none recorded */
+        uint64_t start_time;    /* with pid */
+        const char *boot_id;    /* recorded with pid; NULL: none */
+        const char *qmp_socket; /* NULL: none recorded */
 } VmmIdentity;
 
 typedef struct VmmLivenessQuery {
         const Root *proc;
-        const char *boot_id;  /* the current boot id (vmm_read_boot_id) */
+        const char *boot_id; /* the current boot id (vmm_read_boot_id) */
         VmmIdentity identity;
         /*
          * VMM-18's shared fd scan (REC-9); NULL: the probe walks /proc itself if step 3 is
@@ -241,8 +241,8 @@ typedef struct VmmConfig {
         bool is_child;       /* spawned by this process: watched with a child source */
         uint64_t start_time; /* field 22: the ladder's in_grace (VMM-13) */
         const char *qmp_socket;
-        bool has_vfio;          /* a vGPU or mdev is passed through (VMM-10, VMM-12) */
-        nsec_t vfio_term_grace; /* gpu.vfio_term_grace */
+        bool has_vfio;           /* a vGPU or mdev is passed through (VMM-10, VMM-12) */
+        nsec_t vfio_term_grace;  /* gpu.vfio_term_grace */
         nsec_t vfio_init_window; /* gpu.vfio_init_window */
         /*
          * The process has exited (once; after any stop or ladder in flight has called its done).
@@ -284,8 +284,7 @@ typedef void (*VmmDoneFunc)(Vmm *v, int r, const char *error, void *userdata);
  * ready` for an adopted VMM) — the caller appends qemu.log's last line (VMM-5). -EBUSY while
  * another readiness or stop runs.
  */
-int vmm_wait_ready(Vmm *v, nsec_t boot_timeout, bool query_kvm, VmmDoneFunc done,
-                   void *userdata);
+int vmm_wait_ready(Vmm *v, nsec_t boot_timeout, bool query_kvm, VmmDoneFunc done, void *userdata);
 
 /*
  * VMM-9 then VMM-10: system_powerdown and a wait of graceful_timeout for the exit; then quit
