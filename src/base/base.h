@@ -146,6 +146,9 @@ static inline const char *startswith(const char *s, const char *prefix)
 /* Like asprintf(), but -ENOMEM on failure and the result only on success. */
 int strprintf(char **ret, const char *fmt, ...) _printf_(2, 3);
 
+/* *ret = a copy of s, or NULL when s is NULL; -ENOMEM. */
+int strdup_nullable(const char *s, char **ret);
+
 /* Appends to a malloc'd string; *s may be NULL. */
 int strextend(char **s, const char *fmt, ...) _printf_(2, 3);
 

@@ -155,3 +155,12 @@ bool json_text_too_deep(const char *buf, size_t size, unsigned max)
         }
         return false;
 }
+
+int strdup_nullable(const char *s, char **ret)
+{
+        char *copy = NULL;
+        if (s && !(copy = strdup(s)))
+                return -ENOMEM;
+        *ret = copy;
+        return 0;
+}

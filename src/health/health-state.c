@@ -70,15 +70,6 @@ int health_set_string(char **p, const char *s)
         return 0;
 }
 
-static int strdup_or_null(const char *s, char **ret)
-{
-        char *copy = NULL;
-        if (s && !(copy = strdup(s)))
-                return -ENOMEM;
-        *ret = copy;
-        return 0;
-}
-
 static int record_copy(const HealthRecord *from, HealthRecord *to)
 {
         HealthRecord r = *from;
@@ -95,14 +86,14 @@ static int record_copy(const HealthRecord *from, HealthRecord *to)
                 const HealthFailure *f = &from->failures[r.n_failures];
                 HealthFailure *t = &r.failures[r.n_failures];
                 t->reported_at = f->reported_at;
-                if (strdup_or_null(f->instance_id, &t->instance_id) < 0 ||
-                    strdup_or_null(f->assigned_at, &t->assigned_at) < 0) {
+                if (strdup_nullable(f->instance_id, &t->instance_id) < 0 ||
+                    strdup_nullable(f->assigned_at, &t->assigned_at) < 0) {
                         failure_done(t);
                         record_done(&r);
                         return -ENOMEM;
                 }
         }
-        if (strdup_or_null(from->reason, &r.reason) < 0) {
+        if (strdup_nullable(from->reason, &r.reason) < 0) {
                 record_done(&r);
                 return -ENOMEM;
         }
@@ -136,15 +127,15 @@ int health_state_copy(const HealthState *s, HealthState **ret)
                 HealthDrain *d = &c->drains[c->n_drains];
                 *d = s->drains[c->n_drains];
                 d->reason = NULL;
-                if (strdup_or_null(s->drains[c->n_drains].reason, &d->reason) < 0)
+                if (strdup_nullable(s->drains[c->n_drains].reason, &d->reason) < 0)
                         return -ENOMEM;
         }
         c->breaker_open = s->breaker_open;
         c->breaker_opened_at = s->breaker_opened_at;
         c->driver_changed_at = s->driver_changed_at;
         c->breaker_floor = s->breaker_floor;
-        if (strdup_or_null(s->breaker_reason, &c->breaker_reason) < 0 ||
-            strdup_or_null(s->driver_version, &c->driver_version) < 0)
+        if (strdup_nullable(s->breaker_reason, &c->breaker_reason) < 0 ||
+            strdup_nullable(s->driver_version, &c->driver_version) < 0)
                 return -ENOMEM;
         *ret = TAKE_PTR(c);
         return 0;

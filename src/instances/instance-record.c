@@ -163,20 +163,13 @@ bool instance_record_is_claimed(const InstanceRecord *r)
         return r->gpu.device_path != NULL;
 }
 
-static int dup_string(const char *s, char **ret)
-{
-        char *copy = NULL;
-        if (s && !(copy = strdup(s)))
-                return -ENOMEM;
-        *ret = copy;
-        return 0;
-}
-
-static int boot_copy(const InstanceBoot *from, InstanceBoot *ret)
+int instance_boot_copy(const InstanceBoot *from, InstanceBoot *ret)
 {
         InstanceBoot b = {0};
-        if (dup_string(from->kernel, &b.kernel) < 0 || dup_string(from->initrd, &b.initrd) < 0 ||
-            dup_string(from->cmdline, &b.cmdline) < 0 || dup_string(from->disk, &b.disk) < 0) {
+        if (strdup_nullable(from->kernel, &b.kernel) < 0 ||
+            strdup_nullable(from->initrd, &b.initrd) < 0 ||
+            strdup_nullable(from->cmdline, &b.cmdline) < 0 ||
+            strdup_nullable(from->disk, &b.disk) < 0) {
                 boot_done(&b);
                 return -ENOMEM;
         }
@@ -196,14 +189,15 @@ int instance_record_copy(const InstanceRecord *r, InstanceRecord *ret)
         c.hypervisor.pid = r->hypervisor.pid;
         c.hypervisor.start_time = r->hypervisor.start_time;
 
-        if (dup_string(r->name, &c.name) < 0 || dup_string(r->error, &c.error) < 0 ||
-            boot_copy(&r->boot, &c.boot) < 0 || dup_string(r->gpu.profile, &c.gpu.profile) < 0 ||
-            dup_string(r->gpu.framework, &c.gpu.framework) < 0 ||
-            dup_string(r->gpu.device_path, &c.gpu.device_path) < 0 ||
-            dup_string(r->gpu.mdev_uuid, &c.gpu.mdev_uuid) < 0 ||
-            dup_string(r->hypervisor.boot_id, &c.hypervisor.boot_id) < 0 ||
-            dup_string(r->hypervisor.qmp_socket, &c.hypervisor.qmp_socket) < 0 ||
-            dup_string(r->hypervisor.agent_socket, &c.hypervisor.agent_socket) < 0)
+        if (strdup_nullable(r->name, &c.name) < 0 || strdup_nullable(r->error, &c.error) < 0 ||
+            instance_boot_copy(&r->boot, &c.boot) < 0 ||
+            strdup_nullable(r->gpu.profile, &c.gpu.profile) < 0 ||
+            strdup_nullable(r->gpu.framework, &c.gpu.framework) < 0 ||
+            strdup_nullable(r->gpu.device_path, &c.gpu.device_path) < 0 ||
+            strdup_nullable(r->gpu.mdev_uuid, &c.gpu.mdev_uuid) < 0 ||
+            strdup_nullable(r->hypervisor.boot_id, &c.hypervisor.boot_id) < 0 ||
+            strdup_nullable(r->hypervisor.qmp_socket, &c.hypervisor.qmp_socket) < 0 ||
+            strdup_nullable(r->hypervisor.agent_socket, &c.hypervisor.agent_socket) < 0)
                 return -ENOMEM;
         *ret = c;
         c = (InstanceRecord){0};
@@ -407,7 +401,7 @@ static int boot_from_json(json_t *o, int code, InstanceBoot *ret, char **error)
 
         InstanceBoot b = {0};
         InstanceBoot view = {(char *)kernel, (char *)initrd, (char *)cmdline, (char *)disk};
-        if (boot_copy(&view, &b) < 0)
+        if (instance_boot_copy(&view, &b) < 0)
                 return error_set_oom(error);
         *ret = b;
         return 0;
@@ -525,9 +519,10 @@ static int gpu_from_json(json_t *o, InstanceGpu *ret, char **error)
                                  "gpu.mdev_uuid must be given exactly when gpu.framework is mdev");
 
         InstanceGpu g = {.claimed_at = at};
-        if (dup_string(profile, &g.profile) < 0 || dup_string(framework, &g.framework) < 0 ||
-            dup_string(device_path, &g.device_path) < 0 ||
-            dup_string(mdev_uuid, &g.mdev_uuid) < 0) {
+        if (strdup_nullable(profile, &g.profile) < 0 ||
+            strdup_nullable(framework, &g.framework) < 0 ||
+            strdup_nullable(device_path, &g.device_path) < 0 ||
+            strdup_nullable(mdev_uuid, &g.mdev_uuid) < 0) {
                 free(g.profile);
                 free(g.framework);
                 free(g.device_path);
@@ -578,8 +573,8 @@ static int hypervisor_from_json(json_t *o, InstanceHypervisor *ret, char **error
                 return r;
 
         InstanceHypervisor h = {.pid = (pid_t)pid, .start_time = (uint64_t)start_time};
-        if (dup_string(boot_id, &h.boot_id) < 0 || dup_string(qmp, &h.qmp_socket) < 0 ||
-            dup_string(agent, &h.agent_socket) < 0) {
+        if (strdup_nullable(boot_id, &h.boot_id) < 0 || strdup_nullable(qmp, &h.qmp_socket) < 0 ||
+            strdup_nullable(agent, &h.agent_socket) < 0) {
                 free(h.boot_id);
                 free(h.qmp_socket);
                 return error_set_oom(error);
@@ -658,7 +653,7 @@ int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret,
                 return r;
         if (hypervisor && (r = hypervisor_from_json(hypervisor, &rec.hypervisor, error)) < 0)
                 return r;
-        if (dup_string(name, &rec.name) < 0 || dup_string(failure, &rec.error) < 0)
+        if (strdup_nullable(name, &rec.name) < 0 || strdup_nullable(failure, &rec.error) < 0)
                 return error_set_oom(error);
 
         *ret = rec;
@@ -890,7 +885,7 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
                 if (r < 0)
                         return r;
         }
-        if (dup_string(name, &s.name) < 0 || dup_string(profile, &s.profile) < 0)
+        if (strdup_nullable(name, &s.name) < 0 || strdup_nullable(profile, &s.profile) < 0)
                 return error_set_oom(error);
         *ret = s;
         s = (InstanceSpec){0};

@@ -93,6 +93,8 @@ typedef struct InstanceRecord {
 
 /* Frees the members (not r itself) and zeroes r. */
 void instance_record_done(InstanceRecord *r);
+/* A deep copy of the boot paths. */
+int instance_boot_copy(const InstanceBoot *from, InstanceBoot *ret);
 /* A deep copy. */
 int instance_record_copy(const InstanceRecord *r, InstanceRecord *ret);
 /* Whether the record holds a claim (gpu.device_path set). */
