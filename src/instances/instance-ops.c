@@ -47,7 +47,6 @@ struct Op {
         void *userdata;
         bool admitted;     /* counted in admitted_unreserved (INST-10) */
         bool vmm_started;  /* a VMM was spawned by this operation */
-        bool failed_start; /* Failed → Stopped only through INST-25 */
         InstanceState was; /* delete: the state to return to if Deleting cannot be written */
         InstanceFailure failure;
         char *error;         /* the failure being rolled back */
@@ -992,6 +991,17 @@ static void exit_released(Op *op, int r, const char *error)
         write_then(op, stopped_written);
 }
 
+/*
+ * The exit's state is on disk before the release it announces (INST-8); a failed write still
+ * releases, since the VMM is gone either way, and the next write carries the state.
+ */
+static void exit_written(Op *op, int r, const char *error)
+{
+        (void)r;
+        (void)error;
+        vmm_gone_then_release(op, exit_released);
+}
+
 void instance_ops_vmm_exited(Instance *i)
 {
         if (i->rec.state != INSTANCE_RUNNING) {
@@ -1015,7 +1025,7 @@ void instance_ops_vmm_exited(Instance *i)
         (void)set_error(&i->rec, why);
         log_line(why ? LOG_LEVEL_WARNING : LOG_LEVEL_INFO, 0, "VMM exited", "instance_id",
                  i->rec.id, "state", instance_state_to_string(i->rec.state), "error", why, NULL);
-        vmm_gone_then_release(op, exit_released);
+        write_then(op, exit_written);
 }
 
 /* ---- start-up recovery (INST-21) ----------------------------------------------------------- */
@@ -1127,16 +1137,6 @@ static bool name_taken(const InstanceManager *m, const char *name)
         return false;
 }
 
-static int copy_boot(const InstanceBoot *from, InstanceBoot *to)
-{
-        const char *const src[] = {from->kernel, from->initrd, from->cmdline, from->disk};
-        char **dst[] = {&to->kernel, &to->initrd, &to->cmdline, &to->disk};
-        for (size_t k = 0; k < 4; k++)
-                if (src[k] && !(*dst[k] = strdup(src[k])))
-                        return -ENOMEM;
-        return 0;
-}
-
 int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, InstanceDoneFunc done,
                             void *userdata, InstanceFailure *ret_failure, char **ret_error)
 {
@@ -1161,7 +1161,7 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
                 rec->created_at = clock_now(m->cfg.clock ? m->cfg.clock : &clock_realtime);
                 rec->vcpus = spec->vcpus;
                 rec->memory_mb = spec->memory_mb;
-                r = rec->name ? copy_boot(&spec->boot, &rec->boot) : -ENOMEM;
+                r = rec->name ? instance_boot_copy(&spec->boot, &rec->boot) : -ENOMEM;
         }
         if (r >= 0 && spec->profile && !(rec->gpu.profile = strdup(spec->profile)))
                 r = -ENOMEM;
