@@ -365,9 +365,13 @@ static int endpoint_accept(FakeQemu *q, Endpoint *ep)
         if (ep->kind == ENDPOINT_QMP && !q->flags.hang_qmp) {
                 json_auto_t *greeting = fq_qmp_greeting();
                 int r = conn_queue(c, greeting, ENDPOINT_QMP);
-                if (r < 0)
+                if (r >= 0)
+                        r = conn_flush(c);
+                if (r == -ENOMEM)
                         return r;
-                return conn_flush(c);
+                /* A client that hung up before its greeting is dropped, as QEMU drops it. */
+                if (r < 0)
+                        conn_reset(c);
         }
         return 0;
 }

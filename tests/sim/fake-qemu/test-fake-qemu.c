@@ -685,6 +685,24 @@ static void test_qmp_sequential_clients(void **state)
         assert_still_running(f);
 }
 
+/* SIM-15: a client that hangs up before its greeting is dropped; fake-qemu serves the next. */
+static void test_qmp_client_gone_before_greeting(void **state)
+{
+        Fixture *f = *state;
+        spawn_default(f, NULL);
+
+        _cleanup_client_ Client *first = qmp_open(f);
+        Client *gone = client_connect(f, f->qmp_socket); /* waits in the backlog */
+        client_free(gone);
+        client_free(TAKE_PTR(first));
+
+        _cleanup_client_ Client *next = qmp_open(f);
+        client_send(next, "{\"execute\": \"query-status\"}\n");
+        json_auto_t *status = qmp_read(next);
+        assert_json_equal(status, "{\"return\": {\"status\": \"running\", \"running\": true}}");
+        assert_still_running(f);
+}
+
 /* VMM-9, VMM-20: powerdown is answered, the guest powers off, and QEMU exits 0. */
 static void test_qmp_system_powerdown(void **state)
 {
@@ -1425,6 +1443,7 @@ int main(void)
             T(test_qmp_readiness_exchange),
             T(test_qmp_errors),
             T(test_qmp_sequential_clients),
+            T(test_qmp_client_gone_before_greeting),
             T(test_qmp_system_powerdown),
             T(test_qmp_quit),
             T(test_sigterm_exits),
