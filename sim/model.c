@@ -161,7 +161,9 @@ typedef struct GpuSpec {
         PciAddress address;
         const SimGpuModel *model;
         SimMode mode;
-        uint32_t vfs;
+        uint32_t vfs; /* while SR-IOV is on */
+        bool sriov_off;
+        uint64_t sriov_cycles;
 } GpuSpec;
 
 /*
@@ -188,6 +190,7 @@ static int host_build(const char *driver_version, const GpuSpec *specs, size_t n
                 if (!g->vfs)
                         return -ENOMEM;
                 h->n_gpus++;
+                g->sriov_vfs = specs[i].vfs;
                 for (uint32_t v = 0; v < specs[i].vfs; v++) {
                         SimVf *vf = &g->vfs[v];
                         PciAddress a = specs[i].address;
@@ -198,6 +201,11 @@ static int host_build(const char *driver_version, const GpuSpec *specs, size_t n
                         vf->vfio = g->model->mdev ? -1 : (int32_t)vfio++;
                         g->n_vfs++;
                 }
+                /* A PF cycled off keeps its place in the numbering, without VFs (SIM-14). */
+                g->sriov_off = specs[i].sriov_off;
+                g->sriov_cycles = specs[i].sriov_cycles;
+                if (g->sriov_off)
+                        g->n_vfs = 0;
         }
         h->next_iommu_group = group;
         *ret = TAKE_PTR(h);
@@ -638,7 +646,7 @@ static int parse_uuid(const char *s, char ret[static SIM_UUID_STRLEN])
 }
 
 int sim_mdev_store_create(SimHost *h, size_t g, size_t v, const SimType *t, const char *buf,
-                          size_t size)
+                          size_t size, uint64_t now_ms)
 {
         SimGpu *gpu = &h->gpus[g];
         SimVf *vf = &gpu->vfs[v];
@@ -661,6 +669,8 @@ int sim_mdev_store_create(SimHost *h, size_t g, size_t v, const SimType *t, cons
         vf->placement = placement;
         memcpy(vf->mdev_uuid, uuid, SIM_UUID_STRLEN);
         vf->mdev_group = h->next_iommu_group++;
+        vf->mdev_created_ms = now_ms;
+        vf->mdev_aged_s = 0;
         h->layout_generation++;
         return 0;
 }
@@ -682,7 +692,22 @@ int sim_mdev_store_remove(SimHost *h, size_t g, size_t v, const char *buf, size_
         vf->placement = 0;
         vf->mdev_uuid[0] = 0;
         vf->mdev_group = 0;
+        vf->mdev_created_ms = 0;
+        vf->mdev_aged_s = 0;
         h->layout_generation++;
+        return 0;
+}
+
+int sim_mdev_birth_ms(const SimHost *h, const char *uuid, int64_t *ret)
+{
+        size_t g, v;
+
+        if (sim_host_find_mdev(h, uuid, &g, &v) < 0)
+                return -ENOENT;
+        const SimVf *vf = &h->gpus[g].vfs[v];
+        /* Both are bounded (INT64_MAX and SIM_AGE_MAX_S), so neither the product nor the
+         * difference overflows. */
+        *ret = (int64_t)vf->mdev_created_ms - (int64_t)(vf->mdev_aged_s * 1000);
         return 0;
 }
 
@@ -1169,6 +1194,82 @@ static int ctl_qemu(SimHost *h, char **w, size_t n, char **error)
         return strv_push(&q->flags, w[2]);
 }
 
+/* `age <uuid> <seconds>` (SIM-6): moves the mdev's creation time back, for REC-8's rule. */
+static int ctl_age(SimHost *h, char **w, size_t n, char **error)
+{
+        char uuid[SIM_UUID_STRLEN];
+        uint64_t seconds;
+        size_t g, v;
+
+        if (n != 3 || parse_uuid(w[1], uuid) < 0 ||
+            parse_uint64_range(w[2], 0, SIM_AGE_MAX_S, &seconds) < 0)
+                return ctl_usage(error, "age <uuid> <seconds> (seconds at most 315360000)");
+        if (sim_host_find_mdev(h, uuid, &g, &v) < 0)
+                return error_set(error, -ENOENT, "unknown mdev \"%s\"", w[1]);
+        SimVf *vf = &h->gpus[g].vfs[v];
+        /* Ages add up; the sum keeps the bound, so a loop of small ages cannot overflow. */
+        if (seconds > SIM_AGE_MAX_S - vf->mdev_aged_s)
+                return error_set(error, -EINVAL,
+                                 "mdev %s would be aged %" PRIu64 " s, more than 10 years", uuid,
+                                 vf->mdev_aged_s + seconds);
+        vf->mdev_aged_s += seconds;
+        return 0;
+}
+
+/*
+ * `sriov <pf> off` (SIM-14), as `sriov-manage -d` does it: the VFs go, and with them their
+ * vGPUs, mdevs and VFIO nodes; the card falls back to equal-size. Refused while a VMM (or
+ * anyone) holds a VFIO node of one of its VFs, since the driver cannot take the VF away then.
+ * The VFs' state is cleared now, so what `on` brings back are new, unconfigured devices.
+ */
+static int gpu_sriov_off(SimHost *h, SimGpu *gpu, char **error)
+{
+        if (gpu->sriov_off)
+                return 0;
+        for (size_t v = 0; v < gpu->n_vfs; v++) {
+                const SimVf *vf = &gpu->vfs[v];
+                if (vf->open_handles > 0)
+                        return error_set(error, -EBUSY,
+                                         "GPU %s: a VFIO node of VF %s is open (%" PRIu32
+                                         " handle(s))",
+                                         gpu->address, vf->address, vf->open_handles);
+        }
+        for (size_t v = 0; v < gpu->n_vfs; v++) {
+                SimVf *vf = &gpu->vfs[v];
+                /* Only the layout survives; mdev groups are never handed out again. */
+                SimVf fresh = {.iommu_group = vf->iommu_group, .vfio = vf->vfio};
+                memcpy(fresh.address, vf->address, sizeof(fresh.address));
+                *vf = fresh;
+        }
+        gpu->n_vfs = 0;
+        gpu->sriov_off = true;
+        gpu->sriov_cycles++;
+        gpu->mode = SIM_MODE_EQUAL;
+        h->layout_generation++;
+        return 0;
+}
+
+static int ctl_sriov(SimHost *h, char **w, size_t n, char **error)
+{
+        size_t g;
+        int r;
+
+        if (n != 3 || (!streq(w[2], "off") && !streq(w[2], "on")))
+                return ctl_usage(error, "sriov <pf> off|on");
+        if ((r = ctl_gpu(h, w[1], &g, error)) < 0)
+                return r;
+        SimGpu *gpu = &h->gpus[g];
+        if (streq(w[2], "off"))
+                return gpu_sriov_off(h, gpu, error);
+        /* `on` again on a PF whose VFs are there changes nothing, as `mode` does. */
+        if (!gpu->sriov_off)
+                return 0;
+        gpu->n_vfs = gpu->sriov_vfs;
+        gpu->sriov_off = false;
+        h->layout_generation++;
+        return 0;
+}
+
 bool sim_ctl_is_internal(const char *command)
 {
         return startswith(command, "nvml consume ") || startswith(command, "nvml query-begin ") ||
@@ -1242,6 +1343,10 @@ int sim_host_ctl(SimHost *h, const char *command, char **error)
                 return ctl_nvml(h, w, n, error);
         if (streq(w[0], "qemu"))
                 return ctl_qemu(h, w, n, error);
+        if (streq(w[0], "age"))
+                return ctl_age(h, w, n, error);
+        if (streq(w[0], "sriov"))
+                return ctl_sriov(h, w, n, error);
         return error_set(error, -EINVAL, "unknown command \"%s\"", w[0]);
 }
 
@@ -1256,8 +1361,10 @@ static json_t *vf_to_json(const SimGpu *g, size_t v)
 {
         const SimVf *vf = &g->vfs[v];
         const SimType *t = vf_type(g, v);
-        json_t *mdev = vf->mdev_uuid[0] ? json_pack("{s:s, s:I}", "uuid", vf->mdev_uuid,
-                                                    "iommu_group", (json_int_t)vf->mdev_group)
+        json_t *mdev = vf->mdev_uuid[0] ? json_pack("{s:s, s:I, s:I, s:I}", "uuid", vf->mdev_uuid,
+                                                    "iommu_group", (json_int_t)vf->mdev_group,
+                                                    "created_ms", (json_int_t)vf->mdev_created_ms,
+                                                    "aged_s", (json_int_t)vf->mdev_aged_s)
                                         : json_null();
 
         return json_pack("{s:s, s:I, s:o, s:I, s:o, s:o, s:o, s:I, s:I, s:I, s:b, s:I, s:o}",
@@ -1286,8 +1393,10 @@ static json_t *gpu_to_json(const SimGpu *g)
                                           json_pack("{s:s, s:b}", "token", g->queries[q].token,
                                                     "overlapped", g->queries[q].overlapped)) < 0)
                         return NULL;
-        return json_pack("{s:s, s:s, s:s, s:I, s:O, s:O}", "address", g->address, "model",
-                         g->model->key, "mode", sim_mode_to_string(g->mode), "query_write_overlaps",
+        return json_pack("{s:s, s:s, s:s, s:{s:b, s:I, s:I}, s:I, s:O, s:O}", "address", g->address,
+                         "model", g->model->key, "mode", sim_mode_to_string(g->mode), "sriov",
+                         "enabled", !g->sriov_off, "vfs", (json_int_t)g->sriov_vfs, "cycles",
+                         (json_int_t)g->sriov_cycles, "query_write_overlaps",
                          (json_int_t)g->query_write_overlaps, "queries_in_flight", queries, "vfs",
                          vfs);
 }
@@ -1462,14 +1571,18 @@ static int vf_from_json(SimHost *h, SimGpu *g, size_t v, json_t *j, char **error
                         return state_fail(error, "VF %s: type set without an mdev", address);
         } else {
                 const char *uuid;
-                json_int_t mgroup;
+                json_int_t mgroup, created, aged;
                 if (!g->model->mdev || !t ||
-                    json_unpack_ex(mdev, &err, JSON_STRICT, "{s:s, s:I}", "uuid", &uuid,
-                                   "iommu_group", &mgroup) < 0 ||
+                    json_unpack_ex(mdev, &err, JSON_STRICT, "{s:s, s:I, s:I, s:I}", "uuid", &uuid,
+                                   "iommu_group", &mgroup, "created_ms", &created, "aged_s",
+                                   &aged) < 0 ||
                     parse_uuid(uuid, vf->mdev_uuid) < 0 || !streq(uuid, vf->mdev_uuid) ||
-                    mgroup < 0 || mgroup >= (json_int_t)h->next_iommu_group)
+                    mgroup < 0 || mgroup >= (json_int_t)h->next_iommu_group || created < 0 ||
+                    aged < 0 || (uint64_t)aged > SIM_AGE_MAX_S)
                         return state_fail(error, "VF %s: invalid mdev", address);
                 vf->mdev_group = (uint32_t)mgroup;
+                vf->mdev_created_ms = (uint64_t)created;
+                vf->mdev_aged_s = (uint64_t)aged;
         }
 
         if (json_uint(open, UINT32_MAX, false, NULL, &u) < 0)
@@ -1495,11 +1608,12 @@ static int gpu_from_json(SimHost *h, SimGpu *g, json_t *j, char **error)
         json_error_t err;
         uint64_t u;
 
-        /* address, model and mode were read by the layout pass. */
-        if (json_unpack_ex(j, &err, JSON_STRICT, "{s:s, s:s, s:s, s:o, s:o, s:o}", "address",
+        /* address, model, mode and sriov were read by the layout pass. */
+        if (json_unpack_ex(j, &err, JSON_STRICT, "{s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "address",
                            &(const char *){NULL}, "model", &(const char *){NULL}, "mode",
-                           &(const char *){NULL}, "query_write_overlaps", &overlaps,
-                           "queries_in_flight", &queries, "vfs", &vfs) < 0)
+                           &(const char *){NULL}, "sriov", &(json_t *){NULL},
+                           "query_write_overlaps", &overlaps, "queries_in_flight", &queries, "vfs",
+                           &vfs) < 0)
                 return state_fail(error, "GPU %s: %s", g->address, err.text);
         if (json_uint(overlaps, INT64_MAX, false, NULL, &u) < 0)
                 return state_fail(error, "GPU %s: invalid query_write_overlaps", g->address);
@@ -1683,18 +1797,24 @@ int sim_host_from_json(const char *text, size_t size, SimHost **ret, char **erro
                 return -ENOMEM;
         json_array_foreach (gpus, i, item) {
                 const char *address, *model, *mode;
+                int enabled;
+                json_int_t sriov_vfs, cycles;
                 json_t *vfs = json_object_get(item, "vfs");
-                if (json_unpack_ex(item, &err, 0, "{s:s, s:s, s:s}", "address", &address, "model",
-                                   &model, "mode", &mode) < 0 ||
+                if (json_unpack_ex(item, &err, 0, "{s:s, s:s, s:s, s:{s:b, s:I, s:I!}}", "address",
+                                   &address, "model", &model, "mode", &mode, "sriov", "enabled",
+                                   &enabled, "vfs", &sriov_vfs, "cycles", &cycles) < 0 ||
                     parse_pci_address(address, &specs[i].address) < 0 ||
                     specs[i].address.device != 0 || specs[i].address.function != 0 ||
                     !(specs[i].model = sim_gpu_model_find(model)) ||
                     sim_mode_from_string(mode, &specs[i].mode) < 0 ||
                     (specs[i].mode == SIM_MODE_MIXED && !specs[i].model->mixed_capable) ||
-                    !json_is_array(vfs) || json_array_size(vfs) < 1 ||
-                    json_array_size(vfs) > specs[i].model->max_vfs)
+                    sriov_vfs < 1 || sriov_vfs > (json_int_t)specs[i].model->max_vfs ||
+                    cycles < 0 || (!enabled && cycles == 0) || !json_is_array(vfs) ||
+                    json_array_size(vfs) != (enabled ? (size_t)sriov_vfs : 0))
                         return state_fail(error, "GPU %zu is invalid", i);
-                specs[i].vfs = (uint32_t)json_array_size(vfs);
+                specs[i].vfs = (uint32_t)sriov_vfs;
+                specs[i].sriov_off = !enabled;
+                specs[i].sriov_cycles = (uint64_t)cycles;
                 for (size_t k = 0; k < i; k++)
                         if (memcmp(&specs[k].address, &specs[i].address, sizeof(PciAddress)) == 0)
                                 return state_fail(error, "GPU %zu is listed twice", i);

@@ -30,6 +30,7 @@
 #define SIM_HOST_MAX_BYTES 65536       /* bound on the host YAML file */
 #define SIM_STATE_MAX_BYTES (4u << 20) /* bound on state.json */
 #define SIM_MAX_QUERIES_IN_FLIGHT 64
+#define SIM_AGE_MAX_S (10ull * 365 * 24 * 3600) /* `age` moves an mdev back at most 10 years */
 
 /* ---- GPU models and type catalogs (SIM-4, SIM-5) ------------------------------------------- */
 
@@ -82,6 +83,8 @@ typedef struct SimVf {
         uint32_t placement; /* first slot of the vGPU on a mixed-size card */
         char mdev_uuid[SIM_UUID_STRLEN]; /* empty when the VF carries no mdev */
         uint32_t mdev_group;             /* the mdev's own IOMMU group */
+        uint64_t mdev_created_ms;        /* CLOCK_MONOTONIC millisecond of its creation */
+        uint64_t mdev_aged_s;            /* how far `age` moved its creation back (SIM-6) */
         uint32_t open_handles;           /* VFIO nodes of this VF (or its mdev) held open */
         uint32_t writes_in_flight;
         uint32_t max_concurrent_writes; /* DEV-11 */
@@ -96,12 +99,21 @@ typedef struct SimQuery {
         bool overlapped;
 } SimQuery;
 
+/*
+ * A PF and its VFs. While SR-IOV is off (`sriov <pf> off`, SIM-14) the PF has no VFs: n_vfs is
+ * 0, so everything that walks the VFs sees none, while vfs[] keeps the sriov_vfs entries of
+ * the layout (address, IOMMU group, vfio number) with their state cleared, for `on` to bring
+ * back.
+ */
 typedef struct SimGpu {
         char address[PCI_ADDRESS_STRLEN];
         const SimGpuModel *model;
         SimMode mode;
         SimVf *vfs;
-        size_t n_vfs;
+        size_t n_vfs;          /* VFs present now: sriov_vfs, or 0 while SR-IOV is off */
+        size_t sriov_vfs;      /* VFs while SR-IOV is on (the host file's `vfs`) */
+        bool sriov_off;        /* `sriov <pf> off` removed the VFs */
+        uint64_t sriov_cycles; /* `off` transitions so far: a VF of an earlier cycle is gone */
         uint64_t query_write_overlaps; /* PLACE-9 */
         SimQuery *queries;             /* fake NVML queries in flight */
         size_t n_queries;
@@ -221,9 +233,19 @@ int sim_vf_set_type(SimHost *h, size_t g, size_t v, uint32_t id, uint64_t now_ms
 /* available_instances of an mdev type on a VF (SIM-6): 1 or 0. */
 uint32_t sim_mdev_available(const SimGpu *g, size_t v, const SimType *t);
 
-/* A store into mdev_supported_types/<type>/create: a UUID, case-insensitive, one "\n" allowed. */
+/*
+ * A store into mdev_supported_types/<type>/create: a UUID, case-insensitive, one "\n" allowed.
+ * now_ms (the monotonic clock) becomes the mdev's creation time.
+ */
 int sim_mdev_store_create(SimHost *h, size_t g, size_t v, const SimType *t, const char *buf,
-                          size_t size);
+                          size_t size, uint64_t now_ms);
+
+/*
+ * The mdev's creation time as its sysfs directory shows it (SIM-6): the CLOCK_MONOTONIC
+ * millisecond it was created at, moved back by `age`, so negative once aged past the clock's
+ * origin. -ENOENT for a UUID no VF carries.
+ */
+int sim_mdev_birth_ms(const SimHost *h, const char *uuid, int64_t *ret);
 
 /* A store into an mdev's remove: "1" removes it unless its node is open or within release lag. */
 int sim_mdev_store_remove(SimHost *h, size_t g, size_t v, const char *buf, size_t size,
@@ -260,7 +282,9 @@ const SimQemu *sim_host_find_qemu(const SimHost *h, const char *name);
 
 /*
  * Runs one `.sim/ctl` command (SIM-14), without its trailing newline. Parse errors are
- * -EINVAL; `mode` on a busy card is -EBUSY; an unknown device is -ENOENT. The message says why.
+ * -EINVAL; `mode` on a busy card and `sriov <pf> off` while a VFIO node of one of its VFs is
+ * open are -EBUSY (and change nothing); an unknown device or mdev is -ENOENT. The message
+ * says why.
  */
 int sim_host_ctl(SimHost *h, const char *command, char **error);
 

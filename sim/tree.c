@@ -127,6 +127,11 @@ static char *fmt_path(const char *fmt, ...)
         add_node(b, SIM_NODE_FILE, attr, mode, ref, NULL, fmt_path(__VA_ARGS__))
 #define ADD_LINK(b, target, ...) \
         add_node(b, SIM_NODE_LINK, SIM_ATTR_NONE, 0777, NO_REF, target, fmt_path(__VA_ARGS__))
+/* Directories and links that belong to an mdev, so they carry its creation time (SIM-6). */
+#define ADD_DIR_OF(b, ref, ...) \
+        add_node(b, SIM_NODE_DIR, SIM_ATTR_NONE, 0755, ref, NULL, fmt_path(__VA_ARGS__))
+#define ADD_LINK_OF(b, ref, target, ...) \
+        add_node(b, SIM_NODE_LINK, SIM_ATTR_NONE, 0777, ref, target, fmt_path(__VA_ARGS__))
 
 /* "sys/devices/pci0000:e3/0000:e3:00.4": PF and VFs sit side by side under one host bridge. */
 static int device_dir(const char *address, char **ret)
@@ -194,14 +199,15 @@ static int add_mdev(Builder *b, const SimGpu *g, size_t gi, size_t vi, const cha
             (r = strprintf(&type_dir, "%s/mdev_supported_types/%s", vf_dir, t->mdev_type)) < 0 ||
             (r = strprintf(&group, "sys/kernel/iommu_groups/%" PRIu32, vf->mdev_group)) < 0)
                 return r;
-        if ((r = ADD_DIR(b, "%s", dir)) < 0 ||
-            (r = ADD_LINK(b, type_dir, "%s/mdev_type", dir)) < 0 ||
-            (r = ADD_LINK(b, group, "%s/iommu_group", dir)) < 0 ||
+        if ((r = ADD_DIR_OF(b, ref, "%s", dir)) < 0 ||
+            (r = ADD_LINK_OF(b, ref, type_dir, "%s/mdev_type", dir)) < 0 ||
+            (r = ADD_LINK_OF(b, ref, group, "%s/iommu_group", dir)) < 0 ||
             (r = ADD_FILE(b, SIM_ATTR_MDEV_REMOVE, 0200, ref, "%s/remove", dir)) < 0 ||
-            (r = ADD_LINK(b, dir, "%s/devices/%s", type_dir, vf->mdev_uuid)) < 0 ||
-            (r = ADD_LINK(b, dir, "sys/bus/mdev/devices/%s", vf->mdev_uuid)) < 0 ||
-            (r = ADD_DIR(b, "%s", group)) < 0 || (r = ADD_DIR(b, "%s/devices", group)) < 0 ||
-            (r = ADD_LINK(b, dir, "%s/devices/%s", group, vf->mdev_uuid)) < 0 ||
+            (r = ADD_LINK_OF(b, ref, dir, "%s/devices/%s", type_dir, vf->mdev_uuid)) < 0 ||
+            (r = ADD_LINK_OF(b, ref, dir, "sys/bus/mdev/devices/%s", vf->mdev_uuid)) < 0 ||
+            (r = ADD_DIR_OF(b, ref, "%s", group)) < 0 ||
+            (r = ADD_DIR_OF(b, ref, "%s/devices", group)) < 0 ||
+            (r = ADD_LINK_OF(b, ref, dir, "%s/devices/%s", group, vf->mdev_uuid)) < 0 ||
             (r = ADD_FILE(b, SIM_ATTR_VFIO_NODE, 0666, ref, "dev/vfio/%" PRIu32, vf->mdev_group)) <
                 0)
                 return r;
@@ -313,6 +319,9 @@ int sim_tree_build(const SimHost *h, SimTree **ret)
         for (size_t i = 0; i < h->n_gpus; i++)
                 if ((r = add_gpu(&b, &h->gpus[i], i)) < 0)
                         return r;
+        for (size_t i = 0; i < b.n; i++)
+                if (b.nodes[i].gpu != SIZE_MAX)
+                        b.nodes[i].sriov_cycle = h->gpus[b.nodes[i].gpu].sriov_cycles;
 
         qsort(b.nodes, b.n, sizeof(SimNode), node_compare);
         for (size_t i = 1; i < b.n; i++)
@@ -450,10 +459,22 @@ bool sim_attr_writable(SimAttr a)
         }
 }
 
+bool sim_node_vf_gone(const SimHost *h, const SimNode *n)
+{
+        if (n->gpu == SIZE_MAX || n->vf == SIZE_MAX)
+                return false;
+        const SimGpu *g = &h->gpus[n->gpu];
+        /* An `on` brings new devices back, not the ones an open handle still points at. */
+        return n->vf >= g->n_vfs || n->sriov_cycle != g->sriov_cycles;
+}
+
 int sim_node_read(const SimHost *h, const SimNode *n, char **ret)
 {
         const SimGpu *g = n->gpu != SIZE_MAX ? &h->gpus[n->gpu] : NULL;
         const SimVf *vf = g && n->vf != SIZE_MAX ? &g->vfs[n->vf] : NULL;
+
+        if (sim_node_vf_gone(h, n))
+                return -ENODEV;
 
         switch (n->attr) {
         case SIM_ATTR_VENDOR:
@@ -506,6 +527,8 @@ int sim_node_vf(const SimHost *h, const SimNode *n, size_t *ret_gpu, size_t *ret
         default:
                 return -ENOENT;
         }
+        if (sim_node_vf_gone(h, n))
+                return -ENODEV;
         /* Nodes of an mdev outlive it in open handles; the VF may carry another by now. */
         if (n->uuid[0] && !streq(h->gpus[n->gpu].vfs[n->vf].mdev_uuid, n->uuid))
                 return -ENODEV;
@@ -519,6 +542,8 @@ int sim_node_write(SimHost *h, const SimNode *n, const char *buf, size_t size, u
         size_t g, v;
         int r;
 
+        if (sim_node_vf_gone(h, n))
+                return -ENODEV;
         switch (n->attr) {
         case SIM_ATTR_SRIOV_NUMVFS:
         case SIM_ATTR_DRIVER_OVERRIDE:
@@ -532,7 +557,7 @@ int sim_node_write(SimHost *h, const SimNode *n, const char *buf, size_t size, u
         case SIM_ATTR_CURRENT_TYPE:
                 return sim_vf_store_type(h, n->gpu, n->vf, buf, size, now_ms);
         case SIM_ATTR_MDEV_CREATE:
-                return sim_mdev_store_create(h, n->gpu, n->vf, n->type, buf, size);
+                return sim_mdev_store_create(h, n->gpu, n->vf, n->type, buf, size, now_ms);
         case SIM_ATTR_MDEV_REMOVE:
                 if ((r = sim_node_vf(h, n, &g, &v)) < 0)
                         return r;

@@ -8,8 +8,10 @@
  * belongs to; reads and writes of a node go to the model. Pure: no FUSE and no I/O.
  *
  * Promises: link targets are relative, as in sysfs; a tree is rebuilt whenever the host's
- * layout_generation changes (an mdev appeared or vanished), and nodes are plain values that
- * callers may copy (sim_node_copy) to outlive the tree.
+ * layout_generation changes (an mdev appeared or vanished, an SR-IOV cycle took VFs away or
+ * brought them back), and nodes are plain values that callers may copy (sim_node_copy) to
+ * outlive the tree. A copied node of a VF that an SR-IOV cycle removed stays gone, even once
+ * the VF is back: like an open sysfs file of a removed device, reads and writes fail ENODEV.
  */
 
 #include "model.h"
@@ -57,7 +59,8 @@ typedef struct SimNode {
         size_t gpu;   /* SIZE_MAX when the node belongs to no GPU */
         size_t vf;    /* SIZE_MAX when the node belongs to no VF */
         const SimType *type;
-        char uuid[SIM_UUID_STRLEN]; /* nodes of one mdev */
+        char uuid[SIM_UUID_STRLEN]; /* nodes of one mdev; their times are its creation (SIM-6) */
+        uint64_t sriov_cycle;       /* the GPU's sriov_cycles when the tree was built */
 } SimNode;
 
 typedef struct SimTree {
@@ -82,18 +85,23 @@ void sim_node_clear(SimNode *n);
 bool sim_attr_readable(SimAttr a);
 bool sim_attr_writable(SimAttr a);
 
-/* The attribute's contents now, as the driver would print them. */
+/* Whether the node's VF went away in an SR-IOV cycle after the node was built (SIM-14). */
+bool sim_node_vf_gone(const SimHost *h, const SimNode *n);
+
+/* The attribute's contents now, as the driver would print them; -ENODEV for a gone VF. */
 int sim_node_read(const SimHost *h, const SimNode *n, char **ret);
 
 /*
  * One store into an attribute. Forbidden attributes (SIM-16) are recorded under path and
- * refused with -EPERM; attributes without a store method give -EACCES.
+ * refused with -EPERM; attributes without a store method give -EACCES; a gone VF's -ENODEV.
+ * now_ms is the monotonic clock (release lag, an mdev's creation time).
  */
 int sim_node_write(SimHost *h, const SimNode *n, const char *buf, size_t size, uint64_t now_ms);
 
 /*
  * The VF whose write spans or open handles the node counts towards (current_vgpu_type, mdev
- * create and remove, VFIO nodes); -ENOENT for other nodes, -ENODEV for a vanished mdev.
+ * create and remove, VFIO nodes); -ENOENT for other nodes, -ENODEV for a vanished mdev or a
+ * VF gone in an SR-IOV cycle.
  */
 int sim_node_vf(const SimHost *h, const SimNode *n, size_t *ret_gpu, size_t *ret_vf);
 

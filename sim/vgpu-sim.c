@@ -63,7 +63,8 @@ typedef struct Sim {
         char *last_result;
         Handle *handles; /* every open handle, freed at exit if the kernel never released it */
         struct fuse *fuse;
-        struct timespec started;
+        struct timespec started; /* CLOCK_REALTIME at start: the time of every sysfs node */
+        uint64_t started_ms;     /* CLOCK_MONOTONIC at the same moment, in ms */
 } Sim;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -257,12 +258,21 @@ static int handle_new(Sim *s, HandleKind kind, Handle **ret)
         return 0;
 }
 
+/*
+ * Whether the handle's VF is still the one it counted on: an SR-IOV cycle cleared the old VF's
+ * counts, and a VF brought back by `on` must not lose spans it never had. Call with the lock.
+ */
+static bool handle_vf_present(Sim *s, const Handle *h)
+{
+        return !sim_node_vf_gone(s->host, &h->node);
+}
+
 /* Gives back what the handle holds in the model and frees it. Call with the lock. */
 static void handle_free_locked(Sim *s, Handle *h)
 {
-        if (h->writing)
+        if (h->writing && handle_vf_present(s, h))
                 sim_vf_write_end(s->host, h->gpu, h->vf);
-        if (h->counted)
+        if (h->counted && handle_vf_present(s, h))
                 sim_vf_close(s->host, h->gpu, h->vf, now_ms());
         if (h->prev)
                 h->prev->next = h->next;
@@ -301,6 +311,24 @@ static void fill_stat(Sim *s, struct stat *st, mode_t type, mode_t perm, off_t s
         st->st_gid = getgid();
         st->st_size = size;
         st->st_atim = st->st_mtim = st->st_ctim = s->started;
+}
+
+/*
+ * An mdev's nodes show its creation time (SIM-6), which the model keeps on the monotonic
+ * clock (moved back by `age`); the wall clock at the simulator's start anchors it, so REC-8's
+ * comparison with the time of day sees the age the test asked for.
+ */
+static void mdev_times(Sim *s, struct stat *st, int64_t birth_ms)
+{
+        int64_t ms = (int64_t)s->started.tv_sec * 1000 + s->started.tv_nsec / 1000000 +
+                     (birth_ms - (int64_t)s->started_ms);
+        struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
+                              .tv_nsec = (long)(ms % 1000) * 1000000};
+        if (ts.tv_nsec < 0) {
+                ts.tv_sec--;
+                ts.tv_nsec += 1000000000;
+        }
+        st->st_atim = st->st_mtim = st->st_ctim = ts;
 }
 
 static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
@@ -350,6 +378,9 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
                         fill_stat(s, st, S_IFLNK, n->mode, (off_t)strlen(n->target));
                 else /* sysfs attributes claim a page whatever they hold (SIM-12) */
                         fill_stat(s, st, S_IFREG, n->mode, startswith(rel, "sys/") ? 4096 : 0);
+                int64_t birth;
+                if (n->uuid[0] && sim_mdev_birth_ms(s->host, n->uuid, &birth) >= 0)
+                        mdev_times(s, st, birth);
                 return 0;
         }
         default:
@@ -823,7 +854,8 @@ static int op_flush(const char *path, struct fuse_file_info *fi)
 
         if (h && h->writing) {
                 LOCK_SCOPE(s);
-                sim_vf_write_end(s->host, h->gpu, h->vf);
+                if (handle_vf_present(s, h))
+                        sim_vf_write_end(s->host, h->gpu, h->vf);
                 h->writing = false;
         }
         return 0;
@@ -1077,6 +1109,7 @@ static int sim_init(Sim *s, const char *host_file, const char *data_backing)
         pthread_cond_init(&s->changed, &attr);
         pthread_condattr_destroy(&attr);
         clock_gettime(CLOCK_REALTIME, &s->started);
+        s->started_ms = now_ms();
 
         int r = read_file_at(AT_FDCWD, host_file, SIM_HOST_MAX_BYTES, &text, &size);
         if (r < 0) {

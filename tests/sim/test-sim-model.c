@@ -416,8 +416,8 @@ static void test_mdev(void **state)
         size_t fg, fv;
 
         assert_int_equal(sim_mdev_available(g, 0, q2), 1);
-        assert_int_equal(sim_mdev_store_create(h, 0, 0, q2, "not-a-uuid", 10), -EINVAL);
-        assert_int_equal(sim_mdev_store_create(h, 0, 0, q2, uuid, strlen(uuid)), 0);
+        assert_int_equal(sim_mdev_store_create(h, 0, 0, q2, "not-a-uuid", 10, 0), -EINVAL);
+        assert_int_equal(sim_mdev_store_create(h, 0, 0, q2, uuid, strlen(uuid), 0), 0);
         assert_string_equal(g->vfs[0].mdev_uuid, lower);
         assert_int_equal(g->vfs[0].type, 901);
         assert_int_equal(g->vfs[0].mdev_group, 4); /* after the VFs' groups 0..3 */
@@ -430,10 +430,11 @@ static void test_mdev(void **state)
         assert_int_equal(sim_mdev_available(g, 1, q2), 1);
         assert_int_equal(sim_mdev_available(g, 1, q4), 0);
         assert_int_equal(
-            sim_mdev_store_create(h, 0, 0, q2, "11111111-2222-3333-4444-555555555555", 36), -EBUSY);
-        assert_int_equal(sim_mdev_store_create(h, 0, 1, q2, lower, strlen(lower)), -EEXIST);
+            sim_mdev_store_create(h, 0, 0, q2, "11111111-2222-3333-4444-555555555555", 36, 0),
+            -EBUSY);
+        assert_int_equal(sim_mdev_store_create(h, 0, 1, q2, lower, strlen(lower), 0), -EEXIST);
         assert_int_equal(
-            sim_mdev_store_create(h, 0, 1, q4, "11111111-2222-3333-4444-555555555555", 36),
+            sim_mdev_store_create(h, 0, 1, q4, "11111111-2222-3333-4444-555555555555", 36, 0),
             -EINVAL);
         assert_int_equal(sim_vf_set_type(h, 0, 1, 901, 0), -EOPNOTSUPP);
 
@@ -884,7 +885,7 @@ static void test_state_round_trip(void **state)
 
         const SimType *q2 = sim_gpu_model_find_type(a->gpus[0].model, 901);
         assert_int_equal(
-            sim_mdev_store_create(a, 0, 2, q2, "11111111-2222-3333-4444-555555555555", 36), 0);
+            sim_mdev_store_create(a, 0, 2, q2, "11111111-2222-3333-4444-555555555555", 36, 0), 0);
         assert_int_equal(sim_host_to_json(a, &a_json), 0);
         assert_int_equal(sim_host_from_json(a_json, strlen(a_json), &a_back, &error), 0);
         assert_int_equal(sim_host_to_json(a_back, &a_again), 0);
