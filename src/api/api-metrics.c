@@ -94,9 +94,9 @@ static int write_nvml(MetricsWriter *w, const ApiContext *ctx)
 }
 
 /*
- * The families of the instance, sentinel and reconciler stages. The instance figures are the
- * instance manager's; the sentinel's and the reconciler's release stages do not exist yet, so
- * their samples are 0 (MET-3: the families and their label values are there from start-up).
+ * The families of the instance, sentinel and reconciler stages: the instance figures are the
+ * instance manager's, the stage failures the reconciler's; the sentinel does not exist yet, so
+ * its samples are 0 (MET-3: the families and their label values are there from start-up).
  */
 static int write_instances(MetricsWriter *w, const ApiContext *ctx)
 {
@@ -140,18 +140,20 @@ static int write_instances(MetricsWriter *w, const ApiContext *ctx)
         if (r < 0)
                 return r;
 
-        static const char *const stages[] = {"list_instances", "release_stale",
-                                             "reset_unclaimed_vfs", "reconcile_devices"};
+        const char *stages[_RECONCILE_STAGE_MAX];
+        for (size_t k = 0; k < _RECONCILE_STAGE_MAX; k++)
+                stages[k] = reconcile_stage_to_string(k);
+        const ReconcilerStats *rs = ctx->reconciler ? reconciler_get_stats(ctx->reconciler) : NULL;
         r = write_labelled(w,
                            &(Family){"vgpud_instances_vgpu_reconcile_failures_total",
                                      METRIC_COUNTER, "Reconciler stage failures by stage."},
-                           "stage", stages, zero, ELEMENTSOF(stages));
+                           "stage", stages, rs ? rs->stage_failures : zero, ELEMENTSOF(stages));
         if (r >= 0)
                 r = write_single(w,
                                  &(Family){"vgpud_instances_vgpu_stale_release_failures_total",
                                            METRIC_COUNTER,
                                            "Failed releases of claims whose VMM is gone."},
-                                 0);
+                                 st.stale_release_failures);
         if (r >= 0)
                 r = write_single(
                     w,

@@ -4,13 +4,22 @@
 /*
  * ctrl: the controllers that keep the host in order on the event loop (SPEC §8).
  *
- * The Reconciler runs reconcile passes (REC-1, REC-10 as far as this release goes): a full
- * discovery through the host's GpuTracker with the host driver version (DISC-20, HEALTH-30),
- * the open-handle scan (DEV-14), a health-store repair (HEALTH-21), and an NVML cache refresh
- * with initialisation retried (NVML-2, NVML-14) once discovery has said which GPUs there are.
- * The blocking parts run on the worker pool or the NVML thread; a pass is done when every step
- * has posted back. Passes never overlap: a pass asked for while one runs starts right after it
- * (REC-1).
+ * The Reconciler runs reconcile passes (REC-1..11 as far as this release goes), in three
+ * phases:
+ *  1. a full discovery through the host's GpuTracker with the host driver version (DISC-20,
+ *     HEALTH-30), the pass's one open-handle scan (DEV-14, REC-9), a health-store repair
+ *     (HEALTH-21), and an NVML cache refresh with initialisation retried (NVML-2, NVML-14) once
+ *     discovery has said which GPUs there are;
+ *  2. the instance stages through the InstanceManager: stale claims whose VMM is provably gone
+ *     are released (release_stale, REC-4, REC-5), Deleting records completed and consoles
+ *     truncated (REC-10, VMM-8);
+ *  3. reset_unclaimed_vfs (REC-6, REC-7): every dirty vendor-VFIO VF that is neither uncertain,
+ *     reserved, claimed, busy nor held open gets 0 written, with the pass's scan.
+ * A failed scan counts against and skips the stages that need it (REC-9); a failed discovery,
+ * or a host without a framework, skips the GPU stage (REC-2). Each pass ends with REC-11's debug
+ * line. The blocking parts run on the worker pools or the NVML thread; a pass is done when every
+ * step has posted back. Passes never overlap: a pass asked for while one runs starts right after
+ * it (REC-1).
  *
  * The start-up pass (GEN-10) is the same minus the scan, the repair and the driver version: it
  * exists to fill the NVML cache before the listeners start, so that the first real pass
@@ -26,8 +35,10 @@
 #include <stdbool.h>
 
 #include "base/base.h"
+#include "device/device.h"
 #include "gpu/gpu.h"
 #include "health/health.h"
+#include "instances/instances.h"
 #include "nvml/nvml.h"
 #include "sysfs/sysfs.h"
 #include "worker/worker.h"
@@ -42,6 +53,12 @@ typedef struct ReconcilerConfig {
         const Root *proc;     /* proc_root (duplicated for each scan) */
         const char *dev_root; /* dev_root, absolute */
         nsec_t sysfs_timeout; /* the scan job's deadline (GEN-4); 0 for 30 s */
+        /*
+         * The repair stages (REC-4..7, REC-10); both NULL: none (start-up tests of discovery).
+         * The Claimer's reservations come through the instance manager.
+         */
+        InstanceManager *instances; /* borrowed */
+        DeviceOps *ops;             /* borrowed */
         /* A pass has ended (startup: it was the start-up pass). */
         void (*pass_done)(void *userdata, bool startup);
         void *userdata;
@@ -62,6 +79,25 @@ int reconciler_start(Reconciler *r, bool startup);
 void reconciler_nvml_refreshed(Reconciler *r);
 
 bool reconciler_is_running(const Reconciler *r);
+
+/* MET-2's reconcile_failures_total stages, in this order. */
+typedef enum ReconcileStage {
+        RECONCILE_STAGE_LIST_INSTANCES,
+        RECONCILE_STAGE_RELEASE_STALE,
+        RECONCILE_STAGE_RESET_UNCLAIMED_VFS,
+        RECONCILE_STAGE_RECONCILE_DEVICES,
+        _RECONCILE_STAGE_MAX,
+} ReconcileStage;
+
+const char *reconcile_stage_to_string(ReconcileStage s);
+
+typedef struct ReconcilerStats {
+        uint64_t passes;
+        uint64_t stage_failures[_RECONCILE_STAGE_MAX]; /* REC-5, REC-7, REC-9 */
+        uint64_t resets;                               /* dirty VFs reset (REC-6) */
+} ReconcilerStats;
+
+const ReconcilerStats *reconciler_get_stats(const Reconciler *r);
 
 /* DEV-14: `open-handle scan failed: <err>` while the last scan failed, else NULL. */
 const char *reconciler_scan_error(const Reconciler *r);

@@ -1,15 +1,28 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * Reconcile passes (ctrl.h): discovery through the tracker, the open-handle scan, the health
- * repair and the NVML refresh, each posting back into pass_step_done().
+ * repair and the NVML refresh, each posting back into pass_step_done(); then the instance
+ * stages and the GPU stage, each a phase of its own.
  */
 #include "ctrl.h"
+#include "placement/placement.h"
 #include "vfio/vfio.h"
+
+typedef enum PassPhase {
+        PHASE_OBSERVE,   /* discovery, scan, repair, NVML refresh */
+        PHASE_INSTANCES, /* release_stale, resumed deletes, consoles */
+        PHASE_DEVICES,   /* reset_unclaimed_vfs */
+} PassPhase;
 
 typedef struct Pass {
         nsec_t started;
         unsigned pending; /* steps that have not posted back */
         bool startup;     /* the start-up pass of GEN-10 */
+        PassPhase phase;
+        bool discovered;  /* this pass's discovery succeeded */
+        DeviceScan *scan; /* the pass's one fd scan (REC-9); NULL when it failed */
+        /* REC-11's figures */
+        unsigned released, reset, removed, failed;
 } Pass;
 
 struct Reconciler {
@@ -23,7 +36,31 @@ struct Reconciler {
         char *logged_discovery_error; /* DISC-7's text as last logged */
         unsigned nvml_refreshes_to_skip;
         bool waiting_nvml_refresh;
+        ReconcilerStats stats;
+        char **held_open_logged; /* REC-6: VFs held open without a claim, logged once */
 };
+
+static const char *const stage_names[_RECONCILE_STAGE_MAX] = {
+    [RECONCILE_STAGE_LIST_INSTANCES] = "list_instances",
+    [RECONCILE_STAGE_RELEASE_STALE] = "release_stale",
+    [RECONCILE_STAGE_RESET_UNCLAIMED_VFS] = "reset_unclaimed_vfs",
+    [RECONCILE_STAGE_RECONCILE_DEVICES] = "reconcile_devices",
+};
+
+const char *reconcile_stage_to_string(ReconcileStage s)
+{
+        return s < _RECONCILE_STAGE_MAX ? stage_names[s] : "unknown";
+}
+
+/* A stage failure: its counter and one error line (REC-5, REC-7, REC-9). */
+static void stage_failed(Reconciler *rc, ReconcileStage s, const char *what, const char *error)
+{
+        rc->stats.stage_failures[s]++;
+        if (rc->pass)
+                rc->pass->failed++;
+        log_line(LOG_LEVEL_ERR, 0, "reconcile stage failed", "stage", stage_names[s], "what", what,
+                 "error", error, NULL);
+}
 
 static void pass_step_done(Reconciler *rc);
 
@@ -106,6 +143,7 @@ static void on_discover_done(int r, const char *error, void *userdata)
 
         log_discovery(rc, gpu_tracker_error(t));
         if (r >= 0) {
+                rc->pass->discovered = true;
                 set_nvml_gpus(rc, gpu_tracker_host(t));
                 if (!rc->pass->startup)
                         record_driver_version(rc, gpu_tracker_driver_version(t));
@@ -120,6 +158,7 @@ typedef struct ScanJob {
         Root *proc;
         char *dev_root;
         char *scan_error; /* vfio_scan_startup()'s own text, which names the scan */
+        DeviceScan *scan; /* kept for the pass's stages (REC-9) */
 } ScanJob;
 
 static void scan_job_free(void *data)
@@ -128,6 +167,7 @@ static void scan_job_free(void *data)
         root_free(j->proc);
         free(j->dev_root);
         free(j->scan_error);
+        device_scan_unref(j->scan);
         free(j);
 }
 
@@ -135,7 +175,14 @@ static int scan_job_run(void *data, char **error)
 {
         ScanJob *j = data;
         _cleanup_vfio_scan_ VfioScan *scan = NULL;
-        return vfio_scan_startup(j->proc, j->dev_root, &scan, &j->scan_error);
+        int r = vfio_scan_startup(j->proc, j->dev_root, &scan, &j->scan_error);
+        if (r < 0)
+                return r;
+        r = device_scan_new(scan, &j->scan);
+        if (r < 0)
+                return error_set_oom(error);
+        scan = NULL; /* taken */
+        return 0;
 }
 
 static void set_scan_error(Reconciler *rc, char *error)
@@ -166,9 +213,10 @@ static void on_scan_done(int r, void *data, const char *error, void *userdata)
         Reconciler *rc = userdata;
         ScanJob *j = data;
 
-        if (r >= 0)
+        if (r >= 0) {
                 set_scan_error(rc, NULL);
-        else if (j) /* the scan ran and failed: vfio_scan_startup() set its own text */
+                rc->pass->scan = TAKE_PTR(j->scan);
+        } else if (j && j->scan_error) /* vfio_scan_startup() set its own text */
                 set_scan_error(rc, TAKE_PTR(j->scan_error));
         else
                 set_scan_error(rc, scan_failure(error, r));
@@ -234,17 +282,158 @@ static void submit_repair(Reconciler *rc)
 
 /* ---- passes ---------------------------------------------------------------------------------- */
 
+/* ---- the instance stages (REC-4, REC-5, REC-10) --------------------------------------------- */
+
+static void on_instances_done(const InstanceReconcileResult *res, void *userdata)
+{
+        Reconciler *rc = userdata;
+        Pass *p = rc->pass;
+        p->released += res->released;
+        p->removed += res->deletes_resumed;
+        for (unsigned k = 0; k < res->release_failed; k++)
+                stage_failed(rc, RECONCILE_STAGE_RELEASE_STALE, "release a stale claim",
+                             "see the release's own log line");
+        pass_step_done(rc);
+}
+
+static void start_instance_stages(Reconciler *rc)
+{
+        Pass *p = rc->pass;
+        if (!rc->config.instances)
+                return;
+        if (!p->scan) {
+                /* REC-9: liveness needs the scan; the stage is skipped and counted. */
+                stage_failed(rc, RECONCILE_STAGE_RELEASE_STALE, "skipped",
+                             rc->scan_error ? rc->scan_error : "no open-handle scan");
+                return;
+        }
+        int r = instance_manager_reconcile(rc->config.instances, p->scan, on_instances_done, rc);
+        if (r >= 0)
+                p->pending++;
+        else
+                stage_failed(rc, RECONCILE_STAGE_RELEASE_STALE, "start", strerror(-r));
+}
+
+/* ---- reset_unclaimed_vfs (REC-6, REC-7) ------------------------------------------------------ */
+
+static bool held_open_logged(Reconciler *rc, const char *vf)
+{
+        for (char **v = rc->held_open_logged; v && *v; v++)
+                if (streq(*v, vf))
+                        return true;
+        return false;
+}
+
+static void on_reset_done(const DeviceResult *res, void *userdata)
+{
+        Reconciler *rc = userdata;
+        if (res->r >= 0) {
+                rc->pass->reset++;
+                rc->stats.resets++;
+        } else if (res->kind == DEVICE_FAILURE_IN_USE) {
+                /* A VF held open without a claim is left alone, logged once (REC-6). */
+                if (!held_open_logged(rc, res->vf)) {
+                        log_line(LOG_LEVEL_WARNING, 0, "dirty VF held open without a claim; left",
+                                 "vf", res->vf, "error", res->error, NULL);
+                        (void)strv_push(&rc->held_open_logged, res->vf);
+                }
+        } else
+                stage_failed(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, res->vf, res->error);
+        pass_step_done(rc);
+}
+
+static void start_device_stage(Reconciler *rc)
+{
+        Pass *p = rc->pass;
+        const GpuHost *h = gpu_tracker_host(rc->config.tracker);
+        InstanceManager *im = rc->config.instances;
+        /* REC-2: no framework, or a failed discovery, skips the GPU stages. */
+        if (!im || !rc->config.ops || !p->discovered || !h ||
+            h->framework != GPU_FRAMEWORK_VENDOR_VFIO)
+                return;
+        if (!p->scan) {
+                stage_failed(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, "skipped",
+                             rc->scan_error ? rc->scan_error : "no open-handle scan");
+                return;
+        }
+        /* The overlays /resources shows: a dirty VF there is exactly one reset here. */
+        PlacementOverlays o = {.nvml = rc->config.nvml, .pool = rc->config.pool};
+        claimer_fill_overlays(instance_manager_get_claimer(im), &o);
+        _cleanup_placement_view_ PlacementView *v = NULL;
+        int r = placement_view_build(h, &o, &v);
+        if (r < 0) {
+                stage_failed(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, "snapshot", strerror(-r));
+                return;
+        }
+        const PlacementSnapshot *sn = &v->snapshot;
+        for (size_t k = 0; k < sn->n_vfs; k++) {
+                const PlacementVf *vf = &sn->vfs[k];
+                /* The reservation set is re-checked here, on the loop, right before dispatch. */
+                if (!vf->readable || !placement_vf_is_dirty(vf) || vf->uncertain ||
+                    device_ops_is_busy(rc->config.ops, vf->address))
+                        continue;
+                _cleanup_free_ char *error = NULL;
+                r = device_ops_release(rc->config.ops,
+                                       &(DeviceReleaseRequest){
+                                           .claim = {.framework = "vendor-vfio", .vf = vf->address},
+                                           .scan = p->scan,
+                                       },
+                                       on_reset_done, rc, &error);
+                if (r >= 0)
+                        p->pending++;
+                else
+                        stage_failed(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, vf->address, error);
+        }
+}
+
+/* ---- passes ---------------------------------------------------------------------------------- */
+
+/* Moves a pass to its next phase; true when the pass has ended. */
+static bool pass_advance(Reconciler *rc)
+{
+        Pass *p = rc->pass;
+        while (p->pending == 0) {
+                if (p->startup || p->phase == PHASE_DEVICES)
+                        return true;
+                p->pending = 1; /* held while the phase submits */
+                if (p->phase == PHASE_OBSERVE) {
+                        p->phase = PHASE_INSTANCES;
+                        start_instance_stages(rc);
+                } else {
+                        p->phase = PHASE_DEVICES;
+                        start_device_stage(rc);
+                }
+                p->pending--;
+        }
+        return false;
+}
+
 static void pass_step_done(Reconciler *rc)
 {
         Pass *p = rc->pass;
-        if (--p->pending > 0)
+        if (--p->pending > 0 || !pass_advance(rc))
                 return;
         char took[DURATION_STRLEN];
         format_duration(mono_clock_now(&mono_clock_system) - p->started, took);
-        log_line(LOG_LEVEL_DEBUG, 0, p->startup ? "start-up discovery done" : "reconcile pass done",
-                 "duration", took, NULL);
+        if (p->startup)
+                log_line(LOG_LEVEL_DEBUG, 0, "start-up discovery done", "duration", took, NULL);
+        else {
+                /* REC-11: one line per pass with its figures. */
+                char released[16], reset[16], removed[16], failed[16];
+                snprintf(released, sizeof released, "%u", p->released);
+                snprintf(reset, sizeof reset, "%u", p->reset);
+                snprintf(removed, sizeof removed, "%u", p->removed);
+                snprintf(failed, sizeof failed, "%u", p->failed);
+                log_line(LOG_LEVEL_DEBUG, 0, "reconcile pass done", "duration", took, "released",
+                         released, "reset", reset, "removed", removed, "failed", failed, NULL);
+                rc->stats.passes++;
+        }
         bool startup = p->startup;
+        if (p->reset > 0)
+                /* DISC-20: the resets' VFs are read again. */
+                (void)gpu_tracker_reread_types(rc->config.tracker, NULL, NULL, NULL);
         rc->pass = NULL;
+        device_scan_unref(p->scan);
         free(p);
 
         if (rc->config.pass_done)
@@ -307,6 +496,11 @@ int reconciler_start(Reconciler *rc, bool startup)
         return 0;
 }
 
+const ReconcilerStats *reconciler_get_stats(const Reconciler *rc)
+{
+        return &rc->stats;
+}
+
 bool reconciler_is_running(const Reconciler *rc)
 {
         return rc->pass != NULL;
@@ -343,7 +537,10 @@ Reconciler *reconciler_free(Reconciler *rc)
         if (!rc)
                 return NULL;
         gpu_tracker_cancel(rc->config.tracker, rc);
+        if (rc->pass)
+                device_scan_unref(rc->pass->scan);
         free(rc->pass);
+        strv_free(rc->held_open_logged);
         free(rc->scan_error);
         free(rc->logged_discovery_error);
         root_free(rc->proc);

@@ -323,6 +323,8 @@ static int setup_reconciler(Manager *m)
             .proc = m->proc,
             .dev_root = m->config.dev_root,
             .sysfs_timeout = m->config.gpu.sysfs_timeout,
+            .instances = m->instances,
+            .ops = m->device_ops,
             .pass_done = on_pass_done,
             .userdata = m,
         };

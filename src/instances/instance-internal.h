@@ -44,12 +44,14 @@ struct InstanceManager {
         Instance **instances; /* sorted by created_at, then id */
         size_t n_instances;
         char *boot_id;
-        char *disabled_reason;        /* INST-22 */
-        uint64_t admitted_unreserved; /* INST-10 */
-        uint64_t forced_kills[2];     /* VMM-12 [in_grace] */
-        uint64_t liveness_uncertain;  /* VMM-19 */
-        char *runtime_instances;      /* <runtime_dir>/instances */
-        const InstanceRecord **view;  /* instance_manager_list()'s array */
+        char *disabled_reason;           /* INST-22 */
+        uint64_t admitted_unreserved;    /* INST-10 */
+        uint64_t forced_kills[2];        /* VMM-12 [in_grace] */
+        uint64_t liveness_uncertain;     /* VMM-19 */
+        uint64_t stale_release_failures; /* REC-5 */
+        struct Sweep *sweep;             /* the reconcile pass's instance stages in flight */
+        char *runtime_instances;         /* <runtime_dir>/instances */
+        const InstanceRecord **view;     /* instance_manager_list()'s array */
         size_t n_view;
 };
 
@@ -93,6 +95,24 @@ bool instance_has_vfio(const Instance *i);
 void instance_ops_vmm_exited(Instance *i);
 /* INST-21's actions after READY=1. */
 void instance_ops_recover(Instance *i);
+
+/*
+ * REC-4: releases the claim of an instance whose VMM a pass found provably gone, after the
+ * immediate re-check of steps 1-2; REC-10: completes a Deleting record whose VMM is gone. done
+ * gets the outcome (r < 0: kept); 0 once started, < 0 when no operation could start.
+ */
+int instance_ops_release_stale(Instance *i, InstanceDoneFunc done, void *userdata);
+int instance_ops_resume_delete(Instance *i, InstanceDoneFunc done, void *userdata);
+
+/* Drops a reconcile sweep without running its done (the manager is going away). */
+void instance_sweep_free(struct Sweep *s);
+
+/* A liveness probe of the instance's recorded VMM on the disk pool (VMM-16..19). */
+typedef void (*InstanceProbeDone)(InstanceManager *m, const char *id, const VmmLiveness *l,
+                                  void *userdata);
+/* scan NULL and steps_1_2: REC-4's re-check (a listening socket is ambiguous). */
+int instance_probe(Instance *i, DeviceScan *scan, bool steps_1_2, InstanceProbeDone done,
+                   void *userdata);
 /* The Claimer's owner callbacks route claim completions of an operation here. */
 void instance_ops_reserved(Instance *i);
 void instance_op_free(Op *op);

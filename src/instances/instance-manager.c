@@ -401,6 +401,7 @@ InstanceManager *instance_manager_free(InstanceManager *m)
         for (size_t k = 0; k < m->n_instances; k++)
                 instance_free(m->instances[k]);
         free(m->instances);
+        instance_sweep_free(m->sweep);
         free(m->view);
         claimer_free(m->claimer);
         sd_event_unref(m->event);
@@ -751,7 +752,8 @@ bool instance_manager_is_running(const InstanceManager *m, const char *id)
 void instance_manager_get_stats(const InstanceManager *m, InstanceManagerStats *ret)
 {
         InstanceManagerStats s = {.forced_kills = {m->forced_kills[0], m->forced_kills[1]},
-                                  .liveness_uncertain = m->liveness_uncertain};
+                                  .liveness_uncertain = m->liveness_uncertain,
+                                  .stale_release_failures = m->stale_release_failures};
         for (size_t k = 0; k < m->n_instances; k++)
                 s.by_state[m->instances[k]->rec.state]++;
         *ret = s;

@@ -29,12 +29,13 @@ typedef enum OpKind {
         OP_EXIT,      /* INST-19: a VMM exited unrequested */
         OP_RECOVER,   /* INST-21: QMP readiness of an adopted Creating VMM */
         OP_TERMINATE, /* INST-21: a live VMM behind a Stopped or Failed record */
+        OP_RELEASE,   /* REC-4: a stale claim, its VMM provably gone */
 } OpKind;
 
 static const char *const op_names[] = {
-    [OP_CREATE] = "create",         [OP_START] = "start", [OP_STOP] = "stop",
-    [OP_DELETE] = "delete",         [OP_EXIT] = "exit",   [OP_RECOVER] = "recovery",
-    [OP_TERMINATE] = "termination",
+    [OP_CREATE] = "create",         [OP_START] = "start",     [OP_STOP] = "stop",
+    [OP_DELETE] = "delete",         [OP_EXIT] = "exit",       [OP_RECOVER] = "recovery",
+    [OP_TERMINATE] = "termination", [OP_RELEASE] = "release",
 };
 
 typedef void (*OpStep)(Op *op, int r, const char *error);
@@ -1304,4 +1305,82 @@ int instance_manager_refuse(InstanceManager *m, const char *id, const char *oper
                 refuse(INSTANCE_FAILURE_NOT_IMPLEMENTED, ret_failure, ret_error,
                        "%s is not implemented", operation);
         return -EOPNOTSUPP;
+}
+
+/* ---- reconcile passes (REC-4, REC-5, REC-10) ----------------------------------------------- */
+
+static void stale_written(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "save instance record: %s", error);
+                op_fail(op, r, INSTANCE_FAILURE_INTERNAL, e ? e : error);
+                return;
+        }
+        log_line(LOG_LEVEL_INFO, 0, "released stale vGPU assignment", "instance_id", op->i->rec.id,
+                 NULL);
+        op_succeed(op);
+}
+
+static void stale_released(Op *op, int r, const char *error)
+{
+        Instance *i = op->i;
+        if (r < 0) {
+                /* REC-5: the claim stays for the next pass. */
+                op->m->stale_release_failures++;
+                log_line(LOG_LEVEL_WARNING, r,
+                         "failed to release stale vGPU assignment; retrying on the next "
+                         "reconcile pass",
+                         "instance_id", i->rec.id, "device_path", i->rec.gpu.device_path, "error",
+                         error, NULL);
+                op_fail(op, r, INSTANCE_FAILURE_INTERNAL, error);
+                return;
+        }
+        instance_record_clear_hypervisor(&i->rec);
+        if (i->rec.state == INSTANCE_RUNNING)
+                i->rec.state = INSTANCE_STOPPED;
+        write_then(op, stale_written);
+}
+
+static void stale_rechecked(InstanceManager *m, const char *id, const VmmLiveness *l,
+                            void *userdata)
+{
+        Op *op = userdata;
+        (void)m;
+        (void)id;
+        if (l->verdict != VMM_GONE) {
+                /* REC-4: a socket still listening, or a pid back, keeps the claim. */
+                op_fail(op, -EBUSY, INSTANCE_FAILURE_BUSY, "VMM may be alive");
+                return;
+        }
+        remove_runtime(op->i);
+        release_then(op, true, stale_released);
+}
+
+int instance_ops_release_stale(Instance *i, InstanceDoneFunc done, void *userdata)
+{
+        if (i->op)
+                return -EBUSY;
+        Op *op = op_new(i->m, i, OP_RELEASE, done, userdata);
+        if (!op)
+                return -ENOMEM;
+        /* Steps 1-2 again, just before the release (REC-4): no scan, a listener is ambiguous. */
+        int r = instance_probe(i, NULL, true, stale_rechecked, op);
+        if (r < 0) {
+                i->op = NULL;
+                instance_op_free(op);
+        }
+        return r;
+}
+
+int instance_ops_resume_delete(Instance *i, InstanceDoneFunc done, void *userdata)
+{
+        if (i->op)
+                return -EBUSY;
+        Op *op = op_new(i->m, i, OP_DELETE, done, userdata);
+        if (!op)
+                return -ENOMEM;
+        i->ambiguous = false; /* the pass proved the VMM gone */
+        delete_vmm_step(op);
+        return 0;
 }

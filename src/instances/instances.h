@@ -323,10 +323,38 @@ int instance_manager_console(InstanceManager *m, const char *id, size_t tail_byt
 /* Counters and figures for /metrics (MET-2). */
 typedef struct InstanceManagerStats {
         uint64_t by_state[_INSTANCE_STATE_MAX];
-        uint64_t forced_kills[2];    /* [in_grace] (VMM-12) */
-        uint64_t liveness_uncertain; /* VMM-19 */
+        uint64_t forced_kills[2];        /* [in_grace] (VMM-12) */
+        uint64_t liveness_uncertain;     /* VMM-19 */
+        uint64_t stale_release_failures; /* REC-5 */
 } InstanceManagerStats;
 void instance_manager_get_stats(const InstanceManager *m, InstanceManagerStats *ret);
 
 /* OPS-3: whether no operation is between two persisted states (shutdown may finish). */
 bool instance_manager_is_settled(const InstanceManager *m);
+
+/* ---- reconcile passes (REC-4, REC-5, REC-10; instance-reconcile.c) ------------------------- */
+
+typedef struct InstanceReconcileResult {
+        unsigned checked;            /* claims and Deleting records whose liveness was resolved */
+        unsigned released;           /* stale claims released (REC-4) */
+        unsigned release_failed;     /* stale releases that failed (REC-5); claims kept */
+        unsigned kept;               /* claims kept because the VMM is or may be alive */
+        unsigned deletes_resumed;    /* Deleting records completed (REC-10) */
+        unsigned consoles_truncated; /* console logs over vmm.console_max_bytes (VMM-8) */
+} InstanceReconcileResult;
+
+typedef void (*InstanceReconcileDone)(const InstanceReconcileResult *result, void *userdata);
+
+/*
+ * The instance stages of a reconcile pass: every claim and every Deleting record with no
+ * operation in progress and no VMM watched alive has its liveness resolved on the disk pool
+ * with the pass's one fd scan (REC-9; referenced, may be NULL when the scan failed: only claims
+ * without a socket to check are decided then). Provably gone: the instance is marked busy, steps
+ * 1–2 of VMM-16/17 run again just before the release (a listening socket keeps the claim), the
+ * claim is released with DEV-10's retries, cleared and written, and a Running record becomes
+ * Stopped (REC-4); a Deleting record completes its delete (REC-10). Consoles over
+ * vmm.console_max_bytes are truncated with VMM-8's marker. done runs once, on the loop, when
+ * everything started has ended. -EBUSY while a previous call runs.
+ */
+int instance_manager_reconcile(InstanceManager *m, DeviceScan *scan, InstanceReconcileDone done,
+                               void *userdata);

@@ -190,7 +190,8 @@ typedef struct VmmLivenessQuery {
         VmmIdentity identity;
         /*
          * VMM-18's shared fd scan (REC-9); NULL: the probe walks /proc itself if step 3 is
-         * reached (dev_root then names the scan's VFIO prefix).
+         * reached (dev_root then names the scan's VFIO prefix). Both NULL: steps 1 and 2 only,
+         * a socket still listening being ambiguous (REC-4's re-check before a release).
          */
         const VfioScan *scan;
         const char *dev_root;

@@ -1,0 +1,312 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The instance stages of a reconcile pass (REC-4, REC-5, REC-10, VMM-8): liveness probes on
+ * the disk pool with the pass's one fd scan, then stale releases and resumed deletes as
+ * ordinary operations, and console truncation.
+ */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "instances/instance-internal.h"
+
+/* ---- probes -------------------------------------------------------------------------------- */
+
+typedef struct ProbeJob {
+        InstanceManager *m;
+        char id[INSTANCE_ID_LEN + 1];
+        const Root *proc;
+        char *boot_id, *recorded_boot_id, *qmp_socket, *dev_root;
+        pid_t pid;
+        uint64_t start_time;
+        DeviceScan *scan;
+        bool steps_1_2;
+        VmmLiveness result;
+        bool done;
+        InstanceProbeDone callback;
+        void *userdata;
+} ProbeJob;
+
+static void probe_job_free(void *data)
+{
+        ProbeJob *j = data;
+        if (j->done)
+                vmm_liveness_done(&j->result);
+        device_scan_unref(j->scan);
+        free(j->boot_id);
+        free(j->recorded_boot_id);
+        free(j->qmp_socket);
+        free(j->dev_root);
+        free(j);
+}
+
+static int probe_job_run(void *data, char **error)
+{
+        ProbeJob *j = data;
+        VmmLivenessQuery q = {
+            .proc = j->proc,
+            .boot_id = j->boot_id,
+            .identity = {.pid = j->pid,
+                         .start_time = j->start_time,
+                         .boot_id = j->recorded_boot_id,
+                         .qmp_socket = j->qmp_socket},
+            .scan = j->scan ? device_scan_get(j->scan) : NULL,
+            .dev_root = j->steps_1_2 ? NULL : j->dev_root,
+        };
+        int r = vmm_liveness_probe(&q, &j->result);
+        if (r < 0)
+                return error_set_oom(error);
+        j->done = true;
+        return 0;
+}
+
+static void probe_job_done(int r, void *data, const char *error, void *userdata)
+{
+        ProbeJob *j = data;
+        (void)userdata;
+        if (!j)
+                return; /* no deadline: the pool never ends a probe itself */
+        VmmLiveness ambiguous = {.verdict = VMM_AMBIGUOUS, .pidfd = -1, .reason = (char *)error};
+        j->callback(j->m, j->id, r >= 0 ? &j->result : &ambiguous, j->userdata);
+}
+
+int instance_probe(Instance *i, DeviceScan *scan, bool steps_1_2, InstanceProbeDone done,
+                   void *userdata)
+{
+        InstanceManager *m = i->m;
+        const InstanceHypervisor *h = &i->rec.hypervisor;
+        ProbeJob *j = calloc(1, sizeof *j);
+        if (!j)
+                return -ENOMEM;
+        *j = (ProbeJob){.m = m,
+                        .proc = m->cfg.proc,
+                        .pid = h->pid,
+                        .start_time = h->start_time,
+                        .scan = scan ? device_scan_ref(scan) : NULL,
+                        .steps_1_2 = steps_1_2,
+                        .callback = done,
+                        .userdata = userdata};
+        snprintf(j->id, sizeof j->id, "%s", i->rec.id);
+        if (strdup_nullable(m->boot_id, &j->boot_id) < 0 ||
+            strdup_nullable(h->boot_id, &j->recorded_boot_id) < 0 ||
+            strdup_nullable(h->qmp_socket, &j->qmp_socket) < 0 ||
+            strdup_nullable(m->cfg.dev_root, &j->dev_root) < 0) {
+                probe_job_free(j);
+                return -ENOMEM;
+        }
+        _cleanup_free_ char *error = NULL;
+        int r = worker_pool_submit(m->cfg.disk_pool,
+                                   &(WorkerJob){.key = i->rec.id,
+                                                .run = probe_job_run,
+                                                .done = probe_job_done,
+                                                .data = j,
+                                                .free_data = probe_job_free},
+                                   &error);
+        if (r < 0)
+                probe_job_free(j);
+        return r;
+}
+
+/* ---- the sweep ------------------------------------------------------------------------------ */
+
+typedef struct Sweep {
+        InstanceManager *m;
+        DeviceScan *scan;
+        unsigned pending;
+        InstanceReconcileResult result;
+        InstanceReconcileDone done;
+        void *userdata;
+} Sweep;
+
+void instance_sweep_free(Sweep *s)
+{
+        if (!s)
+                return;
+        device_scan_unref(s->scan);
+        free(s);
+}
+
+static void sweep_step_done(Sweep *s)
+{
+        if (--s->pending > 0)
+                return;
+        InstanceManager *m = s->m;
+        m->sweep = NULL;
+        InstanceReconcileResult res = s->result;
+        InstanceReconcileDone done = s->done;
+        void *userdata = s->userdata;
+        instance_sweep_free(s);
+        if (done)
+                done(&res, userdata);
+}
+
+static void stale_done(const InstanceOutcome *o, void *userdata)
+{
+        Sweep *s = userdata;
+        if (o->r >= 0)
+                s->result.released++;
+        else if (o->r == -EBUSY)
+                s->result.kept++; /* the re-check found it listening again */
+        else
+                s->result.release_failed++;
+        sweep_step_done(s);
+}
+
+static void delete_done(const InstanceOutcome *o, void *userdata)
+{
+        Sweep *s = userdata;
+        if (o->r >= 0)
+                s->result.deletes_resumed++;
+        sweep_step_done(s);
+}
+
+static void on_probe(InstanceManager *m, const char *id, const VmmLiveness *l, void *userdata)
+{
+        Sweep *s = userdata;
+        Instance *i = instance_find(m, id);
+        s->result.checked++;
+        if (!i || i->op) {
+                sweep_step_done(s);
+                return;
+        }
+        bool claimed = instance_record_is_claimed(&i->rec);
+        i->ambiguous = l->verdict == VMM_AMBIGUOUS;
+        if (l->verdict != VMM_GONE) {
+                if (claimed)
+                        s->result.kept++;
+                if (l->verdict == VMM_AMBIGUOUS && claimed)
+                        m->liveness_uncertain++; /* VMM-19 */
+                if (l->verdict == VMM_ALIVE && !i->vmm) {
+                        /* A VMM that an earlier verdict could not see: watched from now on. */
+                        VmmLiveness *own = (VmmLiveness *)l;
+                        if (instance_attach_vmm(i, l->pid, own->pidfd, false, l->start_time) < 0)
+                                log_line(LOG_LEVEL_WARNING, 0, "cannot watch a live VMM",
+                                         "instance_id", id, NULL);
+                        own->pidfd = -1;
+                }
+                sweep_step_done(s);
+                return;
+        }
+        int r;
+        if (i->rec.state == INSTANCE_DELETING)
+                r = instance_ops_resume_delete(i, delete_done, s);
+        else
+                r = instance_ops_release_stale(i, stale_done, s);
+        if (r < 0)
+                sweep_step_done(s);
+}
+
+/* VMM-8: a console over vmm.console_max_bytes starts again with a marker. */
+typedef struct TruncateJob {
+        int dirfd;
+        uint64_t max;
+        char **ids;
+        unsigned truncated;
+        Sweep *s;
+} TruncateJob;
+
+#define CONSOLE_TRUNCATED_MARK "[vgpud: console log truncated]\n"
+
+static int truncate_run(void *data, char **error)
+{
+        TruncateJob *j = data;
+        for (char **id = j->ids; id && *id; id++) {
+                _cleanup_free_ char *rel = NULL;
+                if (strprintf(&rel, "%s/%s", *id, INSTANCE_CONSOLE_FILE) < 0)
+                        return error_set_oom(error);
+                _cleanup_close_ int fd =
+                    openat(j->dirfd, rel, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+                struct stat st;
+                if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+                    (uint64_t)st.st_size <= j->max)
+                        continue;
+                /* QEMU appends (append=on), so it carries on after the marker. */
+                if (ftruncate(fd, 0) < 0 ||
+                    write_all(fd, CONSOLE_TRUNCATED_MARK, strlen(CONSOLE_TRUNCATED_MARK)) < 0) {
+                        log_line(LOG_LEVEL_WARNING, -errno, "cannot truncate a console log",
+                                 "instance_id", *id, NULL);
+                        continue;
+                }
+                j->truncated++;
+        }
+        return 0;
+}
+
+static void truncate_done(int r, void *data, const char *error, void *userdata)
+{
+        TruncateJob *j = data;
+        Sweep *s = userdata;
+        if (j)
+                s->result.consoles_truncated = j->truncated;
+        sweep_step_done(s);
+}
+
+static void truncate_free(void *data)
+{
+        TruncateJob *j = data;
+        strv_free(j->ids);
+        free(j);
+}
+
+static void submit_truncation(Sweep *s)
+{
+        InstanceManager *m = s->m;
+        TruncateJob *j = calloc(1, sizeof *j);
+        if (!j)
+                return;
+        *j = (TruncateJob){
+            .dirfd = m->cfg.instances_dirfd, .max = m->config->vmm.console_max_bytes, .s = s};
+        for (size_t k = 0; k < m->n_instances; k++)
+                if (strv_push(&j->ids, m->instances[k]->rec.id) < 0) {
+                        truncate_free(j);
+                        return;
+                }
+        _cleanup_free_ char *error = NULL;
+        if (worker_pool_submit(m->cfg.disk_pool,
+                               &(WorkerJob){.run = truncate_run,
+                                            .done = truncate_done,
+                                            .data = j,
+                                            .free_data = truncate_free,
+                                            .userdata = s},
+                               &error) < 0) {
+                truncate_free(j);
+                return;
+        }
+        s->pending++;
+}
+
+/* Whether a pass decides on this instance's liveness now (REC-4, REC-10). */
+static bool wants_probe(const Instance *i)
+{
+        if (i->op || (i->vmm && !i->exited))
+                return false;
+        return instance_record_is_claimed(&i->rec) || i->rec.state == INSTANCE_DELETING;
+}
+
+int instance_manager_reconcile(InstanceManager *m, DeviceScan *scan, InstanceReconcileDone done,
+                               void *userdata)
+{
+        if (m->sweep)
+                return -EBUSY;
+        Sweep *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        *s = (Sweep){.m = m,
+                     .scan = scan ? device_scan_ref(scan) : NULL,
+                     .pending = 1, /* held until everything is submitted */
+                     .done = done,
+                     .userdata = userdata};
+        m->sweep = s;
+        for (size_t k = 0; k < m->n_instances; k++) {
+                Instance *i = m->instances[k];
+                if (!wants_probe(i))
+                        continue;
+                if (instance_probe(i, scan, false, on_probe, s) >= 0)
+                        s->pending++;
+        }
+        submit_truncation(s);
+        sweep_step_done(s);
+        return 0;
+}
