@@ -79,6 +79,23 @@ def check_reset(c, d):
        0, "REC-7: a VF left because it is held open is no stage failure")
 
 
+def check_console(c, d):
+    # VMM-8: a console over vmm.console_max_bytes (65536 here) starts again with the marker at
+    # the next pass; QEMU appends after it.
+    inst = create_running(c, "chatty-01")
+    path = os.path.join(MNT, "data/instances", inst["id"], "console.log")
+    with open(path, "a") as f:
+        f.write("x" * 70000 + "\n")
+    mark = "[vgpud: console log truncated]\n"
+
+    def truncated():
+        with open(path) as f:
+            return f.read().startswith(mark)
+    ok(poll(truncated, 20, 0.1), "VMM-8: the pass truncates the console and appends the marker")
+    ok(os.path.getsize(path) < 65536, "VMM-8: the console is small again")
+    c.request("DELETE", "/instances/" + inst["id"])
+
+
 def check_stale(work, config, secret, sock, daemons):
     # REC-4: the daemon dies, then the VMM; the next start finds the Running record with its
     # VMM gone (INST-21: Stopped) and the first pass releases the claim before readiness.
@@ -118,11 +135,16 @@ def main():
         make_images()
         secret = write_secret(work)
         config = vmm_config(os.path.join(work, "vgpud.yaml"), work, reconcile="5s")
+        with open(config) as f:
+            text = f.read()
+        with open(config, "w") as f:
+            f.write(text.replace("vmm:\n", "vmm:\n  console_max_bytes: 65536\n", 1))
         sock = os.path.join(work, "api.sock")
         d, c = start(work, "main", config, secret, sock)
         daemons.append(d)
         if c:
             run_group("reset", lambda: check_reset(c, d))
+            run_group("console", lambda: check_console(c, d))
             stop(d)
         run_group("stale", lambda: check_stale(work, config, secret, sock, daemons))
     finally:
