@@ -5,6 +5,7 @@
  */
 #include "sim-test.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -854,6 +855,213 @@ static void test_query_write_overlap(void **state)
         free(w.path);
 }
 
+/* ---- SR-IOV cycles (SIM-14) --------------------------------------------------------------------
+ */
+
+/* Entries of a directory, without "." and ".."; fails the test when it cannot be listed. */
+static size_t count_entries(const char *path)
+{
+        _cleanup_closedir_ DIR *d = opendir(path);
+        size_t n = 0;
+        if (!d)
+                fail_msg("opendir %s: %m", path);
+        for (struct dirent *de; (de = readdir(d));)
+                if (!streq(de->d_name, ".") && !streq(de->d_name, ".."))
+                        n++;
+        return n;
+}
+
+static bool has_entry(const char *dir, const char *prefix)
+{
+        _cleanup_closedir_ DIR *d = opendir(dir);
+        if (!d)
+                fail_msg("opendir %s: %m", dir);
+        for (struct dirent *de; (de = readdir(d));)
+                if (startswith(de->d_name, prefix))
+                        return true;
+        return false;
+}
+
+static void assert_gone(const char *path)
+{
+        struct stat st;
+        if (lstat(path, &st) == 0 || errno != ENOENT)
+                fail_msg("%s is still there (%m)", path);
+}
+
+/* The PF's entry in state.json (borrowed from state). */
+static json_t *state_gpu(json_t *state, const char *pf)
+{
+        size_t i;
+        json_t *gpu;
+        json_array_foreach (json_object_get(state, "gpus"), i, gpu) {
+                if (streq(json_string_value(json_object_get(gpu, "address")), pf))
+                        return gpu;
+        }
+        fail_msg("no GPU %s in state.json", pf);
+        return NULL;
+}
+
+static int nvml_mode(const SimTest *t, nvmlDevice_t d)
+{
+        nvmlVgpuHeterogeneousMode_t mode = {.version = nvmlVgpuHeterogeneousMode_v1, .mode = 7};
+        assert_int_equal(t->nvml.DeviceGetVgpuHeterogeneousMode(d, &mode), NVML_SUCCESS);
+        return (int)mode.mode;
+}
+
+/* Brings every PF's VFs back and the SIM-20 modes with them, whatever the test left. */
+static int sriov_teardown(void **state)
+{
+        SimTest *t = *state;
+        assert_int_equal(st_ctl(t, "sriov %s on", MIXED_PF), 0);
+        assert_int_equal(st_ctl(t, "sriov %s on", EQUAL_PF), 0);
+        st_reset(state);
+        assert_int_equal(st_ctl(t, "mode %s mixed", MIXED_PF), 0);
+        assert_int_equal(st_ctl(t, "mode %s equal", EQUAL_PF), 0);
+        return 0;
+}
+
+static void test_sriov_cycle(void **state)
+{
+        /* SIM-14, SIM-3, SIM-13: `sriov <pf> off|on` as the FUSE tree and the fake NVML show it */
+        SimTest *t = *state;
+        _cleanup_free_ char *vf0 = vf_of(MIXED_PF, 0), *vf2 = vf_of(MIXED_PF, 2),
+                            *vf3 = vf_of(MIXED_PF, 3), *last = vf_of(MIXED_PF, 31);
+        _cleanup_free_ char *devices = st_path(t, "sys/bus/pci/devices");
+        _cleanup_free_ char *pf_dir = st_path(t, "sys/bus/pci/devices/%s/", MIXED_PF);
+        _cleanup_free_ char *numvfs = st_path(t, "sys/bus/pci/devices/%s/sriov_numvfs", MIXED_PF);
+        _cleanup_free_ char *vf_dir = st_path(t, "sys/devices/pci0000:e3/%s", vf2);
+        _cleanup_free_ char *vf_link = st_path(t, "sys/bus/pci/devices/%s", vf2);
+        _cleanup_free_ char *group_link = st_path(t, "sys/bus/pci/devices/%s/iommu_group", vf2);
+        _cleanup_free_ char *group_dir = st_path(t, "sys/kernel/iommu_groups/2");
+        _cleanup_free_ char *group_node = st_path(t, "dev/vfio/2");
+        _cleanup_free_ char *cdev = st_path(t, "dev/vfio/devices/vfio2");
+        _cleanup_free_ char *vfio_dev = st_path(t, "sys/bus/pci/devices/%s/vfio-dev/vfio2", vf2);
+        _cleanup_free_ char *cur3 = st_vf_attr(t, vf3, "current_vgpu_type");
+        _cleanup_free_ char *virtfn = st_path(t, "sys/devices/pci0000:e3/%s/virtfn31", MIXED_PF);
+        char target[256];
+        struct stat st;
+
+        assert_int_equal(st_state_vf_int(t, vf2, "iommu_group"), 2);
+        assert_int_equal(st_state_vf_int(t, vf2, "vfio"), 2);
+        assert_int_equal(st_set_type(t, vf0, 1150), 0);
+        st_nvml_init(t);
+        nvmlDevice_t d = st_nvml_device(t, MIXED_PF);
+        assert_int_equal(nvml_mode(t, d), 1);
+
+        /* EBUSY while a VFIO node of one of its VFs is open, and nothing changes. */
+        int held = open(group_node, O_RDWR | O_CLOEXEC);
+        assert_true(held >= 0);
+        assert_int_equal(st_ctl(t, "sriov %s off", MIXED_PF), -EBUSY);
+        _cleanup_free_ char *busy = st_ctl_result(t);
+        assert_string_equal(busy, "EBUSY: GPU 0000:e3:00.0: a VFIO node of VF 0000:e3:00.6 is "
+                                  "open (1 handle(s))\n");
+        assert_int_equal(stat(vf_dir, &st), 0);
+        assert_int_equal(st_state_vf_int(t, vf0, "type"), 1150);
+        assert_int_equal(nvml_mode(t, d), 1);
+        close(held);
+        assert_true(st_poll(open_handles_zero, t, vf2, 5000));
+
+        /* A write descriptor opened before the cycle; it will point at a removed device. */
+        _cleanup_close_ int stale = open(cur3, O_WRONLY | O_CLOEXEC);
+        assert_true(stale >= 0);
+        assert_int_equal(st_state_vf_int(t, vf3, "writes_in_flight"), 1);
+
+        assert_int_equal(st_ctl(t, "sriov %s off", MIXED_PF), 0);
+        _cleanup_free_ char *n0 = st_read(numvfs);
+        assert_string_equal(n0, "0\n");
+        assert_int_equal(count_entries(devices), 34);
+        assert_false(has_entry(pf_dir, "virtfn"));
+        assert_gone(virtfn);
+        assert_gone(vf_dir);
+        assert_gone(vf_link);
+        assert_gone(group_dir);
+        assert_gone(group_node);
+        assert_gone(cdev);
+        _cleanup_free_ char *cur0 = st_vf_attr(t, vf0, "current_vgpu_type");
+        assert_gone(cur0);
+        /* The other PF keeps its VFs, groups 32..63 and nodes. */
+        _cleanup_free_ char *other = st_path(t, "dev/vfio/32");
+        assert_int_equal(stat(other, &st), 0);
+
+        json_auto_t *s_off = st_state(t);
+        json_t *g_off = state_gpu(s_off, MIXED_PF);
+        assert_int_equal(json_array_size(json_object_get(g_off, "vfs")), 0);
+        assert_string_equal(json_string_value(json_object_get(g_off, "mode")), "equal");
+        json_t *sriov = json_object_get(g_off, "sriov");
+        assert_true(json_is_false(json_object_get(sriov, "enabled")));
+        assert_int_equal(json_integer_value(json_object_get(sriov, "vfs")), 32);
+        assert_int_equal(json_integer_value(json_object_get(sriov, "cycles")), 1);
+        /* NVML sees the card in equal-size mode, so without placements (SIM-13). */
+        assert_int_equal(nvml_mode(t, d), 0);
+        unsigned ids[64];
+        nvmlVgpuPlacementList_t list = {
+            .version = nvmlVgpuPlacementList_v2, .count = 64, .placementIds = ids};
+        assert_int_equal(t->nvml.DeviceGetVgpuTypeCreatablePlacements(d, 1150, &list),
+                         NVML_ERROR_NOT_SUPPORTED);
+
+        /* The held descriptor finds its device gone, as an open sysfs file would. */
+        assert_int_equal(write(stale, "1150", 4), -1);
+        assert_int_equal(errno, ENODEV);
+        /* A VF that is not there cannot be wedged; `off` again succeeds and changes nothing. */
+        assert_int_equal(st_ctl(t, "wedge %s", vf2), -ENOENT);
+        assert_int_equal(st_ctl(t, "sriov %s off", MIXED_PF), 0);
+        json_auto_t *s_again = st_state(t);
+        assert_int_equal(json_integer_value(json_object_get(
+                             json_object_get(state_gpu(s_again, MIXED_PF), "sriov"), "cycles")),
+                         1);
+
+        /* on: the same addresses, groups and vfio numbers, unconfigured; the mode stays. */
+        assert_int_equal(st_ctl(t, "sriov %s on", MIXED_PF), 0);
+        _cleanup_free_ char *n32 = st_read(numvfs);
+        assert_string_equal(n32, "32\n");
+        assert_int_equal(count_entries(devices), 66);
+        assert_int_equal(lstat(virtfn, &st), 0);
+        ssize_t n = readlink(virtfn, target, sizeof(target) - 1);
+        assert_true(n > 0);
+        target[n] = 0;
+        assert_string_equal(target, "../0000:e3:04.3");
+        assert_int_equal(stat(vf_dir, &st), 0);
+        n = readlink(group_link, target, sizeof(target) - 1);
+        assert_true(n > 0);
+        target[n] = 0;
+        assert_string_equal(target, "../../../kernel/iommu_groups/2");
+        assert_int_equal(stat(group_node, &st), 0);
+        assert_int_equal(stat(cdev, &st), 0);
+        assert_int_equal(stat(vfio_dev, &st), 0);
+        assert_int_equal(st_state_vf_int(t, vf2, "iommu_group"), 2);
+        assert_int_equal(st_state_vf_int(t, vf2, "vfio"), 2);
+        assert_int_equal(st_state_vf_int(t, last, "iommu_group"), 31);
+        _cleanup_free_ char *cur = st_read(cur0);
+        assert_string_equal(cur, "0\n");
+        assert_int_equal(st_state_vf_int(t, vf0, "type"), 0);
+        _cleanup_free_ char *list_all = creatable(t, vf0);
+        assert_non_null(strstr(list_all, "1166  : NVIDIA L40S-48A\n"));
+        assert_int_equal(nvml_mode(t, d), 0);
+
+        /* The old descriptor stays gone; its close does not end a span of the new VF. */
+        assert_int_equal(write(stale, "1150", 4), -1);
+        assert_int_equal(errno, ENODEV);
+        int fresh = open(cur3, O_WRONLY | O_CLOEXEC);
+        assert_true(fresh >= 0);
+        assert_int_equal(st_state_vf_int(t, vf3, "writes_in_flight"), 1);
+        close(TAKE_FD(stale));
+        assert_int_equal(st_state_vf_int(t, vf3, "writes_in_flight"), 1);
+        assert_int_equal(write(fresh, "1150", 4), 4);
+        close(fresh);
+        assert_int_equal(st_state_vf_int(t, vf3, "writes_in_flight"), 0);
+        assert_int_equal(st_state_vf_int(t, vf3, "type"), 1150);
+
+        /* `on` again succeeds and changes nothing. */
+        assert_int_equal(st_ctl(t, "sriov %s on", MIXED_PF), 0);
+        assert_int_equal(st_state_vf_int(t, vf3, "type"), 1150);
+        assert_int_equal(st_ctl(t, "sriov %s", MIXED_PF), -EINVAL);
+        _cleanup_free_ char *usage = st_ctl_result(t);
+        assert_string_equal(usage, "EINVAL: usage: sriov <pf> off|on\n");
+        assert_int_equal(st_ctl(t, "sriov %s off", vf0), -ENOENT);
+        assert_int_equal(t->nvml.Shutdown(), NVML_SUCCESS);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -876,6 +1084,7 @@ int main(void)
             cmocka_unit_test_teardown(test_state_matches_sysfs, st_reset),
             cmocka_unit_test_teardown(test_concurrent_writes_recorded, st_reset),
             cmocka_unit_test_teardown(test_query_write_overlap, st_reset),
+            cmocka_unit_test_teardown(test_sriov_cycle, sriov_teardown),
         };
         return cmocka_run_group_tests(tests, st_group_setup, st_group_teardown);
 }

@@ -840,6 +840,300 @@ static void test_tree_mdev(void **state)
         assert_null(sim_tree_lookup(t3, "dev/vfio/4"));
 }
 
+/* ---- mdev ages and SR-IOV cycles (SIM-6, SIM-14) ---------------------------------------------
+ */
+
+static void test_ctl_age(void **state)
+{
+        /* SIM-6, SIM-14: `age <uuid> <seconds>` moves an mdev's creation time back (REC-8) */
+        _cleanup_sim_host_ SimHost *h = host_from(a40_host), *back = NULL;
+        _cleanup_free_ char *error = NULL, *json = NULL;
+        static const char uuid[] = "7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e";
+        const SimType *q2 = sim_gpu_model_find_type(h->gpus[0].model, 901);
+        int64_t birth;
+
+        assert_int_equal(sim_mdev_store_create(h, 0, 1, q2, uuid, strlen(uuid), 5000), 0);
+        assert_int_equal(sim_mdev_birth_ms(h, uuid, &birth), 0);
+        assert_int_equal(birth, 5000);
+        uint64_t generation = h->layout_generation;
+
+        assert_int_equal(ctl(h, "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e 2", &error), 0);
+        assert_int_equal(sim_mdev_birth_ms(h, uuid, &birth), 0);
+        assert_int_equal(birth, 3000);
+        /* Ages add up, the UUID in any case; past the clock's origin the time is negative. */
+        assert_int_equal(ctl(h, "age 7B5C2E8A-1F3D-4C6B-9A0E-2D4F6B8C0A1E 600", &error), 0);
+        assert_int_equal(sim_mdev_birth_ms(h, uuid, &birth), 0);
+        assert_int_equal(birth, 5000 - 602 * 1000);
+        assert_int_equal(h->gpus[0].vfs[1].mdev_aged_s, 602);
+        assert_int_equal(ctl(h, "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e 0", &error), 0);
+        assert_int_equal(h->gpus[0].vfs[1].mdev_aged_s, 602);
+        /* The tree does not change: only the time its nodes report. */
+        assert_int_equal(h->layout_generation, generation);
+
+        /* Shown in state.json, and kept through a reload. */
+        assert_int_equal(sim_host_to_json(h, &json), 0);
+        assert_non_null(strstr(json, "\"created_ms\": 5000,\n"));
+        assert_non_null(strstr(json, "\"aged_s\": 602\n"));
+        assert_int_equal(sim_host_from_json(json, strlen(json), &back, &error), 0);
+        assert_int_equal(sim_mdev_birth_ms(back, uuid, &birth), 0);
+        assert_int_equal(birth, 5000 - 602 * 1000);
+
+        /* Refusals change nothing. */
+        assert_int_equal(ctl(h, "age 11111111-2222-3333-4444-555555555555 60", &error), -ENOENT);
+        assert_string_equal(error, "unknown mdev \"11111111-2222-3333-4444-555555555555\"");
+        static const char *const malformed[] = {
+            "age",
+            "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e",
+            "age 7b5c2e8a-1f3d-4c6b-9a0e 60",
+            "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e -1",
+            "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e 5m",
+            "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e 315360001",
+            "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e 60 60",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(malformed); i++) {
+                assert_int_equal(ctl(h, malformed[i], &error), -EINVAL);
+                assert_string_equal(error, "usage: age <uuid> <seconds> (seconds at most "
+                                           "315360000)");
+        }
+        /* The bound holds for the sum too. */
+        assert_int_equal(ctl(h, "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e 315360000", &error),
+                         -EINVAL);
+        assert_string_equal(error, "mdev 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e would be aged "
+                                   "315360602 s, more than 10 years");
+        assert_int_equal(h->gpus[0].vfs[1].mdev_aged_s, 602);
+        assert_int_equal(ctl(h, "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e 315359398", &error), 0);
+        assert_int_equal(h->gpus[0].vfs[1].mdev_aged_s, SIM_AGE_MAX_S);
+
+        /* A new mdev on the VF starts young. */
+        assert_int_equal(sim_mdev_store_remove(h, 0, 1, "1", 1, 0), 0);
+        assert_int_equal(sim_mdev_birth_ms(h, uuid, &birth), -ENOENT);
+        assert_int_equal(ctl(h, "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e 60", &error), -ENOENT);
+        assert_int_equal(sim_mdev_store_create(h, 0, 1, q2, uuid, strlen(uuid), 9000), 0);
+        assert_int_equal(sim_mdev_birth_ms(h, uuid, &birth), 0);
+        assert_int_equal(birth, 9000);
+}
+
+static void test_tree_mdev_times(void **state)
+{
+        /* SIM-6: every node of an mdev names it, so the FUSE side can show its creation time */
+        _cleanup_sim_host_ SimHost *h = host_from(a40_host);
+        _cleanup_sim_tree_ SimTree *t = NULL;
+        static const char uuid[] = "7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e";
+        static const char *const of_mdev[] = {
+            "sys/bus/mdev/devices/7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e",
+            "sys/devices/pci0000:41/0000:41:00.6/7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e",
+            "sys/devices/pci0000:41/0000:41:00.6/7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e/mdev_type",
+            "sys/devices/pci0000:41/0000:41:00.6/7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e/remove",
+            "sys/kernel/iommu_groups/4",
+            "dev/vfio/4",
+        };
+        const SimType *q2 = sim_gpu_model_find_type(h->gpus[0].model, 901);
+
+        assert_int_equal(sim_mdev_store_create(h, 0, 2, q2, uuid, strlen(uuid), 0), 0);
+        assert_int_equal(sim_tree_build(h, &t), 0);
+        for (size_t i = 0; i < ELEMENTSOF(of_mdev); i++) {
+                const SimNode *n = sim_tree_lookup(t, of_mdev[i]);
+                if (!n)
+                        fail_msg("no node %s", of_mdev[i]);
+                assert_string_equal(n->uuid, uuid);
+        }
+        /* The VF's own nodes are not the mdev's. */
+        const SimNode *vf = sim_tree_lookup(t, "sys/devices/pci0000:41/0000:41:00.6");
+        assert_non_null(vf);
+        assert_string_equal(vf->uuid, "");
+}
+
+static size_t list_length(const SimTree *t, const char *dir)
+{
+        _cleanup_strv_free_ char **names = NULL;
+        assert_int_equal(sim_tree_list(t, dir, &names), 0);
+        return strv_length(names);
+}
+
+static void test_ctl_sriov(void **state)
+{
+        /* SIM-14: `sriov <pf> off|on`, an SR-IOV cycle as `sriov-manage -d`/`-e` make it */
+        _cleanup_sim_host_ SimHost *h = host_from(default_host), *back = NULL;
+        _cleanup_sim_tree_ SimTree *before = NULL, *off = NULL, *on = NULL;
+        _cleanup_free_ char *error = NULL, *json = NULL, *again = NULL, *numvfs = NULL;
+        static const char pf_dir[] = "sys/devices/pci0000:e3/0000:e3:00.0";
+        static const char cur_path[] = "sys/devices/pci0000:e3/0000:e3:00.5/nvidia/"
+                                       "current_vgpu_type";
+        SimGpu *g = &h->gpus[MIXED];
+        SimNode stale;
+        size_t fg, fv;
+
+        assert_int_equal(set_type(h, MIXED, 0, 1150), 0);
+        assert_int_equal(set_type(h, MIXED, 1, 1147), 0);
+        assert_int_equal(ctl(h, "wedge 0000:e3:00.6", &error), 0);
+        assert_int_equal(ctl(h, "release-lag 0000:e3:00.6 300", &error), 0);
+        sim_vf_write_begin(h, MIXED, 3);
+        assert_int_equal(sim_tree_build(h, &before), 0);
+        assert_int_equal(sim_node_copy(sim_tree_lookup(before, cur_path), &stale), 0);
+        assert_false(sim_node_vf_gone(h, &stale));
+
+        /* EBUSY, and no change, while a VFIO node of one VF is open. */
+        sim_vf_open(h, MIXED, 1);
+        uint64_t generation = h->layout_generation;
+        assert_int_equal(ctl(h, "sriov 0000:e3:00.0 off", &error), -EBUSY);
+        assert_string_equal(
+            error, "GPU 0000:e3:00.0: a VFIO node of VF 0000:e3:00.5 is open (1 handle(s))");
+        assert_int_equal(g->n_vfs, 32);
+        assert_false(g->sriov_off);
+        assert_int_equal(g->mode, SIM_MODE_MIXED);
+        assert_int_equal(g->vfs[0].type, 1150);
+        assert_int_equal(h->layout_generation, generation);
+        sim_vf_close(h, MIXED, 1, 100);
+
+        /* off: the VFs, their vGPUs and nodes go; the PF stays, in equal-size mode. */
+        uint32_t next_group = h->next_iommu_group;
+        assert_int_equal(ctl(h, "sriov 0000:e3:00.0 off", &error), 0);
+        assert_int_equal(g->n_vfs, 0);
+        assert_true(g->sriov_off);
+        assert_int_equal(g->sriov_cycles, 1);
+        assert_int_equal(g->mode, SIM_MODE_EQUAL);
+        assert_int_equal(sim_gpu_vgpus(g), 0);
+        assert_int_equal(h->layout_generation, generation + 1);
+        assert_int_equal(h->next_iommu_group, next_group);
+        assert_int_equal(sim_host_find_vf(h, "0000:e3:00.4", &fg, &fv), -ENOENT);
+        assert_int_equal(ctl(h, "wedge 0000:e3:00.4", &error), -ENOENT);
+        assert_int_equal(ctl(h, "release-lag 0000:e3:00.6 10", &error), -ENOENT);
+        /* The other PF is untouched. */
+        assert_int_equal(h->gpus[EQUAL].n_vfs, 32);
+        assert_false(h->gpus[EQUAL].sriov_off);
+
+        assert_int_equal(sim_tree_build(h, &off), 0);
+        assert_int_equal(list_length(off, "sys/bus/pci/devices"), 34);
+        assert_int_equal(list_length(off, pf_dir), 9); /* no virtfn<i> */
+        assert_null(sim_tree_lookup(off, "sys/devices/pci0000:e3/0000:e3:00.0/virtfn0"));
+        assert_null(sim_tree_lookup(off, "sys/devices/pci0000:e3/0000:e3:00.4"));
+        assert_null(sim_tree_lookup(off, cur_path));
+        assert_null(sim_tree_lookup(off, "sys/bus/pci/devices/0000:e3:04.3"));
+        assert_null(sim_tree_lookup(off, "sys/bus/pci/drivers/nvidia/0000:e3:00.4"));
+        assert_null(sim_tree_lookup(off, "sys/kernel/iommu_groups/0"));
+        assert_null(sim_tree_lookup(off, "dev/vfio/31"));
+        assert_null(sim_tree_lookup(off, "dev/vfio/devices/vfio0"));
+        assert_non_null(sim_tree_lookup(off, "dev/vfio/32"));
+        assert_int_equal(list_length(off, "sys/kernel/iommu_groups"), 32);
+        numvfs = read_node(h, off, "sys/devices/pci0000:e3/0000:e3:00.0/sriov_numvfs");
+        assert_string_equal(numvfs, "0\n");
+
+        /* A handle opened before the cycle finds its device gone. */
+        char *text = NULL;
+        assert_true(sim_node_vf_gone(h, &stale));
+        assert_int_equal(sim_node_read(h, &stale, &text), -ENODEV);
+        assert_int_equal(sim_node_write(h, &stale, "1150", 4, 0), -ENODEV);
+        assert_int_equal(sim_node_vf(h, &stale, &fg, &fv), -ENODEV);
+
+        /* Shown in state.json: no VFs, and the count `on` brings back. */
+        assert_int_equal(sim_host_to_json(h, &json), 0);
+        assert_non_null(strstr(json, "\"sriov\": {\n        \"enabled\": false,\n"
+                                     "        \"vfs\": 32,\n        \"cycles\": 1\n      }"));
+        assert_int_equal(sim_host_from_json(json, strlen(json), &back, &error), 0);
+        assert_int_equal(sim_host_to_json(back, &again), 0);
+        assert_string_equal(json, again);
+        assert_true(back->gpus[MIXED].sriov_off);
+        assert_int_equal(back->gpus[MIXED].n_vfs, 0);
+        assert_int_equal(back->gpus[EQUAL].vfs[0].iommu_group, 32);
+
+        /* The card can be set to mixed while it has no VFs; `off` again changes nothing. */
+        assert_int_equal(ctl(h, "mode 0000:e3:00.0 mixed", &error), 0);
+        assert_int_equal(ctl(h, "sriov 0000:e3:00.0 off", &error), 0);
+        assert_int_equal(g->sriov_cycles, 1);
+        assert_int_equal(g->mode, SIM_MODE_MIXED);
+        assert_int_equal(ctl(h, "mode 0000:e3:00.0 equal", &error), 0);
+
+        /* on: the same addresses, groups and vfio numbers, unconfigured and fresh. */
+        assert_int_equal(ctl(h, "sriov 0000:e3:00.0 on", &error), 0);
+        assert_int_equal(g->n_vfs, 32);
+        assert_false(g->sriov_off);
+        assert_int_equal(g->sriov_cycles, 1);
+        assert_int_equal(h->layout_generation, generation + 2);
+        assert_int_equal(g->mode, SIM_MODE_EQUAL);
+        for (size_t v = 0; v < g->n_vfs; v++) {
+                char address[32];
+                snprintf(address, sizeof(address), "0000:e3:%02x.%u", (unsigned)((4 + v) >> 3),
+                         (unsigned)((4 + v) & 7));
+                assert_string_equal(g->vfs[v].address, address);
+                assert_int_equal(g->vfs[v].iommu_group, v);
+                assert_int_equal(g->vfs[v].vfio, (int32_t)v);
+                assert_int_equal(g->vfs[v].type, 0);
+                assert_false(g->vfs[v].wedged);
+                assert_int_equal(g->vfs[v].release_lag_ms, 0);
+                assert_false(g->vfs[v].closed_once);
+                assert_int_equal(g->vfs[v].writes_in_flight, 0);
+                assert_int_equal(g->vfs[v].max_concurrent_writes, 0);
+        }
+        _cleanup_free_ char *listed_all = listed(g, 3);
+        assert_non_null(strstr(listed_all, "1B 2B 1Q"));
+        assert_int_equal(sim_tree_build(h, &on), 0);
+        assert_int_equal(list_length(on, "sys/bus/pci/devices"), 66);
+        assert_string_equal(link_of(on, "sys/devices/pci0000:e3/0000:e3:00.0/virtfn31"),
+                            "../0000:e3:04.3");
+        assert_non_null(sim_tree_lookup(on, "dev/vfio/devices/vfio0"));
+        _cleanup_free_ char *numvfs_on =
+            read_node(h, on, "sys/devices/pci0000:e3/0000:e3:00.0/sriov_numvfs");
+        assert_string_equal(numvfs_on, "32\n");
+        /* The old handle stays gone; a new lookup works. */
+        assert_true(sim_node_vf_gone(h, &stale));
+        assert_int_equal(sim_node_write(h, &stale, "1150", 4, 0), -ENODEV);
+        assert_int_equal(sim_node_write(h, sim_tree_lookup(on, cur_path), "1150", 4, 0), 0);
+        assert_int_equal(g->vfs[1].type, 1150);
+        sim_node_clear(&stale);
+
+        /* `on` again changes nothing; unknown PFs and bad words are refused. */
+        assert_int_equal(ctl(h, "sriov 0000:e3:00.0 on", &error), 0);
+        assert_int_equal(h->layout_generation, generation + 2);
+        assert_int_equal(g->vfs[1].type, 1150);
+        assert_int_equal(ctl(h, "sriov 0000:e3:00.4 off", &error), -ENOENT);
+        assert_string_equal(error, "unknown GPU \"0000:e3:00.4\"");
+        assert_int_equal(ctl(h, "sriov 0000:e3:00.0", &error), -EINVAL);
+        assert_string_equal(error, "usage: sriov <pf> off|on");
+        assert_int_equal(ctl(h, "sriov 0000:e3:00.0 cycle", &error), -EINVAL);
+        assert_int_equal(ctl(h, "sriov 0000:e3:00.0 off now", &error), -EINVAL);
+        assert_int_equal(g->n_vfs, 32);
+}
+
+static void test_ctl_sriov_mdev(void **state)
+{
+        /* SIM-14, SIM-6: an SR-IOV cycle takes the mdevs with the VFs */
+        _cleanup_sim_host_ SimHost *h = host_from(a40_host);
+        _cleanup_sim_tree_ SimTree *off = NULL, *on = NULL;
+        _cleanup_free_ char *error = NULL;
+        static const char uuid[] = "7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e";
+        const SimType *q2 = sim_gpu_model_find_type(h->gpus[0].model, 901);
+        SimGpu *g = &h->gpus[0];
+        size_t fg, fv;
+
+        assert_int_equal(sim_mdev_store_create(h, 0, 2, q2, uuid, strlen(uuid), 0), 0);
+        assert_int_equal(ctl(h, "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e 600", &error), 0);
+        /* The mdev's node counts towards its VF. */
+        sim_vf_open(h, 0, 2);
+        assert_int_equal(ctl(h, "sriov 0000:41:00.0 off", &error), -EBUSY);
+        assert_int_equal(sim_host_find_mdev(h, uuid, &fg, &fv), 0);
+        sim_vf_close(h, 0, 2, 0);
+
+        assert_int_equal(ctl(h, "sriov 0000:41:00.0 off", &error), 0);
+        assert_int_equal(sim_host_find_mdev(h, uuid, &fg, &fv), -ENOENT);
+        assert_int_equal(ctl(h, "age 7b5c2e8a-1f3d-4c6b-9a0e-2d4f6b8c0a1e 60", &error), -ENOENT);
+        assert_int_equal(sim_tree_build(h, &off), 0);
+        assert_int_equal(list_length(off, "sys/class/mdev_bus"), 0);
+        assert_int_equal(list_length(off, "sys/bus/mdev/devices"), 0);
+        assert_null(sim_tree_lookup(off, "dev/vfio/4"));
+        assert_int_equal(list_length(off, "sys/kernel/iommu_groups"), 0);
+
+        /* Back with no mdev; a new one gets a group never used before. */
+        assert_int_equal(ctl(h, "sriov 0000:41:00.0 on", &error), 0);
+        assert_int_equal(sim_tree_build(h, &on), 0);
+        assert_int_equal(list_length(on, "sys/class/mdev_bus"), 4);
+        assert_int_equal(list_length(on, "sys/bus/mdev/devices"), 0);
+        assert_int_equal(g->vfs[2].mdev_uuid[0], 0);
+        assert_int_equal(sim_mdev_available(g, 2, q2), 1);
+        assert_int_equal(sim_mdev_store_create(h, 0, 2, q2, uuid, strlen(uuid), 0), 0);
+        assert_int_equal(g->vfs[2].mdev_group, 5);
+        assert_int_equal(g->vfs[2].mdev_aged_s, 0);
+}
+
 /* ---- state.json --------------------------------------------------------------------------------
  */
 
@@ -933,6 +1227,28 @@ static void test_state_rejects(void **state)
         expect_state_error(json, "\"forbidden_writes\": []", "\"forbidden_writes\": [1]",
                            "not a string");
         expect_state_error(json, "{", "[", "invalid simulator state");
+        /* SIM-14: the SR-IOV state must agree with the VF list. */
+        expect_state_error(json, "\"enabled\": true", "\"enabled\": false", "GPU 0 is invalid");
+        expect_state_error(json, "\"vfs\": 32", "\"vfs\": 31", "GPU 0 is invalid");
+        expect_state_error(json, "\"vfs\": 32", "\"vfs\": 0", "GPU 0 is invalid");
+        expect_state_error(json, "\"cycles\": 0", "\"cycles\": -1", "GPU 0 is invalid");
+        expect_state_error(json, "\"cycles\": 0", "\"cycles\": 0, \"x\": 1", "GPU 0 is invalid");
+
+        _cleanup_sim_host_ SimHost *a = host_from(a40_host);
+        _cleanup_free_ char *a_json = NULL, *off_json = NULL;
+        const SimType *q2 = sim_gpu_model_find_type(a->gpus[0].model, 901);
+        assert_int_equal(
+            sim_mdev_store_create(a, 0, 0, q2, "11111111-2222-3333-4444-555555555555", 36, 7), 0);
+        assert_int_equal(sim_host_to_json(a, &a_json), 0);
+        expect_state_error(a_json, "\"aged_s\": 0", "\"aged_s\": 315360001", "invalid mdev");
+        expect_state_error(a_json, "\"created_ms\": 7", "\"created_ms\": -7", "invalid mdev");
+        expect_state_error(a_json, "\"created_ms\": 7,", "", "invalid mdev");
+
+        /* Off: no VFs may be listed, and an off PF went through at least one cycle. */
+        assert_int_equal(sim_host_ctl(h, "sriov 0001:c8:00.0 off", NULL), 0);
+        assert_int_equal(sim_host_to_json(h, &off_json), 0);
+        expect_state_error(off_json, "\"cycles\": 1", "\"cycles\": 0", "GPU 1 is invalid");
+        expect_state_error(off_json, "\"vfs\": []", "\"vfs\": [{}]", "GPU 1 is invalid");
 }
 
 int main(void)
@@ -949,6 +1265,10 @@ int main(void)
             cmocka_unit_test(test_mdev),
             cmocka_unit_test(test_write_and_query_spans),
             cmocka_unit_test(test_ctl_commands),
+            cmocka_unit_test(test_ctl_age),
+            cmocka_unit_test(test_tree_mdev_times),
+            cmocka_unit_test(test_ctl_sriov),
+            cmocka_unit_test(test_ctl_sriov_mdev),
             cmocka_unit_test(test_faults),
             cmocka_unit_test(test_path_aliases),
             cmocka_unit_test(test_tree_vendor),
