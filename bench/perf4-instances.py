@@ -28,7 +28,7 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vgpud_bench import (  # noqa: E402 (after the path)
-    MNT, Client, Vgpud, log, median, mint, percentile, poll, row, sim_ctl, sim_state,
+    MNT, Client, Vgpud, log, median, mint, percentile, poll, row, run_main, sim_ctl, sim_state,
     write_config, write_secret)
 
 CREATES = 20
@@ -108,7 +108,7 @@ def delete_all(c):
         r = c.request("DELETE", "/instances/" + i["id"])
         if r.status != 204:
             failed.append("delete %s: %r" % (i["id"], r))
-    if not poll(lambda: empty_host(c), 60):
+    if not poll(lambda: empty_host(c), 60, 0.05):
         failed.append("the host is not empty 60 s after the deletes")
     if failed:
         raise RuntimeError("; ".join(failed[:5]))
@@ -123,7 +123,7 @@ def repetition(vgpud, config, work, secret, kernel, label):
     try:
         d.wait_ready()
         c = Client(os.path.join(work, "api.sock"), mint(secret))
-        if not poll(lambda: c.get("/readyz").status == 200, 30):
+        if not poll(lambda: c.get("/readyz").status == 200, 30, 0.05):
             raise RuntimeError("%s: /readyz is not 200 after READY=1" % label)
         if not empty_host(c):
             raise RuntimeError("%s: the host is not empty at the start" % label)
@@ -178,8 +178,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as e:  # one line for bench/run's log, not a traceback
-        tag("failed: %s" % e)
-        sys.exit(1)
+    run_main(main, "perf4")

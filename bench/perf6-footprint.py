@@ -34,7 +34,8 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vgpud_bench import (  # noqa: E402 (after the path)
-    MNT, Client, Vgpud, log, median, mint, row, status_fields, write_config, write_secret)
+    MNT, Client, Vgpud, log, median, mint, row, run_main, status_fields, write_config,
+    write_secret)
 
 IDLE_AFTER_READY = 10.0  # seconds, by PERF-6's definition
 RECORDS = 1000
@@ -167,8 +168,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as e:  # one line for bench/run's log, not a traceback
-        tag("failed: %s" % e)
-        sys.exit(1)
+    run_main(main, "perf6")

@@ -31,7 +31,8 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vgpud_bench import (  # noqa: E402 (after the path)
-    MNT, Client, Vgpud, log, median, mint, poll, row, write_config, write_secret)
+    MNT, Client, Vgpud, alive, log, median, mint, poll, row, run_main, write_config,
+    write_secret)
 
 READY_LINE = "vgpud-guest: ready"
 GUEST_TIMEOUT = 120  # a bound, not a wait: a boot under TCG takes a few seconds here
@@ -39,14 +40,6 @@ GUEST_TIMEOUT = 120  # a bound, not a wait: a boot under TCG takes a few seconds
 
 def tag(msg):
     log("qemu", msg)
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(") ", 1)[-1][0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def vmm_pid(iid):
@@ -116,7 +109,7 @@ def main():
         d = Vgpud(vgpud, config, work, "qemu")
         d.wait_ready()
         c = Client(os.path.join(work, "api.sock"), mint(secret))
-        if not poll(lambda: c.get("/readyz").status == 200, 30):
+        if not poll(lambda: c.get("/readyz").status == 200, 30, 0.05):
             raise RuntimeError("/readyz is not 200 after READY=1")
 
         one_vm(c, images, "warm-up")
@@ -141,8 +134,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as e:  # one line for bench/run's log, not a traceback
-        tag("failed: %s" % e)
-        sys.exit(1)
+    run_main(main, "qemu")

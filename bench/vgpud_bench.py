@@ -1,17 +1,17 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
 # vgpud_bench: what the Python benchmarks (bench/perf4-instances.py, bench/perf6-footprint.py,
-# bench/qemu-lifecycle.py) share: bench/run's row format, medians and percentiles, an HTTP
-# client over vgpud's Unix socket with an HS256 token, vgpud's configuration, and a vgpud
+# bench/qemu-lifecycle.py) share: bench/run's row format and a benchmark's failure line, medians
+# and percentiles, an HTTP client over vgpud's Unix socket, vgpud's configuration, and a vgpud
 # process whose start-up is timed to READY=1 on a notify socket of ours (OPS-2).
 #
 # They run under tests/sim/run-sim-test.sh, which mounts a fresh vgpu-sim in a private PID
-# namespace (SIM-21) and exports VGPU_SIM_MOUNT and VGPU_SIM_CONTROL. Not tests/lib/vgpud_test:
-# that module prints TAP on stdout, where bench/run reads its rows, and reads its argv on import.
-import base64
-import hashlib
-import hmac
-import http.client
+# namespace (SIM-21) and exports VGPU_SIM_MOUNT and VGPU_SIM_CONTROL. What the API tests have
+# too comes from tests/lib/vgpud_test, re-exported: the mount and the simulator's control files,
+# HS256 tokens, the Unix-socket connection, the JWT secret, /proc states and bounded polling.
+# Only those: its TAP checks print on stdout, where bench/run reads rows, and its Daemon and
+# write_config are a test's (debug log, no READY=1 timing). It reads the simulator's
+# environment lazily and its argv (the tests' VGPUD ...) only for what the benchmarks do not use.
 import json
 import os
 import select
@@ -24,9 +24,10 @@ import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-
-MNT = os.environ.get("VGPU_SIM_MOUNT", "")
-CTL = os.environ.get("VGPU_SIM_CONTROL", "")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
+import vgpud_test  # noqa: E402 (after the path)
+from vgpud_test import (  # noqa: E402,F401 (re-exported)
+    MNT, alive, mint, poll, sim_ctl, sim_state, write_secret)
 
 
 def log(tag, msg):
@@ -50,41 +51,17 @@ def percentile(values, p):
     return s[int(k) - 1]
 
 
-def sim_ctl(command):
-    with open(os.path.join(CTL, "ctl"), "w") as f:
-        f.write(command)
-
-
-def sim_state():
-    with open(os.path.join(CTL, "state.json")) as f:
-        return json.load(f)
+def run_main(main, name):
+    """sys.exit(main()); an exception ends the benchmark with status 1 and one line "NAME:
+    failed: ..." for bench/run's log, not a traceback."""
+    try:
+        sys.exit(main())
+    except Exception as e:
+        log(name, "failed: %s" % e)
+        sys.exit(1)
 
 
 # ---- HTTP -----------------------------------------------------------------------------------
-
-
-def b64url(b):
-    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
-
-
-def mint(secret):
-    now = int(time.time())
-    header = b64url(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-    payload = b64url(json.dumps({"exp": now + 86400, "iat": now, "sub": "bench"}).encode())
-    sig = hmac.new(secret, (header + "." + payload).encode(), hashlib.sha256).digest()
-    return header + "." + payload + "." + b64url(sig)
-
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.unix_path)
-        self.sock = s
 
 
 class Response:
@@ -105,7 +82,7 @@ class Client:
         self.unix_path, self.token, self.timeout = unix_path, token, timeout
 
     def request(self, method, path, body=None):
-        conn = UnixConnection(self.unix_path, self.timeout)
+        conn = vgpud_test.UnixConnection(self.unix_path, self.timeout)
         headers = {"Authorization": "Bearer " + self.token}
         data = None
         if body is not None:
@@ -123,15 +100,6 @@ class Client:
 
 
 # ---- the daemon -----------------------------------------------------------------------------
-
-
-def write_secret(work):
-    path = os.path.join(work, "jwt.secret")
-    secret = os.urandom(48)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.write(fd, secret)
-    os.close(fd)
-    return secret
 
 
 def write_config(work, nvml, listen="", unix_socket=True, extra="", log_level="info"):
@@ -227,13 +195,3 @@ def status_fields(pid, names):
             if key in names:
                 out[key] = int(value.split()[0])
     return out
-
-
-def poll(fn, timeout, interval=0.05):
-    """Calls fn until it returns a true value or timeout seconds pass; returns the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)

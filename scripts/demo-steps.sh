@@ -161,16 +161,25 @@ figures() {
         vgpuctl --unix "$sock" --json resources | json_field '"%d %d" % (j["gpu"]["used_slots"],
                 [p["available"] for p in j["gpu"]["profiles"] if p["name"] == sys.argv[2]][0])' "$1"
 }
+# wait_for TRIES WHY COMMAND...: runs COMMAND every 50 ms until it succeeds, TRIES times at
+# most; then WHY goes to stderr and the demo ends with status 1.
+wait_for() {
+        tries=$1 why=$2
+        shift 2
+        i=0
+        until "$@"; do
+                [ "$i" -lt "$tries" ] || { echo "$why" >&2; exit 1; }
+                sleep 0.05
+                i=$((i + 1))
+        done
+}
+used_slots_are() { [ "$(used_slots)" = "$1" ]; }
+figures_are() { [ "$(figures "$1")" = "$2" ]; }
 # wait_figures PROFILE FIGURES: a bounded wait (15 s, three reconcile passes) until figures
 # reads FIGURES. vgpud re-reads a VF and refreshes NVML's placements after each release; the
 # answer to the stop or delete does not wait for that.
 wait_figures() {
-        i=0
-        while [ "$(figures "$1")" != "$2" ]; do
-                [ "$i" -lt 300 ] || { echo "/resources did not come back to $2" >&2; exit 1; }
-                sleep 0.05
-                i=$((i + 1))
-        done
+        wait_for 300 "/resources did not come back to $2" figures_are "$1" "$2"
 }
 claimed_vfs() {
         vgpuctl --unix "$sock" --json gpus |
@@ -282,12 +291,7 @@ ctl resources | grep -E "slots|$profile"
 set -- $ids
 say "Stop one: its VF is released (the instance stays, Stopped)"
 ctl instances stop "$1" | grep -E '^(id|name|state|profile|device path) '
-i=0
-while [ "$(used_slots)" != 2 ]; do
-        [ "$i" -lt 200 ] || { echo "the stopped instance's slot did not come back" >&2; exit 1; }
-        sleep 0.05
-        i=$((i + 1))
-done
+wait_for 200 "the stopped instance's slot did not come back" used_slots_are 2
 ctl resources | grep -E "^used slots|$profile"
 
 say "Delete all three"
@@ -303,12 +307,7 @@ printf 'left behind: %s instances, %s claimed VFs, %s fake-qemu processes\n' \
 say "The driver is driven directly: four 4Q vGPUs on the equal-size card"
 set_types 1150
 echo "(vgpud sees them at its next pass)"
-i=0
-while [ "$(used_slots)" != 4 ]; do
-        [ "$i" -lt 300 ] || { echo "vgpud did not pick up the change" >&2; exit 1; }
-        sleep 0.05
-        i=$((i + 1))
-done
+wait_for 300 "vgpud did not pick up the change" used_slots_are 4
 ctl gpus | grep -E '^GPU|0001:c8:00\.[4-7]' | head -n 8
 
 say "An operator quarantines a VF that keeps failing, and drains a whole GPU"

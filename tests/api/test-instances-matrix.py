@@ -34,13 +34,14 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    MNT, configure, eq, error_of, exit_status, finish, gpu_body, ok, poll, read_creatable,
-    run_group, sim_ctl, sim_state, start, stop, write_secret)
+    MNT, configure, eq, error_of, exit_status, gpu_body, ok, poll, read_creatable, run_group,
+    sim_ctl, sim_state, start, stop, write_secret)
 from vgpud_instances import (  # noqa: E402
     EQUAL_PF, FAKE_QEMU, IMAGES, INSTANCES, KERNEL, MIXED_PF, PROFILE, GuestWatch, QmpHold, alive,
     check_claims, console_file, create, create_running, current_type, delete, delete_all,
-    forced_kills, get, guest_pids, log_has, make_images, pid_of, post, proc_state, record,
-    runtime_dir, vf_of, vmm_config, wait_exited, wait_state, local_images, unless_busy)
+    delete_when_idle, finish_run, forced_kills, get, guest_pids, log_has, make_images, pid_of,
+    post, proc_state, record, runtime_dir, vf_of, vmm_config, wait_exited, wait_state,
+    local_images, unless_busy)
 
 LADDER_FAILED = r"hypervisor pid \d+ did not exit after SIGKILL"
 
@@ -117,7 +118,7 @@ def check_rows(c, d, work):
     e = create_running(c, "row-e", PROFILE)
     os.kill(pid_of(e["id"]), signal.SIGKILL)
     ok(wait_exited(c, e["id"], "Failed"), "row-e is Failed after a SIGKILL")
-    eq(unless_busy(lambda: delete(c, e["id"]))[0], 204,
+    eq(delete_when_idle(c, e["id"])[0], 204,
        "INST-8, INST-18: delete of a Failed instance is 204")
     eq(get(c, e["id"]), None, "INST-18: the Failed instance is gone")
 
@@ -846,9 +847,6 @@ def check_routes(c, d, work):
 # ---- main -----------------------------------------------------------------------------------
 
 
-KEEP_LOG = os.environ.get("VGPUD_TEST_KEEP")
-
-
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-matrix-")
     daemons = []
@@ -890,12 +888,7 @@ def main():
                 run_group("window",
                           lambda: check_out_of_window(work, window, secret, sock, daemons))
     finally:
-        sim_ctl("clear-faults")
-        if KEEP_LOG:
-            for d in daemons:
-                shutil.copy(d.log_path, KEEP_LOG)
-        finish(daemons, work)
-        shutil.rmtree(IMAGES, ignore_errors=True)
+        finish_run(daemons, work)
     return exit_status()
 
 

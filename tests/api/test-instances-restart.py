@@ -35,12 +35,11 @@ import threading
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    MNT, eq, exit_status, finish, gpu_body, ok, poll, run_group, sim_ctl, start, stop,
-    write_secret)
+    MNT, eq, exit_status, gpu_body, ok, poll, run_group, sim_ctl, start, stop, write_secret)
 from vgpud_instances import (  # noqa: E402
-    IMAGES, INSTANCES, PROFILE, QmpHold, alive, check_claims, claim_picture, console_file, create,
-    create_running, current_type, delete, delete_all, disk_claims, get, log_has, make_images,
-    pid_of, post, record, runtime_dir, todo, unless_busy, vf_of, vmm_config)
+    INSTANCES, PROFILE, QmpHold, alive, check_claims, claim_picture, console_file, create,
+    create_running, current_type, delete, delete_all, disk_claims, finish_run, get, log_has,
+    make_images, pid_of, post, record, runtime_dir, todo, unless_busy, vf_of, vmm_config)
 
 REC4 = "REC-4 release_stale is not implemented"
 
@@ -323,9 +322,6 @@ def check_leftovers(work, fast, secret, sock, daemons):
     stop(d, " (d)")
 
 
-KEEP_LOG = os.environ.get("VGPUD_TEST_KEEP")
-
-
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-restart-")
     daemons = []
@@ -341,12 +337,7 @@ def main():
             d.stop(signal.SIGKILL)
         run_group("leftovers", lambda: check_leftovers(work, fast, secret, sock, daemons))
     finally:
-        sim_ctl("clear-faults")
-        if KEEP_LOG:
-            for d in daemons:
-                shutil.copy(d.log_path, KEEP_LOG)
-        finish(daemons, work)
-        shutil.rmtree(IMAGES, ignore_errors=True)
+        finish_run(daemons, work)
     return exit_status()
 
 

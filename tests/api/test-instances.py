@@ -9,10 +9,8 @@
 # failures of VMM-5 and VMM-10, an unrequested exit (INST-19), a daemon killed and restarted
 # under running VMs (INST-21), and 20 concurrent creates (PLACE-2). Output is TAP; every check
 # names the requirements it covers.
-import json
 import os
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -22,61 +20,11 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    MNT, Daemon, error_of, eq, exit_status, finish, gpu_body, metric, ok, parse_metrics, poll,
-    run_group, sim_ctl, sim_state, start, stop, write_config, write_secret)
-
-FAKE_QEMU = sys.argv[4]
-IMAGES = os.path.join(MNT, "data", "images")
-KERNEL = os.path.join(IMAGES, "vmlinuz")
-PROFILE = "NVIDIA L40S-2Q"
-
-
-def body(name, profile=None, **extra):
-    b = {"name": name, "vcpus": 1, "memory_mb": 256,
-         "boot": {"kernel": KERNEL, "cmdline": "console=ttyS0"}}
-    if profile:
-        b["gpu"] = {"profile": profile}
-    b.update(extra)
-    return b
-
-
-def vf_of(inst):
-    return os.path.basename(inst["gpu"]["device_path"])
-
-
-def current_type(vf):
-    with open(os.path.join(MNT, "sys/bus/pci/devices", vf, "nvidia/current_vgpu_type")) as f:
-        return f.read().strip()
-
-
-def pid_of(work, inst_id):
-    """The VMM pid in the instance's record; None before the record (or the pid) is written."""
-    try:
-        with open(os.path.join(MNT, "data/instances", inst_id, "instance.json")) as f:
-            return json.load(f).get("hypervisor", {}).get("pid")
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(") ")[-1][0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def delete_when_idle(c, inst_id):
-    """DELETE, retried while another operation on the instance runs (INST-9's 409 busy)."""
-    def attempt():
-        r = c.request("DELETE", "/instances/" + inst_id)
-        return r if r.status != 409 else None
-    return poll(attempt, 20)
-
-
-def console_text(c, inst_id):
-    r = c.get("/instances/%s/console" % inst_id)
-    return r.body.decode(errors="replace") if r.status == 200 else ""
+    MNT, error_of, eq, exit_status, gpu_body, metric, ok, parse_metrics, poll, run_group, sim_ctl,
+    start, stop, write_config, write_secret)
+from vgpud_instances import (  # noqa: E402
+    FAKE_QEMU, IMAGES, INSTANCES, PROFILE, alive, body, console_text, current_type,
+    delete_when_idle, finish_run, make_images, pid_of, runtime_dir, vf_of)
 
 
 # ---- the checks -----------------------------------------------------------------------------
@@ -133,7 +81,7 @@ def check_gpu_less(c, work):
        "API-7, API-8: no gpu and no error keys for a GPU-less instance")
     ok(re.fullmatch(r"[a-z0-9]{20}", inst["id"]) is not None, "INST-3: the id is 20 [a-z0-9]")
     iid = inst["id"]
-    pid = pid_of(work, iid)
+    pid = pid_of(iid)
     ok(pid and alive(pid), "INST-12, VMM-4: the recorded VMM pid runs", pid)
     eq(c.get("/instances/" + iid).json(), inst, "API-2: GET returns the instance")
     eq([i["id"] for i in c.get("/instances").json()], [iid], "API-2: the list has it")
@@ -162,7 +110,7 @@ def check_gpu_less(c, work):
     ok(not alive(pid), "VMM-9: the VMM has exited after the stop")
     ok("qmp command system_powerdown" in console_text(c, iid),
        "VMM-9: the stop asked for system_powerdown")
-    rt = os.path.join(work, "run", "instances", iid)
+    rt = runtime_dir(work, iid)
     ok(not os.path.exists(os.path.join(rt, "qmp.sock")), "VMM-15: the sockets are removed")
     # INST-25: stop of a Stopped instance is 200 unchanged.
     r = c.request("POST", "/instances/%s/stop" % iid)
@@ -175,12 +123,12 @@ def check_gpu_less(c, work):
        error_of(r))
 
     # INST-18: delete answers 204 and leaves nothing.
-    pid = pid_of(work, iid)
+    pid = pid_of(iid)
     r = c.request("DELETE", "/instances/" + iid)
     eq(r.status, 204, "INST-18: delete answers 204")
     eq(error_of(c.get("/instances/" + iid))[0], 404, "INST-18: the instance is gone")
-    ok(not alive(pid), "INST-18: its VMM has exited")
-    ok(not os.path.exists(os.path.join(MNT, "data/instances", iid)),
+    ok(pid and not alive(pid), "INST-18: its VMM has exited")
+    ok(not os.path.exists(os.path.join(INSTANCES, iid)),
        "INST-20: its data directory is removed")
     ok(not os.path.exists(rt), "INST-20: its runtime directory is removed")
 
@@ -281,14 +229,13 @@ def check_unrequested_exit(c, work):
     r = c.request("POST", "/instances", body("crash-01", PROFILE))
     ok(r.status == 201, "crash VM created", error_of(r))
     inst = r.json()
-    os.kill(pid_of(work, inst["id"]), signal.SIGKILL)
+    os.kill(pid_of(inst["id"]), signal.SIGKILL)
     got = poll(lambda: c.get("/instances/" + inst["id"]).json()["state"] == "Failed", 10)
     s = c.get("/instances/" + inst["id"]).json()
     ok(got and "SIGKILL" in s.get("error", ""),
        "INST-19: a VMM killed by a signal leaves the instance Failed with the error", s)
     ok(poll(lambda: current_type(vf_of(inst)) == "0", 10), "INST-19: the VF is released")
-    r = delete_when_idle(c, inst["id"])
-    ok(r is not None and r.status == 204, "INST-8: the Failed instance is deleted")
+    eq(delete_when_idle(c, inst["id"])[0], 204, "INST-8: the Failed instance is deleted")
 
 
 def check_concurrent(c, work):
@@ -379,7 +326,7 @@ def check_restart(work, config, secret, sock, daemons):
     r = c.request("POST", "/instances", body("survivor-01", PROFILE))
     ok(r.status == 201, "survivor created", error_of(r))
     inst = r.json()
-    pid = pid_of(work, inst["id"])
+    pid = pid_of(inst["id"])
     d.stop(signal.SIGKILL)
     ok(alive(pid), "OPS-3: the VM outlives the daemon")
     d2, c2 = start(work, "restart-b", config, secret, sock)
@@ -395,9 +342,6 @@ def check_restart(work, config, secret, sock, daemons):
     ok(not alive(pid), "VMM-4: the adopted VMM has exited")
     c2.request("DELETE", "/instances/" + inst["id"])
     stop(d2, " (restarted)")
-
-
-KEEP_LOG = os.environ.get("VGPUD_TEST_KEEP")
 
 
 def check_shutdown_mid_create(work, config, secret, sock, daemons):
@@ -416,10 +360,10 @@ def check_shutdown_mid_create(work, config, secret, sock, daemons):
 
     def creating():
         lst = c.get("/instances").json()
-        return lst and lst[0]["state"] == "Creating" and pid_of(work, lst[0]["id"]) and lst[0]
+        return lst and lst[0]["state"] == "Creating" and pid_of(lst[0]["id"]) and lst[0]
     inst = poll(creating, 10)
     ok(bool(inst), "INST-12: the create waits for readiness with its VMM spawned")
-    pid = pid_of(work, inst["id"]) if inst else None
+    pid = pid_of(inst["id"]) if inst else None
     eq(d.stop(), 0, "OPS-3: SIGTERM during a create exits 0")
     t.join(10)
     r = answer.get("r")
@@ -448,9 +392,7 @@ def main():
     work = tempfile.mkdtemp(prefix="vgpud-instances-")
     daemons = []
     try:
-        os.makedirs(IMAGES, exist_ok=True)
-        with open(KERNEL, "w") as f:
-            f.write("a kernel for fake-qemu\n")
+        make_images()
         secret = write_secret(work)
         config = os.path.join(work, "vgpud.yaml")
         write_config(config, work, extra_gpu="""  vfio_term_grace: 1s
@@ -478,11 +420,7 @@ vmm:
         run_group("shutdown", lambda: check_shutdown_mid_create(work, config, secret, sock,
                                                                 daemons))
     finally:
-        if KEEP_LOG:
-            for d in daemons:
-                shutil.copy(d.log_path, KEEP_LOG)
-        finish(daemons, work)
-        shutil.rmtree(IMAGES, ignore_errors=True)
+        finish_run(daemons, work)
     return exit_status()
 
 

@@ -6,8 +6,8 @@
 # GPU-less VM, a QEMU process started as VMM-3 says, a QMP client (VMM-5, VMM-6, VMM-20) and
 # console polling.
 #
-# The TAP helpers (ok, eq, plan, exit_status, poll) are tests/lib/vgpud_test.py's, one counter
-# for every check of a script; that module reads the simulator's arguments only when a test
+# The TAP helpers (ok, eq, plan, exit_status, poll, run_group) are tests/lib/vgpud_test.py's, one
+# counter for every check of a script; that module reads the simulator's arguments only when a test
 # asks for them, so tests that run without the simulator import it too.
 import gzip
 import json
@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from vgpud_test import eq, exit_status, ok, plan, poll  # noqa: E402,F401 (re-exported)
+from vgpud_test import eq, exit_status, ok, plan, poll, run_group  # noqa: E402,F401 (re-exported)
 
 # ---- TAP, beyond vgpud_test's ----------------------------------------------------------------
 
@@ -69,6 +69,25 @@ def ensure_guest(build_script, outdir, timeout=900):
         raise RuntimeError("%s %s exited with status %d:\n%s"
                            % (build_script, outdir, p.returncode, out))
     return Guest(outdir, time.monotonic() - t0, out)
+
+
+def guest_or_skip(build_script, outdir, qemu):
+    """The start of every e2e script: the whole script skipped when qemu is not an executable,
+    else SIM-19's first check, that build-guest.sh builds the guest; returns the Guest, or None
+    once that check has failed (the plan printed: the script has nothing left to run)."""
+    if not qemu or not os.access(qemu, os.X_OK):
+        skip_all("qemu-system-x86_64 not found (scripts/deps.sh installs qemu-system-x86)")
+    try:
+        guest = ensure_guest(build_script, outdir)
+    except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
+        ok(False, "SIM-19: build-guest.sh builds the guest", e)
+        plan()
+        return None
+    ok(True, "SIM-19: build-guest.sh builds the guest")
+    note("guest %s: %s %s (kernel %s), %.1f s" % (
+        "reused from the cache" if guest.cached() else "built", guest.info["kernel_package"],
+        guest.info["kernel_version"], guest.info["kernel_release"], guest.seconds))
+    return guest
 
 
 def _newc_entry(name, mode, data, ino):

@@ -14,17 +14,15 @@
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    Qemu, Qmp, ensure_guest, eq, exit_status, initrd_with, note, ok, plan, qemu_argv,
-    read_text, skip_all, tail, wait_console)
+    Qemu, Qmp, eq, exit_status, guest_or_skip, initrd_with, note, ok, plan, qemu_argv, read_text,
+    run_group, tail, wait_console)
 
 BUILD_GUEST, GUEST_DIR, QEMU = sys.argv[1:4]
 
@@ -245,31 +243,15 @@ def test_agent_hook(guest, work):
         qmp.close()
 
 
-def run_group(name, fn, *args):
-    try:
-        fn(*args)
-    except Exception:
-        ok(False, "%s: no exception" % name, traceback.format_exc())
-
-
 def main():
-    if not QEMU or not os.access(QEMU, os.X_OK):
-        skip_all("qemu-system-x86_64 not found (scripts/deps.sh installs qemu-system-x86)")
-    try:
-        guest = ensure_guest(BUILD_GUEST, GUEST_DIR)
-    except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
-        ok(False, "SIM-19: build-guest.sh builds the guest", e)
-        plan()
+    guest = guest_or_skip(BUILD_GUEST, GUEST_DIR, QEMU)
+    if not guest:
         return 1
-    ok(True, "SIM-19: build-guest.sh builds the guest")
-    note("guest %s: %s %s (kernel %s), %.1f s" % (
-        "reused from the cache" if guest.cached() else "built", guest.info["kernel_package"],
-        guest.info["kernel_version"], guest.info["kernel_release"], guest.seconds))
 
     work = tempfile.mkdtemp(prefix="vgpud-e2e-")
     try:
-        run_group("boot and powerdown", test_boot_and_powerdown, guest, work)
-        run_group("agent hook", test_agent_hook, guest, work)
+        run_group("boot and powerdown", lambda: test_boot_and_powerdown(guest, work))
+        run_group("agent hook", lambda: test_agent_hook(guest, work))
     finally:
         for vm in vms:
             vm.kill()

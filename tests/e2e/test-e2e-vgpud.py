@@ -22,14 +22,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_guest import ensure_guest, note, skip_all, tail  # noqa: E402 (after the path)
+from e2e_guest import guest_or_skip, note, tail  # noqa: E402 (after the path)
 from vgpud_test import (  # noqa: E402 (e2e_guest put tests/lib on the path)
-    MNT, error_of, eq, exit_status, finish, metric, ok, parse_metrics, plan, poll, start, stop,
-    write_config, write_secret)
+    MNT, error_of, eq, exit_status, finish, metric, ok, parse_metrics, poll, run_group, start,
+    stop, write_config, write_secret)
 
 BUILD_GUEST, GUEST_DIR, QEMU = sys.argv[4:7]
 
@@ -311,18 +310,9 @@ def check_bad_kernel(c, d, images):
 
 
 def main():
-    if not QEMU or not os.access(QEMU, os.X_OK):
-        skip_all("qemu-system-x86_64 not found (scripts/deps.sh installs qemu-system-x86)")
-    try:
-        guest = ensure_guest(BUILD_GUEST, GUEST_DIR)
-    except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
-        ok(False, "SIM-19: build-guest.sh builds the guest", e)
-        plan()
+    guest = guest_or_skip(BUILD_GUEST, GUEST_DIR, QEMU)
+    if not guest:
         return 1
-    ok(True, "SIM-19: build-guest.sh builds the guest")
-    note("guest %s: %s (kernel %s), %.1f s" % (
-        "reused from the cache" if guest.cached() else "built", guest.info["kernel_package"],
-        guest.info["kernel_release"], guest.seconds))
 
     work = tempfile.mkdtemp(prefix="vgpud-e2e-vgpud-")
     daemons = []
@@ -351,12 +341,8 @@ vmm:
         d, c = start(work, "e2e", config, secret, sock)
         daemons.append(d)
         if c:
-            for name, fn in (("lifecycle", lambda: check_lifecycle(c, d, work, images)),
-                             ("bad kernel", lambda: check_bad_kernel(c, d, images))):
-                try:
-                    fn()
-                except Exception:
-                    ok(False, "%s: no exception" % name, traceback.format_exc())
+            run_group("lifecycle", lambda: check_lifecycle(c, d, work, images))
+            run_group("bad kernel", lambda: check_bad_kernel(c, d, images))
             # Anything a failed check left behind goes before the daemon stops.
             for i in c.get("/instances").json():
                 c.request("DELETE", "/instances/" + i["id"])

@@ -1,21 +1,24 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# vgpud_instances: what the instance lifecycle matrix scripts (tests/api/test-instances-matrix.py,
-# tests/api/test-instances-restart.py) share on top of vgpud_test: create bodies, the records on
-# the simulator's data/ (INST-1), fake-qemu processes (SIM-15), a test-held QMP connection, the
-# claim invariants between /gpus, state.json and every instance.json, and bounded waits.
+# vgpud_instances: what the instance lifecycle scripts (tests/api/test-instances.py,
+# tests/api/test-instances-matrix.py, tests/api/test-instances-restart.py) share on top of
+# vgpud_test: create bodies, the records on the simulator's data/ (INST-1), fake-qemu processes
+# (SIM-15), a test-held QMP connection, the claim invariants between /gpus, state.json and every
+# instance.json, bounded waits, and the end of a run.
 #
-# Both scripts take the arguments of tests/api/test-instances.py: VGPUD OPENAPI_YAML FAKE_NVML
-# FAKE_QEMU, and run under tests/sim/run-sim-test.sh.
+# The scripts take the arguments VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU, and run under
+# tests/sim/run-sim-test.sh.
 import json
 import os
 import re
+import shutil
 import socket
 import sys
 import threading
 
 import vgpud_test as vt
-from vgpud_test import MNT, error_of, ok, poll, sim_state
+from vgpud_test import (  # noqa: F401 (alive and proc_state are re-exported)
+    MNT, alive, error_of, finish, ok, poll, proc_state, sim_ctl, sim_state)
 
 FAKE_QEMU = sys.argv[4]
 IMAGES = os.path.join(MNT, "data", "images")
@@ -68,31 +71,18 @@ def vf_of(inst):
 
 
 def record(iid):
-    """instance.json as it is on disk, or None."""
+    """instance.json as it is on disk, or None (also for a file that does not parse: vgpud
+    renames a whole record into place, INST-1, so only a hand-written one can be partial)."""
     try:
         with open(os.path.join(INSTANCES, iid, "instance.json")) as f:
             return json.load(f)
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):
         return None
 
 
 def pid_of(iid):
     r = record(iid)
     return r.get("hypervisor", {}).get("pid") if r else None
-
-
-def proc_state(pid):
-    """The state letter of /proc/<pid>/stat, or None when the process is gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(") ", 1)[1][0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-
-
-def alive(pid):
-    s = proc_state(pid) if pid else None
-    return s is not None and s not in "ZX"
 
 
 def guest_pids(name):
@@ -139,6 +129,12 @@ def console_file(iid):
             return f.read()
     except FileNotFoundError:
         return ""
+
+
+def console_text(c, iid):
+    """The console route's text (API-2), "" when it does not answer 200."""
+    r = c.get("/instances/%s/console" % iid)
+    return r.body.decode(errors="replace") if r.status == 200 else ""
 
 
 def runtime_dir(work, iid):
@@ -217,14 +213,17 @@ def delete(c, iid):
     return request(c, "DELETE", "/instances/" + iid)
 
 
+def delete_when_idle(c, iid, timeout=20):
+    """DELETE, again while another operation on the instance runs (INST-9's 409 busy, such as
+    the exit operation of INST-19); (status, body) of the last answer."""
+    return unless_busy(lambda: delete(c, iid), timeout)
+
+
 def delete_all(c):
     """Deletes every instance; a test group's clean end. Returns the ones that would not go."""
     left = []
     for i in c.get("/instances").json():
-        # An unrequested exit's operation may still run (409 busy): wait for it, bounded.
-        res = []
-        poll(lambda: res.append(delete(c, i["id"])[0]) or res[-1] != 409, 20, 0.2)
-        st = res[-1]
+        st = delete_when_idle(c, i["id"])[0]
         if st != 204:
             left.append((i["id"], i["name"], st))
     return left
@@ -322,3 +321,16 @@ def todo(cond, name, why):
     vt.counter += 1
     print("%s %d - %s # TODO %s" % ("ok" if cond else "not ok", vt.counter, name, why))
     sys.stdout.flush()
+
+
+def finish_run(daemons, work):
+    """The end of a lifecycle script's run, whatever happened: the simulator's faults cleared,
+    every daemon's log copied to $VGPUD_TEST_KEEP when that is set, then vgpud_test.finish()
+    (daemons killed, work removed, the plan) and the images removed."""
+    sim_ctl("clear-faults")
+    keep = os.environ.get("VGPUD_TEST_KEEP")
+    if keep:
+        for d in daemons:
+            shutil.copy(d.log_path, keep)
+    finish(daemons, work)
+    shutil.rmtree(IMAGES, ignore_errors=True)

@@ -2,8 +2,8 @@
 #
 # vgpud_test: what the API test scripts (tests/api/test-api.py, tests/api/test-api-faults.py)
 # share: TAP output, an HTTP client over the Unix socket and TCP, HS256 tokens, a vgpud process
-# with its notify socket and log, its configuration, and the simulator's truth (state.json,
-# .sim/ctl, the figures /resources must show) and a metrics parser.
+# with its notify socket and log, its configuration, a process's state in /proc, the simulator's
+# truth (state.json, .sim/ctl, the figures /resources must show) and a metrics parser.
 #
 # Both scripts run under tests/sim/run-sim-test.sh, which mounts the simulator in a private PID
 # namespace (SIM-21) and exports VGPU_SIM_MOUNT and VGPU_SIM_CONTROL, and both take the same
@@ -11,7 +11,8 @@
 #
 # Those arguments and that environment are read at their first use, not at import: VGPUD,
 # OPENAPI, FAKE_NVML, MNT, CTL, SYS and HEALTH_FILE are looked up on demand (PEP 562), so a
-# script without the simulator (tests/e2e/e2e_guest.py) can share the TAP helpers.
+# script without the simulator (tests/e2e/e2e_guest.py) can share the TAP helpers, and one with
+# the simulator but other arguments (bench/vgpud_bench.py) its helpers for the simulator.
 import base64
 import hashlib
 import hmac
@@ -28,33 +29,46 @@ import threading
 import time
 import traceback
 
-_context = None
+_sim = None
+_args = None
+SIM_NAMES = ("MNT", "CTL", "SYS", "HEALTH_FILE")
+ARG_NAMES = ("VGPUD", "OPENAPI", "FAKE_NVML")
 
 
-def context():
-    """{"VGPUD", "OPENAPI", "FAKE_NVML", "MNT", "CTL", "SYS", "HEALTH_FILE"}: the script's
-    first three arguments and the simulator's environment, read once, at the first use."""
-    global _context
-    if _context is None:
-        if len(sys.argv) < 4:
-            raise RuntimeError("vgpud_test: the script needs the arguments VGPUD OPENAPI_YAML "
-                               "FAKE_NVML (got %r)" % (sys.argv[1:],))
+def sim_context():
+    """{"MNT", "CTL", "SYS", "HEALTH_FILE"}: the simulator's environment, read once, at the first
+    use."""
+    global _sim
+    if _sim is None:
         missing = [v for v in ("VGPU_SIM_MOUNT", "VGPU_SIM_CONTROL") if v not in os.environ]
         if missing:
             raise RuntimeError("vgpud_test: %s not set (run under tests/sim/run-sim-test.sh)"
                                % " and ".join(missing))
         mnt = os.environ["VGPU_SIM_MOUNT"]
-        _context = {"VGPUD": sys.argv[1], "OPENAPI": sys.argv[2], "FAKE_NVML": sys.argv[3],
-                    "MNT": mnt, "CTL": os.environ["VGPU_SIM_CONTROL"],
-                    "SYS": os.path.join(mnt, "sys"),
-                    "HEALTH_FILE": os.path.join(mnt, "data", "gpu", "vf-health.json")}
-    return _context
+        _sim = {"MNT": mnt, "CTL": os.environ["VGPU_SIM_CONTROL"],
+                "SYS": os.path.join(mnt, "sys"),
+                "HEALTH_FILE": os.path.join(mnt, "data", "gpu", "vf-health.json")}
+    return _sim
+
+
+def context():
+    """{"VGPUD", "OPENAPI", "FAKE_NVML"} (the script's first three arguments) and sim_context(),
+    read once, at the first use."""
+    global _args
+    if _args is None:
+        if len(sys.argv) < 4:
+            raise RuntimeError("vgpud_test: the script needs the arguments VGPUD OPENAPI_YAML "
+                               "FAKE_NVML (got %r)" % (sys.argv[1:],))
+        _args = {"VGPUD": sys.argv[1], "OPENAPI": sys.argv[2], "FAKE_NVML": sys.argv[3]}
+    return dict(_args, **sim_context())
 
 
 def __getattr__(name):
     # Module attributes not defined above: `from vgpud_test import MNT` and `vgpud_test.MNT`
     # both land here (PEP 562), so the names read as constants while staying lazy.
-    if name in ("VGPUD", "OPENAPI", "FAKE_NVML", "MNT", "CTL", "SYS", "HEALTH_FILE"):
+    if name in SIM_NAMES:
+        return sim_context()[name]
+    if name in ARG_NAMES:
         return context()[name]
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
@@ -383,21 +397,39 @@ def log_count(d, pattern):
     return sum(1 for l in d.log_text().splitlines() if re.fullmatch(pattern, l))
 
 
+# ---- processes ------------------------------------------------------------------------------
+
+
+def proc_state(pid):
+    """The state letter of /proc/<pid>/stat, or None when the process is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(") ", 1)[1][0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def alive(pid):
+    """Whether pid runs: a zombie (or a dead task) does not; neither does pid None."""
+    s = proc_state(pid) if pid else None
+    return s is not None and s not in "ZX"
+
+
 # ---- the simulator's truth ------------------------------------------------------------------
 
 
 def sim_state():
-    with open(os.path.join(context()["CTL"], "state.json")) as f:
+    with open(os.path.join(sim_context()["CTL"], "state.json")) as f:
         return json.load(f)
 
 
 def sim_ctl(command):
-    with open(os.path.join(context()["CTL"], "ctl"), "w") as f:
+    with open(os.path.join(sim_context()["CTL"], "ctl"), "w") as f:
         f.write(command)
 
 
 def read_creatable(vf):
-    with open(os.path.join(context()["SYS"], "bus/pci/devices", vf,
+    with open(os.path.join(sim_context()["SYS"], "bus/pci/devices", vf,
                            "nvidia/creatable_vgpu_types")) as f:
         names = []
         for line in f.read().splitlines():
@@ -408,8 +440,8 @@ def read_creatable(vf):
 
 
 def configure(vf, type_id):
-    with open(os.path.join(context()["SYS"], "bus/pci/devices", vf, "nvidia/current_vgpu_type"),
-              "w") as f:
+    with open(os.path.join(sim_context()["SYS"], "bus/pci/devices", vf,
+                           "nvidia/current_vgpu_type"), "w") as f:
         f.write(str(type_id))
 
 
@@ -473,7 +505,7 @@ def mdev_vfs():
 
 
 def read_attr(path):
-    with open(os.path.join(context()["SYS"], path)) as f:
+    with open(os.path.join(sim_context()["SYS"], path)) as f:
         return f.read().strip()
 
 
@@ -489,7 +521,7 @@ def mdev_truth():
             busy = v["mdev"] is not None or v["type"] != 0
             used += busy
             allocatable += not busy
-            for t in sorted(os.listdir(os.path.join(context()["SYS"], types))):
+            for t in sorted(os.listdir(os.path.join(sim_context()["SYS"], types))):
                 name = read_attr(os.path.join(types, t, "name"))
                 n = 0 if busy else int(read_attr(os.path.join(types, t, "available_instances")))
                 avail[name] = avail.get(name, 0) + n
