@@ -10,9 +10,10 @@
  *     HEALTH-30), the pass's one open-handle scan (DEV-14, REC-9), a health-store repair
  *     (HEALTH-21), and an NVML cache refresh with initialisation retried (NVML-2, NVML-14) once
  *     discovery has said which GPUs there are;
- *  2. the instance stages through the InstanceManager: stale claims whose VMM is provably gone
- *     are released (release_stale, REC-4, REC-5), Deleting records completed and consoles
- *     truncated (REC-10, VMM-8);
+ *  2. the instance stages through the InstanceManager: list_instances (REC-3: a record that
+ *     cannot be read stops the pass), then stale claims whose VMM is provably gone are
+ *     released (release_stale, REC-4, REC-5), Deleting records completed, leftover .deleted-*
+ *     trees deleted and consoles truncated (REC-10, VMM-8);
  *  3. reset_unclaimed_vfs (REC-6, REC-7): every dirty vendor-VFIO VF that is neither uncertain,
  *     reserved, claimed, busy nor held open gets 0 written, with the pass's scan.
  * A failed scan counts against and skips the stages that need it (REC-9); a failed discovery,

@@ -21,6 +21,7 @@ typedef struct Pass {
         PassPhase phase;
         bool discovered;  /* this pass's discovery succeeded */
         DeviceScan *scan; /* the pass's one fd scan (REC-9); NULL when it failed */
+        bool aborted;     /* REC-3 stopped the pass */
         /* REC-11's figures */
         unsigned released, reset, removed, failed;
 } Pass;
@@ -288,6 +289,12 @@ static void on_instances_done(const InstanceReconcileResult *res, void *userdata
 {
         Reconciler *rc = userdata;
         Pass *p = rc->pass;
+        if (res->unreadable > 0) {
+                /* REC-3: a record that may hold a claim cannot be read: the pass stops. */
+                stage_failed(rc, RECONCILE_STAGE_LIST_INSTANCES, res->unreadable_id,
+                             "instance record unreadable; the rest of the pass is skipped");
+                p->aborted = true;
+        }
         p->released += res->released;
         p->removed += res->deletes_resumed;
         for (unsigned k = 0; k < res->release_failed; k++)
@@ -348,7 +355,7 @@ static void start_device_stage(Reconciler *rc)
         const GpuHost *h = gpu_tracker_host(rc->config.tracker);
         InstanceManager *im = rc->config.instances;
         /* REC-2: no framework, or a failed discovery, skips the GPU stages. */
-        if (!im || !rc->config.ops || !p->discovered || !h ||
+        if (!im || !rc->config.ops || p->aborted || !p->discovered || !h ||
             h->framework != GPU_FRAMEWORK_VENDOR_VFIO)
                 return;
         if (!p->scan) {

@@ -285,6 +285,168 @@ static bool wants_probe(const Instance *i)
         return instance_record_is_claimed(&i->rec) || i->rec.state == INSTANCE_DELETING;
 }
 
+/* ---- list_instances (REC-3) and the .deleted-* retries (REC-10) ---------------------------- */
+
+typedef struct ListJob {
+        int dirfd;
+        char **known; /* ids in memory: not loaded again */
+        InstanceRecord *loaded;
+        size_t n_loaded;
+        char **unreadable; /* "<id>\n<error>" */
+} ListJob;
+
+static void list_job_free(void *data)
+{
+        ListJob *j = data;
+        for (size_t k = 0; k < j->n_loaded; k++)
+                instance_record_done(&j->loaded[k]);
+        free(j->loaded);
+        strv_free(j->known);
+        strv_free(j->unreadable);
+        free(j);
+}
+
+static bool strv_has(char *const *v, const char *s)
+{
+        for (; v && *v; v++)
+                if (streq(*v, s))
+                        return true;
+        return false;
+}
+
+static int list_job_run(void *data, char **error)
+{
+        ListJob *j = data;
+        InstanceDirList l = {0};
+        int r = instance_dir_list_at(j->dirfd, &l, error);
+        if (r < 0)
+                return r;
+        for (char **p = l.deleted; p && *p; p++) {
+                _cleanup_free_ char *e = NULL;
+                if (instance_tree_delete_at(j->dirfd, *p, &e) < 0)
+                        log_line(LOG_LEVEL_WARNING, 0, "cannot delete removed instance", "name", *p,
+                                 "error", e, NULL);
+        }
+        for (char **id = l.ids; id && *id && r >= 0; id++) {
+                if (strv_has(j->known, *id))
+                        continue;
+                InstanceRecord rec = {0};
+                _cleanup_free_ char *e = NULL, *line = NULL;
+                int k = instance_record_load_at(j->dirfd, *id, &rec, &e);
+                if (k == -ENOENT)
+                        continue; /* removed meanwhile */
+                if (k < 0) {
+                        if (strprintf(&line, "%s\n%s", *id, e ? e : strerror(-k)) < 0 ||
+                            strv_push(&j->unreadable, line) < 0)
+                                r = error_set_oom(error);
+                        continue;
+                }
+                InstanceRecord *n = reallocarray(j->loaded, j->n_loaded + 1, sizeof *n);
+                if (!n) {
+                        instance_record_done(&rec);
+                        r = error_set_oom(error);
+                        break;
+                }
+                j->loaded = n;
+                j->loaded[j->n_loaded++] = rec;
+        }
+        instance_dir_list_done(&l);
+        return r;
+}
+
+static void start_probes(Sweep *s);
+
+static void list_job_done(int r, void *data, const char *error, void *userdata)
+{
+        Sweep *s = userdata;
+        ListJob *j = data;
+        InstanceManager *m = s->m;
+        if (r < 0 || !j) {
+                s->result.unreadable++;
+                log_line(LOG_LEVEL_ERR, r, "cannot list instance records", "error", error, NULL);
+                sweep_step_done(s);
+                return;
+        }
+        for (size_t k = 0; k < j->n_loaded; k++) {
+                if (instance_find(m, j->loaded[k].id))
+                        continue; /* created meanwhile */
+                Instance *i = instance_new(m);
+                if (!i)
+                        continue;
+                i->rec = j->loaded[k];
+                j->loaded[k] = (InstanceRecord){0};
+                if (instance_insert(m, i) < 0) {
+                        instance_record_done(&i->rec);
+                        free(i);
+                        continue;
+                }
+                /* Its claim and VMM are resolved by the probes below, like every other. */
+                s->result.loaded++;
+                log_line(LOG_LEVEL_NOTICE, 0, "instance record found on disk", "instance_id",
+                         i->rec.id, "state", instance_state_to_string(i->rec.state), NULL);
+        }
+        /* INST-22: the reason follows what is unreadable now. */
+        free(m->disabled_reason);
+        m->disabled_reason = NULL;
+        for (char **u = j->unreadable; u && *u; u++) {
+                char *nl = strchr(*u, '\n');
+                *nl = 0;
+                if (s->result.unreadable++ == 0)
+                        snprintf(s->result.unreadable_id, sizeof s->result.unreadable_id, "%s", *u);
+                log_line(LOG_LEVEL_ERR, 0, "instance record unreadable", "instance_id", *u, "error",
+                         nl + 1, NULL);
+                if (!m->disabled_reason)
+                        (void)strprintf(&m->disabled_reason,
+                                        "instance record %s/instances/%s unreadable: %s",
+                                        m->config->data_dir, *u, nl + 1);
+        }
+        if (s->result.unreadable == 0)
+                start_probes(s);
+        sweep_step_done(s);
+}
+
+static int submit_list(Sweep *s)
+{
+        InstanceManager *m = s->m;
+        ListJob *j = calloc(1, sizeof *j);
+        if (!j)
+                return -ENOMEM;
+        j->dirfd = m->cfg.instances_dirfd;
+        for (size_t k = 0; k < m->n_instances; k++)
+                if (strv_push(&j->known, m->instances[k]->rec.id) < 0) {
+                        list_job_free(j);
+                        return -ENOMEM;
+                }
+        _cleanup_free_ char *error = NULL;
+        int r = worker_pool_submit(m->cfg.disk_pool,
+                                   &(WorkerJob){.run = list_job_run,
+                                                .done = list_job_done,
+                                                .data = j,
+                                                .free_data = list_job_free,
+                                                .userdata = s},
+                                   &error);
+        if (r < 0) {
+                list_job_free(j);
+                return r;
+        }
+        s->pending++;
+        return 0;
+}
+
+static void start_probes(Sweep *s)
+{
+        InstanceManager *m = s->m;
+        DeviceScan *scan = s->scan;
+        for (size_t k = 0; k < m->n_instances; k++) {
+                Instance *i = m->instances[k];
+                if (!wants_probe(i))
+                        continue;
+                if (instance_probe(i, scan, false, on_probe, s) >= 0)
+                        s->pending++;
+        }
+        submit_truncation(s);
+}
+
 int instance_manager_reconcile(InstanceManager *m, DeviceScan *scan, InstanceReconcileDone done,
                                void *userdata)
 {
@@ -299,14 +461,11 @@ int instance_manager_reconcile(InstanceManager *m, DeviceScan *scan, InstanceRec
                      .done = done,
                      .userdata = userdata};
         m->sweep = s;
-        for (size_t k = 0; k < m->n_instances; k++) {
-                Instance *i = m->instances[k];
-                if (!wants_probe(i))
-                        continue;
-                if (instance_probe(i, scan, false, on_probe, s) >= 0)
-                        s->pending++;
+        int r = submit_list(s);
+        if (r < 0) {
+                s->result.unreadable++;
+                log_line(LOG_LEVEL_ERR, r, "cannot list instance records", NULL);
         }
-        submit_truncation(s);
         sweep_step_done(s);
         return 0;
 }

@@ -335,6 +335,13 @@ bool instance_manager_is_settled(const InstanceManager *m);
 /* ---- reconcile passes (REC-4, REC-5, REC-10; instance-reconcile.c) ------------------------- */
 
 typedef struct InstanceReconcileResult {
+        /*
+         * REC-3: records on disk that are neither in memory nor loadable. The pass stops there
+         * (nothing below ran): such a record may hold a claim. unreadable_id names the first.
+         */
+        unsigned unreadable;
+        char unreadable_id[INSTANCE_ID_LEN + 1];
+        unsigned loaded;             /* records found on disk and taken in (REC-3) */
         unsigned checked;            /* claims and Deleting records whose liveness was resolved */
         unsigned released;           /* stale claims released (REC-4) */
         unsigned release_failed;     /* stale releases that failed (REC-5); claims kept */
@@ -346,7 +353,11 @@ typedef struct InstanceReconcileResult {
 typedef void (*InstanceReconcileDone)(const InstanceReconcileResult *result, void *userdata);
 
 /*
- * The instance stages of a reconcile pass: every claim and every Deleting record with no
+ * The instance stages of a reconcile pass. list_instances (REC-3) first, on the disk pool:
+ * instances/ is listed again, leftover .deleted-* trees deleted (REC-10, INST-20), and a valid id
+ * that is not in memory is loaded and taken in; one that cannot be loaded names itself in
+ * INST-22's placement_disabled_reason and ends the stages (nothing below runs), and the reason
+ * clears once no such record is left. Then every claim and every Deleting record with no
  * operation in progress and no VMM watched alive has its liveness resolved on the disk pool
  * with the pass's one fd scan (REC-9; referenced, may be NULL when the scan failed: only claims
  * without a socket to check are decided then). Provably gone: the instance is marked busy, steps

@@ -16,9 +16,9 @@ import tempfile
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_instances import (  # noqa: E402
-    MNT, PROFILE, create_running, current_type, make_images, pid_of, record, vf_of, vmm_config)
+    KERNEL, MNT, PROFILE, create_running, current_type, make_images, pid_of, record, vf_of, vmm_config)
 from vgpud_test import (  # noqa: E402
-    configure, eq, exit_status, finish, gpu_body, metric, ok, parse_metrics, poll, run_group,
+    alive, configure, eq, exit_status, finish, gpu_body, metric, ok, parse_metrics, poll, run_group,
     start, stop, write_secret)
 
 FREE_VF = "0000:e3:01.0"  # a VF of the mixed-size L40S that nothing claims
@@ -96,6 +96,37 @@ def check_console(c, d):
     c.request("DELETE", "/instances/" + inst["id"])
 
 
+def check_list(c, d):
+    # REC-3, INST-22: a record that appears unreadable stops the pass and disables placement
+    # (it may hold a claim); once it is gone, the next pass enables placement again.
+    bad = os.path.join(MNT, "data/instances", "b" * 20)
+    os.makedirs(bad)
+    with open(os.path.join(bad, "instance.json"), "w") as f:
+        f.write('{"version": 1, "id": ')
+    want = "instance record %s/data/instances/%s unreadable: " % (MNT, "b" * 20)
+    g = poll(lambda: (lambda g: g.get("placement_disabled_reason", "").startswith(want) and g)(
+        gpu_body(c)), 20, 0.1)
+    ok(bool(g), "REC-3, INST-22: an unreadable record disables placement", gpu_body(c))
+    fams = parse_metrics(c.get("/metrics").body.decode())
+    ok(metric(fams, "vgpud_instances_vgpu_reconcile_failures_total", stage="list_instances") >= 1,
+       "REC-3, MET-2: the list_instances stage failure is counted")
+    r = c.request("POST", "/instances", {"name": "refused-02", "vcpus": 1, "memory_mb": 256,
+                                          "boot": {"kernel": KERNEL}, "gpu": {"profile": PROFILE}})
+    eq(r.status, 503, "INST-22, INST-11: a vGPU create is refused meanwhile")
+    os.unlink(os.path.join(bad, "instance.json"))
+    os.rmdir(bad)
+    ok(poll(lambda: "placement_disabled_reason" not in gpu_body(c), 20, 0.1),
+       "INST-22: placement comes back once the record is removed")
+
+    # REC-10, INST-20: a .deleted-* tree left behind is deleted by a pass.
+    left = os.path.join(MNT, "data/instances", ".deleted-" + "c" * 20)
+    os.makedirs(os.path.join(left, "sub"))
+    with open(os.path.join(left, "sub", "console.log"), "w") as f:
+        f.write("old\n")
+    ok(poll(lambda: not os.path.exists(left), 20, 0.1),
+       "REC-10: a leftover .deleted-* tree is deleted by the next pass")
+
+
 def check_stale(work, config, secret, sock, daemons):
     # REC-4: the daemon dies, then the VMM; the next start finds the Running record with its
     # VMM gone (INST-21: Stopped) and the first pass releases the claim before readiness.
@@ -110,6 +141,7 @@ def check_stale(work, config, secret, sock, daemons):
     pid = pid_of(inst["id"])
     d.stop(signal.SIGKILL)
     os.kill(pid, signal.SIGKILL)
+    ok(poll(lambda: not alive(pid), 10, 0.02), "the VMM is dead before vgpud starts again")
     d2, c2 = start(work, "stale-b", config, secret, sock)
     daemons.append(d2)
     if not c2:
@@ -145,6 +177,7 @@ def main():
         if c:
             run_group("reset", lambda: check_reset(c, d))
             run_group("console", lambda: check_console(c, d))
+            run_group("list", lambda: check_list(c, d))
             stop(d)
         run_group("stale", lambda: check_stale(work, config, secret, sock, daemons))
     finally:
