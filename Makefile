@@ -1,7 +1,7 @@
 # Thin wrapper around meson so a fresh machine needs exactly one command.
 BUILD ?= build
 
-.PHONY: all deps build check demo bench fuzz format clean
+.PHONY: all deps build check chaos demo bench fuzz format clean
 
 all: build
 
@@ -14,6 +14,14 @@ build: deps
 
 check: build
 	meson test -C $(BUILD) --print-errorlogs
+
+# REL-1's chaos test at length: 200 SIGKILLs under load (replay one run with VGPUD_CHAOS_SEED=N);
+# the summary line and every violation end its output.
+CHAOS_ITERATIONS ?= 200
+chaos: build
+	@VGPUD_CHAOS_ITERATIONS=$(CHAOS_ITERATIONS) meson test -C $(BUILD) --suite chaos \
+		--timeout-multiplier 0 --verbose; st=$$?; \
+	sed -n 's/^# \(chaos: .*\|violation: .*\)/\1/p' $(BUILD)/meson-logs/testlog.txt; exit $$st
 
 demo: build
 	@scripts/demo.sh $(BUILD)
