@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Discovery (DISC-1..DISC-19): one pass over the sysfs tree that decides the host framework and
- * builds the GPU, VF and mdev tables. Every path is relative to the configured root.
+ * Discovery (DISC-1..DISC-19): a pass over the sysfs tree that decides the host framework and
+ * builds the GPU, VF and mdev tables, in the steps of gpu-internal.h (the walks, each VF, the
+ * table, the GPUs) so that the tracker can run each VF's reads as a job of its own. Every path
+ * is relative to the configured root.
  */
-#include "gpu.h"
+#include "gpu-internal.h"
 
 #include <inttypes.h>
 
@@ -23,7 +25,7 @@ static int grow(void **array, size_t *cap, size_t n, size_t size)
         return 0;
 }
 
-static void vf_done(GpuVf *vf)
+void gpu_vf_done(GpuVf *vf)
 {
         free(vf->error);
         strv_freep(&vf->mdev_uuids);
@@ -42,7 +44,7 @@ GpuHost *gpu_host_free(GpuHost *h)
         }
         free(h->gpus);
         for (size_t i = 0; i < h->n_vfs; i++)
-                vf_done(&h->vfs[i]);
+                gpu_vf_done(&h->vfs[i]);
         free(h->vfs);
         for (size_t i = 0; i < h->n_mdevs; i++) {
                 free(h->mdevs[i].uuid);
@@ -226,6 +228,46 @@ static int read_type_name(const Root *sysfs, const char *path, char **ret)
         return 0;
 }
 
+/* ---- the listing (step 1) ------------------------------------------------------------------ */
+
+static void listing_clear_vfs(GpuListing *l)
+{
+        for (size_t i = 0; i < l->n_vfs; i++) {
+                strv_free(l->vfs[i].mdev_types);
+                free(l->vfs[i].error);
+        }
+        free(l->vfs);
+        l->vfs = NULL;
+        l->n_vfs = 0;
+}
+
+GpuListing *gpu_listing_free(GpuListing *l)
+{
+        if (!l)
+                return NULL;
+        listing_clear_vfs(l);
+        gpu_host_free(l->host);
+        free(l);
+        return NULL;
+}
+
+/* Appends an entry; takes *types and *message over (either may be NULL). */
+static int listing_add(GpuListing *l, size_t *cap, const char *address, char ***types,
+                       char **message, int error_r)
+{
+        int r = grow((void **)&l->vfs, cap, l->n_vfs, sizeof(GpuListedVf));
+        if (r < 0)
+                return r;
+        GpuListedVf *v = &l->vfs[l->n_vfs++];
+        *v = (GpuListedVf){
+            .mdev_types = types ? TAKE_PTR(*types) : NULL,
+            .error = message ? TAKE_PTR(*message) : NULL,
+            .error_r = error_r,
+        };
+        memcpy(v->address, address, PCI_ADDRESS_STRLEN);
+        return 0;
+}
+
 /* ---- mdev detection (DISC-1..DISC-3, DISC-9, DISC-16) -------------------------------------- */
 
 /* Reads one mdev type of a parent into a profile. */
@@ -287,18 +329,16 @@ static int read_mdev_type(const Root *sysfs, const char *types_dir, const char *
 }
 
 /*
- * Reads one class/mdev_bus entry. Returns 0 for a typeless entry (nothing stored), 1 when vf was
- * filled, -errno with a message when the entry is unreadable.
+ * Lists one class/mdev_bus entry's types (DISC-2): 0 for a typeless entry, 1 and *ret for one
+ * with types, -errno with a message when the directory cannot be listed (DISC-3).
  */
-static int read_mdev_parent(const Root *sysfs, const char *address, GpuVf *vf, char **error)
+static int list_mdev_types(const Root *sysfs, const char *address, char ***ret, char **error)
 {
-        _cleanup_free_ char *dir = NULL, *types_dir = NULL;
+        _cleanup_free_ char *types_dir = NULL;
         _cleanup_strv_free_ char **types = NULL;
 
-        if (strprintf(&dir, "class/mdev_bus/%s", address) < 0 ||
-            strprintf(&types_dir, "%s/mdev_supported_types", dir) < 0)
+        if (strprintf(&types_dir, "class/mdev_bus/%s/mdev_supported_types", address) < 0)
                 return error_set_oom(error);
-
         int r = root_list_dir(sysfs, types_dir, &types);
         if (r == -ENOENT)
                 return 0;
@@ -306,19 +346,31 @@ static int read_mdev_parent(const Root *sysfs, const char *address, GpuVf *vf, c
                 return error_set_oom(error);
         if (r < 0)
                 return error_set(error, r, "list mdev_supported_types: %s", strerror(-r));
-        size_t n = strv_length(types);
-        if (n == 0)
+        if (strv_length(types) == 0)
                 return 0;
+        *ret = TAKE_PTR(types);
+        return 1;
+}
 
-        memcpy(vf->address, address, PCI_ADDRESS_STRLEN);
-        r = read_parent(sysfs, dir, vf->parent, error);
+/* Reads one mdev VF (step 2): its parent (DISC-8) and each type the listing found. */
+static int read_mdev_vf(const Root *sysfs, const char *address, char *const *types, GpuVf *vf,
+                        char **error)
+{
+        _cleanup_free_ char *dir = NULL, *types_dir = NULL;
+
+        if (strprintf(&dir, "class/mdev_bus/%s", address) < 0 ||
+            strprintf(&types_dir, "%s/mdev_supported_types", dir) < 0)
+                return error_set_oom(error);
+
+        int r = read_parent(sysfs, dir, vf->parent, error);
         if (r == 0)
                 /* No physfn: a card without SR-IOV (pre-Ampere) is its own mdev parent. */
                 memcpy(vf->parent, address, PCI_ADDRESS_STRLEN);
         else if (r < 0)
                 return r;
 
-        vf->creatable = calloc(n, sizeof(GpuProfile));
+        size_t n = strv_length(types);
+        vf->creatable = calloc(n ? n : 1, sizeof(GpuProfile));
         if (!vf->creatable)
                 return error_set_oom(error);
         for (size_t i = 0; i < n; i++) {
@@ -327,16 +379,19 @@ static int read_mdev_parent(const Root *sysfs, const char *address, GpuVf *vf, c
                         return r;
                 vf->n_creatable++;
         }
-        return 1;
+        return 0;
 }
 
-/* Lists the mdev parents; an mdev VF is one with at least one type (DISC-2). */
-static int discover_mdev_vfs(const Root *sysfs, Builder *b, char **error)
+/*
+ * Walks class/mdev_bus (DISC-1..DISC-3): an mdev VF is an entry with at least one type. With
+ * one, the host is an mdev host and the entries whose types cannot be listed wait in the
+ * listing for DISC-3's verdict, which is given with the VFs' own failures; without one, the
+ * verdict is given here, before vendor detection.
+ */
+static int list_mdev_vfs(const Root *sysfs, GpuListing *l, size_t *cap, Builder *b, char **error)
 {
         _cleanup_strv_free_ char **entries = NULL;
-        _cleanup_free_ char *failures = NULL, *failed = NULL;
-        size_t n_valid = 0, n_unreadable = 0;
-        int first_r = 0;
+        size_t n_typed = 0, n_unreadable = 0;
 
         int r = root_list_dir(sysfs, "class/mdev_bus", &entries);
         if (r == -ENOENT)
@@ -351,30 +406,44 @@ static int discover_mdev_vfs(const Root *sysfs, Builder *b, char **error)
                                 return error_set_oom(error);
                         continue;
                 }
-                n_valid++;
+                l->n_mdev_entries++;
 
-                _cleanup_(vf_done) GpuVf vf = {};
+                _cleanup_strv_free_ char **types = NULL;
                 _cleanup_free_ char *message = NULL;
-                r = read_mdev_parent(sysfs, *e, &vf, &message);
+                r = list_mdev_types(sysfs, *e, &types, &message);
                 if (r == -ENOMEM)
                         return error_set_oom(error);
-                if (r < 0) {
-                        /* DISC-3: one bad entry must not hide the others. */
-                        n_unreadable++;
-                        if (first_r == 0)
-                                first_r = r;
-                        if (join_failure(&failures, &failed, *e, message) < 0)
-                                return error_set_oom(error);
+                if (r == 0)
                         continue;
-                }
-                if (r > 0 && builder_add_vf(b, &vf) < 0)
+                if (r > 0)
+                        n_typed++;
+                else
+                        n_unreadable++;
+                if (listing_add(l, cap, *e, &types, &message, r < 0 ? r : 0) < 0)
                         return error_set_oom(error);
         }
+        if (n_typed > 0) {
+                l->framework = GPU_FRAMEWORK_MDEV;
+                return 0;
+        }
+        if (n_unreadable == 0)
+                return 0;
 
-        if (n_unreadable > 0 && n_unreadable == n_valid)
+        _cleanup_free_ char *failures = NULL, *failed = NULL;
+        int first_r = 0;
+        for (size_t i = 0; i < l->n_vfs; i++) {
+                if (first_r == 0)
+                        first_r = l->vfs[i].error_r;
+                if (join_failure(&failures, &failed, l->vfs[i].address, l->vfs[i].error) < 0)
+                        return error_set_oom(error);
+        }
+        listing_clear_vfs(l);
+        *cap = 0;
+        /* DISC-3: one bad entry must not hide the others, but all of them bad is a failure. */
+        if (n_unreadable == l->n_mdev_entries)
                 return error_set(error, first_r, "%s", failures);
-        if (n_unreadable > 0 && builder_warn(b, "skipping unreadable mdev parents", failures, "vfs",
-                                             failed, "error", failures, NULL) < 0)
+        if (builder_warn(b, "skipping unreadable mdev parents", failures, "vfs", failed, "error",
+                         failures, NULL) < 0)
                 return error_set_oom(error);
         return 0;
 }
@@ -412,11 +481,13 @@ static int mdev_parent_from_target(const char *target, const char *uuid,
         return -ENOENT;
 }
 
-/* Reads bus/mdev/devices/<uuid>; returns 0 and skips with a warning what cannot be read. */
-static int read_active_mdev(const Root *sysfs, Builder *b, const char *uuid)
+/*
+ * Reads bus/mdev/devices/<uuid>'s links (DISC-9); returns 0 and skips with a warning what
+ * cannot be read. Its profile is named when the table is assembled, from its VF's types.
+ */
+static int list_active_mdev(const Root *sysfs, Builder *b, const char *uuid)
 {
-        _cleanup_free_ char *path = NULL, *target = NULL, *type = NULL, *profile = NULL;
-        _cleanup_free_ char *name_path = NULL, *id = NULL;
+        _cleanup_free_ char *path = NULL, *target = NULL, *type = NULL, *id = NULL;
         char vf[PCI_ADDRESS_STRLEN];
 
         if (!uuid_is_valid(uuid))
@@ -448,19 +519,6 @@ static int read_active_mdev(const Root *sysfs, Builder *b, const char *uuid)
                 return warn_mdev(b, "skipping mdev with unreadable type", uuid, strerror(-r),
                                  "error");
 
-        r = strprintf(&name_path, "class/mdev_bus/%s/mdev_supported_types/%s/name", vf, type);
-        if (r < 0)
-                return r;
-        r = read_type_name(sysfs, name_path, &profile);
-        if (r == -ENOMEM)
-                return r;
-        if (r < 0 || !profile) {
-                free(profile);
-                profile = strdup(type);
-                if (!profile)
-                        return -ENOMEM;
-        }
-
         id = strdup(uuid);
         if (!id)
                 return -ENOMEM;
@@ -471,17 +529,12 @@ static int read_active_mdev(const Root *sysfs, Builder *b, const char *uuid)
         *m = (GpuMdev){
             .uuid = TAKE_PTR(id),
             .mdev_type = TAKE_PTR(type),
-            .profile = TAKE_PTR(profile),
         };
         memcpy(m->vf, vf, PCI_ADDRESS_STRLEN);
-
-        GpuVf *parent = (GpuVf *)gpu_host_find_vf(b->host, vf);
-        if (parent)
-                return strv_push(&parent->mdev_uuids, uuid);
         return 0;
 }
 
-static int discover_active_mdevs(const Root *sysfs, Builder *b, char **error)
+static int list_active_mdevs(const Root *sysfs, Builder *b, char **error)
 {
         _cleanup_strv_free_ char **uuids = NULL;
 
@@ -492,7 +545,7 @@ static int discover_active_mdevs(const Root *sysfs, Builder *b, char **error)
                 return error_set(error, r, "list bus/mdev/devices: %s", strerror(-r));
         for (char **u = uuids; *u; u++)
                 /* Only out of memory stops it: what cannot be read is skipped with a warning. */
-                if (read_active_mdev(sysfs, b, *u) < 0)
+                if (list_active_mdev(sysfs, b, *u) < 0)
                         return error_set_oom(error);
         return 0;
 }
@@ -520,7 +573,6 @@ static int read_vendor_vf(const Root *sysfs, const char *address, GpuVf *vf, cha
         _cleanup_free_ char *dir = NULL, *path = NULL, *buf = NULL;
         size_t size;
 
-        memcpy(vf->address, address, PCI_ADDRESS_STRLEN);
         if (strprintf(&dir, "bus/pci/devices/%s", address) < 0)
                 return error_set_oom(error);
         int r = read_parent(sysfs, dir, vf->parent, error);
@@ -571,12 +623,10 @@ static int is_vendor_vf(const Root *sysfs, const char *entry, char **error)
         return r;
 }
 
-static int discover_vendor_vfs(const Root *sysfs, Builder *b, char **error)
+/* Walks bus/pci/devices (DISC-4): the vendor VFs to read. */
+static int list_vendor_vfs(const Root *sysfs, GpuListing *l, size_t *cap, Builder *b, char **error)
 {
         _cleanup_strv_free_ char **entries = NULL;
-        _cleanup_free_ char *failures = NULL, *failed = NULL;
-        size_t n_found = 0, n_unreadable = 0;
-        int first_r = 0;
 
         int r = root_list_dir(sysfs, "bus/pci/devices", &entries);
         if (r == -ENOENT)
@@ -603,36 +653,45 @@ static int discover_vendor_vfs(const Root *sysfs, Builder *b, char **error)
                                 return error_set_oom(error);
                         continue;
                 }
-
-                n_found++;
-                _cleanup_(vf_done) GpuVf vf = {};
-                r = read_vendor_vf(sysfs, *e, &vf, &message);
-                if (r == -ENOMEM)
-                        return error_set_oom(error);
-                if (r < 0) {
-                        /* DISC-6: kept in the table, so /gpus can show it, but never used. */
-                        gpu_profiles_free(vf.creatable, vf.n_creatable);
-                        vf.creatable = NULL;
-                        vf.n_creatable = 0;
-                        vf.current_type_id = 0;
-                        vf.error = TAKE_PTR(message);
-                        n_unreadable++;
-                        if (first_r == 0)
-                                first_r = r;
-                        if (join_failure(&failures, &failed, *e, vf.error) < 0)
-                                return error_set_oom(error);
-                }
-                if (builder_add_vf(b, &vf) < 0)
+                if (listing_add(l, cap, *e, NULL, NULL, 0) < 0)
                         return error_set_oom(error);
         }
-
-        if (n_found > 0 && n_unreadable == n_found)
-                return error_set(error, first_r, "%s", failures);
-        /* The VFs' records say why; the warning names them (DISC-6). */
-        if (n_unreadable > 0 && builder_warn(b, "skipping unreadable vendor VFIO VFs", failed,
-                                             "vfs", failed, "error", failures, NULL) < 0)
-                return error_set_oom(error);
+        if (l->n_vfs > 0)
+                l->framework = GPU_FRAMEWORK_VENDOR_VFIO;
         return 0;
+}
+
+int gpu_listing_new(const Root *sysfs, GpuListing **ret, char **error)
+{
+        _cleanup_(gpu_listing_freep) GpuListing *l = calloc(1, sizeof *l);
+        if (!l || !(l->host = calloc(1, sizeof *l->host)))
+                return error_set(error, -ENOMEM, "discover mdev VFs: %s", ERROR_OUT_OF_MEMORY);
+        Builder b = {.host = l->host};
+        _cleanup_free_ char *message = NULL;
+        size_t cap = 0;
+
+        int r = list_mdev_vfs(sysfs, l, &cap, &b, &message);
+        if (r >= 0 && l->framework == GPU_FRAMEWORK_MDEV)
+                r = list_active_mdevs(sysfs, &b, &message);
+        if (r < 0)
+                return error_set(error, r, "discover mdev VFs: %s", message);
+        if (l->framework == GPU_FRAMEWORK_NONE) {
+                /* DISC-1: only a host without mdev VFs is looked at as a vendor VFIO host. */
+                r = list_vendor_vfs(sysfs, l, &cap, &b, &message);
+                if (r < 0)
+                        return error_set(error, r, "discover vendor VFIO VFs: %s", message);
+        }
+        *ret = TAKE_PTR(l);
+        return 0;
+}
+
+int gpu_read_listed_vf(const Root *sysfs, GpuFramework framework, const GpuListedVf *in, GpuVf *ret,
+                       char **error)
+{
+        memcpy(ret->address, in->address, PCI_ADDRESS_STRLEN);
+        if (framework == GPU_FRAMEWORK_MDEV)
+                return read_mdev_vf(sysfs, in->address, in->mdev_types, ret, error);
+        return read_vendor_vf(sysfs, in->address, ret, error);
 }
 
 /* ---- GPUs, catalogs and models (DISC-8, DISC-15, DISC-17..DISC-19) ------------------------- */
@@ -939,45 +998,201 @@ static int resolve_current_profiles(GpuHost *h)
         return 0;
 }
 
+/* ---- the table (step 3) and the GPUs (step 4) ---------------------------------------------- */
+
+void gpu_vf_readings_free(GpuVfReading *readings, size_t n)
+{
+        for (size_t i = 0; readings && i < n; i++) {
+                gpu_vf_done(&readings[i].vf);
+                free(readings[i].error);
+        }
+        free(readings);
+}
+
+/*
+ * What the previous table read for an unsettled VF. Its mdevs and its profile's name are not
+ * copied: the listing and step 4 give them for this table.
+ */
+static int copy_vf_reading(const GpuVf *from, GpuVf *to)
+{
+        *to = (GpuVf){.current_type_id = from->current_type_id};
+        memcpy(to->address, from->address, PCI_ADDRESS_STRLEN);
+        memcpy(to->parent, from->parent, PCI_ADDRESS_STRLEN);
+        if (strdup_nullable(from->error, &to->error) < 0)
+                return -ENOMEM;
+        if (from->n_creatable == 0)
+                return 0;
+        to->creatable = calloc(from->n_creatable, sizeof(GpuProfile));
+        if (!to->creatable)
+                return -ENOMEM;
+        for (size_t k = 0; k < from->n_creatable; k++) {
+                if (profile_copy(&from->creatable[k], &to->creatable[k]) < 0)
+                        return -ENOMEM;
+                to->creatable[k].available_instances = from->creatable[k].available_instances;
+                to->n_creatable++;
+        }
+        return 0;
+}
+
+/*
+ * The VF one reading gives, into *vf: 0 for a readable VF, or its failure (-errno) with
+ * vf->error set: it is unreadable. -ENOMEM only when out of memory.
+ */
+static int take_reading(GpuVfReading *rd, const char *address, const GpuHost *previous, GpuVf *vf)
+{
+        int failure = rd->r < 0 ? rd->r : -EIO;
+
+        if (rd->unsettled) {
+                /* GEN-4: the read is still stuck, so the last word on the VF stands. */
+                const GpuVf *last = gpu_host_find_vf(previous, address);
+                if (last) {
+                        if (copy_vf_reading(last, vf) < 0)
+                                return -ENOMEM;
+                        return vf->error ? failure : 0;
+                }
+        } else if (rd->r >= 0) {
+                *vf = rd->vf;
+                rd->vf = (GpuVf){};
+                return 0;
+        }
+        if (rd->r == -ENOMEM)
+                return -ENOMEM;
+
+        /* DISC-6: kept with its address and parent, never with what it half read. */
+        *vf = rd->vf;
+        rd->vf = (GpuVf){};
+        memcpy(vf->address, address, PCI_ADDRESS_STRLEN);
+        gpu_profiles_free(vf->creatable, vf->n_creatable);
+        vf->creatable = NULL;
+        vf->n_creatable = 0;
+        vf->current_type_id = 0;
+        free(vf->error);
+        vf->error = rd->error ? TAKE_PTR(rd->error) : strdup(strerror(-failure));
+        if (!vf->error)
+                return -ENOMEM;
+        return failure;
+}
+
+/* DISC-9: each active mdev onto its VF, named from that VF's types, else by its type string. */
+static int place_mdevs(GpuHost *h)
+{
+        for (size_t i = 0; i < h->n_mdevs; i++) {
+                GpuMdev *m = &h->mdevs[i];
+                GpuVf *vf = (GpuVf *)gpu_host_find_vf(h, m->vf);
+                const char *name = NULL;
+                for (size_t k = 0; vf && !name && k < vf->n_creatable; k++)
+                        if (streq_ptr(vf->creatable[k].mdev_type, m->mdev_type))
+                                name = vf->creatable[k].name;
+                m->profile = strdup(name ?: m->mdev_type);
+                if (!m->profile)
+                        return -ENOMEM;
+                if (vf && strv_push(&vf->mdev_uuids, m->uuid) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+int gpu_host_assemble(GpuListing *l, GpuVfReading *readings, const GpuHost *previous, GpuHost **ret,
+                      char **error)
+{
+        bool mdev = l->framework == GPU_FRAMEWORK_MDEV;
+        const char *step = mdev ? "discover mdev VFs" : "discover vendor VFIO VFs";
+        _cleanup_free_ char *failures = NULL, *failed = NULL;
+        size_t n_unreadable = 0;
+        int first_r = 0, r;
+
+        if (previous && previous->framework != l->framework)
+                previous = NULL; /* another kind of VF: nothing of it carries over */
+        _cleanup_gpu_host_ GpuHost *h = TAKE_PTR(l->host);
+        if (!h)
+                return error_set(error, -EINVAL, "%s: listing already used", step);
+        Builder b = {.host = h, .cap_mdevs = h->n_mdevs};
+
+        for (size_t i = 0; i < l->n_vfs; i++) {
+                const GpuListedVf *in = &l->vfs[i];
+                _cleanup_(gpu_vf_done) GpuVf vf = {};
+                r = in->error ? in->error_r
+                              : take_reading(&readings[i], in->address, previous, &vf);
+                if (r == -ENOMEM)
+                        return error_set(error, r, "%s: %s", step, ERROR_OUT_OF_MEMORY);
+                if (r < 0) {
+                        n_unreadable++;
+                        if (first_r == 0)
+                                first_r = r;
+                        if (join_failure(&failures, &failed, in->address, in->error ?: vf.error) <
+                            0)
+                                return error_set(error, -ENOMEM, "%s: %s", step,
+                                                 ERROR_OUT_OF_MEMORY);
+                        /* DISC-3 skips an unreadable mdev parent; DISC-6 keeps a vendor VF in
+                         * the table, so /gpus can show it, but it is never used. */
+                        if (mdev)
+                                continue;
+                }
+                if (builder_add_vf(&b, &vf) < 0)
+                        return error_set(error, -ENOMEM, "%s: %s", step, ERROR_OUT_OF_MEMORY);
+        }
+
+        /* DISC-3, DISC-6: one bad VF must not hide the others, but all of them bad is a
+         * failure. DISC-3 counts typeless entries too. */
+        size_t n_entries = mdev ? l->n_mdev_entries : l->n_vfs;
+        if (n_entries > 0 && n_unreadable == n_entries)
+                return error_set(error, first_r, "%s: %s", step, failures);
+        if (n_unreadable > 0) {
+                /* The VFs' records say why; the warning names them. */
+                r = mdev ? builder_warn(&b, "skipping unreadable mdev parents", failures, "vfs",
+                                        failed, "error", failures, NULL)
+                         : builder_warn(&b, "skipping unreadable vendor VFIO VFs", failed, "vfs",
+                                        failed, "error", failures, NULL);
+                if (r < 0)
+                        return error_set(error, r, "%s: %s", step, ERROR_OUT_OF_MEMORY);
+        }
+        if (h->n_vfs > 0) {
+                /* DISC-7: zero VFs is framework none, without error. */
+                h->framework = l->framework;
+                qsort(h->vfs, h->n_vfs, sizeof(GpuVf), compare_vfs);
+        }
+        if (place_mdevs(h) < 0)
+                return error_set(error, -ENOMEM, "%s: %s", step, ERROR_OUT_OF_MEMORY);
+        *ret = TAKE_PTR(h);
+        return 0;
+}
+
+int gpu_host_finish(const Root *sysfs, const GpuNvml *nvml, GpuHost *h, char **error)
+{
+        Builder b = {
+            .host = h, .cap_gpus = h->n_gpus, .cap_vfs = h->n_vfs, .cap_mdevs = h->n_mdevs};
+        int r = build_gpus(sysfs, nvml, &b);
+        if (r >= 0)
+                r = resolve_current_profiles(h);
+        if (r < 0)
+                return error_set(error, r, "discover GPUs: %s", strerror(-r));
+        return 0;
+}
+
 /* ---- the whole pass ------------------------------------------------------------------------ */
 
 int gpu_discover(const Root *sysfs, const GpuNvml *nvml, GpuHost **ret, char **error)
 {
-        _cleanup_gpu_host_ GpuHost *h = calloc(1, sizeof *h);
-        if (!h)
+        _cleanup_(gpu_listing_freep) GpuListing *l = NULL;
+        int r = gpu_listing_new(sysfs, &l, error);
+        if (r < 0)
+                return r;
+
+        GpuVfReading *readings = calloc(l->n_vfs + 1, sizeof *readings);
+        if (!readings)
                 return error_set(error, -ENOMEM, "discover GPUs: %s", ERROR_OUT_OF_MEMORY);
-        Builder b = {.host = h};
-
-        _cleanup_free_ char *message = NULL;
-        int r = discover_mdev_vfs(sysfs, &b, &message);
+        for (size_t i = 0; i < l->n_vfs; i++)
+                if (!l->vfs[i].error)
+                        readings[i].r = gpu_read_listed_vf(sysfs, l->framework, &l->vfs[i],
+                                                           &readings[i].vf, &readings[i].error);
+        _cleanup_gpu_host_ GpuHost *h = NULL;
+        r = gpu_host_assemble(l, readings, NULL, &h, error);
+        gpu_vf_readings_free(readings, l->n_vfs);
         if (r < 0)
-                return error_set(error, r, "discover mdev VFs: %s", message);
-
-        if (h->n_vfs > 0) {
-                h->framework = GPU_FRAMEWORK_MDEV;
-                /* Sorted now, so each mdev can find its VF. */
-                qsort(h->vfs, h->n_vfs, sizeof(GpuVf), compare_vfs);
-                r = discover_active_mdevs(sysfs, &b, &message);
-                if (r < 0)
-                        return error_set(error, r, "discover mdev VFs: %s", message);
-        } else {
-                /* DISC-1: only a host without mdev VFs is looked at as a vendor VFIO host. */
-                r = discover_vendor_vfs(sysfs, &b, &message);
-                if (r < 0)
-                        return error_set(error, r, "discover vendor VFIO VFs: %s", message);
-                if (h->n_vfs > 0)
-                        h->framework = GPU_FRAMEWORK_VENDOR_VFIO;
-        }
-
-        if (h->n_vfs > 0)
-                qsort(h->vfs, h->n_vfs, sizeof(GpuVf), compare_vfs);
-        r = build_gpus(sysfs, nvml, &b);
+                return r;
+        r = gpu_host_finish(sysfs, nvml, h, error);
         if (r < 0)
-                return error_set(error, r, "discover GPUs: %s", strerror(-r));
-        r = resolve_current_profiles(h);
-        if (r < 0)
-                return error_set(error, r, "discover GPUs: %s", strerror(-r));
-
+                return r;
         *ret = TAKE_PTR(h);
         return 0;
 }

@@ -257,15 +257,22 @@ int gpu_host_model_catalog(const GpuHost *h, const char *model, GpuProfile **ret
  * in on the owner's thread (the loop), where every function here is called.
  *
  * Two kinds of run, which never overlap:
- *  - a full discovery (gpu_discover, the driver version of HEALTH-30): on success the host is
+ *  - a full discovery (gpu_discover's steps, the driver version of HEALTH-30): a listing job
+ *    (the directory walks), one job per VF, one job for the GPUs. On success the host is
  *    replaced; on failure the last host is kept and gpu_tracker_error() carries the failure
  *    (`discover mdev VFs: <err>`, `discover vendor VFIO VFs: <err>`, `discover GPUs: <err>` for
- *    a job that timed out, or the pool's GEN-4 text when no job could start) until a full
- *    discovery succeeds (DISC-7);
- *  - a re-read of every vendor VF's current_vgpu_type (DISC-5), split over the pool's threads:
- *    what a claim deciding on NVML placements needs (VFs only appear or vanish through an
- *    SR-IOV cycle, which needs vgpud stopped, OPS-10). A VF that cannot be re-read becomes
- *    unreadable (DISC-6). Without a host yet, a re-read is a full discovery.
+ *    a listing or GPUs job that timed out, or the pool's GEN-4 text when a job could not
+ *    start) until a full discovery succeeds (DISC-7);
+ *  - a re-read of every readable VF's current_vgpu_type (DISC-5), one job per VF: what a claim
+ *    deciding on NVML placements needs (VFs only appear or vanish through an SR-IOV cycle,
+ *    which needs vgpud stopped, OPS-10). A VF that cannot be re-read becomes unreadable
+ *    (DISC-6). Without a host yet, a re-read is a full discovery.
+ * A VF's job is keyed by its address, so a VF read stuck past the deadline makes that VF
+ * uncertain alone (GEN-4) and the run goes on without it: the VF keeps its state from the last
+ * table (a VF the last table lacks is unreadable with `timed out after <d>` on a vendor-VFIO
+ * host, and left out on an mdev host), the pool's uncertain key keeps every placement off it,
+ * and a VF still uncertain at a later run is not read again until its call returns. A VF job
+ * that expired unrun (nothing stuck) makes the VF unreadable until a later run reads it.
  * A request made while a run is in flight waits for the next run (which starts after it, so it
  * sees every change made before the request); requests waiting together share one run, and a
  * full run answers the re-reads waiting with it. done() runs once per request, later, on the
