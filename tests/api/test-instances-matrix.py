@@ -253,15 +253,20 @@ def check_admission(c, d, work):
     eq(get(c, s["id"])["state"], "Stopped", "INST-17: the refused start leaves it Stopped")
 
     # INST-10's third message: one allocatable VF (the equal-size GPU drained, 31 of the mixed
-    # GPU's 32 VFs configured by hand with 1Q) and one create admitted but not yet reserved
-    # (its Creating record's rename delayed, SIM-14): a second create sees k = 1 - 1 = 0.
+    # GPU's 32 VFs configured by hand with 1Q and held open, so that REC-6 leaves them dirty)
+    # and one create admitted but not yet reserved (its Creating record's rename delayed,
+    # SIM-14): a second create sees k = 1 - 1 = 0.
     eq(drain(c, MIXED_PF, False), 200, "HEALTH-26: undrain the mixed-size GPU")
     mixed = [v["address"] for v in sim_state()["gpus"][0]["vfs"]]
     one_q = type_id(mixed[0], "NVIDIA L40S-1Q")
     hand = mixed[:31]
+    held_nodes = []
     try:
         for vf in hand:
             configure(vf, one_q)
+            group = os.path.basename(os.readlink(os.path.join(
+                MNT, "sys/bus/pci/devices", vf, "iommu_group")))
+            held_nodes.append(open(os.path.join(MNT, "dev/vfio", group), "rb"))
         ok(poll(lambda: gpu_body(c)["allocatable_slots"] == 1, 20, 0.2),
            "PLACE-21: one allocatable VF left", gpu_body(c))
         sim_ctl("fault rename data/instances/*/instance.json delay:3000 count=1")
@@ -289,6 +294,8 @@ def check_admission(c, d, work):
         group_end(c, "admission")
     finally:
         sim_ctl("clear-faults")
+        for node in held_nodes:
+            node.close()
         for vf in hand:
             configure(vf, 0)
         drain(c, MIXED_PF, False)
@@ -485,7 +492,9 @@ def check_release_faults(c, d, work):
         eq(shown[vf]["state"], "dirty", "API-6, INST-18: the VF it leaves is dirty")
     finally:
         sim_ctl("clear-faults")
-        configure(vf, 0)  # REC-6 is the reconciler's and not there yet: reset it by hand
+    # REC-6: the next pass resets the VF the failed release left.
+    ok(poll(lambda: current_type(vf) == "0", 20, 0.1),
+       "REC-6: a reconcile pass resets the dirty VF the delete left")
     check_claims(c, "release-faults: no VF leaked")
 
 

@@ -316,13 +316,6 @@ def forced_kills(c):
             vt.metric(fams, "vgpud_instances_vmm_forced_kills_total", in_grace="false") or 0)
 
 
-def todo(cond, name, why):
-    """A TAP TODO check: a requirement the daemon does not meet yet, shown but not failed."""
-    vt.counter += 1
-    print("%s %d - %s # TODO %s" % ("ok" if cond else "not ok", vt.counter, name, why))
-    sys.stdout.flush()
-
-
 def finish_run(daemons, work):
     """The end of a lifecycle script's run, whatever happened: the simulator's faults cleared,
     every daemon's log copied to $VGPUD_TEST_KEEP when that is set, then vgpud_test.finish()
