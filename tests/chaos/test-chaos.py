@@ -44,12 +44,14 @@ from vgpud_test import (  # noqa: E402
     MNT, Client, Daemon, configure, eq, mint, ok, poll, read_creatable, readyz, run_group,
     sim_ctl, sim_state, write_secret)
 from vgpud_instances import (  # noqa: E402
-    FAKE_QEMU, IMAGES, INSTANCES, KERNEL, PROFILE, create, delete, finish_run, make_images, post)
+    FAKE_QEMU, IMAGES, INSTANCES, KERNEL, PROFILE, alive, create, delete, finish_run, make_images,
+    post, record)
 import chaos_truth as truth  # noqa: E402
 
 PHASES = ("create", "stop", "start", "delete", "idle")
 PHASE_WEIGHTS = (30, 20, 15, 20, 15)
 PROFILES = (("NVIDIA L40S-2Q", 65), ("NVIDIA L40S-1Q", 8), ("NVIDIA L40S-4Q", 7), (None, 20))
+FLAGS = (90, 7, 3)  # fake-qemu flags of a create (SIM-15): none, ignore-sigterm, hang-qmp
 CLIENTS = 3
 POPULATION = 12   # instances the clients keep around: creates and deletes balance near it
 WEDGED = 6        # VFs wedged per iteration, for the sentinel's quarantines (SENT-8)
@@ -86,11 +88,10 @@ class Load:
     Every operation is registered while its request is out, so the kill can be aimed at one
     and the phase it landed in recorded."""
 
-    def __init__(self, c, iteration, seed, instances, vfs, est):
-        self.c, self.iteration = c, iteration
+    def __init__(self, c, iteration, seed, instances, vfs, target):
+        self.c, self.iteration, self.target = c, iteration, target
         self.instances = instances  # {id: {"name", "state"}}, shared with the next iteration
         self.vfs = vfs
-        self.est = est              # {kind: estimated duration in seconds}, shared too
         self.lock = threading.Condition()
         self.in_flight = {}         # token -> (kind, instance id or name, start)
         self.taken = set()          # instance ids a client works on
@@ -120,13 +121,10 @@ class Load:
 
     def _end(self, token, status):
         with self.lock:
-            kind, _, t0 = self.in_flight.pop(token)
+            kind, _, _ = self.in_flight.pop(token)
             if status is not None:
                 key = "%s:%s" % (kind, status)
                 self.counts[key] = self.counts.get(key, 0) + 1
-            if status in (200, 201, 204):
-                # A running mean of successful operations, for aiming the kill inside one.
-                self.est[kind] = 0.8 * self.est.get(kind, 0.5) + 0.2 * (time.monotonic() - t0)
             self.lock.notify_all()
 
     def _pick(self, rng, states):
@@ -167,6 +165,8 @@ class Load:
                        "delete": 3 if pop > POPULATION else 1,
                        "stop": 2 if running else 0, "start": 2 if down else 0,
                        "quarantine": 0.3}
+            if weights.get(self.target):  # so that the kill does not wait long for one
+                weights[self.target] *= 4
             kinds = sorted(weights)
             kind = rng.choices(kinds, [weights[x] for x in kinds])[0]
             try:
@@ -189,6 +189,11 @@ class Load:
     def _create(self, rng, name):
         profiles = [p for p, _ in PROFILES]
         profile = rng.choices(profiles, [w for _, w in PROFILES])[0]
+        # A few VMMs that make the ladder run (VMM-10) or readiness time out (VMM-5), so that
+        # kills land while a VMM is being terminated and INST-21 finds Creating VMMs alive.
+        flag = rng.choices((None, "ignore-sigterm", "hang-qmp"), FLAGS)[0]
+        if flag:
+            sim_ctl("qemu %s %s" % (name, flag))
         token = self._begin("create", name)
         st = None
         try:
@@ -249,6 +254,17 @@ class Load:
                     return False
                 self.lock.wait(left)
             return True
+
+    def first_of(self, kind):
+        """(token, subject) of the earliest operation of kind in flight, or (None, None)."""
+        with self.lock:
+            mine = sorted((t0, token, subject) for token, (k, subject, t0)
+                          in self.in_flight.items() if k == kind)
+            return (mine[0][1], mine[0][2]) if mine else (None, None)
+
+    def flying(self, token):
+        with self.lock:
+            return token in self.in_flight
 
     def snapshot(self):
         with self.lock:
@@ -359,6 +375,98 @@ def describe_in_flight(items, at_kill):
         out.append("%s %s (%s)" % (kind, subject if subject == iid else "%s=%s" % (subject, iid),
                                    what))
     return "; ".join(out) or "nothing"
+
+
+# ---- aiming the kill --------------------------------------------------------------------------
+
+# Where inside an operation of each kind the kill is aimed: a milestone the record on disk (and
+# the VMM) must show first, and the most the kill then waits (uniformly drawn). Creates spend most
+# of their time claiming, and stops and deletes take tens of milliseconds, so aiming at the steps
+# (INST-12, INST-15, INST-18) rather than at a fraction of the duration reaches each window.
+MILESTONES = {
+    "create": (("begin", 0.01), ("claiming", 0.3), ("claimed", 0.01), ("spawned", 0.08)),
+    "start": (("begin", 0.01), ("claiming", 0.3), ("claimed", 0.01), ("spawned", 0.08)),
+    "stop": (("begin", 0.005), ("stopping", 0.02), ("exited", 0.01)),
+    "delete": (("begin", 0.005), ("deleting", 0.02), ("exited", 0.01), ("removing", 0.0)),
+}
+
+
+def find_named(name):
+    for iid in (os.listdir(INSTANCES) if os.path.isdir(INSTANCES) else ()):
+        r = record(iid) if truth.ID.fullmatch(iid) else None
+        if r and r.get("name") == name:
+            return iid
+    return None
+
+
+def reached(milestone, r, pid):
+    """Whether record r (None once removed) and VMM pid show milestone."""
+    if milestone == "begin":
+        return True
+    if r is None:
+        return milestone == "removing"
+    gpu, hyp = r.get("gpu", {}), r.get("hypervisor", {})
+    if milestone == "claiming":
+        return r["state"] == "Creating"
+    if milestone == "claimed":
+        return r["state"] == "Creating" and ("device_path" in gpu or "profile" not in gpu)
+    if milestone == "spawned":
+        return r["state"] == "Creating" and "pid" in hyp
+    if milestone == "stopping":
+        return r["state"] == "Stopping"
+    if milestone == "deleting":
+        return r["state"] == "Deleting"
+    if milestone == "exited":
+        return r["state"] in ("Stopping", "Deleting") and pid is not None and not alive(pid)
+    return False
+
+
+def aim(load, kind, rng):
+    """Waits (bounded) for an operation of kind to start and to reach a milestone drawn by rng,
+    then a drawn delay; returns the milestone aimed at."""
+    milestone, jitter = rng.choice(MILESTONES[kind])
+    load.wait_started(kind, 3)
+    token, subject = load.first_of(kind)
+    iid = None if kind == "create" else subject
+    pid = None
+    deadline = time.monotonic() + 3
+    while token and load.flying(token) and time.monotonic() < deadline:
+        if iid is None:
+            iid = find_named(subject)
+        r = record(iid) if iid else None
+        if r:
+            pid = r.get("hypervisor", {}).get("pid") or pid
+        if (iid or milestone == "begin") and reached(milestone, r, pid):
+            break
+        time.sleep(0.002)
+    time.sleep(rng.uniform(0, jitter))
+    return milestone
+
+
+def step_of(kind, subject, pic):
+    """The step of INST-12/15/17/18 an operation of kind on subject (a name for a create) was
+    in, read from the records, the model and the VMMs right after the kill."""
+    by_name = {r["name"]: i for i, r in pic.records.items()}
+    iid = by_name.get(subject) if kind == "create" else subject
+    r = pic.records.get(iid)
+    if r is None:
+        return {"create": "validate", "delete": "remove"}.get(kind, "gone")
+    gpu, hyp = r.get("gpu", {}), r.get("hypervisor", {})
+    vf = os.path.basename(gpu.get("device_path", "")) or None
+    if kind in ("create", "start"):
+        if r["state"] != "Creating":
+            return "validate" if r["state"] in ("Stopped", "Failed") else "done"
+        if "pid" in hyp:
+            return "readiness"
+        if "profile" in gpu and not vf:
+            return "claim"
+        if vf and vf not in pic.configured():
+            return "configure"
+        return "spawn"
+    live = bool(pic.vmms_of(iid))
+    if r["state"] in ("Stopping", "Deleting"):
+        return "ladder" if live else "release"
+    return "begin" if r["state"] == "Running" or kind == "delete" else "done"
 
 
 # ---- the checker checked ----------------------------------------------------------------------
@@ -494,15 +602,15 @@ def iteration(run, i, rng, d, c, state):
     state["instances"] = {x["id"]: {"name": x["name"], "state": x["state"]}
                           for x in c.get("/instances").json()}
 
-    load = Load(c, i, iseed, state["instances"], state["vfs"], state["est"])
+    load = Load(c, i, iseed, state["instances"], state["vfs"], phase_target)
+    aimed = None
     if phase_target == "idle":
         time.sleep(irng.uniform(0.3, 1.5))
         if not load.quiesce(45):
             problems.append("operations still in flight 45 s after the load paused")
         time.sleep(irng.uniform(0, 0.2))
     else:
-        load.wait_started(phase_target, 3)
-        time.sleep(irng.uniform(0, state["est"].get(phase_target, 0.5)))
+        aimed = aim(load, phase_target, irng)
     load.killing.set()
     flying = load.snapshot()
     d.stop(signal.SIGKILL)
@@ -513,6 +621,9 @@ def iteration(run, i, rng, d, c, state):
         problems.append("a client did not finish within 10 s of the kill")
     problems += load.errors
     at_kill = truth.Picture(FAKE_QEMU)
+    step = None
+    if phase != "idle":
+        step = step_of(phase, [x for k, x, _ in flying if k == phase][0], at_kill)
 
     # Acknowledged quarantines: the 200s, and the sentinel's lines since the clears.
     acked = dict(load.acked)
@@ -549,7 +660,7 @@ def iteration(run, i, rng, d, c, state):
         found.append(truth.Violation("harness", p, "harness: " + p))
     kill_orphans(after)
     result = {
-        "phase": phase, "target": phase_target, "seed": iseed,
+        "phase": phase, "step": step, "aimed": aimed, "target": phase_target, "seed": iseed,
         "in_flight": describe_in_flight(flying, at_kill), "found": found,
         "started": dict(load.started), "answered": dict(load.counts),
         "at_kill": at_kill.summary(), "after": after.summary(),
@@ -580,12 +691,12 @@ def main():
     run = Run(work, args.seed)
     tally = Tally()
     phases = {p: 0 for p in PHASES}
+    steps = {}
     seconds = []
     try:
         make_images()
         vfs = [v["address"] for g in sim_state()["gpus"] for v in g["vfs"]]
-        state = {"vfs": vfs, "wedged": [], "instances": {},
-                 "est": {"create": 0.5, "stop": 0.5, "start": 0.5, "delete": 0.5}}
+        state = {"vfs": vfs, "wedged": [], "instances": {}}
         run_group("checker", lambda: check_checker(vfs))
         d, c = run.start()
         if not ok(c is not None, "GEN-10: the first vgpud becomes ready", log_lines(d)[-20:]):
@@ -595,13 +706,19 @@ def main():
             phases[res["phase"]] += 1
             seconds.append(res["seconds"])
             new = tally.iteration(i, res["seed"], res["found"], res["in_flight"])
+            where = res["phase"] + ("/" + res["step"] if res["step"] else "")
+            steps[where] = steps.get(where, 0) + 1
             label = "iteration %d (seed %d): kill during %s [in flight: %s] %.1f s" % (
-                i, res["seed"], res["phase"], res["in_flight"], res["seconds"])
+                i, res["seed"], where, res["in_flight"], res["seconds"])
             detail = ["%s%s" % ("" if e in new else "(still) ", v.text)
                       for v in res["found"]
                       for e in [tally.open.get((v.kind, v.subject))]]
             detail += ["at the kill: " + res["at_kill"], "after the pass: " + res["after"],
-                       "operations started %s, answered %s" % (res["started"], res["answered"])]
+                       "operations started %s, answered %s" % (res["started"], res["answered"]),
+                       "quarantines acknowledged %d; kill to ready %.2f s, pass wait %s" % (
+                           res["acked"], res["timings"]["kill_to_ready"],
+                           "%.2f s" % res["timings"]["pass_wait"]
+                           if res["timings"].get("pass_wait") is not None else "none")]
             ok(not res["found"], "REL-2: " + label, "\n".join(detail))
             if not res["found"]:
                 print("#   " + "\n#   ".join(detail))
@@ -621,6 +738,8 @@ def main():
                 pass
         print("# chaos: %d iterations, kills by phase: %s, violations: %d" % (
             len(seconds), " ".join("%s=%d" % (p, phases[p]) for p in PHASES), len(tally.all)))
+        print("# chaos: kills by step: %s" % " ".join(
+            "%s=%d" % kv for kv in sorted(steps.items())))
         if seconds:
             print("# chaos: %.1f s per iteration on average (min %.1f, max %.1f); seed %d" % (
                 sum(seconds) / len(seconds), min(seconds), max(seconds), args.seed))
