@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -1866,6 +1867,242 @@ static void test_tracker_batches_requests(void **state)
         tracker_stop(&run);
 }
 
+/*
+ * A call on the pool keyed by a VF's address that holds the key until the test writes to the
+ * returned descriptor: past its short deadline the VF is uncertain (GEN-4), as it is while a
+ * sysfs read of it hangs. The pool owns the read end, so a failed test leaves nothing but a
+ * thread that ends with the process.
+ */
+typedef struct Blocker {
+        int fd;
+} Blocker;
+
+static void blocker_free(void *data)
+{
+        Blocker *b = data;
+        closep(&b->fd);
+        free(b);
+}
+
+static int blocker_run(void *data, char **error)
+{
+        Blocker *b = data;
+        char c;
+        (void)error;
+        return read(b->fd, &c, 1) == 1 ? 0 : -EIO;
+}
+
+static int block_key(TrackerRun *run, const char *key)
+{
+        int fds[2];
+        assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+        Blocker *b = calloc(1, sizeof *b);
+        assert_non_null(b);
+        b->fd = fds[0];
+        WorkerJob job = {
+            .key = key,
+            .timeout = 20 * NSEC_PER_MSEC,
+            .run = blocker_run,
+            .data = b,
+            .free_data = blocker_free,
+        };
+        assert_int_equal(worker_pool_submit(run->pool, &job, NULL), 0);
+        TEST_WAIT_UNTIL(run->event, worker_pool_key_is_uncertain(run->pool, key));
+        return fds[1];
+}
+
+static void unblock_key(TrackerRun *run, int fd, const char *key)
+{
+        assert_int_equal(write(fd, "x", 1), 1);
+        closep(&fd);
+        TEST_WAIT_UNTIL(run->event, !worker_pool_key_is_uncertain(run->pool, key));
+}
+
+#define VF5_TYPE "devices/pci0001:c8/0001:c8:00.5/nvidia/current_vgpu_type"
+#define VF6_TYPE "devices/pci0001:c8/0001:c8:00.6/nvidia/current_vgpu_type"
+
+/* GEN-4, DISC-7: an uncertain VF keeps its last state; the run succeeds for every other VF */
+static void test_tracker_uncertain_vf(void **state)
+{
+        Fixture *f = *state;
+        TrackerRun run;
+        Done d = {};
+        mkhost(f, "domain-0001");
+        tracker_start(&run, f);
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        assert_int_equal(d.r, 0);
+        size_t n_creatable = gpu_host_find_vf(gpu_tracker_host(run.t), "0001:c8:00.5")->n_creatable;
+        assert_true(n_creatable > 0);
+
+        int release = block_key(&run, "0001:c8:00.5");
+        put(f, VF5_TYPE, "1145\n");
+        put(f, VF6_TYPE, "1145\n");
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        assert_int_equal(d.r, 0);
+        assert_null(d.error);
+        assert_null(gpu_tracker_error(run.t)); /* placement stays enabled (DISC-7) */
+        const GpuHost *h = gpu_tracker_host(run.t);
+        assert_int_equal(h->n_vfs, 4);
+        assert_null(h->warnings);
+        /* Not read: what the last table had, its parent, type and lists. */
+        const GpuVf *vf = gpu_host_find_vf(h, "0001:c8:00.5");
+        assert_true(gpu_vf_is_readable(vf));
+        assert_string_equal(vf->parent, "0001:c8:00.0");
+        assert_int_equal(vf->current_type_id, 0);
+        assert_null(vf->current_profile);
+        assert_int_equal(vf->n_creatable, n_creatable);
+        /* Read: the others. */
+        assert_int_equal(gpu_host_find_vf(h, "0001:c8:00.6")->current_type_id, 1145);
+        assert_string_equal(gpu_host_find_vf(h, "0001:c8:00.4")->current_profile, "NVIDIA L40S-1A");
+
+        /* A re-read skips it too, and folds the others in. */
+        put(f, VF6_TYPE, "0\n");
+        assert_int_equal(gpu_tracker_reread_types(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        assert_int_equal(d.r, 0);
+        assert_int_equal(gpu_host_find_vf(h, "0001:c8:00.5")->current_type_id, 0);
+        assert_int_equal(gpu_host_find_vf(h, "0001:c8:00.6")->current_type_id, 0);
+
+        /* Once the call returns, the next run reads it. */
+        unblock_key(&run, release, "0001:c8:00.5");
+        assert_int_equal(gpu_tracker_reread_types(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        vf = gpu_host_find_vf(gpu_tracker_host(run.t), "0001:c8:00.5");
+        assert_int_equal(vf->current_type_id, 1145);
+        assert_string_equal(vf->current_profile, "NVIDIA L40S-1B");
+        assert_int_equal(gpu_tracker_get_stats(run.t)->discoveries, 2);
+        assert_int_equal(gpu_tracker_get_stats(run.t)->rereads, 2);
+        free(d.error);
+        tracker_stop(&run);
+}
+
+/* DISC-6, GEN-4: an uncertain VF the last table lacks is unreadable; all of them fail */
+static void test_tracker_uncertain_new_vf(void **state)
+{
+        Fixture *f = *state;
+        static const char *const others[] = {"0001:c8:00.4", "0001:c8:00.6", "0001:c8:00.7"};
+        TrackerRun run;
+        Done d = {};
+        mkhost(f, "domain-0001");
+        tracker_start(&run, f);
+
+        int release = block_key(&run, "0001:c8:00.5");
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        assert_int_equal(d.r, 0);
+        assert_null(gpu_tracker_error(run.t));
+        const GpuHost *h = gpu_tracker_host(run.t);
+        assert_int_equal(h->n_vfs, 4);
+        const GpuVf *vf = gpu_host_find_vf(h, "0001:c8:00.5");
+        assert_false(gpu_vf_is_readable(vf));
+        assert_string_equal(vf->error, "an earlier sysfs call on it has not returned");
+        assert_string_equal(vf->parent, ""); /* never read */
+        assert_int_equal(vf->n_creatable, 0);
+        assert_has_warning(h, "skipping unreadable vendor VFIO VFs: 0001:c8:00.5");
+        for (size_t i = 0; i < ELEMENTSOF(others); i++)
+                assert_true(gpu_vf_is_readable(gpu_host_find_vf(h, others[i])));
+        assert_int_equal(h->n_gpus, 1);
+
+        /* A re-read whose every VF is uncertain reads nothing, and still answers later. */
+        int more[ELEMENTSOF(others)];
+        for (size_t i = 0; i < ELEMENTSOF(others); i++)
+                more[i] = block_key(&run, others[i]);
+        unsigned calls = d.calls;
+        assert_int_equal(gpu_tracker_reread_types(run.t, on_tracker_done, &d, NULL), 0);
+        assert_int_equal(d.calls, calls);
+        tracker_settle(&run);
+        assert_int_equal(d.calls, calls + 1);
+        assert_int_equal(d.r, 0);
+        assert_ptr_equal(gpu_tracker_host(run.t), h);
+
+        /* Without a last table, no VF readable is DISC-6's failure, and DISC-7 keeps none. */
+        GpuTracker *fresh = NULL;
+        GpuTrackerConfig tc = {.sysfs = f->root, .pool = run.pool};
+        assert_int_equal(gpu_tracker_new(&tc, &fresh), 0);
+        assert_int_equal(gpu_tracker_discover(fresh, on_tracker_done, &d, NULL), 0);
+        TEST_WAIT_UNTIL(run.event, !gpu_tracker_is_busy(fresh));
+        assert_int_equal(d.r, -EAGAIN);
+        const char *want = "discover vendor VFIO VFs: VF 0001:c8:00.4: an earlier sysfs call on "
+                           "it has not returned; VF 0001:c8:00.5: an earlier sysfs call on it "
+                           "has not returned; VF 0001:c8:00.6: an earlier sysfs call on it has "
+                           "not returned; VF 0001:c8:00.7: an earlier sysfs call on it has not "
+                           "returned";
+        assert_string_equal(d.error, want);
+        assert_string_equal(gpu_tracker_error(fresh), want);
+        assert_null(gpu_tracker_host(fresh));
+        gpu_tracker_free(fresh);
+
+        unblock_key(&run, release, "0001:c8:00.5");
+        for (size_t i = 0; i < ELEMENTSOF(others); i++)
+                unblock_key(&run, more[i], others[i]);
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        assert_true(gpu_vf_is_readable(gpu_host_find_vf(gpu_tracker_host(run.t), "0001:c8:00.5")));
+        assert_null(gpu_tracker_host(run.t)->warnings);
+        free(d.error);
+        tracker_stop(&run);
+}
+
+/* DISC-3, DISC-9, GEN-4: on an mdev host, an uncertain VF keeps its types and its mdevs */
+static void test_tracker_uncertain_mdev_vf(void **state)
+{
+        Fixture *f = *state;
+        TrackerRun run;
+        Done d = {};
+        mkhost(f, "mdev"); /* 0000:41:00.5 carries the active 2Q mdev */
+        tracker_start(&run, f);
+
+        /* New and uncertain: left out, as an unreadable mdev parent is (DISC-3). */
+        int release6 = block_key(&run, "0000:41:00.6");
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        assert_int_equal(d.r, 0);
+        const GpuHost *h = gpu_tracker_host(run.t);
+        assert_int_equal(h->framework, GPU_FRAMEWORK_MDEV);
+        assert_int_equal(h->n_vfs, 3);
+        assert_null(gpu_host_find_vf(h, "0000:41:00.6"));
+        assert_has_warning(h, "skipping unreadable mdev parents: VF 0000:41:00.6: an earlier "
+                              "sysfs call on it has not returned");
+        unblock_key(&run, release6, "0000:41:00.6");
+
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        assert_int_equal(gpu_tracker_host(run.t)->n_vfs, 4);
+
+        /* Known and uncertain: its last types stand, and its mdev is this pass's. */
+        int release5 = block_key(&run, "0000:41:00.5");
+        int release7 = block_key(&run, "0000:41:00.7");
+        put(f, "class/mdev_bus/0000:41:00.7/mdev_supported_types/nvidia-901/available_instances",
+            "0\n");
+        put(f, "class/mdev_bus/0000:41:00.6/mdev_supported_types/nvidia-901/available_instances",
+            "0\n");
+        assert_int_equal(gpu_tracker_discover(run.t, on_tracker_done, &d, NULL), 0);
+        tracker_settle(&run);
+        assert_int_equal(d.r, 0);
+        h = gpu_tracker_host(run.t);
+        assert_int_equal(h->n_vfs, 4);
+        assert_null(h->warnings);
+        const GpuVf *vf5 = gpu_host_find_vf(h, "0000:41:00.5");
+        assert_string_equal(vf5->parent, "0000:41:00.0");
+        assert_int_equal(vf5->n_creatable, 10);
+        assert_int_equal(strv_length(vf5->mdev_uuids), 1);
+        assert_string_equal(vf5->current_profile, "NVIDIA A40-2Q");
+        assert_string_equal(h->mdevs[0].profile, "NVIDIA A40-2Q");
+        for (size_t k = 0; k < 10; k++) {
+                const GpuProfile *p7 = &gpu_host_find_vf(h, "0000:41:00.7")->creatable[k];
+                const GpuProfile *p6 = &gpu_host_find_vf(h, "0000:41:00.6")->creatable[k];
+                bool is_2q = streq(p7->mdev_type, "nvidia-901");
+                assert_int_equal(p7->available_instances, is_2q ? 1 : 0); /* as last read */
+                assert_int_equal(p6->available_instances, 0);             /* read now */
+        }
+        unblock_key(&run, release5, "0000:41:00.5");
+        unblock_key(&run, release7, "0000:41:00.7");
+        free(d.error);
+        tracker_stop(&run);
+}
+
 /* PLACE-6: an mdev VF's available_instances as discovery read it; unreadable reads 0 */
 static void test_mdev_availability(void **state)
 {
@@ -1946,6 +2183,9 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_tracker_discovers_and_rereads, setup, teardown),
             cmocka_unit_test_setup_teardown(test_tracker_keeps_host_on_failure, setup, teardown),
             cmocka_unit_test_setup_teardown(test_tracker_batches_requests, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_tracker_uncertain_vf, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_tracker_uncertain_new_vf, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_tracker_uncertain_mdev_vf, setup, teardown),
             cmocka_unit_test_setup_teardown(test_mdev_availability, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
