@@ -164,7 +164,7 @@ class Load:
             weights = {"create": 4 if pop < POPULATION else 1,
                        "delete": 3 if pop > POPULATION else 1,
                        "stop": 2 if running else 0, "start": 2 if down else 0,
-                       "quarantine": 0.3}
+                       "quarantine": 1}
             if weights.get(self.target):  # so that the kill does not wait long for one
                 weights[self.target] *= 4
             kinds = sorted(weights)
@@ -664,7 +664,9 @@ def iteration(run, i, rng, d, c, state):
         "in_flight": describe_in_flight(flying, at_kill), "found": found,
         "started": dict(load.started), "answered": dict(load.counts),
         "at_kill": at_kill.summary(), "after": after.summary(),
-        "seconds": time.monotonic() - t_start, "timings": timings, "acked": len(acked),
+        "seconds": time.monotonic() - t_start, "timings": timings,
+        "acked": (sum(1 for t in acked.values() if t.startswith("operator")),
+                  sum(1 for t in acked.values() if t.startswith("logged"))),
     }
     return d, c, result
 
@@ -715,8 +717,9 @@ def main():
                       for e in [tally.open.get((v.kind, v.subject))]]
             detail += ["at the kill: " + res["at_kill"], "after the pass: " + res["after"],
                        "operations started %s, answered %s" % (res["started"], res["answered"]),
-                       "quarantines acknowledged %d; kill to ready %.2f s, pass wait %s" % (
-                           res["acked"], res["timings"]["kill_to_ready"],
+                       "quarantines acknowledged: %d by the API, %d by the sentinel's line; "
+                       "kill to ready %.2f s, pass wait %s" % (
+                           res["acked"][0], res["acked"][1], res["timings"]["kill_to_ready"],
                            "%.2f s" % res["timings"]["pass_wait"]
                            if res["timings"].get("pass_wait") is not None else "none")]
             ok(not res["found"], "REL-2: " + label, "\n".join(detail))
