@@ -188,6 +188,22 @@ claimed_vfs() {
 count() { # DIR: its entries
         if [ -d "$1" ]; then find "$1" -mindepth 1 -maxdepth 1 | wc -l; else echo 0; fi
 }
+# hold_nodes / drop_nodes: descriptors 5..8 on the four VFs' VFIO group nodes, as a VMM that
+# vgpud does not manage would hold them; vgpud's reconcile pass leaves a dirty VF that is held
+# open alone (REC-6) and resets one that is not.
+hold_nodes() {
+        show "exec 5<$mnt/dev/vfio/<group of 0001:c8:00.4> ... 8<...   # held by a VMM of someone else"
+        n=5
+        for vf in 0001:c8:00.4 0001:c8:00.5 0001:c8:00.6 0001:c8:00.7; do
+                group=$(basename "$(readlink "$sys/bus/pci/devices/$vf/iommu_group")")
+                eval "exec $n<\"\$mnt/dev/vfio/\$group\""
+                n=$((n + 1))
+        done
+}
+drop_nodes() {
+        show "exec 5<&- 6<&- 7<&- 8<&-"
+        exec 5<&- 6<&- 7<&- 8<&-
+}
 # set_types TYPE: the driver's own interface, behind vgpud's back: TYPE into current_vgpu_type
 # of four VFs of the equal-size card (0 releases them).
 set_types() {
@@ -304,9 +320,10 @@ ctl resources | grep -E "^used slots|$profile"
 printf 'left behind: %s instances, %s claimed VFs, %s fake-qemu processes\n' \
         "$(count "$mnt/data/instances")" "$(claimed_vfs)" "$(vmm_pids | wc -l)"
 
-say "The driver is driven directly: four 4Q vGPUs on the equal-size card"
+say "The driver is driven directly: four 4Q vGPUs on the equal-size card, held by a VMM vgpud does not run"
+hold_nodes
 set_types 1150
-echo "(vgpud sees them at its next pass)"
+echo "(vgpud sees them at its next pass: dirty VFs, held open, so it leaves them alone)"
 wait_for 300 "vgpud did not pick up the change" used_slots_are 4
 ctl gpus | grep -E '^GPU|0001:c8:00\.[4-7]' | head -n 8
 
@@ -324,10 +341,12 @@ show "curl -s --unix-socket $sock -H 'Authorization: Bearer \$VGPUD_TOKEN' http:
 curl -s --unix-socket "$sock" -H "Authorization: Bearer $VGPUD_TOKEN" \
         http://vgpud/metrics | grep -E '^vgpud_(resources_gpu_slots|instances_vgpu_quarantined_vfs)'
 
-say "Restore: after a recovery, clear the GPU's VF records, undrain it, release the four vGPUs"
+say "Restore: after a recovery, clear the GPU's VF records, undrain it; the four vGPUs' VMM goes away"
 ctl health clear-gpu 0000:e3:00.0
 ctl health undrain 0000:e3:00.0
-set_types 0
+drop_nodes
+echo "(nothing holds the four dirty VFs now: vgpud's next reconcile pass resets them)"
+wait_for 300 "vgpud did not reset the dirty VFs" used_slots_are 0
 ctl health list
 
 say "Stop vgpud (SIGTERM): it exits 0 and leaves running VMs alone"
