@@ -348,6 +348,13 @@ def check_shutdown_mid_create(work, config, secret, sock, daemons):
     # OPS-3: SIGTERM while a create waits for QMP answers that request 503 and exits 0; the
     # VMM keeps running; the next start finds the Creating record with its VMM alive (INST-21),
     # gets no QMP readiness from it, terminates it and records Failed with the claim kept.
+    # A long vmm.boot_timeout leaves the create waiting for the greeting (VMM-5's 5 s) while
+    # SIGTERM comes, even on a loaded machine.
+    with open(config) as f:
+        text = f.read()
+    config = os.path.join(work, "vgpud-long-boot.yaml")
+    with open(config, "w") as f:
+        f.write(text.replace("boot_timeout: 3s", "boot_timeout: 60s"))
     d, c = start(work, "shutdown-a", config, secret, sock)
     daemons.append(d)
     if not c:
