@@ -25,9 +25,9 @@ import uuid
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    CATALOG, HEALTH_FILE, MNT, SYS, VGPUD, eq, error_of, exit_status, figures, finish, gpu_body,
-    log_count, mdev_truth, mdev_vfs, metric, ok, parse_metrics, poll, profile_gib,
-    read_creatable, run_group, sim_ctl, sim_state, start, stop, timed_get, truth, write_config,
+    CATALOG, HEALTH_FILE, MNT, SYS, VGPUD, configure, eq, error_of, exit_status, figures, finish,
+    gpu_body, log_count, mdev_truth, mdev_vfs, metric, ok, parse_metrics, poll, profile_gib,
+    read_attr, read_creatable, run_group, sim_ctl, sim_state, start, stop, timed_get, truth, write_config,
     write_secret)
 
 # CFG-7: variables vgpud must not read. A proxy it honoured would send loopback requests
@@ -96,6 +96,18 @@ def check_scan_failure(c, d, proc):
        "MET-2: placement_disabled 1 and allocatable 0 after a failed scan")
     ok("open-handle scan failed; placement disabled" in d.log_text(),
        "DEV-14: the scan failure is logged")
+    # REC-9: the stages that need the pass's scan are skipped and counted while it fails: a VF
+    # configured behind vgpud's back stays dirty, not reset.
+    dirty_vf = "0000:e3:01.1"
+    configure(dirty_vf, 1148)
+    counted = poll(lambda: all(metric(parse_metrics(c.get("/metrics").body.decode()),
+                                      "vgpud_instances_vgpu_reconcile_failures_total",
+                                      stage=s) >= 2
+                               for s in ("release_stale", "reset_unclaimed_vfs")), 20, 0.25)
+    ok(counted, "REC-9, MET-2: each pass with a failed scan counts release_stale and "
+       "reset_unclaimed_vfs as failed")
+    eq(read_attr("bus/pci/devices/%s/nvidia/current_vgpu_type" % dirty_vf),
+       "1148", "REC-9: the reset stage is skipped while the scan fails")
 
     # An fd that is not a link: the second message form. Each tree is built under a name that
     # is not a pid and renamed in before the old one goes, so no scan ever sees a good tree.
@@ -128,6 +140,9 @@ def check_scan_failure(c, d, proc):
         return "placement_disabled_reason" not in g and g["allocatable_slots"] > 0 and g
     g = poll(recovered, 20, 0.25)
     ok(bool(g), "DEV-14: placement comes back once a later scan succeeds", gpu_body(c))
+    type_path = "bus/pci/devices/%s/nvidia/current_vgpu_type" % dirty_vf
+    ok(poll(lambda: read_attr(type_path) == "0", 20, 0.25),
+       "REC-6, REC-9: with the scan back, a pass resets the dirty VF")
     if g:
         # The NVML placement cache may still be refilling: the figures converge to the model's.
         poll(lambda: figures({"gpu": gpu_body(c)}) == truth(), 20, 0.25)
