@@ -12,6 +12,8 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "base/base.h"
 
@@ -35,4 +37,27 @@ static inline int json_push(json_t *a, json_t *value)
 static inline json_t *json_u64(uint64_t v)
 {
         return json_integer(v > (uint64_t)INT64_MAX ? INT64_MAX : (json_int_t)v);
+}
+
+/*
+ * v as text (json_dumps flags) with one trailing newline, as the state files end: *ret is
+ * malloc'd, *ret_size (may be NULL) its length. -ENOMEM.
+ */
+static inline int json_dump_file_text(const json_t *v, size_t flags, char **ret, size_t *ret_size)
+{
+        char *text = json_dumps(v, flags);
+        if (!text)
+                return -ENOMEM;
+        size_t n = strlen(text);
+        char *out = realloc(text, n + 2);
+        if (!out) {
+                free(text);
+                return -ENOMEM;
+        }
+        out[n] = '\n';
+        out[n + 1] = 0;
+        *ret = out;
+        if (ret_size)
+                *ret_size = n + 1;
+        return 0;
 }

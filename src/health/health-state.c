@@ -913,20 +913,7 @@ int health_state_format(const HealthState *s, char **ret, size_t *ret_size)
             json_set(root, "driver_changed_at", json_timestamp_new(s->driver_changed_at)) < 0)
                 return -ENOMEM;
 
-        _cleanup_free_ char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        if (!text)
-                return -ENOMEM;
-        size_t n = strlen(text);
-        char *out = realloc(text, n + 2);
-        if (!out)
-                return -ENOMEM;
-        text = NULL;
-        out[n] = '\n';
-        out[n + 1] = 0;
-        *ret = out;
-        if (ret_size)
-                *ret_size = n + 1;
-        return 0;
+        return json_dump_file_text(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER, ret, ret_size);
 }
 
 /* ---- queries and load-time rules ----------------------------------------------------------- */

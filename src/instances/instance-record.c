@@ -780,19 +780,7 @@ static int record_dump(const InstanceRecord *r, char **ret, size_t *ret_size)
                 return k;
 
         /* Indent 0 keeps the record on one line, with ", " and ": " as INST-2 shows it. */
-        _cleanup_free_ char *text = json_dumps(root, JSON_PRESERVE_ORDER);
-        if (!text)
-                return -ENOMEM;
-        size_t n = strlen(text);
-        char *out = realloc(text, n + 2);
-        if (!out)
-                return -ENOMEM;
-        text = NULL;
-        out[n] = '\n';
-        out[n + 1] = 0;
-        *ret = out;
-        *ret_size = n + 1;
-        return 0;
+        return json_dump_file_text(root, JSON_PRESERVE_ORDER, ret, ret_size);
 }
 
 int instance_record_encode(const InstanceRecord *r, char **ret, size_t *ret_size, char **error)
