@@ -7,13 +7,16 @@
 # as its VMM, in run-sim-test.sh's private PID namespace (SIM-21). One iteration: concurrent
 # clients create (mostly `NVIDIA L40S-2Q`, some other profiles, some without a GPU), stop,
 # start and delete instances and quarantine VFs, while a few VFs are wedged so that the
-# sentinel quarantines some by itself (threshold 1, breaker off); at a random moment inside an
-# operation of a randomly chosen kind (or while idle) vgpud gets SIGKILL. The next daemon is
+# sentinel (SENT-8, once vgpud has one) quarantines some by itself (threshold 1, breaker off).
+# At a random step of an operation of a randomly chosen kind (claim, configure, spawn,
+# readiness, ladder, release, removal; or while idle) vgpud gets SIGKILL. The next daemon is
 # started, its recovery (INST-21) is waited for and then one whole reconcile pass after
 # readiness (`reconcile pass done`, REC-1, REC-11), and REL-2 is checked from the simulator's
 # own state.json, the records and health file on disk and the processes in /proc, never from
 # vgpud's API (chaos_truth.py). The simulator, data dir and running VMs carry over from one
-# iteration to the next: the point is accumulated state.
+# iteration to the next: the point is accumulated state. A VMM no record accounts for is
+# reported, then killed, so that one leak does not pile up over the run. Before the first
+# daemon, the checker is shown to report each kind of damage it looks for.
 #
 # Output is TAP, one test point per iteration, then a summary line
 #   # chaos: <n> iterations, kills by phase: create=a stop=b start=c delete=d idle=e, violations: v
