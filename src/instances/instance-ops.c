@@ -57,7 +57,10 @@ struct Op {
         void *job_data;      /* during a job's next step: the job's data */
         int release_r;       /* a release waiting for the host's re-read */
         char *release_error;
+        void *spawn; /* the spawn waiting for its sockets' record write */
 };
+
+static void spawn_data_free(void *data);
 
 void instance_op_free(Op *op)
 {
@@ -68,6 +71,8 @@ void instance_op_free(Op *op)
         if (op->m->cfg.claimer.tracker)
                 gpu_tracker_cancel(op->m->cfg.claimer.tracker, op);
         free(op->release_error);
+        if (op->spawn)
+                spawn_data_free(op->spawn);
         free(op->error);
         instance_spec_done(&op->spec);
         free(op);
@@ -746,6 +751,20 @@ static void identity_written(Op *op, int r, const char *error)
 
 static void spawned(Op *op, int r, const char *error);
 
+static void sockets_written(Op *op, int r, const char *error)
+{
+        SpawnData *d = TAKE_PTR(op->spawn);
+        if (r < 0) {
+                spawn_data_free(d);
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "save instance record: %s", error);
+                instance_record_clear_hypervisor(&op->i->rec);
+                rollback_gone(op, INSTANCE_FAILURE_INTERNAL, e ? e : error);
+                return;
+        }
+        job_then(op, spawn_run, d, spawn_data_free, spawned);
+}
+
 static void spawn_step(Op *op)
 {
         Instance *i = op->i;
@@ -794,7 +813,12 @@ static void spawn_step(Op *op)
         snprintf(d->id, sizeof d->id, "%s", i->rec.id);
         d->instances_dirfd = m->cfg.instances_dirfd;
         d->proc = m->cfg.proc;
-        job_then(op, spawn_run, d, spawn_data_free, spawned);
+        /*
+         * The socket paths reach the record before the spawn: a daemon killed between spawn and
+         * the pid save leaves a record through which VMM-17/18 find the VMM by its socket.
+         */
+        op->spawn = d;
+        write_then(op, sockets_written);
 }
 
 static void spawned(Op *op, int r, const char *error)

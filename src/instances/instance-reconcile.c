@@ -162,6 +162,31 @@ static void delete_done(const InstanceOutcome *o, void *userdata)
         sweep_step_done(s);
 }
 
+/*
+ * A VMM that an earlier verdict could not see (its socket not yet bound when start-up looked,
+ * or ambiguous then) is watched from now on, its identity written; behind a Stopped or Failed
+ * record it is terminated, as INST-21 says for start-up.
+ */
+static void adopt(Instance *i, VmmLiveness *l)
+{
+        int r = instance_attach_vmm(i, l->pid, l->pidfd, false, l->start_time);
+        l->pidfd = -1; /* taken, whatever the result */
+        if (r < 0) {
+                log_line(LOG_LEVEL_WARNING, r, "cannot watch a live VMM", "instance_id", i->rec.id,
+                         NULL);
+                return;
+        }
+        log_line(LOG_LEVEL_NOTICE, 0, "found a live VMM", "instance_id", i->rec.id, "state",
+                 instance_state_to_string(i->rec.state), NULL);
+        i->rec.hypervisor.pid = l->pid;
+        i->rec.hypervisor.start_time = l->start_time;
+        if (i->rec.state == INSTANCE_STOPPED || i->rec.state == INSTANCE_FAILED) {
+                i->recovery = RECOVERY_TERMINATE;
+                instance_ops_recover(i);
+        } else
+                (void)instance_write(i, NULL);
+}
+
 static void on_probe(InstanceManager *m, const char *id, const VmmLiveness *l, void *userdata)
 {
         Sweep *s = userdata;
@@ -178,22 +203,23 @@ static void on_probe(InstanceManager *m, const char *id, const VmmLiveness *l, v
                         s->result.kept++;
                 if (l->verdict == VMM_AMBIGUOUS && claimed)
                         m->liveness_uncertain++; /* VMM-19 */
-                if (l->verdict == VMM_ALIVE && !i->vmm) {
-                        /* A VMM that an earlier verdict could not see: watched from now on. */
-                        VmmLiveness *own = (VmmLiveness *)l;
-                        if (instance_attach_vmm(i, l->pid, own->pidfd, false, l->start_time) < 0)
-                                log_line(LOG_LEVEL_WARNING, 0, "cannot watch a live VMM",
-                                         "instance_id", id, NULL);
-                        own->pidfd = -1;
-                }
+                if (l->verdict == VMM_ALIVE && !i->vmm)
+                        adopt(i, (VmmLiveness *)l);
                 sweep_step_done(s);
                 return;
         }
-        int r;
+        int r = -ENOENT;
         if (i->rec.state == INSTANCE_DELETING)
                 r = instance_ops_resume_delete(i, delete_done, s);
-        else
+        else if (claimed)
                 r = instance_ops_release_stale(i, stale_done, s);
+        else {
+                /* Nothing to release: the identity of a VMM proven gone is forgotten. */
+                instance_record_clear_hypervisor(&i->rec);
+                if (i->rec.state == INSTANCE_RUNNING)
+                        i->rec.state = INSTANCE_STOPPED;
+                (void)instance_write(i, NULL);
+        }
         if (r < 0)
                 sweep_step_done(s);
 }
@@ -282,7 +308,9 @@ static bool wants_probe(const Instance *i)
 {
         if (i->op || (i->vmm && !i->exited))
                 return false;
-        return instance_record_is_claimed(&i->rec) || i->rec.state == INSTANCE_DELETING;
+        const InstanceHypervisor *h = &i->rec.hypervisor;
+        return instance_record_is_claimed(&i->rec) || i->rec.state == INSTANCE_DELETING ||
+               h->pid > 0 || h->qmp_socket;
 }
 
 /* ---- list_instances (REC-3) and the .deleted-* retries (REC-10) ---------------------------- */

@@ -346,10 +346,11 @@ def check_no_gpu(c):
 
 
 def check_identity_save(c, d, work):
-    # INST-13: the record writes of a create are Creating, (the claim,) the identity (pid,
-    # start_time, boot_id), Running. The identity's rename fails: the spawned VMM is terminated
-    # (VMM-10) and the create fails 500 with nothing left.
-    for name, profile, before in (("ident-01", None, 1), ("ident-02", PROFILE, 2)):
+    # INST-13: the record writes of a create are Creating, (the claim,) the socket paths (before
+    # the spawn, so that a VMM outliving a killed daemon can be found by its socket), the
+    # identity (pid, start_time, boot_id), Running. The identity's rename fails: the spawned VMM
+    # is terminated (VMM-10) and the create fails 500 with nothing left.
+    for name, profile, before in (("ident-01", None, 2), ("ident-02", PROFILE, 3)):
         used = gpu_body(c)["used_slots"]
         # The identity's temp-file write is held 800 ms, so that the VMM it names is seen
         # running, and then its rename fails.
