@@ -121,10 +121,13 @@ static void op_finish(Op *op, int r, InstanceFailure failure, const char *error)
                 op->done(&o, op->userdata);
         bool exited_meanwhile =
             i && !i->op && i->vmm && i->exited && i->rec.state == INSTANCE_RUNNING;
+        bool recovery_pending = i && !i->op && i->recovery != RECOVERY_NONE;
         instance_op_free(op);
         /* A VMM that exited while the operation ran is handled now (INST-19). */
         if (exited_meanwhile)
                 instance_ops_vmm_exited(i);
+        else if (recovery_pending)
+                instance_ops_recover(i);
 }
 
 static void op_succeed(Op *op)
@@ -1030,8 +1033,11 @@ static void exit_written(Op *op, int r, const char *error)
 void instance_ops_vmm_exited(Instance *i)
 {
         if (i->rec.state != INSTANCE_RUNNING) {
-                /* A VMM behind a Stopped or Failed record (INST-21): nothing else to do. */
-                if (!i->op) {
+                /*
+                 * A VMM behind a Stopped or Failed record (INST-21): nothing else to do. One
+                 * whose recovery waits for READY=1 is that recovery's (it sees the exit).
+                 */
+                if (!i->op && i->recovery == RECOVERY_NONE) {
                         remove_runtime(i);
                         instance_forget_vmm(i);
                 }
@@ -1100,12 +1106,35 @@ static void terminate_done(Vmm *v, int r, const char *error, void *userdata)
         write_then(op, stopped_written);
 }
 
+/* A recovery whose VMM has gone meanwhile: the state INST-21 gives a gone VMM. */
+static void recovered_gone(Op *op, int r, const char *error)
+{
+        (void)r;
+        (void)error;
+        op_succeed(op);
+}
+
 void instance_ops_recover(Instance *i)
 {
         Recovery what = i->recovery;
-        i->recovery = RECOVERY_NONE;
         if (i->op)
+                return; /* kept: op_finish() runs it when the operation ends */
+        i->recovery = RECOVERY_NONE;
+        bool gone = !i->vmm || i->exited;
+        if (gone && (what == RECOVERY_READY || what == RECOVERY_TERMINATE)) {
+                Op *op = op_new(i->m, i, OP_RECOVER, NULL, NULL);
+                if (!op)
+                        return;
+                remove_runtime(i);
+                instance_forget_vmm(i);
+                instance_record_clear_hypervisor(&i->rec);
+                if (what == RECOVERY_READY) {
+                        i->rec.state = INSTANCE_FAILED;
+                        (void)set_error(&i->rec, "interrupted by daemon restart");
+                }
+                write_then(op, recovered_gone);
                 return;
+        }
         static const OpKind kinds[] = {[RECOVERY_READY] = OP_RECOVER,
                                        [RECOVERY_STOP] = OP_STOP,
                                        [RECOVERY_DELETE] = OP_DELETE,
@@ -1118,6 +1147,11 @@ void instance_ops_recover(Instance *i)
         case RECOVERY_READY:
                 r = vmm_wait_ready(i->vmm, i->m->config->vmm.boot_timeout, false, recovered_ready,
                                    op);
+                if (r < 0) {
+                        /* As a readiness that failed: terminated, then Failed. */
+                        recovered_ready(i->vmm, r, strerror(-r), op);
+                        return;
+                }
                 break;
         case RECOVERY_STOP:
                 stop_vmm_step(op, i->m->config->vmm.stop_timeout);
