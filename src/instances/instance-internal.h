@@ -77,6 +77,8 @@ char *instance_runtime_path(const Instance *i, const char *name);
  */
 int instance_attach_vmm(Instance *i, pid_t pid, int pidfd, bool is_child, uint64_t start_time);
 void instance_forget_vmm(Instance *i);
+/* hypervisor.pid, start_time and the current boot id, together as INST-2 wants them. */
+int instance_set_identity(Instance *i, pid_t pid, uint64_t start_time);
 
 /*
  * DISC-20 after a write to vf (NULL: unknown): a re-read of the VFs' types, or a full discovery

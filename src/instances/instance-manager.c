@@ -224,6 +224,18 @@ int instance_attach_vmm(Instance *i, pid_t pid, int pidfd, bool is_child, uint64
         return 0;
 }
 
+int instance_set_identity(Instance *i, pid_t pid, uint64_t start_time)
+{
+        char *boot_id = NULL;
+        if (strdup_nullable(i->m->boot_id, &boot_id) < 0)
+                return -ENOMEM;
+        i->rec.hypervisor.pid = pid;
+        i->rec.hypervisor.start_time = start_time;
+        free(i->rec.hypervisor.boot_id);
+        i->rec.hypervisor.boot_id = boot_id;
+        return 0;
+}
+
 void instance_forget_vmm(Instance *i)
 {
         i->vmm = vmm_free(i->vmm);
@@ -656,9 +668,14 @@ static int load_one(InstanceManager *m, const char *id, const VfioScan *scan)
                         return r;
                 }
                 if (l.pid != i->rec.hypervisor.pid) {
-                        /* VMM-18: the socket's owner is the VMM now. */
-                        i->rec.hypervisor.pid = l.pid;
-                        i->rec.hypervisor.start_time = l.start_time;
+                        /* VMM-18: the socket's owner is the VMM now; its identity is whole. */
+                        r = instance_set_identity(i, l.pid, l.start_time);
+                        if (r < 0) {
+                                vmm_liveness_done(&l);
+                                instance_record_done(&i->rec);
+                                free(i);
+                                return r;
+                        }
                 }
         }
         r = instance_insert(m, i);

@@ -843,10 +843,10 @@ static void spawned(Op *op, int r, const char *error)
                 fail_alive(op, INSTANCE_FAILURE_INTERNAL, "watch VMM: out of memory");
                 return;
         }
-        i->rec.hypervisor.pid = d->spawned.pid;
-        i->rec.hypervisor.start_time = d->spawned.start_time;
-        free(i->rec.hypervisor.boot_id);
-        i->rec.hypervisor.boot_id = op->m->boot_id ? strdup(op->m->boot_id) : NULL;
+        if (instance_set_identity(i, d->spawned.pid, d->spawned.start_time) < 0) {
+                fail_after_spawn(op, INSTANCE_FAILURE_INTERNAL, "out of memory");
+                return;
+        }
         write_then(op, identity_written);
 }
 

@@ -178,8 +178,8 @@ static void adopt(Instance *i, VmmLiveness *l)
         }
         log_line(LOG_LEVEL_NOTICE, 0, "found a live VMM", "instance_id", i->rec.id, "state",
                  instance_state_to_string(i->rec.state), NULL);
-        i->rec.hypervisor.pid = l->pid;
-        i->rec.hypervisor.start_time = l->start_time;
+        if (instance_set_identity(i, l->pid, l->start_time) < 0)
+                return;
         if (i->rec.state == INSTANCE_STOPPED || i->rec.state == INSTANCE_FAILED) {
                 i->recovery = RECOVERY_TERMINATE;
                 instance_ops_recover(i);
