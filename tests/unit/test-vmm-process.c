@@ -47,10 +47,12 @@ long __real_syscall(long number, ...);
 long __wrap_syscall(long number, ...);
 long __wrap_syscall(long number, ...)
 {
-        long a[6];
+        /* Only the arguments the call has are read: reading more is undefined (ASan sees it). */
+        long a[6] = {0};
+        size_t n = number == SYS_pidfd_open ? 2 : number == SYS_pidfd_send_signal ? 4 : 6;
         va_list ap;
         va_start(ap, number);
-        for (size_t i = 0; i < ELEMENTSOF(a); i++)
+        for (size_t i = 0; i < n; i++)
                 a[i] = va_arg(ap, long);
         va_end(ap);
         if (number == SYS_pidfd_send_signal && a[1] == SIGKILL && swallow_sigkill) {
