@@ -22,8 +22,9 @@ typedef struct Pass {
         bool discovered;  /* this pass's discovery succeeded */
         DeviceScan *scan; /* the pass's one fd scan (REC-9); NULL when it failed */
         bool aborted;     /* REC-3 stopped the pass */
-        /* REC-11's figures */
+        /* REC-11's figures, and how long the fd scan took (its share of the pass) */
         unsigned released, reset, removed, failed;
+        nsec_t scan_took;
 } Pass;
 
 struct Reconciler {
@@ -160,6 +161,7 @@ typedef struct ScanJob {
         char *dev_root;
         char *scan_error; /* vfio_scan_startup()'s own text, which names the scan */
         DeviceScan *scan; /* kept for the pass's stages (REC-9) */
+        nsec_t took;      /* the walk alone, without the wait for a worker */
 } ScanJob;
 
 static void scan_job_free(void *data)
@@ -176,7 +178,9 @@ static int scan_job_run(void *data, char **error)
 {
         ScanJob *j = data;
         _cleanup_vfio_scan_ VfioScan *scan = NULL;
+        nsec_t started = mono_clock_now(&mono_clock_system);
         int r = vfio_scan_startup(j->proc, j->dev_root, &scan, &j->scan_error);
+        j->took = mono_clock_now(&mono_clock_system) - started;
         if (r < 0)
                 return r;
         r = device_scan_new(scan, &j->scan);
@@ -214,6 +218,8 @@ static void on_scan_done(int r, void *data, const char *error, void *userdata)
         Reconciler *rc = userdata;
         ScanJob *j = data;
 
+        if (j)
+                rc->pass->scan_took = j->took;
         if (r >= 0) {
                 set_scan_error(rc, NULL);
                 rc->pass->scan = TAKE_PTR(j->scan);
@@ -426,13 +432,15 @@ static void pass_step_done(Reconciler *rc)
                 log_line(LOG_LEVEL_DEBUG, 0, "start-up discovery done", "duration", took, NULL);
         else {
                 /* REC-11: one line per pass with its figures. */
-                char released[16], reset[16], removed[16], failed[16];
+                char released[16], reset[16], removed[16], failed[16], scan[DURATION_STRLEN];
                 snprintf(released, sizeof released, "%u", p->released);
                 snprintf(reset, sizeof reset, "%u", p->reset);
                 snprintf(removed, sizeof removed, "%u", p->removed);
                 snprintf(failed, sizeof failed, "%u", p->failed);
+                format_duration(p->scan_took, scan);
                 log_line(LOG_LEVEL_DEBUG, 0, "reconcile pass done", "duration", took, "released",
-                         released, "reset", reset, "removed", removed, "failed", failed, NULL);
+                         released, "reset", reset, "removed", removed, "failed", failed, "scan",
+                         scan, NULL);
                 rc->stats.passes++;
         }
         bool startup = p->startup;

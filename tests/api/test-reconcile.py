@@ -55,7 +55,7 @@ def check_reset(c, d):
     ok(any(re.search(r" reset=[1-9]", l) for l in passes(d)),
        "REC-11: the pass line counts the reset", passes(d)[-3:])
     ok(bool(line) and re.fullmatch(r"<7>reconcile pass done duration=\S+ released=\d+ "
-                                   r"reset=\d+ removed=\d+ failed=\d+", line) is not None,
+                                   r"reset=\d+ removed=\d+ failed=\d+ scan=\S+", line) is not None,
        "REC-11: one debug line per pass with duration and per-stage counts", line)
 
     # REC-6: a dirty VF held open by a process without a claim is left alone, logged once.
