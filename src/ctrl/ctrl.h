@@ -14,10 +14,14 @@
  *     cannot be read stops the pass), then stale claims whose VMM is provably gone are
  *     released (release_stale, REC-4, REC-5), Deleting records completed, leftover .deleted-*
  *     trees deleted and consoles truncated (REC-10, VMM-8);
- *  3. reset_unclaimed_vfs (REC-6, REC-7): every dirty vendor-VFIO VF that is neither uncertain,
- *     reserved, claimed, busy nor held open gets 0 written, with the pass's scan.
+ *  3. the GPU stage of the host's framework, with the pass's scan: on vendor VFIO
+ *     reset_unclaimed_vfs (REC-6, REC-7): every dirty VF that is neither uncertain, reserved,
+ *     claimed, busy nor held open gets 0 written; on mdev reconcile_devices (REC-8): every mdev
+ *     on a managed VF that no record or reservation names, older than ORPHAN_MDEV_MIN_AGE, with
+ *     an IOMMU group that resolves and no open node, is removed. Either re-checks the
+ *     reservations on the loop just before each dispatch.
  * A failed scan counts against and skips the stages that need it (REC-9); a failed discovery,
- * or a host without a framework, skips the GPU stage (REC-2). Each pass ends with REC-11's debug
+ * or a host without a framework, skips the GPU stages (REC-2). Each pass ends with REC-11's debug
  * line. The blocking parts run on the worker pools or the NVML thread; a pass is done when every
  * step has posted back. Passes never overlap: a pass asked for while one runs starts right after
  * it (REC-1).
@@ -52,6 +56,8 @@ typedef struct ReconcilerConfig {
         NvmlClient *nvml;     /* borrowed */
         HealthStore *health;  /* borrowed; NULL: no repair, no driver version */
         const Root *proc;     /* proc_root (duplicated for each scan) */
+        const Root *sysfs;    /* sysfs_root, for REC-8's checks (duplicated for each job) */
+        const Clock *clock;   /* the time of day REC-8's age is taken against; NULL: real */
         const char *dev_root; /* dev_root, absolute */
         nsec_t sysfs_timeout; /* the scan job's deadline (GEN-4); 0 for 30 s */
         /*
@@ -102,3 +108,18 @@ const ReconcilerStats *reconciler_get_stats(const Reconciler *r);
 
 /* DEV-14: `open-handle scan failed: <err>` while the last scan failed, else NULL. */
 const char *reconciler_scan_error(const Reconciler *r);
+
+/* ---- REC-8's sysfs side (orphan-mdev.c) ---------------------------------------------------- */
+
+/* An mdev younger than this may be a create in flight: the sweep leaves it (REC-8). */
+#define ORPHAN_MDEV_MIN_AGE 300 /* seconds */
+
+/*
+ * The conditions of REC-8 that sysfs answers, for an mdev the loop found unnamed: 1 when
+ * bus/mdev/devices/<uuid> is more than ORPHAN_MDEV_MIN_AGE old at now and its iommu_group
+ * link names a group; 0 when it is younger or has gone; -errno when its mtime or its group
+ * cannot be read (`check orphaned mdev <uuid>: read mtime: <err>`, `...: no IOMMU group`,
+ * `...: read IOMMU group: <err>`, `...: IOMMU group "<g>" is not a number`). Blocking: call it
+ * on a worker.
+ */
+int orphan_mdev_check(const Root *sysfs, const char *uuid, Timestamp now, char **error);

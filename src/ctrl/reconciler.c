@@ -355,25 +355,12 @@ static void on_reset_done(const DeviceResult *res, void *userdata)
         pass_step_done(rc);
 }
 
-static void start_device_stage(Reconciler *rc)
+static void start_reset_stage(Reconciler *rc, const GpuHost *h, const PlacementOverlays *o)
 {
         Pass *p = rc->pass;
-        const GpuHost *h = gpu_tracker_host(rc->config.tracker);
-        InstanceManager *im = rc->config.instances;
-        /* REC-2: no framework, or a failed discovery, skips the GPU stages. */
-        if (!im || !rc->config.ops || p->aborted || !p->discovered || !h ||
-            h->framework != GPU_FRAMEWORK_VENDOR_VFIO)
-                return;
-        if (!p->scan) {
-                stage_failed(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, "skipped",
-                             rc->scan_error ? rc->scan_error : "no open-handle scan");
-                return;
-        }
         /* The overlays /resources shows: a dirty VF there is exactly one reset here. */
-        PlacementOverlays o = {.nvml = rc->config.nvml, .pool = rc->config.pool};
-        claimer_fill_overlays(instance_manager_get_claimer(im), &o);
         _cleanup_placement_view_ PlacementView *v = NULL;
-        int r = placement_view_build(h, &o, &v);
+        int r = placement_view_build(h, o, &v);
         if (r < 0) {
                 stage_failed(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, "snapshot", strerror(-r));
                 return;
@@ -397,6 +384,224 @@ static void start_device_stage(Reconciler *rc)
                 else
                         stage_failed(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, vf->address, error);
         }
+}
+
+/* ---- reconcile_devices (REC-8) --------------------------------------------------------------- */
+
+static bool record_names_mdev(InstanceManager *im, const char *uuid)
+{
+        const InstanceRecord *const *recs;
+        size_t n = instance_manager_list(im, &recs);
+        for (size_t k = 0; k < n; k++)
+                if (streq_ptr(recs[k]->gpu.mdev_uuid, uuid))
+                        return true;
+        return false;
+}
+
+/*
+ * The loop's half of REC-8: the mdev sits on a managed, readable VF that is not uncertain,
+ * and neither a record, a reservation nor an operation in flight names it or its VF. Asked
+ * once to pick the candidates and again right before each remove.
+ */
+static bool mdev_is_unnamed(Reconciler *rc, const GpuHost *h, const GpuMdev *m)
+{
+        InstanceManager *im = rc->config.instances;
+        PlacementOverlays o = {0};
+        claimer_fill_overlays(instance_manager_get_claimer(im), &o);
+        const GpuVf *vf = gpu_host_find_vf(h, m->vf);
+        char key[sizeof "mdev:" + 36];
+        uint64_t fb;
+        PlacementReservation res;
+
+        snprintf(key, sizeof key, "mdev:%s", m->uuid); /* device ops' key of a VF-less mdev */
+        if (!vf || vf->error || worker_pool_key_is_uncertain(rc->config.pool, m->vf))
+                return false;
+        if ((o.is_claimed && o.is_claimed(o.claims_userdata, m->vf, &fb)) ||
+            (o.is_reserved && o.is_reserved(o.claims_userdata, m->vf, &res)))
+                return false;
+        return !record_names_mdev(im, m->uuid) && !device_ops_is_busy(rc->config.ops, m->vf) &&
+               !device_ops_is_busy(rc->config.ops, key);
+}
+
+static const GpuMdev *host_find_mdev(const GpuHost *h, const char *uuid)
+{
+        for (size_t k = 0; h && k < h->n_mdevs; k++)
+                if (streq(h->mdevs[k].uuid, uuid))
+                        return &h->mdevs[k];
+        return NULL;
+}
+
+typedef struct SweepJob {
+        Root *sysfs;
+        Timestamp now;
+        char **uuids;  /* the loop's candidates */
+        int *verdicts; /* orphan_mdev_check()'s, one per uuid */
+        char **errors; /* its text where it failed */
+        size_t n;
+} SweepJob;
+
+static void sweep_job_free(void *data)
+{
+        SweepJob *j = data;
+        root_free(j->sysfs);
+        strv_free(j->uuids);
+        for (size_t k = 0; j->errors && k < j->n; k++)
+                free(j->errors[k]);
+        free(j->errors);
+        free(j->verdicts);
+        free(j);
+}
+
+static int sweep_job_run(void *data, char **error)
+{
+        SweepJob *j = data;
+        for (size_t k = 0; k < j->n; k++)
+                j->verdicts[k] = orphan_mdev_check(j->sysfs, j->uuids[k], j->now, &j->errors[k]);
+        return 0;
+}
+
+typedef struct RemoveOrphan {
+        Reconciler *rc;
+        char key[sizeof "mdev:" + 36]; /* "mdev:<uuid>", as device ops key it */
+} RemoveOrphan;
+
+static void on_mdev_removed(const DeviceResult *res, void *userdata)
+{
+        _cleanup_free_ RemoveOrphan *ro = userdata;
+        Reconciler *rc = ro->rc;
+        if (res->r >= 0 && res->outcome == DEVICE_OUTCOME_RELEASED) {
+                rc->pass->removed++;
+                log_line(LOG_LEVEL_NOTICE, 0, "removed orphaned mdev", "vf", res->vf, "mdev_uuid",
+                         ro->key + strlen("mdev:"), NULL);
+        } else if (res->r < 0 && res->kind == DEVICE_FAILURE_IN_USE) {
+                /* As REC-6's VFs: a node held open without a claim is left, logged once. */
+                if (!held_open_logged(rc, ro->key)) {
+                        log_line(LOG_LEVEL_WARNING, 0, "orphaned mdev held open; left", "vf",
+                                 res->vf, "error", res->error, NULL);
+                        (void)strv_push(&rc->held_open_logged, ro->key);
+                }
+        } else if (res->r < 0)
+                stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, ro->key + strlen("mdev:"),
+                             res->error);
+        pass_step_done(rc);
+}
+
+static void remove_orphan(Reconciler *rc, const char *uuid)
+{
+        const GpuHost *h = gpu_tracker_host(rc->config.tracker);
+        const GpuMdev *m = host_find_mdev(h, uuid);
+        _cleanup_free_ char *error = NULL;
+        /* Named since the candidates were picked (a claim came meanwhile): it stays. */
+        if (!m || !mdev_is_unnamed(rc, h, m))
+                return;
+        RemoveOrphan *ro = calloc(1, sizeof *ro);
+        if (!ro) {
+                stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, uuid, strerror(ENOMEM));
+                return;
+        }
+        ro->rc = rc;
+        snprintf(ro->key, sizeof ro->key, "mdev:%s", m->uuid);
+        int r = device_ops_release(
+            rc->config.ops,
+            &(DeviceReleaseRequest){
+                .claim = {.framework = "mdev", .vf = m->vf, .mdev_uuid = m->uuid},
+                .scan = rc->pass->scan,
+            },
+            on_mdev_removed, ro, &error);
+        if (r >= 0)
+                rc->pass->pending++;
+        else {
+                free(ro);
+                stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, uuid, error);
+        }
+}
+
+static void on_sweep_checked(int r, void *data, const char *error, void *userdata)
+{
+        Reconciler *rc = userdata;
+        SweepJob *j = data;
+        if (r < 0)
+                stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, "check mdevs", error);
+        for (size_t k = 0; r >= 0 && k < j->n; k++) {
+                if (j->verdicts[k] < 0)
+                        stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, j->uuids[k],
+                                     j->errors[k]);
+                else if (j->verdicts[k] > 0)
+                        remove_orphan(rc, j->uuids[k]);
+        }
+        pass_step_done(rc);
+}
+
+static void start_mdev_stage(Reconciler *rc, const GpuHost *h)
+{
+        _cleanup_free_ char *error = NULL;
+        SweepJob *j = calloc(1, sizeof *j);
+        int r = j ? 0 : -ENOMEM;
+        for (size_t k = 0; r >= 0 && k < h->n_mdevs; k++)
+                if (mdev_is_unnamed(rc, h, &h->mdevs[k]))
+                        r = strv_push(&j->uuids, h->mdevs[k].uuid);
+        if (r >= 0 && j)
+                j->n = strv_length(j->uuids);
+        if (r < 0 || j->n == 0) {
+                if (r < 0)
+                        stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, "candidates",
+                                     strerror(-r));
+                if (j)
+                        sweep_job_free(j);
+                return;
+        }
+        j->now = clock_now(rc->config.clock ? rc->config.clock : &clock_realtime);
+        j->verdicts = calloc(j->n, sizeof *j->verdicts);
+        j->errors = calloc(j->n, sizeof *j->errors);
+        r = j->verdicts && j->errors ? root_dup(rc->config.sysfs, &j->sysfs) : -ENOMEM;
+        if (r < 0) {
+                sweep_job_free(j);
+                stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, "check mdevs", strerror(-r));
+                return;
+        }
+        WorkerJob job = {
+            .timeout =
+                rc->config.sysfs_timeout ? rc->config.sysfs_timeout : GPU_TRACKER_TIMEOUT_DEFAULT,
+            .run = sweep_job_run,
+            .done = on_sweep_checked,
+            .data = j,
+            .free_data = sweep_job_free,
+            .userdata = rc,
+        };
+        r = worker_pool_submit(rc->config.pool, &job, &error);
+        if (r < 0) {
+                sweep_job_free(j);
+                stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, "check mdevs", error);
+                return;
+        }
+        rc->pass->pending++;
+}
+
+/* The GPU stage of the host's framework (REC-6 or REC-8), with the pass's scan (REC-9). */
+static void start_device_stage(Reconciler *rc)
+{
+        Pass *p = rc->pass;
+        const GpuHost *h = gpu_tracker_host(rc->config.tracker);
+        InstanceManager *im = rc->config.instances;
+        /* REC-2: no framework, or a failed discovery, skips the GPU stages. */
+        if (!im || !rc->config.ops || p->aborted || !p->discovered || !h ||
+            h->framework == GPU_FRAMEWORK_NONE)
+                return;
+        bool mdev = h->framework == GPU_FRAMEWORK_MDEV;
+        ReconcileStage stage =
+            mdev ? RECONCILE_STAGE_RECONCILE_DEVICES : RECONCILE_STAGE_RESET_UNCLAIMED_VFS;
+        if (!p->scan) {
+                stage_failed(rc, stage, "skipped",
+                             rc->scan_error ? rc->scan_error : "no open-handle scan");
+                return;
+        }
+        if (mdev) {
+                start_mdev_stage(rc, h);
+                return;
+        }
+        PlacementOverlays o = {.nvml = rc->config.nvml, .pool = rc->config.pool};
+        claimer_fill_overlays(instance_manager_get_claimer(im), &o);
+        start_reset_stage(rc, h, &o);
 }
 
 /* ---- passes ---------------------------------------------------------------------------------- */

@@ -321,6 +321,7 @@ static int setup_reconciler(Manager *m)
             .nvml = m->nvml,
             .health = m->health,
             .proc = m->proc,
+            .sysfs = m->sysfs,
             .dev_root = m->config.dev_root,
             .sysfs_timeout = m->config.gpu.sysfs_timeout,
             .instances = m->instances,

@@ -234,3 +234,15 @@ int root_exists(const Root *r, const char *rel)
         }
         return 1;
 }
+
+int root_stat(const Root *r, const char *rel, struct stat *ret)
+{
+        int k = root_check_path(rel);
+        if (k < 0)
+                return k;
+        struct stat st;
+        if (fstatat(r->fd, rel, &st, 0) < 0)
+                return negative_errno();
+        *ret = st;
+        return 0;
+}

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "base/base.h"
 
@@ -61,3 +62,6 @@ int root_list_dir(const Root *r, const char *rel, char ***ret);
 
 /* 1 if rel exists (lstat), 0 if not (ENOENT or ENOTDIR), -errno on other errors. */
 int root_exists(const Root *r, const char *rel);
+
+/* stat(2) of rel, following symbolic links (sysfs device entries are links). */
+int root_stat(const Root *r, const char *rel, struct stat *ret);

@@ -3,23 +3,27 @@
 #
 # test-reconcile.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU
 #
-# The reconcile pass's repair stages against vgpu-sim with fake-qemu as the VMM: a dirty VF no
-# claim owns is reset (REC-6), one held open is left alone and logged once (REC-6), a claim whose
-# VMM died while vgpud was down is released by the first pass (REC-4), and each pass logs
-# REC-11's line; the stage counters are exported (MET-2). Runs under tests/sim/run-sim-test.sh.
+# The reconcile pass's repair stages against vgpu-sim with fake-qemu as the VMM. On SIM-20's
+# vendor-VFIO host: a dirty VF no claim owns is reset (REC-6), one held open is left alone and
+# logged once (REC-6), a failed discovery skips that stage while the others run (REC-2), a claim
+# whose VMM died while vgpud was down is released by the first pass (REC-4), and each pass logs
+# REC-11's line; the stage counters are exported (MET-2). On an mdev host: REC-8's sweep of
+# orphaned mdevs, with each of its conditions. Runs under tests/sim/run-sim-test.sh.
 import os
 import re
 import signal
 import sys
 import tempfile
+import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_instances import (  # noqa: E402
-    KERNEL, MNT, PROFILE, create_running, current_type, make_images, pid_of, record, vf_of, vmm_config)
+    KERNEL, MNT, PROFILE, create_running, current_type, delete, get, make_images, pid_of, record, vf_of,
+    vmm_config)
 from vgpud_test import (  # noqa: E402
-    alive, configure, eq, exit_status, finish, gpu_body, metric, ok, parse_metrics, poll, run_group,
-    start, stop, write_secret)
+    SYS, alive, configure, eq, exit_status, finish, gpu_body, metric, ok, parse_metrics, poll,
+    run_group, sim_ctl, sim_state, start, stop, write_secret)
 
 FREE_VF = "0000:e3:01.0"  # a VF of the mixed-size L40S that nothing claims
 TYPE_2Q = 1148
@@ -77,6 +81,118 @@ def check_reset(c, d):
     fams = parse_metrics(c.get("/metrics").body.decode())
     eq(metric(fams, "vgpud_instances_vgpu_reconcile_failures_total", stage="reset_unclaimed_vfs"),
        0, "REC-7: a VF left because it is held open is no stage failure")
+
+
+def check_failed_discovery(c, d):
+    # REC-2: while discovery fails, the GPU stage is skipped (a dirty VF stays as it is), and
+    # the instance stages and REC-10 still run (a leftover .deleted-* tree goes).
+    sim_ctl("fault read sys/bus/pci/devices EIO")
+    try:
+        ok(poll(lambda: "placement_disabled_reason" in gpu_body(c), 20, 0.1),
+           "DISC-7: the failed discovery disables placement", gpu_body(c))
+        configure(FREE_VF, TYPE_2Q)
+        left = os.path.join(MNT, "data/instances", ".deleted-" + "d" * 20)
+        os.makedirs(left)
+        next_pass(d)
+        next_pass(d)
+        eq(current_type(FREE_VF), str(TYPE_2Q),
+           "REC-2: with discovery failing, reset_unclaimed_vfs is skipped")
+        ok(not os.path.exists(left), "REC-2, REC-10: ... while REC-10's housekeeping still runs")
+    finally:
+        sim_ctl("clear-faults")
+    ok(poll(lambda: current_type(FREE_VF) == "0", 30, 0.1),
+       "REC-2: once discovery succeeds again, the GPU stage resets the VF")
+
+
+def mdev_group(vf):
+    """The IOMMU group of the mdev on vf, from the simulator's state."""
+    for g in sim_state()["gpus"]:
+        for v in g["vfs"]:
+            if v["address"] == vf and v["mdev"]:
+                return v["mdev"]["iommu_group"]
+    return None
+
+
+def mdev_exists(u):
+    return os.path.exists(os.path.join(SYS, "bus/mdev/devices", u))
+
+
+def make_mdev(vf):
+    """An mdev created behind vgpud's back, as a crash between create and record would leave."""
+    u = str(uuid.uuid4())
+    with open(os.path.join(SYS, "class/mdev_bus", vf, "mdev_supported_types/nvidia-901/create"),
+              "w") as f:
+        f.write(u)
+    return u
+
+
+def devices_failures(c):
+    fams = parse_metrics(c.get("/metrics").body.decode())
+    return metric(fams, "vgpud_instances_vgpu_reconcile_failures_total", stage="reconcile_devices")
+
+
+def check_mdev_sweep(c, d):
+    vfs = [v["address"] for v in sim_state()["gpus"][0]["vfs"]]
+    # REC-8: an unnamed mdev younger than 5 minutes may be a create in flight: it stays ...
+    u = make_mdev(vfs[1])
+    next_pass(d)
+    next_pass(d)
+    ok(mdev_exists(u), "REC-8: an orphaned mdev under 5 minutes old is left")
+    # ... and once its directory is older, the next pass removes it.
+    sim_ctl("age %s 301" % u)
+    ok(poll(lambda: not mdev_exists(u), 30, 0.1), "REC-8, SIM-6: once over 5 minutes old, it is "
+       "removed")
+    ok(poll(lambda: any(re.search(r" removed=[1-9]", l) for l in passes(d)), 20, 0.1),
+       "REC-11: the pass line counts the removal", passes(d)[-3:])
+    ok(any("removed orphaned mdev" in l and u in l for l in d.log_text().splitlines()),
+       "REC-8: the removal is logged with the mdev's UUID")
+
+    # REC-8: one whose /dev/vfio/<group> is held open is left, logged once; closed, it goes.
+    u = make_mdev(vfs[2])
+    sim_ctl("age %s 3600" % u)
+    node = open(os.path.join(MNT, "dev/vfio", str(mdev_group(vfs[2]))), "rb")
+    try:
+        next_pass(d)
+        next_pass(d)
+        ok(mdev_exists(u), "REC-8: an old orphan whose group node is open is left")
+        eq(len([l for l in d.log_text().splitlines()
+                if "orphaned mdev held open; left" in l]), 1,
+           "REC-8: ... and logged once, not on every pass")
+    finally:
+        node.close()
+    ok(poll(lambda: not mdev_exists(u), 30, 0.1), "REC-8: once closed, a later pass removes it")
+    eq(devices_failures(c), 0, "REC-8: an mdev left because it is held open is no stage failure")
+
+    # REC-8: an IOMMU group that cannot be resolved keeps the mdev and counts a stage failure.
+    u = make_mdev(vfs[3])
+    sim_ctl("age %s 3600" % u)
+    sim_ctl("fault read sys/*%s/iommu_group EIO" % u)
+    try:
+        want = "check orphaned mdev %s: read IOMMU group: Input/output error" % u
+        ok(poll(lambda: devices_failures(c) >= 1, 30, 0.1),
+           "REC-8, MET-2: an unreadable IOMMU group counts a reconcile_devices failure")
+        ok(mdev_exists(u), "REC-8: ... and the mdev is left")
+        ok(any("reconcile stage failed" in l and want in l for l in d.log_text().splitlines()),
+           "REC-8: the failure is logged with its text", want)
+    finally:
+        sim_ctl("clear-faults")
+    ok(poll(lambda: not mdev_exists(u), 30, 0.1),
+       "REC-8: the fault cleared, the next pass removes it")
+
+
+def check_mdev_named(c, d):
+    # REC-8 (decision): an mdev a record names stays however old it is, while its VM runs.
+    failures = devices_failures(c)
+    inst = create_running(c, "mdev-named", "NVIDIA A40-2Q")
+    u = inst["gpu"]["mdev_uuid"]
+    sim_ctl("age %s 3600" % u)
+    next_pass(d)
+    next_pass(d)
+    ok(mdev_exists(u), "REC-8: an old mdev named by a Running record is left")
+    eq(get(c, inst["id"])["state"], "Running", "REC-8: ... and its VM runs on")
+    eq(delete(c, inst["id"])[0], 204, "INST-17: the instance is deleted")
+    ok(not mdev_exists(u), "INST-17, DEV-17: the delete removes the mdev itself")
+    eq(devices_failures(c), failures, "REC-8: no reconcile_devices failure along the way")
 
 
 def check_console(c, d):
@@ -174,12 +290,19 @@ def main():
         sock = os.path.join(work, "api.sock")
         d, c = start(work, "main", config, secret, sock)
         daemons.append(d)
-        if c:
+        mdev = bool(c) and c.get("/gpus").json()["gpus"][0]["framework"] == "mdev"
+        if c and mdev:
+            run_group("mdev-sweep", lambda: check_mdev_sweep(c, d))
+            run_group("mdev-named", lambda: check_mdev_named(c, d))
+            stop(d)
+        elif c:
             run_group("reset", lambda: check_reset(c, d))
+            run_group("failed-discovery", lambda: check_failed_discovery(c, d))
             run_group("console", lambda: check_console(c, d))
             run_group("list", lambda: check_list(c, d))
             stop(d)
-        run_group("stale", lambda: check_stale(work, config, secret, sock, daemons))
+        if not mdev:
+            run_group("stale", lambda: check_stale(work, config, secret, sock, daemons))
     finally:
         finish(daemons, work)
     return exit_status()

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <sys/stat.h>
+
 #include "ctrl/ctrl.h"
 #include "testlib.h"
 
@@ -217,6 +219,79 @@ static void test_discovery_failure_is_kept(void **state)
         assert_non_null(gpu_host_find_vf(gpu_tracker_host(f->tracker), VF));
 }
 
+/* ---- orphan_mdev_check (REC-8's sysfs side) ---------------------------------------------- */
+
+#define MDEV "5a1f7a3e-8c1d-4a57-9a35-2f3c1b7e6d01"
+#define MDEV_DIR "sys/bus/mdev/devices/" MDEV
+
+/* Sets the mdev directory's mtime; any entry added to it afterwards moves it to now. */
+static void set_mtime(Fixture *f, int64_t sec)
+{
+        struct timespec times[2] = {{.tv_sec = sec}, {.tv_sec = sec}};
+        assert_int_equal(utimensat(f->tree->fd, MDEV_DIR, times, 0), 0);
+}
+
+/* An mdev directory whose mtime is at sec, with an iommu_group link to target (NULL: none). */
+static void put_mdev(Fixture *f, int64_t sec, const char *target)
+{
+        assert_int_equal(test_tree_put(f->tree, "nvidia-901\n", MDEV_DIR "/mdev_type_name"), 0);
+        if (target)
+                assert_int_equal(test_tree_link(f->tree, target, MDEV_DIR "/iommu_group"), 0);
+        set_mtime(f, sec);
+}
+
+static int check_at(Fixture *f, int64_t sec, char **error)
+{
+        return orphan_mdev_check(f->sys, MDEV, (Timestamp){.sec = sec}, error);
+}
+
+/* REC-8: only an mdev over five minutes old whose IOMMU group resolves may be removed */
+static void test_orphan_mdev_age_and_group(void **state)
+{
+        Fixture *f = *state;
+        const int64_t born = 1700000000;
+        _cleanup_free_ char *error = NULL;
+        put_mdev(f, born, "../../../../kernel/iommu_groups/142");
+
+        assert_int_equal(check_at(f, born + ORPHAN_MDEV_MIN_AGE, &error), 0); /* not over */
+        assert_int_equal(check_at(f, born + ORPHAN_MDEV_MIN_AGE + 1, &error), 1);
+        assert_int_equal(check_at(f, born - 3600, &error), 0); /* a clock set back: young */
+        assert_null(error);
+
+        /* Gone meanwhile: nothing to do, and no failure. */
+        assert_int_equal(test_remove_tree_at(f->tree->fd, MDEV_DIR), 0);
+        assert_int_equal(check_at(f, born + 3600, &error), 0);
+        assert_null(error);
+}
+
+/* REC-8: an unresolvable group or an unreadable mtime keeps the mdev, with a reason */
+static void test_orphan_mdev_fails_closed(void **state)
+{
+        Fixture *f = *state;
+        const int64_t born = 1700000000;
+        _cleanup_free_ char *e1 = NULL, *e2 = NULL, *e3 = NULL, *e4 = NULL;
+
+        put_mdev(f, born, NULL);
+        assert_int_equal(check_at(f, born + 3600, &e1), -ENOENT);
+        assert_string_equal(e1, "check orphaned mdev " MDEV ": no IOMMU group");
+
+        assert_int_equal(
+            test_tree_link(f->tree, "../../kernel/iommu_groups/x1", MDEV_DIR "/iommu_group"), 0);
+        set_mtime(f, born);
+        assert_int_equal(check_at(f, born + 3600, &e2), -EBADMSG);
+        assert_string_equal(e2, "check orphaned mdev " MDEV ": IOMMU group \"x1\" is not a number");
+
+        /* A directory entry that cannot be stat()ed (a link loop): its age is unknown. */
+        assert_int_equal(test_remove_tree_at(f->tree->fd, MDEV_DIR), 0);
+        assert_int_equal(test_tree_link(f->tree, MDEV, MDEV_DIR), 0);
+        assert_int_equal(check_at(f, born + 3600, &e3), -ELOOP);
+        assert_string_equal(e3, "check orphaned mdev " MDEV
+                                ": read mtime: Too many levels of symbolic links");
+
+        assert_int_equal(orphan_mdev_check(f->sys, "../../x", (Timestamp){0}, &e4), -EINVAL);
+        assert_string_equal(e4, "invalid mdev UUID \"../../x\"");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -224,6 +299,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_startup_pass_skips_scan, setup, teardown),
             cmocka_unit_test_setup_teardown(test_passes_never_overlap, setup, teardown),
             cmocka_unit_test_setup_teardown(test_discovery_failure_is_kept, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_orphan_mdev_age_and_group, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_orphan_mdev_fails_closed, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
