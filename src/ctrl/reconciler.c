@@ -154,6 +154,32 @@ static void on_discover_done(int r, const char *error, void *userdata)
         pass_step_done(rc);
 }
 
+/*
+ * Submits one of the pass's sysfs jobs with GEN-4's deadline; the pass waits for it. On failure
+ * data is freed and *error says why.
+ */
+static int submit_pass_job(Reconciler *rc, int (*run)(void *data, char **error),
+                           WorkerDoneFunc done, void *data, void (*free_data)(void *data),
+                           char **error)
+{
+        WorkerJob job = {
+            .timeout =
+                rc->config.sysfs_timeout ? rc->config.sysfs_timeout : GPU_TRACKER_TIMEOUT_DEFAULT,
+            .run = run,
+            .done = done,
+            .data = data,
+            .free_data = free_data,
+            .userdata = rc,
+        };
+        int r = worker_pool_submit(rc->config.pool, &job, error);
+        if (r < 0) {
+                free_data(data);
+                return r;
+        }
+        rc->pass->pending++;
+        return 0;
+}
+
 /* ---- the open-handle scan (DEV-14) ----------------------------------------------------------- */
 
 typedef struct ScanJob {
@@ -243,22 +269,9 @@ static int submit_scan(Reconciler *rc)
                 scan_job_free(j);
                 return r;
         }
-        WorkerJob job = {
-            .timeout =
-                rc->config.sysfs_timeout ? rc->config.sysfs_timeout : GPU_TRACKER_TIMEOUT_DEFAULT,
-            .run = scan_job_run,
-            .done = on_scan_done,
-            .data = j,
-            .free_data = scan_job_free,
-            .userdata = rc,
-        };
-        r = worker_pool_submit(rc->config.pool, &job, &error);
-        if (r < 0) {
-                scan_job_free(j);
+        r = submit_pass_job(rc, scan_job_run, on_scan_done, j, scan_job_free, &error);
+        if (r < 0)
                 set_scan_error(rc, scan_failure(error, r));
-                return 0;
-        }
-        rc->pass->pending++;
         return 0;
 }
 
@@ -559,22 +572,9 @@ static void start_mdev_stage(Reconciler *rc, const GpuHost *h)
                 stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, "check mdevs", strerror(-r));
                 return;
         }
-        WorkerJob job = {
-            .timeout =
-                rc->config.sysfs_timeout ? rc->config.sysfs_timeout : GPU_TRACKER_TIMEOUT_DEFAULT,
-            .run = sweep_job_run,
-            .done = on_sweep_checked,
-            .data = j,
-            .free_data = sweep_job_free,
-            .userdata = rc,
-        };
-        r = worker_pool_submit(rc->config.pool, &job, &error);
-        if (r < 0) {
-                sweep_job_free(j);
+        r = submit_pass_job(rc, sweep_job_run, on_sweep_checked, j, sweep_job_free, &error);
+        if (r < 0)
                 stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, "check mdevs", error);
-                return;
-        }
-        rc->pass->pending++;
 }
 
 /* The GPU stage of the host's framework (REC-6 or REC-8), with the pass's scan (REC-9). */
