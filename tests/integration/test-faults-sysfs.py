@@ -194,12 +194,9 @@ def todo(cond, name, why):
     sys.stdout.flush()
 
 
-def group(name, fn):
-    run_group(name, fn)
-
-
-def held_write(glob):
-    """The VF whose write is held by a delay fault on glob: (vf, state) once seen, else None."""
+def held_write():
+    """The VF whose write a delay or hang fault holds (SIM-14: writes_in_flight counts from
+    open() to close()), polled for; None if none shows."""
     def find():
         st = sim_state()
         for g in st["gpus"]:
@@ -430,7 +427,7 @@ def vfio_configure_unverified(h):
         def body():
             before = value(c, "vgpud_http_requests_total", code="500")
             bg = Background(lambda: create(c, name, PROFILE))
-            vf = held_write(glob)
+            vf = held_write()
             if not ok(bool(vf), "SIM-14: the configure write is held (%s)" % label):
                 bg.join()
                 return
@@ -572,7 +569,7 @@ def vfio_hung_configure(h):
 
     def body():
         bg = Background(lambda: create(c, "hung-configure", PROFILE))
-        vf = held_write(glob)
+        vf = held_write()
         if not ok(bool(vf), "SIM-14: the configure write hangs"):
             return
         state["vf"] = vf
@@ -735,7 +732,7 @@ def mdev_create_unverified(h):
 
     def body():
         bg = Background(lambda: create(c, "mdev-unverified", h.profile))
-        vf = held_write(glob)
+        vf = held_write()
         if not ok(bool(vf), "SIM-14: the mdev create write is held"):
             bg.join()
             return
@@ -780,7 +777,7 @@ def mdev_remove_refused(h, inst):
         ["fault write sys/bus/mdev/devices/%s/remove EIO count=1" % uuid], body)
 
 
-# ---- main -----------------------------------------------------------------------------------------
+# ---- main ---------------------------------------------------------------------------------------
 
 
 def setup_host(c, d, profile, quarantine_vf):
@@ -807,16 +804,16 @@ def run_vfio(c, d):
     if not h:
         return
     equal = ["0001:c8:%02x.%d" % ((4 + i) // 8, (4 + i) % 8) for i in range(32)]
-    group("vfio-listing", lambda: vfio_listing(h))
-    group("vfio-vf-reads", lambda: vfio_vf_reads(h, equal[1], equal[2], equal[3],
+    run_group("vfio-listing", lambda: vfio_listing(h))
+    run_group("vfio-vf-reads", lambda: vfio_vf_reads(h, equal[1], equal[2], equal[3],
                                                  "0001:c8:00.0"))
-    group("vfio-resets", lambda: vfio_resets(h, equal[4], equal[5], equal[6]))
-    group("vfio-configure-refused", lambda: vfio_configure_refused(h))
-    group("vfio-configure-unverified", lambda: vfio_configure_unverified(h))
-    group("vfio-release-refused", lambda: vfio_release_refused(h))
-    group("vfio-hung-configure", lambda: vfio_hung_configure(h))
-    group("vfio-hung-release", lambda: vfio_hung_release(h))
-    group("vfio-release-lag", lambda: vfio_release_lag(h))
+    run_group("vfio-resets", lambda: vfio_resets(h, equal[4], equal[5], equal[6]))
+    run_group("vfio-configure-refused", lambda: vfio_configure_refused(h))
+    run_group("vfio-configure-unverified", lambda: vfio_configure_unverified(h))
+    run_group("vfio-release-refused", lambda: vfio_release_refused(h))
+    run_group("vfio-hung-configure", lambda: vfio_hung_configure(h))
+    run_group("vfio-hung-release", lambda: vfio_hung_release(h))
+    run_group("vfio-release-lag", lambda: vfio_release_lag(h))
     eq(delete_when_idle(c, h.keeper["id"])[0], 204, "the first instance is deleted")
     check_claims(c, "REL-3: no claim and no configured VF is left")
 
@@ -829,13 +826,13 @@ def run_mdev(c, d):
     if not h:
         return
     free = [v for v in vfs[1:] if v != vf_of_mdev(h.keeper)]
-    group("mdev-listing", lambda: mdev_listing(h))
-    group("mdev-vf-reads", lambda: mdev_vf_reads(h, *free[:5]))
+    run_group("mdev-listing", lambda: mdev_listing(h))
+    run_group("mdev-vf-reads", lambda: mdev_vf_reads(h, *free[:5]))
     made = []
-    group("mdev-create-refused", lambda: made.extend(mdev_create_refused(h)))
-    group("mdev-create-unverified", lambda: mdev_create_unverified(h))
+    run_group("mdev-create-refused", lambda: made.extend(mdev_create_refused(h)))
+    run_group("mdev-create-unverified", lambda: mdev_create_unverified(h))
     for inst in made:
-        group("mdev-remove-refused", lambda: mdev_remove_refused(h, inst))
+        run_group("mdev-remove-refused", lambda: mdev_remove_refused(h, inst))
     eq(delete_when_idle(c, h.keeper["id"], timeout=40)[0], 204, "the first instance is deleted")
     check_mdev_claims(c, "REL-3: no claim and no mdev is left")
 
