@@ -177,11 +177,11 @@ def check_health_write(c, op, glob, errno, prefix, after_rename, first):
         # Before any read that schedules a repair (HEALTH-21), whose write makes a tmp of its own.
         tmp_left = os.path.exists(HEALTH_FILE + ".tmp")
         eq(got, (503, {"code": "health_store_unavailable", "message": text}),
-           "HEALTH-19, API-18 (%s): the quarantine answers 503 `%s`" % (case, text))
+           "HEALTH-19, API-18 (%s): the quarantine answers 503 '%s'" % (case, text))
         ACKED.discard(TRY_VF)
         ok(not tmp_left, "HEALTH-19 (%s): the failed write removed its tmp file" % case)
         eq(unavailable_reason(c), latched,
-           "HEALTH-16, API-10 (%s): /gpu/health says `%s`" % (case, latched))
+           "HEALTH-16, API-10 (%s): /gpu/health says '%s'" % (case, latched))
         eq(gpu_body(c).get("placement_disabled_reason"), latched,
            "HEALTH-16, API-5 (%s): /resources carries it as placement_disabled_reason" % case)
         f = fams(c)
@@ -224,7 +224,7 @@ def check_health_clear(c):
         sim_ctl(case)
         eq(error_of(c.request("DELETE", "/gpu/vfs/%s/quarantine" % ACKED_VF)),
            (503, {"code": "health_store_unavailable", "message": text}),
-           "HEALTH-19, API-18 (%s, a clear): 503 `%s`" % (case, text))
+           "HEALTH-19, API-18 (%s, a clear): 503 '%s'" % (case, text))
     finally:
         sim_ctl("clear-faults")
     ok(wait_available(c), "HEALTH-21 (%s, a clear): the latch clears" % case)
@@ -242,14 +242,14 @@ def check_health_read(c, d):
         sim_ctl(case)
         d.proc.send_signal(signal.SIGHUP)
         ok(poll(lambda: unavailable_reason(c) == text, 10, 0.1),
-           "HEALTH-5, HEALTH-16, CFG-8 (%s): SIGHUP's failed read latches `%s`" % (case, text),
+           "HEALTH-5, HEALTH-16, CFG-8 (%s): SIGHUP's failed read latches '%s'" % (case, text),
            unavailable_reason(c))
         eq(m(c, "vgpud_instances_vgpu_vf_health_store_unavailable"), 1.0,
            "MET-2 (%s): vf_health_store_unavailable 1" % case)
         ok(ACKED <= mem_quarantines(c),
            "HEALTH-5 (%s): the previous memory state is kept" % case)
         eq(quarantine(c, TRY_VF), (503, {"code": "health_store_unavailable", "message": text}),
-           "HEALTH-17, API-18 (%s): a quarantine is refused with `%s`" % (case, text))
+           "HEALTH-17, API-18 (%s): a quarantine is refused with '%s'" % (case, text))
         ACKED.discard(TRY_VF)
     finally:
         sim_ctl("clear-faults")
@@ -308,7 +308,7 @@ def check_create_write(c, label, op, glob, skip, errno, pattern, spawned):
         pids = watch.stop()
         sim_ctl("clear-faults")
     ok(st == 500 and b.get("code") == "internal" and re.fullmatch(want, b.get("message", "")),
-       "INST-1, INST-14, API-21 (%s, the %s write): 500 internal `%s`" % (case, label, want),
+       "INST-1, INST-14, API-21 (%s, the %s write): 500 internal '%s'" % (case, label, want),
        (st, b))
     ok(not [i for i in c.get("/instances").json() if i["name"] == name] and
        not [n for n in record_dirs() if (record(n) or {}).get("name") == name],
@@ -338,7 +338,7 @@ def check_qemu_log(c):
         sim_ctl("clear-faults")
     want = r"spawn VMM: spawn \S+/fake-qemu: open qemu\.log: " + EIO
     ok(st == 500 and b.get("code") == "internal" and re.fullmatch(want, b.get("message", "")),
-       "VMM-3, API-21 (%s): 500 internal `%s`" % (case, want), (st, b))
+       "VMM-3, API-21 (%s): 500 internal '%s'" % (case, want), (st, b))
     eq(configured_vfs(), {}, "INST-14 (%s): the claim's VF is released" % case)
     ok(poll(lambda: used_slots(c) == used and not instance_gauges(c), 15, 0.1),
        'MET-2 (%s): vgpud_resources_gpu_slots{kind="used"} back to %d, no instance left'
@@ -361,7 +361,7 @@ def check_stop_write(c):
         sim_ctl("clear-faults")
     want = "save instance record: write instances/%s/instance.json.tmp: %s" % (a["id"], ENOSPC)
     eq((st, b.get("code"), b.get("message")), (500, "internal", want),
-       "INST-8, INST-15, API-21 (%s, the Stopped write): 500 `%s`" % (case, want))
+       "INST-8, INST-15, API-21 (%s, the Stopped write): 500 '%s'" % (case, want))
     eq(http_500(c) - errors, 1, 'MET-2, API-20 (%s): vgpud_http_requests_total{code="500"} '
        'counts it' % case)
     g, r = get(c, a["id"]), record(a["id"])
@@ -429,7 +429,7 @@ def check_console_read(c):
         sim_ctl("clear-faults")
     want = "read console log of instance %s: %s" % (a["id"], EIO)
     eq((st, b), (500, {"code": "internal", "message": want}),
-       "API-2 (%s): the console route answers 500 `%s`" % (case, want))
+       "API-2 (%s): the console route answers 500 '%s'" % (case, want))
     eq(http_500(c) - errors, 1, 'MET-2, API-20 (%s): vgpud_http_requests_total{code="500"} '
        'counts it' % case)
     st, _ = request(c, "GET", "/instances/%s/console" % a["id"])
@@ -518,7 +518,7 @@ def check_nvml_hang(c, d):
         # (PLACE-8, NVML-9): the claim gives up on its round, or the request's timeout falls
         # the host back first (NVML-11) and the sysfs lists place the claim (PLACE-5).
         ok((st, b) == round_timeout or st == 201,
-           "PLACE-8, NVML-9 (%s): the claim ends at gpu.nvml_timeout: `%s`, or placed from the "
+           "PLACE-8, NVML-9 (%s): the claim ends at gpu.nvml_timeout: '%s', or placed from the "
            "sysfs lists once the request timed out" % (case, round_timeout[1]["message"]),
            (st, b))
         ok(1.9 <= took < 15, "PLACE-8 (%s): the create answered after %.1fs, not before "
@@ -552,7 +552,7 @@ def check_nvml_hang(c, d):
     ok(nvml_ok(c), "NVML-10, NVML-13 (%s): NVML answers again once the hang clears" % case,
        gpu_nvml(c))
     ok(log_count(d, r"<6>NVML placements recovered") >= 1,
-       "NVML-13 (%s): `NVML placements recovered` is logged" % case)
+       "NVML-13 (%s): 'NVML placements recovered' is logged" % case)
     b = create_delete(c, "nh-03", "NVML-10 (%s, cleared)" % case)
     ok(b and vf_of(b).startswith("0000:e3:"),
        "PLACE-4 (%s, cleared): the mixed-size GPU is placed by NVML again" % case, b)
@@ -670,7 +670,7 @@ def check_restart(work, config, secret, daemons, c, d):
         want = "instance record %s/instances/%s unreadable: read instances/%s/instance.json: %s" % (
             os.path.join(os.environ["VGPU_SIM_MOUNT"], "data"), keep["id"], keep["id"], EIO)
         eq(gpu_body(c).get("placement_disabled_reason"), want,
-           "INST-22 (%s): an unreadable record disables placement: `%s`" % (read_fault, want))
+           "INST-22 (%s): an unreadable record disables placement: '%s'" % (read_fault, want))
         eq(m(c, "vgpud_resources_gpu_placement_disabled"), 1.0,
            "MET-2 (%s): placement_disabled 1" % read_fault)
         ok(fallbacks(c, "unavailable") >= 1,
