@@ -68,6 +68,7 @@ struct GpuTracker {
         GpuHost *host;
         char *error; /* DISC-7: the last full discovery's failure, until one succeeds */
         char *driver_version;
+        int driver_version_r; /* the module file's last read failure as logged, 0 when none */
 
         Request *waiting; /* for the next run, in arrival order */
         Request *running; /* answered by the run in flight */
@@ -103,6 +104,7 @@ typedef struct Job {
         /* JOB_LIST */
         GpuListing *listing;
         char *driver_version;
+        int driver_version_r; /* a failure to read a module file that exists */
         /* JOB_VF, JOB_TYPE: the VF and what was read of it (the job itself always succeeds) */
         GpuFramework framework;
         GpuListedVf in;
@@ -143,9 +145,12 @@ static int job_run(void *data, char **error)
                         return r;
                 /* HEALTH-30: a host without the module file simply has no version to track. */
                 _cleanup_free_ char *version = NULL;
-                if (root_read_attr(j->sysfs, "module/nvidia/version", GPU_DRIVER_VERSION_MAX,
-                                   &version) >= 0)
+                r = root_read_attr(j->sysfs, "module/nvidia/version", GPU_DRIVER_VERSION_MAX,
+                                   &version);
+                if (r >= 0)
                         j->driver_version = strdup(strstrip(version));
+                else if (r != -ENOENT)
+                        j->driver_version_r = r;
                 return 0;
         }
         case JOB_VF:
@@ -434,6 +439,12 @@ static void on_step_done(int r, void *data, const char *error, void *userdata)
         case PHASE_LIST:
                 t->listing = TAKE_PTR(j->listing);
                 t->run_driver_version = TAKE_PTR(j->driver_version);
+                /* The version a failed read could not give is kept, and the failure logged once. */
+                if (j->driver_version_r < 0 && j->driver_version_r != t->driver_version_r)
+                        log_line(LOG_LEVEL_WARNING, j->driver_version_r,
+                                 "host driver version unreadable; keeping the last one", "error",
+                                 strerror(-j->driver_version_r), NULL);
+                t->driver_version_r = j->driver_version_r;
                 if (!start_vfs(t, t->listing->n_vfs))
                         vfs_done(t);
                 return;

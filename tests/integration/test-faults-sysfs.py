@@ -295,6 +295,10 @@ def vfio_vf_reads(h, physfn_vf, type_vf, creatable_vf, pf):
                "HEALTH-30: EIO on module/nvidia/version keeps the recorded driver version")
         eq([l for l in log_after(d, mark) if "host driver version changed" in l], [],
            "HEALTH-30: an unreadable version is no change of version")
+        eq(len([l for l in log_after(d, mark)
+                if "host driver version unreadable; keeping the last one" in l and
+                "Input/output error" in l]), 1,
+           "HEALTH-30, GEN-7: the unreadable version is logged once, with its cause")
 
     row(h, "EIO on each VF read", [
         "fault read %s/physfn EIO" % (PCI % physfn_vf),
