@@ -98,6 +98,15 @@ typedef struct GpuRoundState {
         size_t n_placements;
 } GpuRoundState;
 
+/* An owner's write waiting for the queries about its GPU to end (claimer_gate_write()). */
+typedef struct WriteGate WriteGate;
+struct WriteGate {
+        WriteGate *next;
+        char gpu[PCI_ADDRESS_STRLEN];
+        ClaimerWriteGo go;
+        void *userdata;
+};
+
 typedef struct WriteRecord {
         char gpu[PCI_ADDRESS_STRLEN];
         uint32_t type_id;
@@ -124,6 +133,7 @@ struct Claimer {
         sd_event_source *event_source;
         Claim *claims; /* in entry order */
         WriteOp *writes;
+        WriteGate *gates; /* in arrival order */
 
         GpuTracker *tracker; /* the host (borrowed) */
         uint64_t discoveries_started, discoveries_done;
@@ -254,6 +264,44 @@ static bool gpu_is_writing(Claimer *cl, const char *pf)
 static bool refresh_running(Claimer *cl)
 {
         return cl->nvml && nvml_client_refresh_is_running(cl->nvml);
+}
+
+/* An NVML query about pf runs: a round covering it, or a refresh (every GPU). */
+static bool gpu_query_running(Claimer *cl, const char *pf)
+{
+        GpuRoundState *g = round_gpu(cl, pf, false);
+        return refresh_running(cl) || (g && g->querying);
+}
+
+/* An owner's write on one of pf's VFs waits for the queries about pf to end. */
+static bool gpu_is_gated(Claimer *cl, const char *pf)
+{
+        for (WriteGate *g = cl->gates; g; g = g->next)
+                if (streq(g->gpu, pf))
+                        return true;
+        return false;
+}
+
+/*
+ * Lets through every owner's write whose GPU no query concerns any more; true while some still
+ * wait. Each go() may change the list (a cancel, another gate), so the walk starts again after
+ * every call.
+ */
+static bool open_gates(Claimer *cl)
+{
+        for (;;) {
+                WriteGate **pp = &cl->gates;
+                while (*pp && gpu_query_running(cl, (*pp)->gpu))
+                        pp = &(*pp)->next;
+                if (!*pp)
+                        return cl->gates != NULL;
+                WriteGate *g = *pp;
+                *pp = g->next;
+                ClaimerWriteGo go = g->go;
+                void *userdata = g->userdata;
+                free(g);
+                go(userdata);
+        }
 }
 
 /* ---- finishing claims ---------------------------------------------------------------------- */
@@ -954,8 +1002,8 @@ static bool maybe_start_round(Claimer *cl, Pair *pairs, size_t n_pairs)
                 return false;
         size_t n = 0;
         for (size_t i = 0; i < n_pairs; i++) {
-                if (gpu_is_writing(cl, pairs[i].pf)) {
-                        poll_again = true; /* PLACE-9: never while a write to G runs */
+                if (gpu_is_writing(cl, pairs[i].pf) || gpu_is_gated(cl, pairs[i].pf)) {
+                        poll_again = true; /* PLACE-9: never while a write to G runs or waits */
                         continue;
                 }
                 if (nvml_client_prepare_gpu_request(cl->nvml, pairs[i].pf, pairs[i].types,
@@ -1280,7 +1328,7 @@ static void arm_timer(Claimer *cl, nsec_t at)
 
 static void maybe_start_refresh(Claimer *cl)
 {
-        if (!cl->refresh_wanted || any_write_started(cl) || !cl->nvml)
+        if (!cl->refresh_wanted || any_write_started(cl) || cl->gates || !cl->nvml)
                 return;
         /* PLACE-9 covers the owner's writes too: a refresh queries every GPU. */
         const GpuHost *h = host(cl);
@@ -1299,6 +1347,10 @@ static void process_once(Claimer *cl, bool *poll_again, nsec_t *next_deadline)
         nsec_t now = now_mono(cl);
         char d[DURATION_STRLEN];
 
+        /* First, so that the owner's writes are in DeviceOps before new queries are considered;
+         * the end of a refresh is not signalled, so waiting gates poll. */
+        if (open_gates(cl))
+                *poll_again = true;
         maybe_start_refresh(cl);
         maybe_start_discovery(cl);
 
@@ -1469,6 +1521,47 @@ bool claimer_gpu_is_querying(Claimer *cl, const char *pf)
         return g && g->querying;
 }
 
+int claimer_gate_write(Claimer *cl, const char *vf, ClaimerWriteGo go, void *userdata)
+{
+        if (!cl || !go)
+                return -EINVAL;
+        const GpuHost *h = host(cl);
+        const char *pf = NULL;
+        for (size_t i = 0; vf && h && i < h->n_vfs; i++)
+                if (streq(h->vfs[i].address, vf)) {
+                        pf = h->vfs[i].parent;
+                        break;
+                }
+        if (!pf || !pf[0] || !gpu_query_running(cl, pf))
+                return 1;
+
+        WriteGate *g = calloc(1, sizeof *g), **tail = &cl->gates;
+        if (!g)
+                return -ENOMEM;
+        snprintf(g->gpu, sizeof g->gpu, "%s", pf);
+        g->go = go;
+        g->userdata = userdata;
+        while (*tail)
+                tail = &(*tail)->next;
+        *tail = g;
+        notify(cl); /* arms the poll that lets it through */
+        return 0;
+}
+
+void claimer_cancel_gates(Claimer *cl, void *userdata)
+{
+        if (!cl)
+                return;
+        for (WriteGate **pp = &cl->gates; *pp;) {
+                WriteGate *g = *pp;
+                if (g->userdata == userdata) {
+                        *pp = g->next;
+                        free(g);
+                } else
+                        pp = &g->next;
+        }
+}
+
 int claimer_request_nvml_refresh(Claimer *cl, bool init)
 {
         if (!cl->nvml)
@@ -1563,6 +1656,11 @@ Claimer *claimer_free(Claimer *cl)
                 WriteOp *w = cl->writes;
                 cl->writes = w->next;
                 write_op_free(w);
+        }
+        while (cl->gates) {
+                WriteGate *g = cl->gates;
+                cl->gates = g->next;
+                free(g);
         }
         for (size_t i = 0; i < cl->n_gpus; i++)
                 free(cl->gpus[i].placements);

@@ -226,6 +226,23 @@ bool claimer_gpu_uses_nvml(Claimer *cl, const char *pf);
 bool claimer_gpu_is_querying(Claimer *cl, const char *pf);
 
 /*
+ * PLACE-9 for the writes the owner makes itself (the releases of INST-14..19 and REC-4): no
+ * write to a VF of GPU G starts while an NVML query about G runs, a claim round for G or a cache
+ * refresh (which asks about every GPU). Returns 1 when none runs: the caller dispatches its
+ * write at once. Returns 0 when one does: go(userdata) runs later on the owner's thread, once
+ * it has ended (a query abandoned at its deadline ends at once, NVML-10), and until then no new
+ * query about G and no refresh starts. go() hands its write to DeviceOps before it returns, so
+ * that device_ops_is_busy() holds later queries back. A VF missing from the host's table (an
+ * SR-IOV cycle took it, DISC-21) or a NULL vf concerns no query: 1. -ENOMEM when the wait cannot
+ * be queued.
+ */
+typedef void (*ClaimerWriteGo)(void *userdata);
+int claimer_gate_write(Claimer *cl, const char *vf, ClaimerWriteGo go, void *userdata);
+
+/* Drops every waiting gate of userdata, whose go() then never runs (its operation ended). */
+void claimer_cancel_gates(Claimer *cl, void *userdata);
+
+/*
  * Requests an NVML cache refresh (NVML-14) that starts only once no write of the Claimer is in
  * flight; while it runs, the Claimer holds its writes back. Coalesced like
  * nvml_client_request_refresh().

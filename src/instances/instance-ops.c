@@ -57,7 +57,8 @@ struct Op {
         void *job_data;      /* during a job's next step: the job's data */
         int release_r;       /* a release waiting for the host's re-read */
         char *release_error;
-        void *spawn; /* the spawn waiting for its sockets' record write */
+        bool release_after_exit; /* a release waiting at the PLACE-9 gate: DEV-10's retries */
+        void *spawn;             /* the spawn waiting for its sockets' record write */
 };
 
 static void spawn_data_free(void *data);
@@ -70,6 +71,7 @@ void instance_op_free(Op *op)
                 op->m->admitted_unreserved--;
         if (op->m->cfg.claimer.tracker)
                 gpu_tracker_cancel(op->m->cfg.claimer.tracker, op);
+        claimer_cancel_gates(op->m->claimer, op);
         free(op->release_error);
         if (op->spawn)
                 spawn_data_free(op->spawn);
@@ -291,6 +293,38 @@ static void release_done(const DeviceResult *res, void *userdata)
                 release_reread(0, NULL, op);
 }
 
+/* The claim's VF: the one in memory, else the record's device_path (vendor VFIO); or NULL. */
+static const char *claimed_vf(const Instance *i)
+{
+        if (i->vf[0])
+                return i->vf;
+        if (!streq_ptr(i->rec.gpu.framework, "vendor-vfio"))
+                return NULL;
+        const char *slash = strrchr(i->rec.gpu.device_path, '/');
+        return slash ? slash + 1 : NULL;
+}
+
+/* The release itself, once no NVML query about the VF's GPU runs (PLACE-9). */
+static void release_dispatch(void *userdata)
+{
+        Op *op = userdata;
+        Instance *i = op->i;
+        _cleanup_free_ char *error = NULL;
+        int r =
+            device_ops_release(op->m->cfg.ops,
+                               &(DeviceReleaseRequest){.claim = {.framework = i->rec.gpu.framework,
+                                                                 .vf = claimed_vf(i),
+                                                                 .mdev_uuid = i->rec.gpu.mdev_uuid},
+                                                       .instance_id = i->rec.id,
+                                                       .after_vmm_exit = op->release_after_exit},
+                               release_done, op, &error);
+        if (r < 0) {
+                log_line(LOG_LEVEL_WARNING, r, "release of vGPU claim failed", "instance_id",
+                         i->rec.id, "device_path", i->rec.gpu.device_path, "error", error, NULL);
+                op->next(op, r, error);
+        }
+}
+
 /* Releases the claim if there is one; next gets the result (0 without a claim). */
 static void release_then(Op *op, bool after_vmm_exit, OpStep next)
 {
@@ -300,25 +334,16 @@ static void release_then(Op *op, bool after_vmm_exit, OpStep next)
                 next(op, 0, NULL);
                 return;
         }
-        const char *vf = i->vf[0] ? i->vf : NULL;
-        if (!vf && streq_ptr(i->rec.gpu.framework, "vendor-vfio")) {
-                const char *slash = strrchr(i->rec.gpu.device_path, '/');
-                vf = slash ? slash + 1 : NULL;
-        }
-        _cleanup_free_ char *error = NULL;
-        int r =
-            device_ops_release(op->m->cfg.ops,
-                               &(DeviceReleaseRequest){.claim = {.framework = i->rec.gpu.framework,
-                                                                 .vf = vf,
-                                                                 .mdev_uuid = i->rec.gpu.mdev_uuid},
-                                                       .instance_id = i->rec.id,
-                                                       .after_vmm_exit = after_vmm_exit},
-                               release_done, op, &error);
+        op->release_after_exit = after_vmm_exit;
+        /* A release writes the VF: it waits for a query about its GPU to end (PLACE-9). */
+        int r = claimer_gate_write(op->m->claimer, claimed_vf(i), release_dispatch, op);
         if (r < 0) {
                 log_line(LOG_LEVEL_WARNING, r, "release of vGPU claim failed", "instance_id",
-                         i->rec.id, "device_path", i->rec.gpu.device_path, "error", error, NULL);
-                next(op, r, error);
-        }
+                         i->rec.id, "device_path", i->rec.gpu.device_path, "error", "out of memory",
+                         NULL);
+                next(op, r, "out of memory");
+        } else if (r > 0)
+                release_dispatch(op);
 }
 
 /* ---- removal (INST-18, INST-20) ------------------------------------------------------------ */

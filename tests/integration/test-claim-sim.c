@@ -275,6 +275,95 @@ static void test_refreshes_never_overlap_writes(void **state) /* NVML-14, PLACE-
                 claim_outcome_clear(&o[i]);
 }
 
+/* An owner's release through claimer_gate_write(), as instances/ makes its releases. */
+typedef struct GatedRelease {
+        Harness *h;
+        char vf[PCI_ADDRESS_STRLEN];
+        bool dispatched, done;
+        bool refresh_at_dispatch; /* a refresh was running when the write was handed over */
+        int r;
+} GatedRelease;
+
+static void gated_release_done(const DeviceResult *res, void *userdata)
+{
+        GatedRelease *g = userdata;
+        g->done = true;
+        g->r = res->r;
+}
+
+static void gated_release_go(void *userdata)
+{
+        GatedRelease *g = userdata;
+        _cleanup_free_ char *error = NULL;
+
+        g->dispatched = true;
+        g->refresh_at_dispatch = nvml_client_refresh_is_running(g->h->nvml);
+        int r = device_ops_release(
+            g->h->ops,
+            &(DeviceReleaseRequest){.claim = {.framework = "vendor-vfio", .vf = g->vf},
+                                    .instance_id = "gate0000000000000000"},
+            gated_release_done, g, &error);
+        if (r < 0) {
+                g->done = true;
+                g->r = r;
+        }
+}
+
+static bool gated_release_ended(Harness *h, void *arg)
+{
+        return ((GatedRelease *)arg)->done;
+}
+
+static void test_owner_release_waits_for_refresh(void **state) /* PLACE-9, NVML-14 */
+{
+        Harness *h = H(state);
+        ClaimOutcome o[2] = {};
+
+        start_claims(h, P_2Q, o, ELEMENTSOF(o));
+        run_claims(h, o, ELEMENTSOF(o));
+        for (size_t i = 0; i < ELEMENTSOF(o); i++)
+                assert_success(&o[i]);
+        if (harness_run_until(h, harness_refreshed, NULL, WAIT) < 0)
+                fail_msg("the refresh after the configures did not end");
+
+        /* Slow NVML calls keep the refresh (every GPU, every type) running for a while. */
+        ctl(h, "nvml latency 5");
+        GatedRelease g = {.h = h};
+        snprintf(g.vf, sizeof g.vf, "%s", o[0].vf);
+        assert_int_equal(claimer_request_nvml_refresh(h->cl, false), 0);
+        assert_true(nvml_client_refresh_is_running(h->nvml));
+        /* The release waits for the refresh (teardown checks the simulator saw no overlap). */
+        assert_int_equal(claimer_gate_write(h->cl, g.vf, gated_release_go, &g), 0);
+        assert_false(g.dispatched);
+        if (harness_run_until(h, gated_release_ended, &g, WAIT) < 0)
+                fail_msg("the gated release did not end");
+        assert_false(g.refresh_at_dispatch);
+        assert_true(g.r >= 0);
+        assert_int_equal(vf_type(h, g.vf), 0);
+        harness_owner_unclaim(h, g.vf);
+
+        /* A cancelled wait never dispatches; with no query running the gate is open at once. */
+        GatedRelease g2 = {.h = h};
+        snprintf(g2.vf, sizeof g2.vf, "%s", o[1].vf);
+        assert_int_equal(claimer_request_nvml_refresh(h->cl, false), 0);
+        assert_true(nvml_client_refresh_is_running(h->nvml));
+        assert_int_equal(claimer_gate_write(h->cl, g2.vf, gated_release_go, &g2), 0);
+        claimer_cancel_gates(h->cl, &g2);
+        if (harness_run_until(h, harness_refreshed, NULL, WAIT) < 0)
+                fail_msg("the second refresh did not end");
+        assert_false(g2.dispatched);
+        assert_int_equal(claimer_gate_write(h->cl, g2.vf, gated_release_go, &g2), 1);
+        gated_release_go(&g2);
+        if (harness_run_until(h, gated_release_ended, &g2, WAIT) < 0)
+                fail_msg("the second release did not end");
+        assert_true(g2.r >= 0);
+        assert_int_equal(vf_type(h, g2.vf), 0);
+        harness_owner_unclaim(h, g2.vf);
+        ctl(h, "nvml latency 0");
+        for (size_t i = 0; i < ELEMENTSOF(o); i++)
+                claim_outcome_clear(&o[i]);
+}
+
 static void test_failed_save_leaves_vf_untouched(void **state) /* PLACE-1, PLACE-20 */
 {
         Harness *h = H(state);
@@ -609,7 +698,7 @@ int main(int argc, char **argv)
             T(test_failed_save_leaves_vf_untouched),     T(test_capacity_refusal_retries_once),
             T(test_second_capacity_refusal_fails_409),   T(test_placed_log_line),
             T(test_dirty_vf_reset_then_claimed),         T(test_dirty_vf_held_open),
-            T(test_nothing_selectable_resets_dirty_vfs),
+            T(test_nothing_selectable_resets_dirty_vfs), T(test_owner_release_waits_for_refresh),
         };
         const struct CMUnitTest mixed[] = {
             T(test_4q_lands_where_sysfs_hides_it),
