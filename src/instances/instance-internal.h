@@ -100,10 +100,13 @@ void instance_ops_recover(Instance *i);
 
 /*
  * REC-4: releases the claim of an instance whose VMM a pass found provably gone, after the
- * immediate re-check of steps 1-2; REC-10: completes a Deleting record whose VMM is gone. done
- * gets the outcome (r < 0: kept); 0 once started, < 0 when no operation could start.
+ * immediate re-check of steps 1-2, with the pass's scan (may be NULL) serving the release's
+ * first probe (DEV-15); REC-10: completes a Deleting record whose VMM is gone. done gets the
+ * outcome (r < 0: kept; INSTANCE_FAILURE_BUSY when the re-check found the VMM maybe alive); 0
+ * once started, < 0 when no operation could start.
  */
-int instance_ops_release_stale(Instance *i, InstanceDoneFunc done, void *userdata);
+int instance_ops_release_stale(Instance *i, DeviceScan *scan, InstanceDoneFunc done,
+                               void *userdata);
 int instance_ops_resume_delete(Instance *i, InstanceDoneFunc done, void *userdata);
 
 /* Drops a reconcile sweep without running its done (the manager is going away). */

@@ -57,11 +57,28 @@ struct Op {
         void *job_data;      /* during a job's next step: the job's data */
         int release_r;       /* a release waiting for the host's re-read */
         char *release_error;
-        bool release_after_exit; /* a release waiting at the PLACE-9 gate: DEV-10's retries */
-        void *spawn;             /* the spawn waiting for its sockets' record write */
+        bool release_after_exit;  /* a release waiting at the PLACE-9 gate: DEV-10's retries */
+        DeviceScan *release_scan; /* a pass's scan for the release's first probe (DEV-15) */
+        /*
+         * A claim released in hardware whose clearing no record write has carried yet: a failed
+         * write puts it back, so that memory never hands out a VF the disk still claims.
+         */
+        InstanceGpu released;
+        char released_vf[PCI_ADDRESS_STRLEN];
+        void *spawn; /* the spawn waiting for its sockets' record write */
 };
 
 static void spawn_data_free(void *data);
+
+/* The released claim is on disk now (or was never to be): nothing to put back. */
+static void released_forget(Op *op)
+{
+        free(op->released.framework);
+        free(op->released.device_path);
+        free(op->released.mdev_uuid);
+        op->released = (InstanceGpu){0};
+        op->released_vf[0] = 0;
+}
 
 void instance_op_free(Op *op)
 {
@@ -72,6 +89,8 @@ void instance_op_free(Op *op)
         if (op->m->cfg.claimer.tracker)
                 gpu_tracker_cancel(op->m->cfg.claimer.tracker, op);
         claimer_cancel_gates(op->m->claimer, op);
+        device_scan_unref(op->release_scan);
+        released_forget(op);
         free(op->release_error);
         if (op->spawn)
                 spawn_data_free(op->spawn);
@@ -158,11 +177,37 @@ static Op *op_new(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc
 
 static void write_then(Op *op, OpStep next);
 
+/*
+ * A write that failed after a release leaves the disk claiming the VF: the claim comes back
+ * in memory too (the instance keeps it, as after a failed release), and a pass's release_stale
+ * clears it again and saves (REC-4). Without this the VF would be free here and claimed there,
+ * and the next create could claim it a second time (REL-2).
+ */
+static void released_restore(Op *op)
+{
+        InstanceGpu *g = &op->i->rec.gpu;
+        if (!op->released.framework || g->framework)
+                return;
+        g->framework = TAKE_PTR(op->released.framework);
+        g->device_path = TAKE_PTR(op->released.device_path);
+        g->mdev_uuid = TAKE_PTR(op->released.mdev_uuid);
+        g->claimed_at = op->released.claimed_at;
+        memcpy(op->i->vf, op->released_vf, sizeof op->i->vf);
+        log_line(LOG_LEVEL_WARNING, 0,
+                 "vGPU release not recorded; the claim is kept until a reconcile pass saves it",
+                 "instance_id", op->i->rec.id, "device_path", g->device_path, NULL);
+        released_forget(op);
+}
+
 static void write_done(Instance *i, int r, const char *error)
 {
         Op *op = i->op;
         if (!op)
                 return;
+        if (r < 0)
+                released_restore(op);
+        else
+                released_forget(op);
         OpStep next = op->next;
         next(op, r, error);
 }
@@ -277,6 +322,14 @@ static void release_done(const DeviceResult *res, void *userdata)
 {
         Op *op = userdata;
         if (res->r >= 0) {
+                /* Cleared here, kept aside until a record write carries it (write_done). */
+                InstanceGpu *g = &op->i->rec.gpu;
+                released_forget(op);
+                op->released.framework = TAKE_PTR(g->framework);
+                op->released.device_path = TAKE_PTR(g->device_path);
+                op->released.mdev_uuid = TAKE_PTR(g->mdev_uuid);
+                op->released.claimed_at = g->claimed_at;
+                memcpy(op->released_vf, op->i->vf, sizeof op->released_vf);
                 instance_record_clear_claim(&op->i->rec);
                 op->i->vf[0] = 0;
         } else
@@ -316,8 +369,11 @@ static void release_dispatch(void *userdata)
                                                                  .vf = claimed_vf(i),
                                                                  .mdev_uuid = i->rec.gpu.mdev_uuid},
                                                        .instance_id = i->rec.id,
-                                                       .after_vmm_exit = op->release_after_exit},
+                                                       .after_vmm_exit = op->release_after_exit,
+                                                       .scan = op->release_scan},
                                release_done, op, &error);
+        /* One probe's worth: a later release of this operation takes a fresh scan. */
+        op->release_scan = device_scan_unref(op->release_scan);
         if (r < 0) {
                 log_line(LOG_LEVEL_WARNING, r, "release of vGPU claim failed", "instance_id",
                          i->rec.id, "device_path", i->rec.gpu.device_path, "error", error, NULL);
@@ -1440,13 +1496,14 @@ static void stale_rechecked(InstanceManager *m, const char *id, const VmmLivenes
         release_then(op, true, stale_released);
 }
 
-int instance_ops_release_stale(Instance *i, InstanceDoneFunc done, void *userdata)
+int instance_ops_release_stale(Instance *i, DeviceScan *scan, InstanceDoneFunc done, void *userdata)
 {
         if (i->op)
                 return -EBUSY;
         Op *op = op_new(i->m, i, OP_RELEASE, done, userdata);
         if (!op)
                 return -ENOMEM;
+        op->release_scan = scan ? device_scan_ref(scan) : NULL;
         /* Steps 1-2 again, just before the release (REC-4): no scan, a listener is ambiguous. */
         int r = instance_probe(i, NULL, true, stale_rechecked, op);
         if (r < 0) {

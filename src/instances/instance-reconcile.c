@@ -147,8 +147,10 @@ static void stale_done(const InstanceOutcome *o, void *userdata)
         Sweep *s = userdata;
         if (o->r >= 0)
                 s->result.released++;
-        else if (o->r == -EBUSY)
-                s->result.kept++; /* the re-check found it listening again */
+        else if (o->failure == INSTANCE_FAILURE_BUSY)
+                /* The re-check found it listening again. Not -EBUSY: a driver that refuses the
+                 * release says EBUSY too, and that is REC-5's failure. */
+                s->result.kept++;
         else
                 s->result.release_failed++;
         sweep_step_done(s);
@@ -212,7 +214,7 @@ static void on_probe(InstanceManager *m, const char *id, const VmmLiveness *l, v
         if (i->rec.state == INSTANCE_DELETING)
                 r = instance_ops_resume_delete(i, delete_done, s);
         else if (claimed)
-                r = instance_ops_release_stale(i, stale_done, s);
+                r = instance_ops_release_stale(i, s->scan, stale_done, s);
         else {
                 /* Nothing to release: the identity of a VMM proven gone is forgotten. */
                 instance_record_clear_hypervisor(&i->rec);
