@@ -18,8 +18,8 @@
  *     reset_unclaimed_vfs (REC-6, REC-7): every dirty VF that is neither uncertain, reserved,
  *     claimed, busy nor held open gets 0 written; on mdev reconcile_devices (REC-8): every mdev
  *     on a managed VF that no record or reservation names, older than ORPHAN_MDEV_MIN_AGE, with
- *     an IOMMU group that resolves and no open node, is removed. Either re-checks the
- *     reservations on the loop just before each dispatch.
+ *     an IOMMU group that resolves and no open node, is removed. Each write waits at the
+ *     Claimer's PLACE-9 gate and re-checks the reservations on the loop just before dispatch.
  * A failed scan counts against and skips the stages that need it (REC-9); a failed discovery,
  * or a host without a framework, skips the GPU stages (REC-2). Each pass ends with REC-11's debug
  * line. The blocking parts run on the worker pools or the NVML thread; a pass is done when every
@@ -72,7 +72,10 @@ typedef struct ReconcilerConfig {
 } ReconcilerConfig;
 
 int reconciler_new(const ReconcilerConfig *config, Reconciler **ret);
-/* Abandons a pass in flight without calling pass_done. Free the worker pool first. */
+/*
+ * Abandons a pass in flight without calling pass_done. Free the worker pool first, and the
+ * instance manager (its Claimer holds the gates of the pass's GPU writes, PLACE-9).
+ */
 Reconciler *reconciler_free(Reconciler *r);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Reconciler *, reconciler_free);
 

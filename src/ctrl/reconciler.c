@@ -39,7 +39,8 @@ struct Reconciler {
         unsigned nvml_refreshes_to_skip;
         bool waiting_nvml_refresh;
         ReconcilerStats stats;
-        char **held_open_logged; /* REC-6: VFs held open without a claim, logged once */
+        char **held_open_logged; /* REC-6, REC-8: held open without a claim, logged once */
+        struct GpuWrite *gated;  /* the GPU stage's writes waiting at the PLACE-9 gate */
 };
 
 static const char *const stage_names[_RECONCILE_STAGE_MAX] = {
@@ -129,7 +130,11 @@ static void request_nvml_refresh(Reconciler *rc)
         /* A refresh already running may predate this discovery; the one after it does not
          * (NVML-15 coalesces every request meanwhile into exactly one more run). */
         rc->nvml_refreshes_to_skip = nvml_client_refresh_is_running(rc->config.nvml) ? 1 : 0;
-        int r = nvml_client_request_refresh(rc->config.nvml, true);
+        /* Through the Claimer where there is one, so that no refresh overlaps its writes
+         * (PLACE-9). */
+        InstanceManager *im = rc->config.instances;
+        int r = im ? claimer_request_nvml_refresh(instance_manager_get_claimer(im), true)
+                   : nvml_client_request_refresh(rc->config.nvml, true);
         if (r < 0) {
                 log_warning_errno(r, "NVML placement cache refresh not started: %m");
                 return;
@@ -340,66 +345,38 @@ static void start_instance_stages(Reconciler *rc)
                 stage_failed(rc, RECONCILE_STAGE_RELEASE_STALE, "start", strerror(-r));
 }
 
-/* ---- reset_unclaimed_vfs (REC-6, REC-7) ------------------------------------------------------ */
+/* ---- the GPU stages' writes (REC-6, REC-7, REC-8) ------------------------------------------- */
 
-static bool held_open_logged(Reconciler *rc, const char *vf)
+static bool held_open_logged(Reconciler *rc, const char *key)
 {
         for (char **v = rc->held_open_logged; v && *v; v++)
-                if (streq(*v, vf))
+                if (streq(*v, key))
                         return true;
         return false;
 }
 
-static void on_reset_done(const DeviceResult *res, void *userdata)
+/*
+ * What keeps a VF from the GPU stages: a claim or a reservation (the reservation set as it is
+ * now, on the loop), an operation of DeviceOps, or a stuck call (GEN-4).
+ */
+static bool vf_is_owned(Reconciler *rc, const char *vf)
 {
-        Reconciler *rc = userdata;
-        if (res->r >= 0) {
-                rc->pass->reset++;
-                rc->stats.resets++;
-        } else if (res->kind == DEVICE_FAILURE_IN_USE) {
-                /* A VF held open without a claim is left alone, logged once (REC-6). */
-                if (!held_open_logged(rc, res->vf)) {
-                        log_line(LOG_LEVEL_WARNING, 0, "dirty VF held open without a claim; left",
-                                 "vf", res->vf, "error", res->error, NULL);
-                        (void)strv_push(&rc->held_open_logged, res->vf);
-                }
-        } else
-                stage_failed(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, res->vf, res->error);
-        pass_step_done(rc);
+        PlacementOverlays o = {0};
+        uint64_t fb;
+        PlacementReservation res;
+        claimer_fill_overlays(instance_manager_get_claimer(rc->config.instances), &o);
+        return (o.is_claimed && o.is_claimed(o.claims_userdata, vf, &fb)) ||
+               (o.is_reserved && o.is_reserved(o.claims_userdata, vf, &res)) ||
+               device_ops_is_busy(rc->config.ops, vf) ||
+               worker_pool_key_is_uncertain(rc->config.pool, vf);
 }
 
-static void start_reset_stage(Reconciler *rc, const GpuHost *h, const PlacementOverlays *o)
+/* REC-6's candidate: a readable vendor-VFIO VF with a type that nothing owns. */
+static bool vf_is_dirty(Reconciler *rc, const char *address)
 {
-        Pass *p = rc->pass;
-        /* The overlays /resources shows: a dirty VF there is exactly one reset here. */
-        _cleanup_placement_view_ PlacementView *v = NULL;
-        int r = placement_view_build(h, o, &v);
-        if (r < 0) {
-                stage_failed(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, "snapshot", strerror(-r));
-                return;
-        }
-        const PlacementSnapshot *sn = &v->snapshot;
-        for (size_t k = 0; k < sn->n_vfs; k++) {
-                const PlacementVf *vf = &sn->vfs[k];
-                /* The reservation set is re-checked here, on the loop, right before dispatch. */
-                if (!vf->readable || !placement_vf_is_dirty(vf) || vf->uncertain ||
-                    device_ops_is_busy(rc->config.ops, vf->address))
-                        continue;
-                _cleanup_free_ char *error = NULL;
-                r = device_ops_release(rc->config.ops,
-                                       &(DeviceReleaseRequest){
-                                           .claim = {.framework = "vendor-vfio", .vf = vf->address},
-                                           .scan = p->scan,
-                                       },
-                                       on_reset_done, rc, &error);
-                if (r >= 0)
-                        p->pending++;
-                else
-                        stage_failed(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, vf->address, error);
-        }
+        const GpuVf *vf = gpu_host_find_vf(gpu_tracker_host(rc->config.tracker), address);
+        return vf && !vf->error && vf->current_type_id != 0 && !vf_is_owned(rc, address);
 }
-
-/* ---- reconcile_devices (REC-8) --------------------------------------------------------------- */
 
 static bool record_names_mdev(InstanceManager *im, const char *uuid)
 {
@@ -412,27 +389,17 @@ static bool record_names_mdev(InstanceManager *im, const char *uuid)
 }
 
 /*
- * The loop's half of REC-8: the mdev sits on a managed, readable VF that is not uncertain,
- * and neither a record, a reservation nor an operation in flight names it or its VF. Asked
- * once to pick the candidates and again right before each remove.
+ * The loop's half of REC-8: the mdev sits on a managed, readable VF that nothing owns (see
+ * vf_is_owned), and no record names it and no operation works on it. Asked once to pick the
+ * candidates and again right before each remove.
  */
 static bool mdev_is_unnamed(Reconciler *rc, const GpuHost *h, const GpuMdev *m)
 {
-        InstanceManager *im = rc->config.instances;
-        PlacementOverlays o = {0};
-        claimer_fill_overlays(instance_manager_get_claimer(im), &o);
         const GpuVf *vf = gpu_host_find_vf(h, m->vf);
         char key[sizeof "mdev:" + 36];
-        uint64_t fb;
-        PlacementReservation res;
-
         snprintf(key, sizeof key, "mdev:%s", m->uuid); /* device ops' key of a VF-less mdev */
-        if (!vf || vf->error || worker_pool_key_is_uncertain(rc->config.pool, m->vf))
-                return false;
-        if ((o.is_claimed && o.is_claimed(o.claims_userdata, m->vf, &fb)) ||
-            (o.is_reserved && o.is_reserved(o.claims_userdata, m->vf, &res)))
-                return false;
-        return !record_names_mdev(im, m->uuid) && !device_ops_is_busy(rc->config.ops, m->vf) &&
+        return vf && !vf->error && !vf_is_owned(rc, m->vf) &&
+               !record_names_mdev(rc->config.instances, m->uuid) &&
                !device_ops_is_busy(rc->config.ops, key);
 }
 
@@ -473,59 +440,131 @@ static int sweep_job_run(void *data, char **error)
         return 0;
 }
 
-typedef struct RemoveOrphan {
+/*
+ * One write of a GPU stage, a dirty VF's reset or an orphaned mdev's remove, from the Claimer's
+ * PLACE-9 gate (no write while an NVML query about the VF's GPU runs) to its end.
+ */
+typedef struct GpuWrite {
         Reconciler *rc;
-        char key[sizeof "mdev:" + 36]; /* "mdev:<uuid>", as device ops key it */
-} RemoveOrphan;
+        struct GpuWrite *next; /* in rc->gated while it waits at the gate */
+        bool waited;           /* the pass counted the wait */
+        ReconcileStage stage;
+        char vf[PCI_ADDRESS_STRLEN];
+        char uuid[37];                 /* mdev: its UUID; "" for a reset */
+        char key[sizeof "mdev:" + 36]; /* what "logged once" remembers: the VF or mdev:<uuid> */
+} GpuWrite;
 
-static void on_mdev_removed(const DeviceResult *res, void *userdata)
+static void on_gpu_write_done(const DeviceResult *res, void *userdata)
 {
-        _cleanup_free_ RemoveOrphan *ro = userdata;
-        Reconciler *rc = ro->rc;
-        if (res->r >= 0 && res->outcome == DEVICE_OUTCOME_RELEASED) {
+        _cleanup_free_ GpuWrite *w = userdata;
+        Reconciler *rc = w->rc;
+        bool mdev = w->uuid[0];
+        if (res->r >= 0 && !mdev) {
+                rc->pass->reset++;
+                rc->stats.resets++;
+        } else if (res->r >= 0 && res->outcome == DEVICE_OUTCOME_RELEASED) {
                 rc->pass->removed++;
-                log_line(LOG_LEVEL_NOTICE, 0, "removed orphaned mdev", "vf", res->vf, "mdev_uuid",
-                         ro->key + strlen("mdev:"), NULL);
+                log_line(LOG_LEVEL_NOTICE, 0, "removed orphaned mdev", "vf", w->vf, "mdev_uuid",
+                         w->uuid, NULL);
         } else if (res->r < 0 && res->kind == DEVICE_FAILURE_IN_USE) {
-                /* As REC-6's VFs: a node held open without a claim is left, logged once. */
-                if (!held_open_logged(rc, ro->key)) {
-                        log_line(LOG_LEVEL_WARNING, 0, "orphaned mdev held open; left", "vf",
-                                 res->vf, "error", res->error, NULL);
-                        (void)strv_push(&rc->held_open_logged, ro->key);
+                /* Held open without a claim: left alone, logged once (REC-6, REC-8). */
+                if (!held_open_logged(rc, w->key)) {
+                        log_line(LOG_LEVEL_WARNING, 0,
+                                 mdev ? "orphaned mdev held open; left"
+                                      : "dirty VF held open without a claim; left",
+                                 "vf", w->vf, "error", res->error, NULL);
+                        (void)strv_push(&rc->held_open_logged, w->key);
                 }
         } else if (res->r < 0)
-                stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, ro->key + strlen("mdev:"),
-                             res->error);
+                stage_failed(rc, w->stage, mdev ? w->uuid : w->vf, res->error);
         pass_step_done(rc);
 }
 
-static void remove_orphan(Reconciler *rc, const char *uuid)
+/* The write itself, once past the gate, if what it repairs still needs it. */
+static void gpu_write_dispatch(GpuWrite *w)
 {
+        Reconciler *rc = w->rc;
         const GpuHost *h = gpu_tracker_host(rc->config.tracker);
-        const GpuMdev *m = host_find_mdev(h, uuid);
+        const GpuMdev *m = w->uuid[0] ? host_find_mdev(h, w->uuid) : NULL;
         _cleanup_free_ char *error = NULL;
-        /* Named since the candidates were picked (a claim came meanwhile): it stays. */
-        if (!m || !mdev_is_unnamed(rc, h, m))
-                return;
-        RemoveOrphan *ro = calloc(1, sizeof *ro);
-        if (!ro) {
-                stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, uuid, strerror(ENOMEM));
+        /* A claim or an operation that came meanwhile keeps it. */
+        if (w->uuid[0] ? !m || !mdev_is_unnamed(rc, h, m) : !vf_is_dirty(rc, w->vf)) {
+                free(w);
                 return;
         }
-        ro->rc = rc;
-        snprintf(ro->key, sizeof ro->key, "mdev:%s", m->uuid);
-        int r = device_ops_release(
-            rc->config.ops,
-            &(DeviceReleaseRequest){
-                .claim = {.framework = "mdev", .vf = m->vf, .mdev_uuid = m->uuid},
-                .scan = rc->pass->scan,
-            },
-            on_mdev_removed, ro, &error);
-        if (r >= 0)
+        DeviceClaim claim = {.framework = "vendor-vfio", .vf = w->vf};
+        if (m)
+                claim = (DeviceClaim){.framework = "mdev", .vf = w->vf, .mdev_uuid = w->uuid};
+        int r = device_ops_release(rc->config.ops,
+                                   &(DeviceReleaseRequest){.claim = claim, .scan = rc->pass->scan},
+                                   on_gpu_write_done, w, &error);
+        if (r >= 0) {
                 rc->pass->pending++;
-        else {
-                free(ro);
-                stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, uuid, error);
+                return;
+        }
+        stage_failed(rc, w->stage, m ? w->uuid : w->vf, error);
+        free(w);
+}
+
+static void gpu_write_go(void *userdata)
+{
+        GpuWrite *w = userdata;
+        Reconciler *rc = w->rc;
+        bool waited = w->waited;
+        for (GpuWrite **pp = &rc->gated; *pp; pp = &(*pp)->next)
+                if (*pp == w) {
+                        *pp = w->next;
+                        break;
+                }
+        gpu_write_dispatch(w);
+        if (waited)
+                pass_step_done(rc);
+}
+
+static void gpu_write_submit(Reconciler *rc, ReconcileStage stage, const char *vf, const char *uuid)
+{
+        GpuWrite *w = calloc(1, sizeof *w);
+        if (!w) {
+                stage_failed(rc, stage, uuid ? uuid : vf, strerror(ENOMEM));
+                return;
+        }
+        *w = (GpuWrite){.rc = rc, .stage = stage};
+        snprintf(w->vf, sizeof w->vf, "%s", vf);
+        snprintf(w->uuid, sizeof w->uuid, "%s", uuid ? uuid : "");
+        if (uuid)
+                snprintf(w->key, sizeof w->key, "mdev:%s", uuid);
+        else
+                snprintf(w->key, sizeof w->key, "%s", vf);
+        int r = claimer_gate_write(instance_manager_get_claimer(rc->config.instances), vf,
+                                   gpu_write_go, w);
+        if (r > 0)
+                gpu_write_dispatch(w);
+        else if (r == 0) {
+                w->waited = true;
+                w->next = rc->gated;
+                rc->gated = w;
+                rc->pass->pending++;
+        } else {
+                stage_failed(rc, stage, uuid ? uuid : vf, strerror(-r));
+                free(w);
+        }
+}
+
+static void start_reset_stage(Reconciler *rc, const GpuHost *h, const PlacementOverlays *o)
+{
+        /* The overlays /resources shows: a dirty VF there is exactly one reset here. */
+        _cleanup_placement_view_ PlacementView *v = NULL;
+        int r = placement_view_build(h, o, &v);
+        if (r < 0) {
+                stage_failed(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, "snapshot", strerror(-r));
+                return;
+        }
+        const PlacementSnapshot *sn = &v->snapshot;
+        for (size_t k = 0; k < sn->n_vfs; k++) {
+                const PlacementVf *vf = &sn->vfs[k];
+                if (vf->readable && placement_vf_is_dirty(vf) && !vf->uncertain)
+                        gpu_write_submit(rc, RECONCILE_STAGE_RESET_UNCLAIMED_VFS, vf->address,
+                                         NULL);
         }
 }
 
@@ -539,8 +578,13 @@ static void on_sweep_checked(int r, void *data, const char *error, void *userdat
                 if (j->verdicts[k] < 0)
                         stage_failed(rc, RECONCILE_STAGE_RECONCILE_DEVICES, j->uuids[k],
                                      j->errors[k]);
-                else if (j->verdicts[k] > 0)
-                        remove_orphan(rc, j->uuids[k]);
+                else if (j->verdicts[k] > 0) {
+                        const GpuMdev *m =
+                            host_find_mdev(gpu_tracker_host(rc->config.tracker), j->uuids[k]);
+                        if (m)
+                                gpu_write_submit(rc, RECONCILE_STAGE_RECONCILE_DEVICES, m->vf,
+                                                 m->uuid);
+                }
         }
         pass_step_done(rc);
 }
@@ -761,6 +805,12 @@ Reconciler *reconciler_free(Reconciler *rc)
                 device_scan_unref(rc->pass->scan);
         free(rc->pass);
         strv_free(rc->held_open_logged);
+        /* Their gates went with the Claimer, freed before (ctrl.h). */
+        while (rc->gated) {
+                GpuWrite *w = rc->gated;
+                rc->gated = w->next;
+                free(w);
+        }
         free(rc->scan_error);
         free(rc->logged_discovery_error);
         root_free(rc->proc);
