@@ -612,6 +612,15 @@ static void configure_done(Claim *c, const DeviceResult *res)
                 claim_fail_after_save(c, res->r, CLAIM_FAILURE_PLACEMENT_DISABLED, res->error,
                                       false);
                 return;
+        case DEVICE_FAILURE_TIMEOUT: {
+                /* GEN-4's bare text, named (GEN-7): the VF is uncertain from now on. */
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "%s on VF %s: %s",
+                                host_is_mdev(c->cl) ? "create mdev" : "configure vGPU", c->vf,
+                                res->error);
+                claim_fail_after_save(c, res->r, CLAIM_FAILURE_INTERNAL, e ? e : res->error, false);
+                return;
+        }
         default:
                 /* GEN-4: an exhausted pool disables placement rather than failing internally. */
                 claim_fail_after_save(c, res->r,

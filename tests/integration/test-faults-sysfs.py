@@ -575,9 +575,10 @@ def vfio_hung_configure(h):
         res = bg.join()
         print("# hung configure: %r" % (res,))
         failed_create(h, "hung-configure", res, 500, "internal",
-                      r"timed out after %s$" % SYSFS_TIMEOUT,
-                      "GEN-4, GEN-12: the create fails once the write is abandoned: 'timed out "
-                      "after %s'" % SYSFS_TIMEOUT)
+                      r"configure vGPU on VF %s: timed out after %s$" % (re.escape(vf),
+                                                                        SYSFS_TIMEOUT),
+                      "GEN-4, GEN-7, GEN-12: the create fails once the write is abandoned: "
+                      "'configure vGPU on VF <vf>: timed out after %s'" % SYSFS_TIMEOUT)
         v = shown_vfs(c).get(vf, {})
         ok(v.get("uncertain") is True, "GEN-4, API-6: the VF is uncertain in /gpus", v)
         eq(vf_gauges(c).get("uncertain"), 1,
