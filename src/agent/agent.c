@@ -99,7 +99,7 @@ int agent_parse_args(int argc, char **argv, AgentOptions *o, AgentArgs *ret, cha
 
         optind = 0; /* glibc: start over, so that tests can parse more than once */
         opterr = 0;
-        while ((c = getopt_long(argc, argv, "", longopts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, ":", longopts, NULL)) >= 0) {
                 switch (c) {
                 case ARG_SERIAL:
                         r = parse_path_arg("serial", optarg, &opts.serial, error);
@@ -175,6 +175,22 @@ int agent_parse_args(int argc, char **argv, AgentOptions *o, AgentArgs *ret, cha
 
 /* ---- the agent ----------------------------------------------------------------------------- */
 
+static nsec_t agent_clock_monotonic(void *userdata)
+{
+        return agent_now();
+}
+
+static nsec_t agent_clock(const Agent *a)
+{
+        return a->clock(a->clock_userdata);
+}
+
+void agent_set_clock(Agent *a, AgentClockFn clock, void *userdata)
+{
+        a->clock = clock;
+        a->clock_userdata = userdata;
+}
+
 nsec_t agent_now(void)
 {
         struct timespec ts;
@@ -201,6 +217,7 @@ int agent_new(const AgentOptions *o, Agent **ret, char **error)
         if (!a)
                 return error_set_oom(error);
         a->options = *o;
+        a->clock = agent_clock_monotonic;
         a->signal_fd = -1;
         a->port_fd = -1;
         a->gpu = (GpuState)GPU_STATE_INIT;
@@ -482,7 +499,7 @@ int agent_step(Agent *a, nsec_t max_wait)
 {
         enum { FD_SIGNAL, FD_PORT, FD_KMSG, FD_PROBE, FD_COUNT };
         struct pollfd pfd[FD_COUNT];
-        nsec_t now = agent_now();
+        nsec_t now = agent_clock(a);
 
         agent_on_timers(a, now);
         if (a->quit)
@@ -515,7 +532,7 @@ int agent_step(Agent *a, nsec_t max_wait)
         if (n < 0)
                 return errno == EINTR ? 0 : negative_errno();
         a->wakeups++;
-        now = agent_now();
+        now = agent_clock(a);
 
         if (pfd[FD_SIGNAL].revents)
                 agent_on_signals(a, now);

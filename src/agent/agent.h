@@ -74,8 +74,13 @@ int agent_parse_args(int argc, char **argv, AgentOptions *o, AgentArgs *ret, cha
 
 const char *agent_usage(void);
 
+/* The loop's clock: CLOCK_MONOTONIC (agent_now) unless a test sets its own. */
+typedef nsec_t (*AgentClockFn)(void *userdata);
+
 typedef struct Agent {
         AgentOptions options;
+        AgentClockFn clock;
+        void *clock_userdata;
         sigset_t saved_mask;
         bool mask_saved;
         int signal_fd;
@@ -108,6 +113,10 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Agent *, agent_free);
 
 /* Serve this descriptor as the port instead of looking one up (tests); takes it over. */
 void agent_set_port_fd(Agent *a, int fd);
+
+/* Reads time from clock instead of CLOCK_MONOTONIC (tests). poll() still waits in real time,
+ * at most agent_step()'s max_wait, so a test that moves its clock steps with a small one. */
+void agent_set_clock(Agent *a, AgentClockFn clock, void *userdata);
 
 /* Opens the port (or schedules the look-up) and starts the GPU watch per the options. */
 void agent_start(Agent *a, nsec_t now);
