@@ -772,6 +772,33 @@ def mdev_remove_refused(h, inst):
         ["fault write sys/bus/mdev/devices/%s/remove EIO count=1" % uuid], body)
 
 
+def mdev_probe_refused(h, inst):
+    c, d = h.c, h.d
+    uuid = inst["gpu"]["mdev_uuid"]
+    mark = log_mark(d)
+
+    def body():
+        # INST-18: the instance goes whatever the release's result; the mdev is left to REC-8.
+        eq(delete_when_idle(c, inst["id"], timeout=40)[0], 204,
+           "DEV-12, INST-18: the delete answers 204 after an in-use probe that failed")
+        line = logged(d, mark, r'^<6>release vGPU .*mdev_uuid=%s .*outcome=failed .*error="'
+                               r'check mdev %s usage: [^"]*Input/output error"$' % (uuid, uuid), 5)
+        ok(bool(line), "DEV-9, DEV-12: the release fails with the probe's error: 'check mdev "
+           "<uuid> usage: …Input/output error'", log_after(d, mark)[-5:])
+        ok(os.path.exists(os.path.join(MNT, "sys/bus/mdev/devices", uuid)),
+           "DEV-12: an mdev whose probe failed is not removed")
+    # Not a row(): the instance deleted is the first one, whose claim row() checks for.
+    try:
+        sim_ctl("fault read sys/*%s/iommu_group EIO count=1" % uuid)
+        body()
+    finally:
+        sim_ctl("clear-faults")
+    # REC-8: once the orphan is over five minutes old, a pass removes it.
+    sim_ctl("age %s 301" % uuid)
+    ok(poll(lambda: not os.path.exists(os.path.join(MNT, "sys/bus/mdev/devices", uuid)), 30, 0.1),
+       "REC-8: the mdev the delete left is removed by a pass once over 5 minutes old")
+
+
 # ---- main ---------------------------------------------------------------------------------------
 
 
@@ -828,7 +855,7 @@ def run_mdev(c, d):
     run_group("mdev-create-unverified", lambda: mdev_create_unverified(h))
     for inst in made:
         run_group("mdev-remove-refused", lambda: mdev_remove_refused(h, inst))
-    eq(delete_when_idle(c, h.keeper["id"], timeout=40)[0], 204, "the first instance is deleted")
+    run_group("mdev-probe-refused", lambda: mdev_probe_refused(h, h.keeper))
     check_mdev_claims(c, "REL-3: no claim and no mdev is left")
 
 
