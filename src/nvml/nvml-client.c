@@ -67,6 +67,7 @@ struct NvmlClient {
 
         bool initialised;
         char *driver_version;
+        unsigned placement_list_version; /* NVML-3a: logged once the library's is known */
         bool host_answered;
         NvmlFallback host_fallback;
         char *host_error;
@@ -221,6 +222,13 @@ static int apply_catalog(CacheGpu *g, const NvmlGpuAnswer *a)
 
 static void apply_answer(NvmlClient *c, const NvmlAnswer *a)
 {
+        if (a->placement_list_version != 0 &&
+            a->placement_list_version != c->placement_list_version) {
+                /* NVML-3a: the session keeps the version for the library's lifetime. */
+                c->placement_list_version = a->placement_list_version;
+                log_info("NVML placement list v%u (driver %s)", c->placement_list_version,
+                         c->driver_version ? c->driver_version : "unknown");
+        }
         if (a->host_fallback != NVML_FALLBACK_NONE) {
                 /* NVML-12: one per whole-host fallback round. */
                 c->counters.total[a->host_fallback]++;
@@ -321,8 +329,12 @@ static void job_done(int r, void *data, const char *error, void *userdata)
         NvmlAnswer a = {};
 
         if (jd) {
-                if (jd->did_init && jd->answer.host_fallback == NVML_FALLBACK_NONE &&
-                    jd->driver_version) {
+                /*
+                 * An init that worked counts even when the rest of its request fell back the
+                 * host (a library that refuses both placement lists, NVML-3a): the session
+                 * stays initialised and will not report it again.
+                 */
+                if (jd->did_init && jd->driver_version) {
                         free(c->driver_version);
                         c->driver_version = TAKE_PTR(jd->driver_version);
                         c->initialised = true;

@@ -27,6 +27,13 @@ typedef struct NvmlFunctions {
         nvmlReturn_t (*device_get_vgpu_type_creatable_placements)(nvmlDevice_t dev,
                                                                   nvmlVgpuTypeId_t type,
                                                                   nvmlVgpuPlacementList_v2_t *list);
+        /*
+         * The same symbol as the one above, typed for the v1 list: which struct the library's
+         * nvmlVgpuPlacementList_t is depends on its branch (NVML-3a), so each call goes through
+         * the pointer typed for the list it passes.
+         */
+        nvmlReturn_t (*device_get_vgpu_type_creatable_placements_v1)(
+            nvmlDevice_t dev, nvmlVgpuTypeId_t type, nvmlVgpuPlacementList_v1_t *list);
 } NvmlFunctions;
 
 typedef struct NvmlHandle {
@@ -46,7 +53,12 @@ typedef struct NvmlSession {
         void *dl;
         NvmlFunctions fn;
         bool initialised;
-        uint64_t query_seq;  /* placement queries started so far */
+        uint64_t query_seq; /* placement queries started so far */
+        /*
+         * NVML-3a: the placement list version the library accepted (1 or 2), remembered for its
+         * lifetime once a call with it succeeded; 0 until then, when v2 goes first.
+         */
+        unsigned placement_list_version;
         NvmlHandle *handles; /* NVML-6: per PF */
         size_t n_handles;
 } NvmlSession;

@@ -67,6 +67,8 @@ static int resolve(NvmlSession *s, char **error)
             {"nvmlVgpuTypeGetMaxInstances", offsetof(NvmlFunctions, vgpu_type_get_max_instances)},
             {"nvmlDeviceGetVgpuTypeCreatablePlacements",
              offsetof(NvmlFunctions, device_get_vgpu_type_creatable_placements)},
+            {"nvmlDeviceGetVgpuTypeCreatablePlacements",
+             offsetof(NvmlFunctions, device_get_vgpu_type_creatable_placements_v1)},
         };
         NvmlFunctions fn = {};
 
@@ -349,6 +351,39 @@ static int query_catalog(NvmlSession *s, const char *pf, nvmlDevice_t dev, NvmlG
         return 0;
 }
 
+/*
+ * One placement call with list version ver (1 or 2, NVML-3a): *count is the buffer's capacity
+ * in and the library's count out, *ret_size its placementSize.
+ */
+static nvmlReturn_t call_placements(NvmlSession *s, nvmlDevice_t dev, nvmlVgpuTypeId_t id,
+                                    unsigned ver, unsigned *ids, unsigned *count,
+                                    unsigned *ret_size)
+{
+        nvmlReturn_t nr;
+
+        if (ver == 1) {
+                nvmlVgpuPlacementList_v1_t list = {
+                    .version = NVML_VGPU_PLACEMENT_LIST_V1,
+                    .count = *count,
+                    .placementIds = ids,
+                };
+                nr = s->fn.device_get_vgpu_type_creatable_placements_v1(dev, id, &list);
+                *count = list.count;
+                *ret_size = list.placementSize;
+                return nr;
+        }
+        nvmlVgpuPlacementList_v2_t list = {
+            .version = NVML_VGPU_PLACEMENT_LIST_V2,
+            .count = *count,
+            .placementIds = ids,
+            .mode = NVML_VGPU_PGPU_HETEROGENEOUS_MODE,
+        };
+        nr = s->fn.device_get_vgpu_type_creatable_placements(dev, id, &list);
+        *count = list.count;
+        *ret_size = list.placementSize;
+        return nr;
+}
+
 static int query_placements(NvmlSession *s, const char *pf, nvmlDevice_t dev, nvmlVgpuTypeId_t id,
                             unsigned max_instances, NvmlPlacements *ret, CallFailure *f)
 {
@@ -365,42 +400,56 @@ static int query_placements(NvmlSession *s, const char *pf, nvmlDevice_t dev, nv
         }
         unsigned cap = max_instances < NVML_MAX_PLACEMENTS ? max_instances : NVML_MAX_PLACEMENTS;
 
-        for (unsigned attempt = 0;; attempt++) {
+        /*
+         * NVML-3a: the version this library took before; until one has worked, v2 first and
+         * v1 once if the library refuses v2 (R550 and R560 know only v1).
+         */
+        unsigned ver = s->placement_list_version ?: 2;
+        bool tried_both = false;
+        for (unsigned attempt = 0;;) {
                 _cleanup_free_ unsigned *ids = calloc(cap, sizeof *ids);
                 if (!ids)
                         return -ENOMEM;
-                nvmlVgpuPlacementList_v2_t list = {
-                    .version = NVML_VGPU_PLACEMENT_LIST_V2,
-                    .count = cap,
-                    .placementIds = ids,
-                    .mode = NVML_VGPU_PGPU_HETEROGENEOUS_MODE,
-                };
-                nvmlReturn_t nr = s->fn.device_get_vgpu_type_creatable_placements(dev, id, &list);
+                unsigned count = cap, size = 0;
+                nvmlReturn_t nr = call_placements(s, dev, id, ver, ids, &count, &size);
+                if (nr == NVML_ERROR_ARGUMENT_VERSION_MISMATCH && ver == 2 &&
+                    s->placement_list_version == 0) {
+                        ver = 1;
+                        tried_both = true;
+                        continue;
+                }
                 if (nr == NVML_ERROR_INSUFFICIENT_SIZE && attempt == 0) {
                         /* NVML-8: retried once with the count it asked for. */
-                        if (list.count <= cap || list.count > NVML_MAX_PLACEMENTS)
+                        if (count <= cap || count > NVML_MAX_PLACEMENTS)
                                 return fail_invalid(f,
                                                     "nvmlDeviceGetVgpuTypeCreatablePlacements("
                                                     "%s, type %u): asks for %u entries",
-                                                    pf, id, list.count);
-                        cap = list.count;
+                                                    pf, id, count);
+                        cap = count;
+                        attempt++;
                         continue;
                 }
                 if (nr == NVML_ERROR_NOT_SUPPORTED) {
                         *ret = p; /* NVML-8: 0 placements of this type */
                         return -EOPNOTSUPP;
                 }
-                if (nr != NVML_SUCCESS)
-                        return fail_call(s, pf, nr, f,
-                                         "nvmlDeviceGetVgpuTypeCreatablePlacements(%s, type %u)",
-                                         pf, id);
-                if (list.count > cap)
+                if (nr != NVML_SUCCESS) {
+                        int r = fail_call(s, pf, nr, f,
+                                          "nvmlDeviceGetVgpuTypeCreatablePlacements(%s, type %u)",
+                                          pf, id);
+                        if (tried_both && nr == NVML_ERROR_ARGUMENT_VERSION_MISMATCH && f->error)
+                                (void)strextend(&f->error, " (placement list v2 and v1)");
+                        return r;
+                }
+                if (count > cap)
                         return fail_invalid(f,
                                             "nvmlDeviceGetVgpuTypeCreatablePlacements(%s, type "
                                             "%u): %u placements in a buffer of %u",
-                                            pf, id, list.count, cap);
-                p.count = list.count;
-                p.placement_size = list.placementSize;
+                                            pf, id, count, cap);
+                /* Only an answer proves the library reads this version (NVML-3a). */
+                s->placement_list_version = ver;
+                p.count = count;
+                p.placement_size = size;
                 *ret = p;
                 return 0;
         }
@@ -509,4 +558,5 @@ void nvml_session_run(NvmlSession *s, const NvmlRequest *req, NvmlAnswer *answer
                 nvml_answer_done(answer);
                 *answer = failed;
         }
+        answer->placement_list_version = s->placement_list_version;
 }

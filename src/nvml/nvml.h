@@ -23,6 +23,9 @@
  *
  * Promises:
  *  - functions return >= 0 or -errno; out-parameters are written only on success;
+ *  - the placement list goes out as v2 until the library has answered one; a library that
+ *    refuses v2 (R550, R560) is asked once with v1, and the version that answered is kept for
+ *    the library's lifetime and logged once; only both refused fall back the host (NVML-3a);
  *  - an NVML hang costs one `timeout`: requests behind it fail with `stuck` at once, new ones
  *    fail with `stuck` without entering the library until the call returns (NVML-10);
  *  - nvmlShutdown runs at nvml_client_free() unless the NVML thread is stuck (NVML-17).
@@ -75,9 +78,21 @@ typedef struct nvmlVgpuPlacementList_v2_t {
         unsigned int mode; /* in: NVML_VGPU_PGPU_HETEROGENEOUS_MODE */
 } nvmlVgpuPlacementList_v2_t;
 
+/*
+ * The only list NVML 12.4-12.6 (drivers R550, R560) knows (NVML-3a): no `mode` input, and
+ * creatable placements are listed only on a mixed-size GPU.
+ */
+typedef struct nvmlVgpuPlacementList_v1_t {
+        unsigned int version;
+        unsigned int placementSize; /* out */
+        unsigned int count;         /* in: capacity of placementIds; out: entries filled */
+        unsigned int *placementIds;
+} nvmlVgpuPlacementList_v1_t;
+
 #define NVML_STRUCT_VERSION(type, ver) ((unsigned int)(sizeof(type) | ((unsigned int)(ver) << 24)))
 #define NVML_VGPU_HETEROGENEOUS_MODE_V1 NVML_STRUCT_VERSION(nvmlVgpuHeterogeneousMode_v1_t, 1)
 #define NVML_VGPU_PLACEMENT_LIST_V2 NVML_STRUCT_VERSION(nvmlVgpuPlacementList_v2_t, 2)
+#define NVML_VGPU_PLACEMENT_LIST_V1 NVML_STRUCT_VERSION(nvmlVgpuPlacementList_v1_t, 1)
 
 /* The placement list's mode input; not the mode query's 0/1 output (NVML-7). */
 #define NVML_VGPU_PGPU_HETEROGENEOUS_MODE 0u
@@ -91,6 +106,11 @@ static_assert(offsetof(nvmlVgpuPlacementList_v2_t, placementIds) == 16,
               "NVML-3: padding before the pointer");
 static_assert(offsetof(nvmlVgpuPlacementList_v2_t, mode) == 24, "NVML-3: placement list layout");
 static_assert(NVML_VGPU_PLACEMENT_LIST_V2 == 0x02000020u, "NVML-3: placement list version word");
+static_assert(sizeof(nvmlVgpuPlacementList_v1_t) == 24, "NVML-3: placement list v1 layout");
+static_assert(offsetof(nvmlVgpuPlacementList_v1_t, count) == 8, "NVML-3: placement list v1 layout");
+static_assert(offsetof(nvmlVgpuPlacementList_v1_t, placementIds) == 16,
+              "NVML-3: placement list v1: padding before the pointer");
+static_assert(NVML_VGPU_PLACEMENT_LIST_V1 == 0x01000018u, "NVML-3: placement list v1 version word");
 #endif
 
 #define NVML_TYPE_NAME_SIZE 64   /* NVML-8: names use 64-byte buffers */
@@ -193,7 +213,9 @@ typedef struct NvmlGpuAnswer {
 typedef struct NvmlAnswer {
         NvmlFallback host_fallback; /* NONE, or UNAVAILABLE, TIMEOUT, STUCK for the whole host */
         char *host_error;
-        nsec_t started;      /* when the request entered the library (0 if it never did) */
+        nsec_t started; /* when the request entered the library (0 if it never did) */
+        /* The placement list version this library accepts (NVML-3a); 0 while none has. */
+        unsigned placement_list_version;
         NvmlGpuAnswer *gpus; /* one per requested GPU, in request order; NULL on host fallback */
         size_t n_gpus;
 } NvmlAnswer;

@@ -24,6 +24,7 @@ typedef struct {
         unsigned int mode;
 } StubMode;
 
+/* The v2 list; v1 is its first four fields, 24 bytes with the padding before the pointer. */
 typedef struct {
         unsigned int version;
         unsigned int placementSize;
@@ -34,6 +35,7 @@ typedef struct {
 
 #define STUB_MODE_VERSION (8u | (1u << 24))
 #define STUB_PLACEMENT_VERSION (32u | (2u << 24))
+#define STUB_PLACEMENT_VERSION_V1 (24u | (1u << 24))
 
 enum {
         OK = 0,
@@ -81,6 +83,9 @@ static bool hang;
 static unsigned hung;
 static bool initialised;
 static unsigned shutdowns;
+/* Bit n set: the placement list vn is accepted (R570+: v1 and v2; R550/R560: v1 only). */
+static unsigned placement_versions = (1u << 1) | (1u << 2);
+static unsigned placement_calls[3]; /* by the version word's list version */
 static struct {
         char name[64];
         unsigned calls;
@@ -170,6 +175,8 @@ EXPORT void nvml_stub_reset(void)
         hang = false;
         initialised = false;
         shutdowns = 0;
+        placement_versions = (1u << 1) | (1u << 2);
+        memset(placement_calls, 0, sizeof placement_calls);
         have_caller = many_callers = false;
         pthread_cond_broadcast(&cond);
         pthread_mutex_unlock(&lock);
@@ -282,6 +289,25 @@ EXPORT int nvml_stub_single_caller(pthread_t not )
         int ok = !many_callers && (!have_caller || !pthread_equal(caller, not ));
         pthread_mutex_unlock(&lock);
         return ok;
+}
+
+/* Which placement list versions the library knows: a bit per version (bit 1: v1, bit 2: v2). */
+EXPORT void nvml_stub_set_placement_versions(unsigned mask);
+EXPORT void nvml_stub_set_placement_versions(unsigned mask)
+{
+        pthread_mutex_lock(&lock);
+        placement_versions = mask;
+        pthread_mutex_unlock(&lock);
+}
+
+/* Placement calls that reached the version check with list ver (1 or 2), accepted or not. */
+EXPORT unsigned nvml_stub_placement_calls(unsigned ver);
+EXPORT unsigned nvml_stub_placement_calls(unsigned ver)
+{
+        pthread_mutex_lock(&lock);
+        unsigned n = ver < 3 ? placement_calls[ver] : 0;
+        pthread_mutex_unlock(&lock);
+        return n;
 }
 
 EXPORT unsigned nvml_stub_shutdowns(void);
@@ -457,10 +483,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetVgpuTypeCreatablePlacements(nvmlDevice_t dev, u
         }
         if (code != OK)
                 return leave(code);
-        if (!t || list->mode != 0)
-                return leave(INVALID_ARGUMENT);
-        if (list->version != STUB_PLACEMENT_VERSION)
+        /* The version word first: a v1 list ends before `mode`, which must not be read. */
+        unsigned ver = list->version == STUB_PLACEMENT_VERSION      ? 2
+                       : list->version == STUB_PLACEMENT_VERSION_V1 ? 1
+                                                                    : 0;
+        if (ver)
+                placement_calls[ver]++;
+        if (!ver || !(placement_versions & (1u << ver)))
                 return leave(ARGUMENT_VERSION_MISMATCH);
+        if (!t || (ver == 2 && list->mode != 0))
+                return leave(INVALID_ARGUMENT);
         if (g->mode != 1)
                 return leave(NOT_SUPPORTED);
         if (list->count < t->free_count) {

@@ -38,7 +38,14 @@ static struct {
         unsigned (*calls)(const char *function);
         int (*single_caller)(pthread_t not );
         unsigned (*shutdowns)(void);
+        void (*set_placement_versions)(unsigned mask);
+        unsigned (*placement_calls)(unsigned ver);
 } stub;
+
+/* The stub's placement list versions (bit n: vn) for each driver branch (NVML-3a). */
+#define LIB_R570 ((1u << 1) | (1u << 2))
+#define LIB_R550 (1u << 1)
+#define LIB_NEITHER 0u
 
 #define E3 "0000:e3:00.0"
 #define C8 "0001:c8:00.0"
@@ -77,6 +84,8 @@ static int load_stub(void **state)
         *(void **)&stub.calls = sym("nvml_stub_calls");
         *(void **)&stub.single_caller = sym("nvml_stub_single_caller");
         *(void **)&stub.shutdowns = sym("nvml_stub_shutdowns");
+        *(void **)&stub.set_placement_versions = sym("nvml_stub_set_placement_versions");
+        *(void **)&stub.placement_calls = sym("nvml_stub_placement_calls");
         return 0;
 }
 
@@ -199,6 +208,15 @@ static void claim_query(Harness *h)
         nvml_gpu_request_done(&g);
 }
 
+/* How often needle occurs in haystack. */
+static unsigned occurrences(const char *haystack, const char *needle)
+{
+        unsigned n = 0;
+        for (const char *p = haystack; (p = strstr(p, needle)); p += strlen(needle))
+                n++;
+        return n;
+}
+
 static void wait_hung(unsigned n)
 {
         nsec_t until = test_now() + WAIT_LIMIT;
@@ -263,20 +281,78 @@ static void test_return_names(void **state)
                 assert_string_equal(nvml_fallback_to_string(f), reasons[f]);
 }
 
-/* NVML-3: the declared layouts and version words on LP64. */
+/*
+ * NVML-3, NVML-3a: the project's declarations against the layouts NVIDIA publishes in nvml.h
+ * (nvmlVgpuHeterogeneousMode_v1_t and nvmlVgpuPlacementList_v1_t since NVML 12.4, driver R550;
+ * nvmlVgpuPlacementList_v2_t since NVML 12.8, driver R570) on LP64: every field's offset and
+ * size, each struct's size, and the version word NVIDIA's NVML_STRUCT_VERSION gives it
+ * (sizeof | version << 24). The figures below are NVIDIA's, written out by hand, so an edit of
+ * nvml.h that moves a field, drops the padding before the pointer or changes a word fails here.
+ */
+typedef struct PublishedField {
+        const char *name;
+        size_t offset, size;       /* ours: offsetof, sizeof */
+        size_t nv_offset, nv_size; /* NVIDIA's */
+} PublishedField;
+
+#define FIELD(type, field, nv_off, nv_sz)                                                       \
+        {                                                                                       \
+#type "." #field, offsetof(type, field), sizeof(((type *)NULL)->field), nv_off, \
+                    nv_sz                                                                       \
+        }
+
 static void test_struct_layouts(void **state)
 {
+#if !defined(__LP64__)
+        skip();
+#endif
+        static const PublishedField fields[] = {
+            FIELD(nvmlVgpuHeterogeneousMode_v1_t, version, 0, 4),
+            FIELD(nvmlVgpuHeterogeneousMode_v1_t, mode, 4, 4),
+            FIELD(nvmlVgpuPlacementList_v1_t, version, 0, 4),
+            FIELD(nvmlVgpuPlacementList_v1_t, placementSize, 4, 4),
+            FIELD(nvmlVgpuPlacementList_v1_t, count, 8, 4),
+            FIELD(nvmlVgpuPlacementList_v1_t, placementIds, 16, 8),
+            FIELD(nvmlVgpuPlacementList_v2_t, version, 0, 4),
+            FIELD(nvmlVgpuPlacementList_v2_t, placementSize, 4, 4),
+            FIELD(nvmlVgpuPlacementList_v2_t, count, 8, 4),
+            FIELD(nvmlVgpuPlacementList_v2_t, placementIds, 16, 8),
+            FIELD(nvmlVgpuPlacementList_v2_t, mode, 24, 4),
+        };
+        for (size_t i = 0; i < ELEMENTSOF(fields); i++) {
+                if (fields[i].offset != fields[i].nv_offset || fields[i].size != fields[i].nv_size)
+                        fail_msg("%s: offset %zu size %zu, NVIDIA's offset %zu size %zu",
+                                 fields[i].name, fields[i].offset, fields[i].size,
+                                 fields[i].nv_offset, fields[i].nv_size);
+        }
+
+        static const struct {
+                const char *name;
+                size_t size, nv_size;
+                unsigned word, nv_word, ver;
+        } structs[] = {
+            {"nvmlVgpuHeterogeneousMode_v1_t", sizeof(nvmlVgpuHeterogeneousMode_v1_t), 8,
+             NVML_VGPU_HETEROGENEOUS_MODE_V1, 0x01000008u, 1},
+            {"nvmlVgpuPlacementList_v1_t", sizeof(nvmlVgpuPlacementList_v1_t), 24,
+             NVML_VGPU_PLACEMENT_LIST_V1, 0x01000018u, 1},
+            {"nvmlVgpuPlacementList_v2_t", sizeof(nvmlVgpuPlacementList_v2_t), 32,
+             NVML_VGPU_PLACEMENT_LIST_V2, 0x02000020u, 2},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(structs); i++) {
+                if (structs[i].size != structs[i].nv_size)
+                        fail_msg("%s: %zu bytes, NVIDIA's %zu", structs[i].name, structs[i].size,
+                                 structs[i].nv_size);
+                if (structs[i].word != structs[i].nv_word)
+                        fail_msg("%s: version word 0x%08x, NVIDIA's 0x%08x", structs[i].name,
+                                 structs[i].word, structs[i].nv_word);
+                /* NVIDIA's macro, applied to NVIDIA's size: the published word is consistent. */
+                assert_int_equal(structs[i].nv_word,
+                                 (unsigned)structs[i].nv_size | (structs[i].ver << 24));
+        }
+
         assert_int_equal(sizeof(nvmlReturn_t), sizeof(int));
         assert_int_equal(sizeof(nvmlVgpuTypeId_t), sizeof(unsigned int));
-        assert_int_equal(sizeof(nvmlVgpuHeterogeneousMode_v1_t), 8);
-        assert_int_equal(offsetof(nvmlVgpuHeterogeneousMode_v1_t, mode), 4);
-        assert_int_equal(NVML_VGPU_HETEROGENEOUS_MODE_V1, 0x01000008u);
-        assert_int_equal(sizeof(nvmlVgpuPlacementList_v2_t), 32);
-        assert_int_equal(offsetof(nvmlVgpuPlacementList_v2_t, placementSize), 4);
-        assert_int_equal(offsetof(nvmlVgpuPlacementList_v2_t, count), 8);
-        assert_int_equal(offsetof(nvmlVgpuPlacementList_v2_t, placementIds), 16);
-        assert_int_equal(offsetof(nvmlVgpuPlacementList_v2_t, mode), 24);
-        assert_int_equal(NVML_VGPU_PLACEMENT_LIST_V2, 0x02000020u);
+        /* The list's mode input (NVML_VGPU_PGPU_HETEROGENEOUS_MODE), not the mode query's. */
         assert_int_equal(NVML_VGPU_PGPU_HETEROGENEOUS_MODE, 0);
 }
 
@@ -578,6 +654,229 @@ static void test_version_mismatch(void **state)
                          NVML_FALLBACK_UNAVAILABLE);
         assert_int_equal(nvml_client_get_counters(h.client)->total[NVML_FALLBACK_UNAVAILABLE], 1);
         assert_int_equal(nvml_client_get_counters(h.client)->total[NVML_FALLBACK_ERROR], 0);
+        /* NVML-3a: v2 worked on this library, so it is not swapped for v1 now. */
+        assert_int_equal(stub.placement_calls(1), 0);
+        harness_done(&h);
+}
+
+/*
+ * NVML-3a: an R550-style library refuses the v2 list; the client retries once with v1, keeps
+ * v1 for the library's lifetime (v2 is never sent again) and says so once. The GPU keeps its
+ * NVML placements: no fallback, nothing counted.
+ */
+static void test_placement_list_v1(void **state)
+{
+        stub_default_host();
+        stub.set_placement_versions(LIB_R550);
+        Harness h;
+        harness_init(&h, stub.path);
+        refresh(&h, true);
+
+        assert_int_equal(nvml_client_get_host_fallback(h.client, NULL), NVML_FALLBACK_NONE);
+        assert_int_equal(nvml_client_get_gpu_fallback(h.client, E3, NULL), NVML_FALLBACK_NONE);
+        assert_int_equal(nvml_client_get_gpu_mode(h.client, E3), NVML_MODE_MIXED);
+        NvmlPlacements p;
+        assert_int_equal(nvml_client_get_cached_placements(h.client, E3, 1145, &p), 0);
+        assert_int_equal(p.count, 5);
+        assert_int_equal(p.placement_size, 1);
+        assert_int_equal(nvml_client_get_cached_placements(h.client, E3, 1150, &p), 0);
+        assert_int_equal(p.count, 2);
+        assert_int_equal(p.placement_size, 4);
+        /* One refused v2 call, then v1 for both of E3's types; C8 is equal-size (NVML-7). */
+        assert_int_equal(stub.placement_calls(2), 1);
+        assert_int_equal(stub.placement_calls(1), 2);
+        for (int f = NVML_FALLBACK_UNAVAILABLE; f < _NVML_FALLBACK_MAX; f++)
+                assert_int_equal(nvml_client_get_counters(h.client)->total[f], 0);
+        _cleanup_free_ char *log = take_log(&h);
+        assert_int_equal(occurrences(log, "<6>NVML placement list v1 (driver 580.159.01)\n"), 1);
+        assert_int_equal(occurrences(log, "NVML placement list"), 1);
+        assert_null(strstr(log, "fall back to sysfs lists reason=unavailable"));
+
+        /* Remembered: the next refresh and a claim-time query send v1 straight away. */
+        stub.set_free(E3, 1150, 1);
+        refresh(&h, false);
+        claim_query(&h);
+        WAIT_UNTIL(&h, h.answers == 1);
+        assert_int_equal(h.host[0], NVML_FALLBACK_NONE);
+        assert_int_equal(h.gpu_fallback[0], NVML_FALLBACK_NONE);
+        assert_int_equal(h.count_1150[0], 1);
+        assert_int_equal(stub.placement_calls(2), 1);
+        assert_int_equal(stub.placement_calls(1), 5);
+        _cleanup_free_ char *log2 = take_log(&h);
+        assert_null(strstr(log2, "NVML placement list"));
+        harness_done(&h);
+}
+
+/* NVML-3a: an R570+ library takes v2; v1 is never sent, and v2 is logged once. */
+static void test_placement_list_v2(void **state)
+{
+        stub_default_host();
+        Harness h;
+        harness_init(&h, stub.path);
+        refresh(&h, true);
+        refresh(&h, false);
+        assert_int_equal(nvml_client_get_gpu_fallback(h.client, E3, NULL), NVML_FALLBACK_NONE);
+        assert_int_equal(stub.placement_calls(2), 4);
+        assert_int_equal(stub.placement_calls(1), 0);
+        _cleanup_free_ char *log = take_log(&h);
+        assert_int_equal(occurrences(log, "<6>NVML placement list v2 (driver 580.159.01)\n"), 1);
+        assert_int_equal(occurrences(log, "NVML placement list"), 1);
+        harness_done(&h);
+}
+
+/*
+ * NVML-3a, NVML-11, NVML-12, NVML-13: a library that refuses both lists falls back the whole
+ * host as `unavailable` with the warning; nothing is remembered, so every round tries v2 and
+ * v1 again, and a library that then takes v1 brings the host back.
+ */
+static void test_placement_list_both_refused(void **state)
+{
+        stub_default_host();
+        stub.set_placement_versions(LIB_NEITHER);
+        Harness h;
+        harness_init(&h, stub.path);
+        refresh(&h, true);
+
+        static const char text[] = "nvmlDeviceGetVgpuTypeCreatablePlacements(0000:e3:00.0, type "
+                                   "1145): ARGUMENT_VERSION_MISMATCH (placement list v2 and v1)";
+        const char *error = NULL;
+        assert_int_equal(nvml_client_get_host_fallback(h.client, &error),
+                         NVML_FALLBACK_UNAVAILABLE);
+        assert_string_equal(error, text);
+        assert_int_equal(nvml_client_get_gpu_fallback(h.client, E3, NULL),
+                         NVML_FALLBACK_UNAVAILABLE);
+        assert_int_equal(nvml_client_get_gpu_fallback(h.client, C8, NULL),
+                         NVML_FALLBACK_UNAVAILABLE);
+        assert_int_equal(nvml_client_get_gpu_mode(h.client, E3), NVML_MODE_UNKNOWN);
+        assert_int_equal(nvml_client_get_counters(h.client)->total[NVML_FALLBACK_UNAVAILABLE], 1);
+        assert_int_equal(nvml_client_get_counters(h.client)->total[NVML_FALLBACK_ERROR], 0);
+        assert_int_equal(stub.placement_calls(2), 1);
+        assert_int_equal(stub.placement_calls(1), 1);
+        _cleanup_free_ char *log = take_log(&h);
+        assert_int_equal(occurrences(log, "<4>NVML placements fall back to sysfs lists "
+                                          "reason=unavailable error=\"nvmlDeviceGetVgpuType"
+                                          "CreatablePlacements(0000:e3:00.0, type 1145): "
+                                          "ARGUMENT_VERSION_MISMATCH (placement list v2 and "
+                                          "v1)\"\n"),
+                         1);
+        assert_null(strstr(log, "NVML placement list v"));
+        /* NVML-2: the library initialised although its first request fell back the host. */
+        assert_true(nvml_client_is_initialised(h.client));
+        assert_string_equal(nvml_client_get_driver_version(h.client), "580.159.01");
+        assert_non_null(strstr(log, "<6>NVML initialised driver_version=580.159.01\n"));
+
+        /* The next round tries both again; counted, not logged again (NVML-12, NVML-13). */
+        refresh(&h, false);
+        assert_int_equal(stub.placement_calls(2), 2);
+        assert_int_equal(stub.placement_calls(1), 2);
+        assert_int_equal(nvml_client_get_counters(h.client)->total[NVML_FALLBACK_UNAVAILABLE], 2);
+        _cleanup_free_ char *log2 = take_log(&h);
+        assert_string_equal(log2, "");
+
+        stub.set_placement_versions(LIB_R550);
+        refresh(&h, false);
+        assert_int_equal(nvml_client_get_host_fallback(h.client, NULL), NVML_FALLBACK_NONE);
+        assert_int_equal(nvml_client_get_gpu_fallback(h.client, E3, NULL), NVML_FALLBACK_NONE);
+        _cleanup_free_ char *log3 = take_log(&h);
+        assert_non_null(strstr(log3, "<6>NVML placements recovered\n"));
+        assert_non_null(strstr(log3, "<6>NVML placement list v1 (driver 580.159.01)\n"));
+        harness_done(&h);
+}
+
+/*
+ * NVML-7: NOT_SUPPORTED from the placement call is not proof of equal-size mode. Every type
+ * refused on a GPU whose mode query still reads 1 leaves it mixed-size with 0 placements of
+ * each type, no fallback and no mode warning; the mode query alone turns it equal-size, on
+ * the v1 list (R550) as on v2.
+ */
+static void test_not_supported_is_not_equal_size(void **state)
+{
+        for (int lib = 0; lib < 2; lib++) {
+                stub_default_host();
+                stub.set_placement_versions(lib == 0 ? LIB_R570 : LIB_R550);
+                Harness h;
+                harness_init(&h, stub.path);
+                refresh(&h, true);
+                free(take_log(&h));
+
+                stub.inject("nvmlDeviceGetVgpuTypeCreatablePlacements", 3, -1);
+                unsigned modes = stub.calls("nvmlDeviceGetVgpuHeterogeneousMode");
+                refresh(&h, false);
+                /* The refresh's own mode query, and the re-query once every type refused. */
+                assert_int_equal(stub.calls("nvmlDeviceGetVgpuHeterogeneousMode"), modes + 3);
+                assert_int_equal(nvml_client_get_gpu_mode(h.client, E3), NVML_MODE_MIXED);
+                assert_int_equal(nvml_client_get_gpu_fallback(h.client, E3, NULL),
+                                 NVML_FALLBACK_NONE);
+                NvmlPlacements p;
+                assert_int_equal(nvml_client_get_cached_placements(h.client, E3, 1145, &p), 0);
+                assert_int_equal(p.count, 0);
+                assert_int_equal(nvml_client_get_cached_placements(h.client, E3, 1150, &p), 0);
+                assert_int_equal(p.count, 0);
+                assert_int_equal(
+                    nvml_client_get_counters(h.client)->total[NVML_FALLBACK_EQUAL_SIZE], 2);
+                _cleanup_free_ char *log = take_log(&h);
+                assert_null(strstr(log, "gpu=0000:e3:00.0"));
+                assert_null(strstr(log, "vGPU mode of GPU 0000:e3:00.0"));
+
+                /* The same at claim time: a claim sees 0 placements, not a fallback. */
+                claim_query(&h);
+                WAIT_UNTIL(&h, h.answers == 1);
+                assert_int_equal(h.gpu_fallback[0], NVML_FALLBACK_NONE);
+                assert_int_equal(h.count_1150[0], 0);
+
+                /* Now the mode query reads 0: equal-size, from the mode query. */
+                stub.set_mode(E3, 0);
+                claim_query(&h);
+                WAIT_UNTIL(&h, h.answers == 2);
+                assert_int_equal(h.gpu_fallback[1], NVML_FALLBACK_EQUAL_SIZE);
+                assert_int_equal(nvml_client_get_gpu_mode(h.client, E3), NVML_MODE_EQUAL);
+                _cleanup_free_ char *log2 = take_log(&h);
+                assert_non_null(strstr(log2, "<4>vGPU mode of GPU 0000:e3:00.0 changed from "
+                                             "mixed to equal\n"));
+                harness_done(&h);
+        }
+}
+
+/*
+ * NVML-7: the mode is re-queried before a claim-time query when the cached mode may be stale:
+ * the GPU's last placement call failed, or the mode was never read; not after a good answer.
+ */
+static void test_claim_time_mode_requery(void **state)
+{
+        stub_default_host();
+        Harness h;
+        harness_init(&h, stub.path);
+        NvmlGpuRequest g;
+        nvmlVgpuTypeId_t types[] = {1150};
+        assert_int_equal(nvml_client_prepare_gpu_request(h.client, E3, types, 1, &g), 0);
+        assert_true(g.query_mode); /* never read */
+        nvml_gpu_request_done(&g);
+
+        refresh(&h, true);
+        assert_int_equal(nvml_client_prepare_gpu_request(h.client, E3, types, 1, &g), 0);
+        assert_false(g.query_mode);
+        nvml_gpu_request_done(&g);
+
+        stub.inject("nvmlDeviceGetVgpuTypeCreatablePlacements", 999, 1);
+        claim_query(&h);
+        WAIT_UNTIL(&h, h.answers == 1);
+        assert_int_equal(h.gpu_fallback[0], NVML_FALLBACK_ERROR);
+        assert_string_equal(h.gpu_error[0], "nvmlDeviceGetVgpuTypeCreatablePlacements("
+                                            "0000:e3:00.0, type 1150): UNKNOWN");
+        assert_int_equal(nvml_client_prepare_gpu_request(h.client, E3, types, 1, &g), 0);
+        assert_true(g.query_mode);
+        nvml_gpu_request_done(&g);
+
+        /* The re-query runs in the claim's request, and a good answer clears the mark. */
+        unsigned modes = stub.calls("nvmlDeviceGetVgpuHeterogeneousMode");
+        claim_query(&h);
+        WAIT_UNTIL(&h, h.answers == 2);
+        assert_int_equal(stub.calls("nvmlDeviceGetVgpuHeterogeneousMode"), modes + 1);
+        assert_int_equal(h.gpu_fallback[1], NVML_FALLBACK_NONE);
+        assert_int_equal(h.count_1150[1], 2);
+        assert_int_equal(nvml_client_prepare_gpu_request(h.client, E3, types, 1, &g), 0);
+        assert_false(g.query_mode);
+        nvml_gpu_request_done(&g);
         harness_done(&h);
 }
 
@@ -827,6 +1126,11 @@ int main(void)
             cmocka_unit_test(test_not_supported),
             cmocka_unit_test(test_handle_drop),
             cmocka_unit_test(test_version_mismatch),
+            cmocka_unit_test(test_placement_list_v1),
+            cmocka_unit_test(test_placement_list_v2),
+            cmocka_unit_test(test_placement_list_both_refused),
+            cmocka_unit_test(test_not_supported_is_not_equal_size),
+            cmocka_unit_test(test_claim_time_mode_requery),
             cmocka_unit_test(test_hang_costs_one_timeout),
             cmocka_unit_test(test_free_while_stuck),
             cmocka_unit_test(test_refresh_coalesced),
