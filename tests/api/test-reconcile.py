@@ -282,11 +282,8 @@ def main():
     try:
         make_images()
         secret = write_secret(work)
-        config = vmm_config(os.path.join(work, "vgpud.yaml"), work, reconcile="5s")
-        with open(config) as f:
-            text = f.read()
-        with open(config, "w") as f:
-            f.write(text.replace("vmm:\n", "vmm:\n  console_max_bytes: 65536\n", 1))
+        config = vmm_config(os.path.join(work, "vgpud.yaml"), work, reconcile="5s",
+                            extra_vmm="  console_max_bytes: 65536\n")
         sock = os.path.join(work, "api.sock")
         d, c = start(work, "main", config, secret, sock)
         daemons.append(d)

@@ -650,11 +650,8 @@ def main():
     try:
         make_images()
         secret = write_secret(work)
-        config = vmm_config(os.path.join(work, "vgpud.yaml"), work, reconcile="5s")
-        with open(config) as f:
-            text = f.read()
-        with open(config, "w") as f:
-            f.write(text.replace("gpu:\n", "gpu:\n  nvml_timeout: %s\n" % NVML_TIMEOUT, 1))
+        config = vmm_config(os.path.join(work, "vgpud.yaml"), work, reconcile="5s",
+                            extra_gpu="  nvml_timeout: %s\n" % NVML_TIMEOUT)
         sock = os.path.join(work, "api.sock")
         d, c = start(work, "scenarios", config, secret, sock)
         daemons.append(d)

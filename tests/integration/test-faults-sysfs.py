@@ -34,10 +34,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import vgpud_test as vt  # noqa: E402 (after the path)
 from vgpud_test import (  # noqa: E402
     HEALTH_FILE, MNT, configure, eq, exit_status, gpu_body, metric, ok, parse_metrics, poll,
-    read_creatable, run_group, sim_ctl, sim_state, start, stop, write_config, write_secret)
+    read_creatable, run_group, sim_ctl, sim_state, start, stop, write_secret)
 from vgpud_instances import (  # noqa: E402
-    FAKE_QEMU, INSTANCES, PROFILE, check_claims, create, current_type,
-    delete_when_idle, finish_run, get, make_images, post, record, vf_of)
+    INSTANCES, PROFILE, check_claims, create, current_type, delete_when_idle, finish_run, get,
+    make_images, post, record, vf_of, vmm_config)
 
 # GEN-4's deadline. A healthy read of one VF never comes near it; 2 s keeps the hang rows short.
 SYSFS_TIMEOUT = "2s"
@@ -876,15 +876,8 @@ def main():
     try:
         make_images()
         secret = write_secret(work)
-        config = os.path.join(work, "vgpud.yaml")
-        write_config(config, work, extra_gpu="""  vfio_term_grace: 1s
-  sysfs_timeout: %s
-""" % SYSFS_TIMEOUT, extra_top="""qemu_binary: "%s"
-qemu_accel: tcg
-vmm:
-  boot_timeout: 3s
-  stop_timeout: 3s
-""" % FAKE_QEMU)
+        config = vmm_config(os.path.join(work, "vgpud.yaml"), work, boot="3s", stop="3s",
+                            extra_gpu="  sysfs_timeout: %s\n" % SYSFS_TIMEOUT)
         mdev = sim_state()["gpus"][0]["model"] == "A40-mdev"
         d, c = start(work, "mdev" if mdev else "vfio", config, secret,
                      os.path.join(work, "api.sock"))

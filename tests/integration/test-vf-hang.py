@@ -25,10 +25,10 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
     eq, exit_status, gpu_body, log_count, metric, ok, parse_metrics, poll, run_group, sim_ctl,
-    sim_state, start, stop, write_config, write_secret)
+    sim_state, start, stop, write_secret)
 from vgpud_instances import (  # noqa: E402
-    FAKE_QEMU, PROFILE, check_claims, create, current_type, delete_when_idle, finish_run,
-    make_images, vf_of)
+    PROFILE, check_claims, create, current_type, delete_when_idle, finish_run, make_images,
+    vf_of, vmm_config)
 
 # GEN-4's deadline (gpu.sysfs_timeout). Each VF read has its own, so a healthy read of one VF
 # never comes near it even on a loaded machine; 2 s keeps the wait for the hang short.
@@ -203,15 +203,8 @@ def main():
     try:
         make_images()
         secret = write_secret(work)
-        config = os.path.join(work, "vgpud.yaml")
-        write_config(config, work, extra_gpu="""  vfio_term_grace: 1s
-  sysfs_timeout: %s
-""" % SYSFS_TIMEOUT, extra_top="""qemu_binary: "%s"
-qemu_accel: tcg
-vmm:
-  boot_timeout: 3s
-  stop_timeout: 3s
-""" % FAKE_QEMU)
+        config = vmm_config(os.path.join(work, "vgpud.yaml"), work, boot="3s", stop="3s",
+                            extra_gpu="  sysfs_timeout: %s\n" % SYSFS_TIMEOUT)
         d, c = start(work, "running", config, secret, os.path.join(work, "api.sock"))
         daemons.append(d)
         hung = []
