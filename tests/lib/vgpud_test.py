@@ -358,10 +358,11 @@ def copy_secret(work, other):
 
 def readyz(c, sock):
     """/readyz is 200. The socket file exists from bind(), a moment before vgpud listens: a
-    refused connection then means not yet."""
+    refused connection then means not yet. A restarted vgpud first removes the file its
+    predecessor left, so it may also vanish between the check and the connect."""
     try:
         return os.path.exists(sock) and c.get("/readyz", token=None).status == 200
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, FileNotFoundError):
         return False
 
 
