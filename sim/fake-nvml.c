@@ -450,29 +450,49 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetVgpuTypeCreatablePlacements(
         nvmlReturn_t rc = device_enter(&c, "nvmlDeviceGetVgpuTypeCreatablePlacements", device, &g);
         if (rc != NVML_SUCCESS)
                 return rc;
-        nvmlVgpuPlacementList_t *list = pPlacementList;
         const SimType *t = sim_gpu_model_find_type(g->model, vgpuTypeId);
-        if (!list || !t)
+        if (!pPlacementList || !t)
                 return NVML_ERROR_INVALID_ARGUMENT;
-        if (list->version != nvmlVgpuPlacementList_v2)
+
+        /*
+         * The version word decides which struct the caller passed (SIM-13, NVML-3a): v1 ends
+         * before `mode`, so nothing past its version is read until the word is known. The host
+         * file's nvml_struct_versions says which this library knows: an R550/R560 library
+         * answers ARGUMENT_VERSION_MISMATCH to v2, as it would to any word it was built without.
+         */
+        unsigned int version = pPlacementList->version, ver = 0;
+        unsigned int *placement_size = NULL, *count = NULL, *ids = NULL;
+        if (version == nvmlVgpuPlacementList_v2) {
+                ver = 2;
+                placement_size = &pPlacementList->placementSize;
+                count = &pPlacementList->count;
+                ids = pPlacementList->placementIds;
+        } else if (version == nvmlVgpuPlacementList_v1) {
+                nvmlVgpuPlacementList_v1_t *v1 = (nvmlVgpuPlacementList_v1_t *)pPlacementList;
+                ver = 1;
+                placement_size = &v1->placementSize;
+                count = &v1->count;
+                ids = v1->placementIds;
+        }
+        if (ver == 0 || !(c.host->nvml_struct_versions & (1u << ver)))
                 return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
         /* Only heterogeneous placements are modelled; the homogeneous query is a caller bug. */
-        if (list->mode != NVML_VGPU_PGPU_HETEROGENEOUS_MODE)
+        if (ver == 2 && pPlacementList->mode != NVML_VGPU_PGPU_HETEROGENEOUS_MODE)
                 return NVML_ERROR_INVALID_ARGUMENT;
 
         uint32_t starts[64];
         size_t n;
         if (sim_gpu_placements(g, t, starts, ELEMENTSOF(starts), &n) < 0)
-                return NVML_ERROR_NOT_SUPPORTED; /* equal-size (SIM-13) */
-        list->placementSize = t->size;
-        if (list->count < n) {
-                list->count = (unsigned int)n;
+                return NVML_ERROR_NOT_SUPPORTED; /* equal-size (SIM-13); v1 lists only mixed */
+        *placement_size = t->size;
+        if (*count < n) {
+                *count = (unsigned int)n;
                 return NVML_ERROR_INSUFFICIENT_SIZE;
         }
-        if (n > 0 && !list->placementIds)
+        if (n > 0 && !ids)
                 return NVML_ERROR_INVALID_ARGUMENT;
         for (size_t i = 0; i < n; i++)
-                list->placementIds[i] = starts[i];
-        list->count = (unsigned int)n;
+                ids[i] = starts[i];
+        *count = (unsigned int)n;
         return NVML_SUCCESS;
 }

@@ -179,6 +179,7 @@ static int host_build(const char *driver_version, const GpuSpec *specs, size_t n
         h->gpus = calloc(n ? n : 1, sizeof(SimGpu));
         if (!h->driver_version || !h->gpus)
                 return -ENOMEM;
+        h->nvml_struct_versions = SIM_NVML_R570;
 
         uint32_t group = 0, vfio = 0;
         for (size_t i = 0; i < n; i++) {
@@ -397,6 +398,34 @@ static int parse_gpu_spec(yaml_document_t *doc, yaml_node_t *node, GpuSpec *ret,
         return 0;
 }
 
+/*
+ * `nvml_struct_versions`: the placement list versions the fake library knows (SIM-13,
+ * NVML-3a), a list of distinct 1 and 2; `[]` makes a library that refuses both.
+ */
+static int parse_struct_versions(yaml_document_t *doc, yaml_node_t *node, unsigned *ret,
+                                 char **error)
+{
+        unsigned mask = 0;
+
+        if (node->type != YAML_SEQUENCE_NODE)
+                return yaml_fail(error, node, "nvml_struct_versions must be a list");
+        for (yaml_node_item_t *i = node->data.sequence.items.start;
+             i < node->data.sequence.items.top; i++) {
+                yaml_node_t *item = yaml_document_get_node(doc, *i);
+                const char *s = yaml_scalar(item);
+                uint64_t v;
+                if (!s || item->data.scalar.style != YAML_PLAIN_SCALAR_STYLE ||
+                    parse_uint64_range(s, 1, 2, &v) < 0)
+                        return yaml_fail(error, item, "nvml_struct_versions lists 1 and 2 only");
+                if (mask & (1u << v))
+                        return yaml_fail(error, item,
+                                         "nvml_struct_versions lists %" PRIu64 " twice", v);
+                mask |= 1u << v;
+        }
+        *ret = mask;
+        return 0;
+}
+
 int sim_host_parse_yaml(const char *text, size_t size, SimHost **ret, char **error)
 {
         _cleanup_(yaml_parser_deletep) yaml_parser_t parser;
@@ -430,10 +459,13 @@ int sim_host_parse_yaml(const char *text, size_t size, SimHost **ret, char **err
         if (more)
                 return error_set(error, -EINVAL, "host file holds more than one document");
 
-        static const char *const keys[] = {"driver_version", "gpus"};
+        static const char *const keys[] = {"driver_version", "gpus", "nvml_struct_versions"};
         yaml_node_t *v[ELEMENTSOF(keys)];
         int r = yaml_mapping(doc, root, keys, ELEMENTSOF(keys), v, error);
         if (r < 0)
+                return r;
+        unsigned versions = SIM_NVML_R570;
+        if (v[2] && (r = parse_struct_versions(doc, v[2], &versions, error)) < 0)
                 return r;
         if (!v[0] || !v[1])
                 return yaml_fail(error, root, "missing key \"%s\"",
@@ -459,7 +491,12 @@ int sim_host_parse_yaml(const char *text, size_t size, SimHost **ret, char **err
                         if (memcmp(&specs[j].address, &specs[i].address, sizeof(PciAddress)) == 0)
                                 return yaml_fail(error, item, "duplicate PF address");
         }
-        return host_build(driver_version, specs, n, ret);
+        _cleanup_sim_host_ SimHost *h = NULL;
+        if ((r = host_build(driver_version, specs, n, &h)) < 0)
+                return r;
+        h->nvml_struct_versions = versions;
+        *ret = TAKE_PTR(h);
+        return 0;
 }
 
 /* ---- capacity rules -------------------------------------------------------------------------- */
@@ -1422,9 +1459,14 @@ static int fault_action_format(const SimFault *f, char buf[static 32])
 static json_t *host_to_json(const SimHost *h)
 {
         json_auto_t *gpus = json_array(), *faults = json_array(), *errors = json_array(),
-                    *qemu = json_array(), *forbidden = json_array();
-        if (!gpus || !faults || !errors || !qemu || !forbidden)
+                    *qemu = json_array(), *forbidden = json_array(), *versions = json_array();
+        if (!gpus || !faults || !errors || !qemu || !forbidden || !versions)
                 return NULL;
+
+        for (unsigned v = 1; v <= 2; v++)
+                if ((h->nvml_struct_versions & (1u << v)) &&
+                    json_array_append_new(versions, json_integer(v)) < 0)
+                        return NULL;
 
         for (size_t i = 0; i < h->n_gpus; i++)
                 if (json_array_append_new(gpus, gpu_to_json(&h->gpus[i])) < 0)
@@ -1464,14 +1506,15 @@ static json_t *host_to_json(const SimHost *h)
                 if (json_array_append_new(forbidden, json_string(*f)) < 0)
                         return NULL;
 
-        return json_pack("{s:i, s:s, s:I, s:I, s:I, s:I, s:O, s:O, s:{s:I, s:b, s:O}, s:O, s:O}",
-                         "version", SIM_STATE_VERSION, "driver_version", h->driver_version,
-                         "next_iommu_group", (json_int_t)h->next_iommu_group, "layout_generation",
-                         (json_int_t)h->layout_generation, "fault_clears",
-                         (json_int_t)h->fault_clears, "operations_delayed",
-                         (json_int_t)h->operations_delayed, "gpus", gpus, "faults", faults, "nvml",
-                         "latency_ms", (json_int_t)h->nvml_latency_ms, "hang", h->nvml_hang,
-                         "errors", errors, "qemu", qemu, "forbidden_writes", forbidden);
+        return json_pack(
+            "{s:i, s:s, s:I, s:I, s:I, s:I, s:O, s:O, s:{s:I, s:b, s:O, s:O}, s:O, "
+            "s:O}",
+            "version", SIM_STATE_VERSION, "driver_version", h->driver_version, "next_iommu_group",
+            (json_int_t)h->next_iommu_group, "layout_generation", (json_int_t)h->layout_generation,
+            "fault_clears", (json_int_t)h->fault_clears, "operations_delayed",
+            (json_int_t)h->operations_delayed, "gpus", gpus, "faults", faults, "nvml", "latency_ms",
+            (json_int_t)h->nvml_latency_ms, "hang", h->nvml_hang, "errors", errors,
+            "struct_versions", versions, "qemu", qemu, "forbidden_writes", forbidden);
 }
 
 int sim_host_to_json(const SimHost *h, char **ret)
@@ -1695,17 +1738,27 @@ static int faults_from_json(SimHost *h, json_t *faults, char **error)
 
 static int nvml_from_json(SimHost *h, json_t *nvml, char **error)
 {
-        json_t *latency, *errors, *e;
+        json_t *latency, *errors, *versions, *e;
         json_error_t err;
         int hang;
         size_t i;
 
-        if (json_unpack_ex(nvml, &err, JSON_STRICT, "{s:o, s:b, s:o}", "latency_ms", &latency,
-                           "hang", &hang, "errors", &errors) < 0 ||
+        if (json_unpack_ex(nvml, &err, JSON_STRICT, "{s:o, s:b, s:o, s:o}", "latency_ms", &latency,
+                           "hang", &hang, "errors", &errors, "struct_versions", &versions) < 0 ||
             json_uint(latency, 3600000, false, NULL, &h->nvml_latency_ms) < 0 ||
-            !json_is_array(errors))
+            !json_is_array(errors) || !json_is_array(versions))
                 return state_fail(error, "invalid nvml settings");
         h->nvml_hang = hang;
+        /* In the order the simulator writes them: each of 1 and 2 at most once, ascending. */
+        unsigned mask = 0, last = 0;
+        json_array_foreach (versions, i, e) {
+                uint64_t v;
+                if (json_uint(e, 2, false, NULL, &v) < 0 || v <= last)
+                        return state_fail(error, "invalid nvml struct_versions");
+                mask |= 1u << v;
+                last = (unsigned)v;
+        }
+        h->nvml_struct_versions = mask;
         json_array_foreach (errors, i, e) {
                 const char *function;
                 json_int_t code; /* "i" would truncate 4294967311 to 15 */

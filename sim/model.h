@@ -161,6 +161,9 @@ typedef struct SimQemu {
         char **flags;
 } SimQemu;
 
+#define SIM_NVML_R550 (1u << 1)
+#define SIM_NVML_R570 ((1u << 1) | (1u << 2))
+
 typedef struct SimHost {
         char *driver_version;
         SimGpu *gpus;
@@ -172,6 +175,11 @@ typedef struct SimHost {
         uint32_t operations_delayed; /* held by a delay or hang fault right now */
         uint64_t nvml_latency_ms;
         bool nvml_hang;
+        /*
+         * The placement list versions the fake library knows, bit n for vn (SIM-13, NVML-3a):
+         * SIM_NVML_R570 by default, SIM_NVML_R550 refuses v2, 0 refuses both.
+         */
+        unsigned nvml_struct_versions;
         SimNvmlError *nvml_errors;
         size_t n_nvml_errors;
         SimQemu *qemu;
@@ -186,7 +194,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(SimHost *, sim_host_free);
 
 /*
  * Parses the host YAML (SIM-2, SIM-20): `driver_version` (string) and `gpus`, a list of
- * `{address, model: L40S | A40-mdev, mode: equal | mixed, vfs: N}` (mode defaults to equal).
+ * `{address, model: L40S | A40-mdev, mode: equal | mixed, vfs: N}` (mode defaults to equal),
+ * and optionally `nvml_struct_versions`, the placement list versions the fake library knows: a
+ * list of 1 and 2, default `[1, 2]` (SIM-13, NVML-3a).
  * Errors read "<line>:<column>: <what>".
  */
 int sim_host_parse_yaml(const char *text, size_t size, SimHost **ret, char **error);

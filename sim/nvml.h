@@ -57,6 +57,16 @@ typedef nvmlVgpuPlacementList_v2_t nvmlVgpuPlacementList_t;
 
 #define nvmlVgpuPlacementList_v2 NVML_STRUCT_VERSION(nvmlVgpuPlacementList_v2_t, 2)
 
+/* The list of NVML 12.4-12.6 (drivers R550, R560), without `mode` (NVML-3a). */
+typedef struct nvmlVgpuPlacementList_v1_t {
+        unsigned int version;
+        unsigned int placementSize;
+        unsigned int count;
+        unsigned int *placementIds;
+} nvmlVgpuPlacementList_v1_t;
+
+#define nvmlVgpuPlacementList_v1 NVML_STRUCT_VERSION(nvmlVgpuPlacementList_v1_t, 1)
+
 /* The placement list's `mode` input, a different constant set from the mode query's output. */
 #define NVML_VGPU_PGPU_HETEROGENEOUS_MODE 0
 #define NVML_VGPU_PGPU_HOMOGENEOUS_MODE 1
@@ -68,6 +78,9 @@ static_assert(sizeof(nvmlVgpuPlacementList_v2_t) == 32, "NVML-3 layout");
 static_assert(offsetof(nvmlVgpuPlacementList_v2_t, placementIds) == 16, "NVML-3 layout");
 static_assert(offsetof(nvmlVgpuPlacementList_v2_t, mode) == 24, "NVML-3 layout");
 static_assert(nvmlVgpuPlacementList_v2 == 0x02000020u, "NVML-3 version word");
+static_assert(sizeof(nvmlVgpuPlacementList_v1_t) == 24, "NVML-3 layout");
+static_assert(offsetof(nvmlVgpuPlacementList_v1_t, placementIds) == 16, "NVML-3 layout");
+static_assert(nvmlVgpuPlacementList_v1 == 0x01000018u, "NVML-3 version word");
 #endif
 
 #define NVML_DEVICE_NAME_BUFFER_SIZE 64
