@@ -501,7 +501,6 @@ static void test_loop_port_lookup(void **state)
         /* with the udev link present, --serial itself is opened */
         agent_free(f->a);
         f->a = NULL;
-        _cleanup_free_ char *link = test_tree_path(f->tree, "dev/virtio-ports");
         assert_int_equal(test_mkdirs_at(f->tree->fd, "dev/virtio-ports"), 0);
         assert_int_equal(
             symlinkat("../vport0p1", f->tree->fd, "dev/virtio-ports/org.vgpud.agent.0"), 0);
@@ -623,7 +622,9 @@ static void test_binary(void **state)
         assert_int_equal(grantpt(master), 0);
         assert_int_equal(unlockpt(master), 0);
         assert_int_equal(fcntl(master, F_SETFL, O_NONBLOCK), 0);
+        /* held open for the whole test: the agent's closing its slave must not hang up the pty */
         _cleanup_close_ int slave = open_slave(ptsname(master));
+        assert_true(slave >= 0);
         f->host = master;
 
         char *argv[] = {(char *)exe,     (char *)"--serial",
