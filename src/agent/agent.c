@@ -383,16 +383,37 @@ static void agent_port_hangup(Agent *a, nsec_t now)
         a->port_resume_at = add_sat(now, AGENT_PORT_PAUSE);
 }
 
+/*
+ * The port failed in a way that is not a missing host (the device went away: ENODEV, or the
+ * descriptor is not a port at all): close it and look it up again every second, as at start-up.
+ * Logged once per error, since a port that stays broken would otherwise log four times a second.
+ */
+static void agent_port_failed(Agent *a, int r, const char *action, nsec_t now)
+{
+        if (r != a->port_last_failure)
+                log_warning_errno(r, "%s virtio-serial port %s: %m; reopening it every second",
+                                  action, a->port_path ? a->port_path : "(given)");
+        a->port_last_failure = r;
+        a->port_failures++;
+        conn_reset(&a->conn);
+        close(a->port_fd);
+        a->port_fd = -1;
+        a->port_paused = false;
+        a->port_retry_at = add_sat(now, AGENT_PORT_RETRY);
+}
+
+static bool is_hangup_error(int r)
+{
+        return r == -EPIPE || r == -EIO || r == -ECONNRESET;
+}
+
 static void agent_port_flush(Agent *a, nsec_t now)
 {
         int r = conn_flush(&a->conn, a->port_fd);
-        if (r == -EPIPE || r == -EIO || r == -ECONNRESET)
+        if (is_hangup_error(r))
                 agent_port_hangup(a, now);
-        else if (r < 0) {
-                log_warning_errno(r, "write to virtio-serial port %s: %m; replies dropped",
-                                  a->port_path ? a->port_path : "(given)");
-                conn_reset(&a->conn);
-        }
+        else if (r < 0)
+                agent_port_failed(a, r, "write to", now);
 }
 
 static void agent_port_read(Agent *a, nsec_t now)
@@ -400,21 +421,21 @@ static void agent_port_read(Agent *a, nsec_t now)
         size_t room;
         char *buf = conn_read_buffer(&a->conn, &room);
         ssize_t k = read(a->port_fd, buf, room);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN))
+        int r = k < 0 ? negative_errno() : 0;
+        if (r == -EINTR || r == -EAGAIN)
                 return;
-        if (k == 0 || (k < 0 && (errno == EIO || errno == ECONNRESET))) {
+        /* A tty-like port (a pty in tests, a console) reports a missing peer as EIO. */
+        if (k == 0 || is_hangup_error(r)) {
                 agent_port_hangup(a, now);
                 return;
         }
-        if (k < 0) {
-                log_warning_errno(negative_errno(), "read virtio-serial port %s: %m",
-                                  a->port_path ? a->port_path : "(given)");
-                agent_port_hangup(a, now);
+        if (r < 0) {
+                agent_port_failed(a, r, "read", now);
                 return;
         }
 
         a->requests_read++;
-        int r = conn_received(&a->conn, (size_t)k, &a->gpu, now);
+        r = conn_received(&a->conn, (size_t)k, &a->gpu, now);
         if (r < 0) {
                 log_error_errno(r, "answer host request: %m; connection buffers reset");
                 conn_reset(&a->conn);

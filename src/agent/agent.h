@@ -16,6 +16,8 @@
  *  - a read of 0, an EIO (a tty-like port with no peer) or POLLHUP means no host is connected:
  *    the descriptor stays open, the partial request line and unwritten replies are dropped, and
  *    the port leaves the poll set for AGENT_PORT_PAUSE (no busy loop);
+ *  - any other read or write error closes the port, logged once, and it is looked up again
+ *    every second;
  *  - a reply not written within PROTOCOL_WRITE_TIMEOUT is dropped with the connection's buffers;
  *  - the GPU watch (kmsg watcher and probe) starts per --gpu-watch (AGENT-3); without it the
  *    state stays unknown;
@@ -89,9 +91,10 @@ typedef struct Agent {
         /* the port */
         int port_fd;
         char *port_path;
-        nsec_t port_retry_at; /* port_fd < 0 */
-        int port_last_error;  /* logged once until it changes */
-        bool port_paused;     /* out of the poll set after a hang-up */
+        nsec_t port_retry_at;  /* port_fd < 0 */
+        int port_last_error;   /* of an open, logged once until it changes */
+        int port_last_failure; /* of a read or write, logged once until it changes */
+        bool port_paused;      /* out of the poll set after a hang-up */
         nsec_t port_resume_at;
         Conn conn;
 
@@ -102,7 +105,7 @@ typedef struct Agent {
         Probe probe;
 
         /* for tests and the debug log */
-        unsigned long long hangups, requests_read, write_timeouts, wakeups;
+        unsigned long long hangups, port_failures, requests_read, write_timeouts, wakeups;
 } Agent;
 
 /* Blocks SIGTERM, SIGINT, SIGCHLD (saving the old mask) and opens the signalfd. */

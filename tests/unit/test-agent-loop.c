@@ -407,6 +407,32 @@ static void test_loop_eof_is_hangup(void **state)
         assert_true(f->a->port_fd >= 0); /* kept */
 }
 
+/* A port that fails otherwise (here a descriptor that is no port: EISDIR) is closed and looked
+ * up again every second, logged once, instead of being retried four times a second. */
+static void test_loop_port_failure(void **state)
+{
+        Fixture *f = *state;
+        f->fake_clock = true;
+        _cleanup_free_ char *node = test_tree_path(f->tree, "port");
+        assert_int_equal(mkfifo(node, 0600), 0);
+        f->o.serial = node;
+        int dir = open(f->tree->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(dir >= 0);
+        start_agent(f, dir);
+        step(f);
+        assert_int_equal(f->a->port_failures, 1);
+        assert_true(f->a->port_fd < 0);
+        assert_non_null(strstr(test_log_text(&f->log), "read virtio-serial port (given): "));
+        assert_non_null(strstr(test_log_text(&f->log), "reopening it every second"));
+        assert_int_equal(f->a->hangups, 0);
+
+        /* a second later, --serial is opened */
+        f->now += NSEC_PER_SEC;
+        step(f);
+        assert_true(f->a->port_fd >= 0);
+        assert_string_equal(f->a->port_path, node);
+}
+
 /* AGENT-17: a reply the port does not take within 5 s is dropped with the buffers. */
 static void test_loop_write_timeout(void **state)
 {
@@ -675,6 +701,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_loop_protocol, setup, teardown),
             cmocka_unit_test_setup_teardown(test_loop_disconnect, setup, teardown),
             cmocka_unit_test_setup_teardown(test_loop_eof_is_hangup, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_loop_port_failure, setup, teardown),
             cmocka_unit_test_setup_teardown(test_loop_write_timeout, setup, teardown),
             cmocka_unit_test_setup_teardown(test_loop_port_lookup, setup, teardown),
             cmocka_unit_test_setup_teardown(test_loop_gpu_watch_auto, setup, teardown),
