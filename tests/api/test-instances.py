@@ -264,11 +264,12 @@ def check_concurrent(c, work):
         c.request("DELETE", "/instances/" + i["id"])
     eq(c.get("/instances").json(), [], "every concurrent instance is deleted")
     # NVML-14, NVML-15: the releases' cache refreshes bring the profile's availability back
-    # without waiting for a reconcile pass.
+    # without waiting for a reconcile pass. At least back: the figure before may still have
+    # lagged the previous group's release on a loaded machine; a leak would show as less.
     t0 = time.monotonic()
-    back = poll(lambda: available() == start_available, 10, 0.02)
+    back = poll(lambda: available() >= start_available, 10, 0.02)
     print("# %s availability back after %.2f s" % (PROFILE, time.monotonic() - t0))
-    ok(back, "NVML-14: availability returns to %d after the deletes" % start_available,
+    ok(back, "NVML-14: availability returns to at least %d after the deletes" % start_available,
        available())
 
 
