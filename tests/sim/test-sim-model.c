@@ -150,6 +150,15 @@ static void test_host_yaml_errors(void **state)
              "1:17: invalid driver_version \"has space\""},
             {"driver_version: \"1\"\ngpus: []\n---\ndriver_version: \"2\"\n",
              "host file holds more than one document"},
+            /* SIM-13, NVML-3a: the fake library's placement list versions */
+            {"driver_version: \"1\"\ngpus: []\nnvml_struct_versions: 2\n",
+             "3:23: nvml_struct_versions must be a list"},
+            {"driver_version: \"1\"\ngpus: []\nnvml_struct_versions: [3]\n",
+             "3:24: nvml_struct_versions lists 1 and 2 only"},
+            {"driver_version: \"1\"\ngpus: []\nnvml_struct_versions: [\"1\"]\n",
+             "3:24: nvml_struct_versions lists 1 and 2 only"},
+            {"driver_version: \"1\"\ngpus: []\nnvml_struct_versions: [1, 1]\n",
+             "3:27: nvml_struct_versions lists 1 twice"},
             {"[1, 2]\n", "1:1: expected a mapping"},
             {"", "empty host file"},
         };
