@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * The request/reply halves of fake-qemu, kept free of I/O: QMP as QEMU 7.2 speaks it, the guest
- * agent protocol as vgpu-agent speaks it, the per-instance control flags, and the one lookup
- * into vgpu-sim's state.
+ * agent protocol through vgpu-agent's own code, the per-instance control flags, and the one
+ * lookup into vgpu-sim's state.
  */
+#include "agent/protocol.h"
 #include "fake-qemu.h"
 
 #include <inttypes.h>
@@ -344,80 +345,17 @@ int fq_qmp_answer(FqQmpSession *s, const char *line, size_t size, json_t **ret_r
 
 /* ---- guest agent --------------------------------------------------------------------------- */
 
-static json_t *agent_dispatch(const FqGuest *g, const char *command)
+/* The real agent's protocol (src/agent/protocol.c): the host side meets the replies it will see. */
+int fq_agent_answer(const char *failure_message, const char *line, size_t size, char **ret)
 {
-        static const char *const commands[] = {"guest-ping", "guest-info", "guest-gpu-init-status"};
-
-        if (streq(command, "guest-ping"))
-                return json_pack("{s:{}}", "return");
-        if (streq(command, "guest-gpu-init-status"))
-                return json_pack("{s:{s:s,s:s}}", "return", "state", g->gpu_state,
-                                 "failure_message", g->failure_message);
-        if (streq(command, "guest-info")) {
-                json_auto_t *list = json_array();
-                if (!list)
-                        return NULL;
-                for (size_t i = 0; i < ELEMENTSOF(commands); i++)
-                        if (json_array_append_new(list, json_pack("{s:s,s:b}", "name", commands[i],
-                                                                  "enabled", 1)) < 0)
-                                return NULL;
-                return json_pack("{s:{s:s,s:O}}", "return", "version", FQ_AGENT_VERSION,
-                                 "supported_commands", list);
-        }
-        return error_replyf("CommandNotFound", "command \"%s\" not found", command);
+        GpuState g = {
+            .state = failure_message ? GPU_INIT_FAILED : GPU_INIT_OK,
+            .failure_message = (char *)failure_message,
+        };
+        return protocol_answer(line, size, &g, ret);
 }
 
-/* AGENT-14/16: the request's own keys; anything else is a client bug worth reporting. */
-static json_t *agent_check_request(const json_t *req)
+char *fq_agent_overlong_line(void)
 {
-        for (void *it = json_object_iter((json_t *)req); it;
-             it = json_object_iter_next((json_t *)req, it)) {
-                const char *key = json_object_iter_key(it);
-                if (!streq(key, "execute") && !streq(key, "arguments") && !streq(key, "id"))
-                        return error_replyf("GenericError", "unknown key \"%s\"", key);
-        }
-
-        json_t *execute = json_object_get(req, "execute");
-        if (!execute)
-                return fq_error_reply("GenericError", "missing \"execute\"");
-        if (!json_is_string(execute))
-                return fq_error_reply("GenericError", "\"execute\" must be a string");
-        json_t *args = json_object_get(req, "arguments");
-        if (args && !json_is_object(args))
-                return fq_error_reply("GenericError", "\"arguments\" must be an object");
-        return NULL;
-}
-
-int fq_agent_answer(const FqGuest *g, const char *line, size_t size, json_t **ret_reply,
-                    char **ret_command)
-{
-        if (size == 0) {
-                *ret_reply = NULL;
-                *ret_command = NULL;
-                return 0;
-        }
-
-        json_error_t err;
-        json_auto_t *req = load_line(line, size, &err);
-        json_t *reply;
-        _cleanup_free_ char *command = NULL;
-
-        if (!req)
-                reply = error_replyf("GenericError", "invalid JSON: %s", err.text);
-        else if (!json_is_object(req))
-                reply = fq_error_reply("GenericError", "request is not a JSON object");
-        else if ((reply = agent_check_request(req)))
-                reply = with_id(reply, req);
-        else {
-                command = strdup(json_string_value(json_object_get(req, "execute")));
-                if (!command)
-                        return -ENOMEM;
-                reply = with_id(agent_dispatch(g, command), req);
-        }
-        if (!reply)
-                return -ENOMEM;
-
-        *ret_reply = reply;
-        *ret_command = TAKE_PTR(command);
-        return 0;
+        return protocol_overlong_line();
 }

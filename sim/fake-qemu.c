@@ -135,17 +135,9 @@ static void request_exit(FakeQemu *q, int status, const char *reason)
  * separators, "\r\n" line ends from its monitor), the agent channel as vgpu-agent does
  * (compact, "\n"; AGENT-14).
  */
-static int conn_queue(Conn *c, json_t *value, EndpointKind kind)
+/* Queues text and then eol (which may be ""). */
+static int conn_queue_text(Conn *c, const char *text, const char *eol)
 {
-        if (!value)
-                return -ENOMEM;
-        bool qmp = kind == ENDPOINT_QMP;
-        _cleanup_free_ char *text =
-            json_dumps(value, JSON_PRESERVE_ORDER | (qmp ? 0 : JSON_COMPACT));
-        if (!text)
-                return -ENOMEM;
-
-        const char *eol = qmp ? "\r\n" : "\n";
         size_t len = strlen(text), eol_len = strlen(eol);
         if (c->out_len + len + eol_len > OUTPUT_MAX)
                 return -ENOBUFS;
@@ -163,6 +155,18 @@ static int conn_queue(Conn *c, json_t *value, EndpointKind kind)
         memcpy(c->out + c->out_len + len, eol, eol_len);
         c->out_len += len + eol_len;
         return 0;
+}
+
+static int conn_queue(Conn *c, json_t *value, EndpointKind kind)
+{
+        if (!value)
+                return -ENOMEM;
+        bool qmp = kind == ENDPOINT_QMP;
+        _cleanup_free_ char *text =
+            json_dumps(value, JSON_PRESERVE_ORDER | (qmp ? 0 : JSON_COMPACT));
+        if (!text)
+                return -ENOMEM;
+        return conn_queue_text(c, text, qmp ? "\r\n" : "\n");
 }
 
 /* Sends what the socket takes now; the loop waits for POLLOUT for the rest. */
@@ -266,16 +270,11 @@ static int agent_handle_line(FakeQemu *q, const char *line, size_t size)
         if (q->flags.silent_agent)
                 return 0;
 
-        FqGuest guest = {
-            .gpu_state = q->failure_message ? "failed" : "ok",
-            .failure_message = q->failure_message ? q->failure_message : "",
-        };
-        json_auto_t *reply = NULL;
-        _cleanup_free_ char *command = NULL;
-        int r = fq_agent_answer(&guest, line, size, &reply, &command);
+        _cleanup_free_ char *reply = NULL;
+        int r = fq_agent_answer(q->failure_message, line, size, &reply);
         if (r < 0)
                 return r;
-        return reply ? conn_queue(&q->agent.conn, reply, ENDPOINT_AGENT) : 0;
+        return reply ? conn_queue_text(&q->agent.conn, reply, "") : 0;
 }
 
 static int handle_overlong_line(FakeQemu *q, Endpoint *ep)
@@ -283,9 +282,8 @@ static int handle_overlong_line(FakeQemu *q, Endpoint *ep)
         if (ep->kind == ENDPOINT_AGENT) {
                 if (q->flags.silent_agent)
                         return 0;
-                json_auto_t *reply =
-                    fq_error_reply("GenericError", "request line exceeds 65536 bytes");
-                return conn_queue(&ep->conn, reply, ep->kind);
+                _cleanup_free_ char *reply = fq_agent_overlong_line();
+                return reply ? conn_queue_text(&ep->conn, reply, "") : -ENOMEM;
         }
         console_printf(q, "qmp command (overlong)");
         if (q->flags.hang_qmp)

@@ -41,7 +41,6 @@
 #define FQ_AGENT_PORT_NAME "org.vgpud.agent.0"
 
 /* What fake-qemu reports as the guest agent's version (AGENT-15). */
-#define FQ_AGENT_VERSION "fake-qemu"
 
 /* ---- command line (fake-qemu-args.c) ------------------------------------------------------- */
 
@@ -135,17 +134,15 @@ json_t *fq_qmp_event(const char *name, json_t *data);
 
 /* ---- guest agent (fake-qemu-proto.c) ------------------------------------------------------- */
 
-typedef struct FqGuest {
-        const char *gpu_state;       /* "ok", "failed" or "unknown" */
-        const char *failure_message; /* "" unless failed */
-} FqGuest;
-
 /*
- * Answers one agent request line (AGENT-14..16). A line that is empty gets no reply
- * (*ret_reply NULL). *ret_command is the requested command name, or NULL.
+ * Answers one agent request line (AGENT-14..16) as the real agent does, for a guest whose GPU
+ * initialised (failure_message NULL) or failed with that message: *ret is the reply line with its
+ * "\n", or NULL for a blank line. -ENOMEM.
  */
-int fq_agent_answer(const FqGuest *g, const char *line, size_t size, json_t **ret_reply,
-                    char **ret_command);
+int fq_agent_answer(const char *failure_message, const char *line, size_t size, char **ret);
+
+/* AGENT-17's reply to an over-long line, "\n" included; NULL on ENOMEM. */
+char *fq_agent_overlong_line(void);
 
 /* Makes s safe for one console log line: non-printable bytes become '?', long text is cut. */
 int fq_sanitize(const char *s, size_t max, char **ret);

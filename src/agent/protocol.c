@@ -122,6 +122,11 @@ char *protocol_error_line(const char *class, const char *desc)
         return r < 0 ? NULL : line;
 }
 
+char *protocol_overlong_line(void)
+{
+        return protocol_error_line("GenericError", "request line exceeds 65536 bytes");
+}
+
 int protocol_answer(const char *line, size_t n, const GpuState *gpu, char **ret)
 {
         if (line_is_blank(line, n)) {
@@ -253,8 +258,7 @@ int conn_received(Conn *c, size_t n, const GpuState *gpu, nsec_t now)
                  * holds more than one line's worth of a request. */
                 c->discarding = true;
                 c->in_len = 0;
-                _cleanup_free_ char *reply =
-                    protocol_error_line("GenericError", "request line exceeds 65536 bytes");
+                _cleanup_free_ char *reply = protocol_overlong_line();
                 if (!reply)
                         return -ENOMEM;
                 return conn_queue(c, reply, now);

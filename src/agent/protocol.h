@@ -37,6 +37,9 @@ int protocol_answer(const char *line, size_t n, const GpuState *gpu, char **ret)
 /* A reply not built from a request, e.g. for an over-long line; NULL on ENOMEM. */
 char *protocol_error_line(const char *class, const char *desc);
 
+/* AGENT-17's reply to a line over PROTOCOL_LINE_MAX bytes; NULL on ENOMEM. */
+char *protocol_overlong_line(void);
+
 typedef struct Conn {
         size_t in_len;   /* bytes of an unfinished line in in[] */
         bool discarding; /* skipping an over-long line up to its newline */
