@@ -372,12 +372,16 @@ void agent_start(Agent *a, nsec_t now)
         agent_start_watch(a, now);
 }
 
-/* AGENT-19: no host is connected. Keep the descriptor; look again a little later. */
+/*
+ * AGENT-19: no host is connected. Keep the descriptor; look again a little later. Only the
+ * unfinished request goes: a reply waits under AGENT-17's 5 s limit, since the guest may see
+ * the next host's request before the previous host's hang-up, and that reply is the new host's.
+ */
 static void agent_port_hangup(Agent *a, nsec_t now)
 {
-        if (a->conn.in_len > 0 || conn_has_output(&a->conn))
-                log_debug("host disconnected; dropping its unfinished request and replies");
-        conn_reset(&a->conn);
+        if (a->conn.in_len > 0)
+                log_debug("host disconnected; dropping its unfinished request");
+        conn_drop_partial(&a->conn);
         a->hangups++;
         a->port_paused = true;
         a->port_resume_at = add_sat(now, AGENT_PORT_PAUSE);
