@@ -173,8 +173,8 @@ exit "$status"
 """
 
 # The agent's own CPU time every 2 s: utime and stime (fields 14 and 15 of /proc/<pid>/stat,
-# USER_HZ ticks; the comm "vgpu-agent" has no space) with the guest's uptime and the agent's
-# voluntary context switches (its wake-ups).
+# USER_HZ ticks; the comm "vgpu-agent" has no space) with the guest's uptime, the agent's
+# voluntary context switches (its wake-ups) and how many of its descriptors are sockets.
 CPU_REPORT = r"""#!/bin/sh
 while :; do
         pid=$(pidof vgpu-agent)
@@ -182,7 +182,9 @@ while :; do
                 set -- $st
                 up=$(cut -d' ' -f1 /proc/uptime)
                 sw=$(sed -n 's/^voluntary_ctxt_switches:[^0-9]*//p' /proc/$pid/status)
-                echo "vgpud-e2e: cpu pid=$pid utime=${14} stime=${15} uptime=$up wakeups=$sw"
+                so=$(ls -l /proc/$pid/fd | grep -c 'socket:')
+                echo "vgpud-e2e: cpu pid=$pid utime=${14} stime=${15} uptime=$up wakeups=$sw" \
+                        "sockets=$so"
         fi
         sleep 2
 done
@@ -197,7 +199,7 @@ exec /bin/vgpu-agent.bin "$@"
 """
 
 CPU_LINE = re.compile(r"vgpud-e2e: cpu pid=(\d+) utime=(\d+) stime=(\d+) uptime=([0-9.]+) "
-                      r"wakeups=(\d*)")
+                      r"wakeups=(\d*) sockets=(\d+)")
 
 
 def elf_interpreter(path):
@@ -651,6 +653,9 @@ def check_idle_cpu(setup, iid):
         return
     pid1, ticks1, up1, wake1 = last[0]
     eq(pid1, pid0, "AGENT-19: the same agent process throughout the idle period")
+    sockets = [int(m.group(6)) for m in CPU_LINE.finditer(setup.console(iid))]
+    eq(max(sockets), 0, "AGENT-13: the agent holds no socket (no vsock, no network), only its "
+       "port, its kmsg and its probe's pipe")
     cpu = (ticks1 - ticks0) / USER_HZ
     span = up1 - up0
     wakeups = "" if wake0 is None or wake1 is None else ", %d wake-ups (%.1f/s)" % (
