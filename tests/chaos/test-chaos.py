@@ -60,6 +60,9 @@ POPULATION = 12   # instances the clients keep around: creates and deletes balan
 WEDGED = 6        # VFs wedged per iteration, for the sentinel's quarantines (SENT-8)
 RECONCILE = 5     # gpu.reconcile_interval, seconds (CFG-3's minimum)
 PASS_LINE = re.compile(r"^<7>reconcile pass\b.*\bduration=")
+# How long after a log line is written the harness may read it: its polling interval and the
+# log pipe's delay on a loaded machine, generously.
+PASS_READ_SLACK = 0.5
 QUARANTINE_LINE = re.compile(r"^<3>quarantined wedged vGPU VF .*\bvf=(\S+)")
 UNREADABLE_LINE = re.compile(r"^<3>instance record unreadable\b.*")
 
@@ -319,20 +322,35 @@ def wait_recovered(timeout):
     return poll(settled, timeout, 0.1)
 
 
+DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6,
+                  "\\xc2\\xb5s": 1e-6, "ns": 1e-9}
+DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|\u00b5s|\\xc2\\xb5s|ns)")
+
+
+def pass_duration(line):
+    """REC-11's duration= in seconds (GEN-12's Go-style text, "\xc2\xb5s" as the log escapes it)."""
+    m = re.search(r'\bduration="?([^" ]+)', line)
+    return sum(float(v) * DURATION_UNITS[u] for v, u in DURATION_PART.findall(m.group(1))) if m \
+        else 0.0
+
+
 def wait_pass(d, timeout):
-    """Waits for a reconcile pass that started after this call (REC-1, REC-11's line). A
-    `reconcile pass done` line seen within 0.3 s may belong to a pass that was already running,
-    so then the one after it is awaited. Returns the seconds waited, or None."""
+    """Waits for a reconcile pass that started after this call (REC-1, REC-11's line). A pass
+    line seen at time t with duration D started before t - D (the line is read a little after
+    it is written), so one whose t - D - SLACK is not after the call may have started before it
+    and the next one is awaited. Returns the seconds waited, or None."""
     t0 = time.monotonic()
-    base = sum(1 for l in log_lines(d) if PASS_LINE.search(l))
-    want = base + 1
+    seen = sum(1 for l in log_lines(d) if PASS_LINE.search(l))
 
     def done():
-        nonlocal want
-        n = sum(1 for l in log_lines(d) if PASS_LINE.search(l))
-        if n >= want and want == base + 1 and time.monotonic() - t0 < 0.3:
-            want = base + 2
-        return n >= want
+        nonlocal seen
+        lines = [l for l in log_lines(d) if PASS_LINE.search(l)]
+        now = time.monotonic()
+        for line in lines[seen:]:
+            seen += 1
+            if now - pass_duration(line) - PASS_READ_SLACK > t0:
+                return True
+        return False
     return time.monotonic() - t0 if poll(done, timeout, 0.05) else None
 
 
