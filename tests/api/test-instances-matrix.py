@@ -468,7 +468,9 @@ def check_release_faults(c, d, work):
            "INST-15: a stop whose release fails is 200 Stopped with the claim kept", (st, g))
         ok(current_type(vf) != "0", "INST-15: the VF is still configured")
         # INST-17: the start must release that claim first; when it cannot, 409 invalid_state.
-        st, e = post(c, a["id"], "start")
+        # A reconcile pass may be releasing the same stale claim (REC-4) with DEV-10's retries
+        # meanwhile; the start is then 409 busy (INST-9) until that ends.
+        st, e = unless_busy(lambda: post(c, a["id"], "start"), 30)
         prefix = "instance %s still holds VF %s: " % (a["id"], vf)
         ok(st == 409 and e.get("code") == "invalid_state" and
            e.get("message", "").startswith(prefix),
@@ -477,7 +479,7 @@ def check_release_faults(c, d, work):
         eq(get(c, a["id"])["state"], "Stopped", "INST-17: the refused start leaves it Stopped")
     finally:
         sim_ctl("clear-faults")
-    st, g = post(c, a["id"], "start")
+    st, g = unless_busy(lambda: post(c, a["id"], "start"), 30)
     ok(st == 200 and g["state"] == "Running", "INST-17: with the fault gone the start works",
        (st, g))
     vf = vf_of(g)
