@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import eq, exit_status, ok, plan, poll, run_group  # noqa: E402,F401 (re-exported)
+from vgpud_test import write_config  # noqa: E402
 
 # ---- TAP, beyond vgpud_test's ----------------------------------------------------------------
 
@@ -321,6 +322,21 @@ def wait_console(path, pattern, timeout, alive=lambda: True):
         if m or not running or time.monotonic() >= deadline:
             return m
         time.sleep(0.05)
+
+
+def vgpud_config(path, work, qemu, images, guest, boot_timeout, stop_timeout):
+    """vgpud's configuration on the simulator with the real QEMU under TCG, and boot files from
+    images and the guest's own directory (INST-6's image_dirs)."""
+    write_config(path, work, extra_top="""qemu_binary: "%s"
+qemu_accel: tcg
+image_dirs:
+  - "%s"
+  - "%s"
+vmm:
+  boot_timeout: %ds
+  stop_timeout: %ds
+""" % (qemu, images, os.path.realpath(guest.dir), boot_timeout, stop_timeout))
+    return path
 
 
 def tail(text, lines=40):

@@ -42,9 +42,10 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_guest import guest_or_skip, initrd_with, note, tail  # noqa: E402 (after the path)
+from e2e_guest import (  # noqa: E402 (after the path)
+    guest_or_skip, initrd_with, note, tail, vgpud_config)
 from vgpud_test import (  # noqa: E402 (e2e_guest put tests/lib on the path)
-    error_of, eq, exit_status, finish, ok, poll, run_group, skip, start, stop, write_config,
+    error_of, eq, exit_status, finish, ok, poll, run_group, skip, start, stop,
     write_secret)
 
 BUILD_GUEST, GUEST_DIR, QEMU, AGENT, VERSION, LINKAGE = sys.argv[4:10]
@@ -867,16 +868,8 @@ def main():
         os.mkdir(images)
         os.symlink(os.path.realpath(guest.kernel), os.path.join(images, "vmlinuz"))
         secret = write_secret(work)
-        config = os.path.join(work, "vgpud.yaml")
-        write_config(config, work, extra_top="""qemu_binary: "%s"
-qemu_accel: tcg
-image_dirs:
-  - "%s"
-  - "%s"
-vmm:
-  boot_timeout: %ds
-  stop_timeout: %ds
-""" % (QEMU, images, os.path.realpath(guest.dir), VMM_BOOT_TIMEOUT, STOP_TIMEOUT))
+        config = vgpud_config(os.path.join(work, "vgpud.yaml"), work, QEMU, images, guest,
+                              VMM_BOOT_TIMEOUT, STOP_TIMEOUT)
         sock = os.path.join(work, "api.sock")
         d, c = start(work, "e2e-agent", config, secret, sock)
         daemons.append(d)

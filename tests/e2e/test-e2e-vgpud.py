@@ -25,10 +25,10 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_guest import guest_or_skip, note, tail  # noqa: E402 (after the path)
+from e2e_guest import guest_or_skip, note, tail, vgpud_config  # noqa: E402 (after the path)
 from vgpud_test import (  # noqa: E402 (e2e_guest put tests/lib on the path)
     MNT, error_of, eq, exit_status, finish, metric, ok, parse_metrics, poll, run_group, start,
-    stop, write_config, write_secret)
+    stop, write_secret)
 
 BUILD_GUEST, GUEST_DIR, QEMU = sys.argv[4:7]
 
@@ -327,16 +327,8 @@ def main():
         with open(os.path.join(images, "not-a-kernel"), "w") as f:
             f.write("this text file is not a Linux kernel\n")
         secret = write_secret(work)
-        config = os.path.join(work, "vgpud.yaml")
-        write_config(config, work, extra_top="""qemu_binary: "%s"
-qemu_accel: tcg
-image_dirs:
-  - "%s"
-  - "%s"
-vmm:
-  boot_timeout: %ds
-  stop_timeout: %ds
-""" % (QEMU, images, os.path.realpath(guest.dir), VMM_BOOT_TIMEOUT, STOP_TIMEOUT))
+        config = vgpud_config(os.path.join(work, "vgpud.yaml"), work, QEMU, images, guest,
+                              VMM_BOOT_TIMEOUT, STOP_TIMEOUT)
         sock = os.path.join(work, "api.sock")
         d, c = start(work, "e2e", config, secret, sock)
         daemons.append(d)
