@@ -95,8 +95,9 @@ static int write_nvml(MetricsWriter *w, const ApiContext *ctx)
 
 /*
  * The families of the instance, sentinel and reconciler stages: the instance figures are the
- * instance manager's, the stage failures the reconciler's; the sentinel does not exist yet, so
- * its samples are 0 (MET-3: the families and their label values are there from start-up).
+ * instance manager's, the stage failures the reconciler's, the checks, init failures and
+ * quarantines the sentinel's (MET-3: the families and their label values are there from
+ * start-up, at 0 without a sentinel).
  */
 static int write_instances(MetricsWriter *w, const ApiContext *ctx)
 {
@@ -106,25 +107,27 @@ static int write_instances(MetricsWriter *w, const ApiContext *ctx)
                 instance_manager_get_stats(ctx->instances, &st);
         /* MET-2 lists in_grace "true" first. */
         const uint64_t kills[] = {st.forced_kills[1], st.forced_kills[0]};
+        const SentinelStats *ss = ctx->sentinel ? sentinel_get_stats(ctx->sentinel) : NULL;
         int r;
 
-        static const char *const results[] = {
-            "ok", "failed", "unknown", "rpc_error", "unsupported_agent", "list_error"};
+        const char *results[_SENTINEL_RESULT_MAX];
+        for (size_t k = 0; k < _SENTINEL_RESULT_MAX; k++)
+                results[k] = sentinel_result_to_string(k);
         r = write_labelled(w,
                            &(Family){"vgpud_instances_vgpu_sentinel_checks_total", METRIC_COUNTER,
                                      "Guest GPU init checks by result."},
-                           "result", results, zero, ELEMENTSOF(results));
+                           "result", results, ss ? ss->checks : zero, ELEMENTSOF(results));
         if (r >= 0)
                 r = write_single(w,
                                  &(Family){"vgpud_instances_vgpu_sentinel_init_failures_total",
                                            METRIC_COUNTER,
                                            "Newly recorded guest GPU init failures."},
-                                 0);
+                                 ss ? ss->init_failures : 0);
         if (r >= 0)
                 r = write_single(w,
                                  &(Family){"vgpud_instances_vgpu_sentinel_quarantines_total",
                                            METRIC_COUNTER, "Automatic VF quarantines."},
-                                 0);
+                                 ss ? ss->quarantines : 0);
         if (r >= 0)
                 r = write_single(
                     w,

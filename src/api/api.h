@@ -49,6 +49,7 @@ typedef struct ApiContext {
         WorkerPool *workers;        /* the sysfs pool: uncertain VFs (GEN-4), exhaustion */
         GpuTracker *tracker;        /* the host as last discovered, DISC-7's error */
         Reconciler *reconciler;     /* DEV-14's scan failure; NULL: none */
+        Sentinel *sentinel;         /* the sentinel's counters (MET-2); NULL: zeros */
         Claimer *claimer;           /* reservations and claims (PLACE-21); NULL: none */
         InstanceManager *instances; /* the instances (INST); NULL: none (tests of reads) */
         HttpServer *http;           /* for vgpud_http_requests_total; NULL before the listeners */

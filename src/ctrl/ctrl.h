@@ -38,6 +38,7 @@
  */
 
 #include <stdbool.h>
+#include <systemd/sd-event.h>
 
 #include "base/base.h"
 #include "device/device.h"
@@ -126,3 +127,95 @@ const char *reconciler_scan_error(const Reconciler *r);
  * on a worker.
  */
 int orphan_mdev_check(const Root *sysfs, const char *uuid, Timestamp now, char **error);
+
+/* ---- the sentinel (SENT-1..12; sentinel.c) ------------------------------------------------- */
+
+/*
+ * The Sentinel asks each running vGPU guest's agent, over the VMM's agent.sock chardev (never
+ * the serial console, SENT-11), whether its GPU driver initialised, and reports the answers to
+ * the health store (HEALTH-10..15), which quarantines a VF after the threshold of distinct
+ * failed assignments and rescinds on a success from the triggering one.
+ *
+ * A tick (every interval, the first when sentinel_start() is called, after the first reconcile
+ * pass) submits one health repair (HEALTH-21), then, unless discovery has failed (SENT-3:
+ * list_error, tick skipped), takes as targets the Running instances with a vendor-VFIO claim
+ * (mdev too with config.mdev) whose VMM is watched alive and whose agent.sock exists (SENT-2),
+ * capturing (id, VF, claimed_at). Checks are non-blocking sd-event io sources: at most
+ * config.concurrency open, the rest queued for this tick; a target whose previous check is
+ * still open is skipped; each check has config.timeout from its connect (SENT-4, SENT-5).
+ * Request ids come from one counter, and reply lines with another id, or that are not JSON
+ * objects, are discarded: the chardev serves one client at a time, so a late reply to a check
+ * that timed out reaches the next connection. Every check ends in one SENT-6 result, counted;
+ * ok and failed re-read the claim (SENT-7) and report (SENT-8..10). No cursor is kept: repeats
+ * after a restart are the store's dedup (HEALTH-11) and `ok` being terminal.
+ *
+ * State it owns and shows read-only: the counters of MET-2. Functions return >= 0 or -errno.
+ */
+
+typedef struct Sentinel Sentinel;
+
+/* SENT-6's results, in MET-2's order. */
+typedef enum SentinelResult {
+        SENTINEL_RESULT_OK,
+        SENTINEL_RESULT_FAILED,
+        SENTINEL_RESULT_UNKNOWN,
+        SENTINEL_RESULT_RPC_ERROR,
+        SENTINEL_RESULT_UNSUPPORTED_AGENT,
+        SENTINEL_RESULT_LIST_ERROR,
+        _SENTINEL_RESULT_MAX,
+} SentinelResult;
+
+/* "ok", "failed", "unknown", "rpc_error", "unsupported_agent", "list_error". */
+const char *sentinel_result_to_string(SentinelResult r);
+
+typedef struct SentinelConfig {
+        InstanceManager *instances; /* borrowed */
+        GpuTracker *tracker;        /* borrowed: SENT-3, the parent VF of an mdev claim */
+        HealthStore *health;        /* borrowed */
+        nsec_t interval;            /* gpu.sentinel_interval */
+        nsec_t timeout;             /* gpu.sentinel_timeout, per check */
+        unsigned concurrency;       /* gpu.sentinel_concurrency */
+        bool mdev;                  /* gpu.sentinel_mdev */
+} SentinelConfig;
+
+/* A failure_message longer than this makes the reply malformed (HEALTH-12, SENT-6). */
+#define SENTINEL_MESSAGE_MAX 4096
+/* A reply line longer than this is not read to its end: the check is an rpc_error. */
+#define SENTINEL_LINE_MAX (256 * 1024)
+
+int sentinel_new(const SentinelConfig *config, Sentinel **ret);
+/* Closes the open checks; reports still waiting on the store complete without it. */
+Sentinel *sentinel_free(Sentinel *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Sentinel *, sentinel_free);
+
+/* Adds the tick timer (disabled until sentinel_start()). -EBUSY if attached. */
+int sentinel_attach_event(Sentinel *s, sd_event *event);
+/* SENT-1: the first tick runs now, from the loop; later ones every interval. Idempotent. */
+int sentinel_start(Sentinel *s);
+/* Stops ticking (shutdown); open checks run to their end. */
+void sentinel_stop(Sentinel *s);
+
+typedef struct SentinelStats {
+        uint64_t checks[_SENTINEL_RESULT_MAX]; /* checks_total{result} */
+        uint64_t init_failures;                /* init_failures_total (SENT-8) */
+        uint64_t quarantines;                  /* quarantines_total (SENT-8) */
+        uint64_t ticks;
+} SentinelStats;
+
+const SentinelStats *sentinel_get_stats(const Sentinel *s);
+/* Checks open now (SENT-5). */
+unsigned sentinel_open_checks(const Sentinel *s);
+
+/* The request line of check id (SENT-4), with its newline, malloc'd. */
+int sentinel_format_request(uint64_t id, char **ret);
+
+/*
+ * One line read from agent.sock for the check with request id `id` (SENT-4, SENT-6): 0 when it
+ * is to be discarded (not a JSON object, no id, or another id); 1 when it is this check's
+ * reply, with *ret_result; for SENTINEL_RESULT_FAILED *ret_message is the guest's failure
+ * message (malloc'd, may be ""), NULL otherwise. A reply whose content is invalid (no return or
+ * error object, a state that is not a known string, a non-string or over-long
+ * failure_message, an error of another class than CommandNotFound) is RPC_ERROR.
+ */
+int sentinel_parse_reply(const char *line, size_t size, uint64_t id, SentinelResult *ret_result,
+                         char **ret_message);

@@ -164,6 +164,10 @@ static void on_pass_done(void *userdata, bool startup)
                 return;
         case MANAGER_PHASE_RECONCILING:
                 become_ready(m);
+                /* SENT-1: the sentinel starts after the first reconcile pass. */
+                r = sentinel_start(m->sentinel);
+                if (r < 0)
+                        log_error_errno(r, "start the vGPU sentinel: %m");
                 break;
         case MANAGER_PHASE_RUNNING:
                 break;
@@ -210,6 +214,7 @@ void manager_stop(Manager *m, int status)
         sd_event_source_disable_unref(m->reconcile_timer);
         sd_event_source_disable_unref(m->health_poll_timer);
         m->reconcile_timer = m->health_poll_timer = NULL;
+        sentinel_stop(m->sentinel);
 
         if (manager_arm_timer(m, &m->shutdown_timer, MANAGER_SHUTDOWN_GRACE, on_shutdown_timeout) <
             0) {
@@ -330,8 +335,25 @@ static int setup_reconciler(Manager *m)
             .userdata = m,
         };
         int r = reconciler_new(&rc, &m->reconciler);
+        if (r < 0)
+                return r;
+        m->api.reconciler = m->reconciler;
+
+        const ConfigGpu *g = &m->config.gpu;
+        SentinelConfig sc = {
+            .instances = m->instances,
+            .tracker = m->tracker,
+            .health = m->health,
+            .interval = g->sentinel_interval,
+            .timeout = g->sentinel_timeout,
+            .concurrency = g->sentinel_concurrency,
+            .mdev = g->sentinel_mdev,
+        };
+        r = sentinel_new(&sc, &m->sentinel);
         if (r >= 0)
-                m->api.reconciler = m->reconciler;
+                r = sentinel_attach_event(m->sentinel, m->event);
+        if (r >= 0)
+                m->api.sentinel = m->sentinel;
         return r;
 }
 
@@ -431,6 +453,8 @@ Manager *manager_free(Manager *m)
                 worker_pool_free(m->workers);
         if (m->disk_pool)
                 worker_pool_free(m->disk_pool);
+        /* Before the instance manager: its checks read the records. */
+        m->sentinel = sentinel_free(m->sentinel);
         manager_instances_free(m);
         m->reconciler = reconciler_free(m->reconciler);
         m->tracker = gpu_tracker_free(m->tracker);

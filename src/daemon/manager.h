@@ -61,6 +61,7 @@ typedef struct Manager {
         NvmlClient *nvml;
         GpuTracker *tracker;    /* the host's one picture (ARCHITECTURE.md decision 3) */
         Reconciler *reconciler; /* the passes (ctrl/) */
+        Sentinel *sentinel;     /* the guest GPU checks (ctrl/, SENT) */
         HealthStore *health;
         DeviceRoots device_roots;
         DeviceOps *device_ops;      /* releases and the Claimer's writes */

@@ -766,6 +766,12 @@ bool instance_manager_is_running(const InstanceManager *m, const char *id)
         return i && ((i->vmm && !i->exited) || i->ambiguous);
 }
 
+bool instance_manager_vmm_is_watched(const InstanceManager *m, const char *id)
+{
+        Instance *i = instance_find(m, id);
+        return i && i->vmm && !i->exited;
+}
+
 void instance_manager_get_stats(const InstanceManager *m, InstanceManagerStats *ret)
 {
         InstanceManagerStats s = {.forced_kills = {m->forced_kills[0], m->forced_kills[1]},

@@ -309,6 +309,8 @@ size_t instance_manager_list(InstanceManager *m, const InstanceRecord *const **r
 const InstanceRecord *instance_manager_find_claim(const InstanceManager *m, const char *vf);
 /* Whether a VMM of the instance may be running (API-18's running_instances). */
 bool instance_manager_is_running(const InstanceManager *m, const char *id);
+/* Whether the instance's VMM is watched and has not exited (SENT-2; an ambiguous one is not). */
+bool instance_manager_vmm_is_watched(const InstanceManager *m, const char *id);
 
 /*
  * The console route (API-2): the last tail_bytes of console.log, read on the disk pool.
