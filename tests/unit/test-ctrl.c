@@ -292,6 +292,170 @@ static void test_orphan_mdev_fails_closed(void **state)
         assert_string_equal(e4, "invalid mdev UUID \"../../x\"");
 }
 
+/* ---- the sentinel's pure parts (SENT-4, SENT-6) --------------------------------------------- */
+
+/* Parses one line for check 7; returns the parse result, the result and the message. */
+static int parse7(const char *line, SentinelResult *ret, char **ret_message)
+{
+        *ret = _SENTINEL_RESULT_MAX;
+        *ret_message = NULL;
+        return sentinel_parse_reply(line, strlen(line), 7, ret, ret_message);
+}
+
+/* SENT-4: the request line carries the check's id; SENT-6, MET-2: the result names. */
+static void test_sentinel_request_and_names(void **state)
+{
+        _cleanup_free_ char *req = NULL;
+        assert_int_equal(sentinel_format_request(42, &req), 0);
+        assert_string_equal(req, "{\"execute\":\"guest-gpu-init-status\",\"id\":42}\n");
+
+        static const char *const want[] = {
+            "ok", "failed", "unknown", "rpc_error", "unsupported_agent", "list_error"};
+        for (size_t k = 0; k < _SENTINEL_RESULT_MAX; k++)
+                assert_string_equal(sentinel_result_to_string(k), want[k]);
+}
+
+/* SENT-6: each reply state is its result; failed carries the guest's message. */
+static void test_sentinel_reply_states(void **state)
+{
+        SentinelResult r;
+        char *m;
+
+        assert_int_equal(
+            parse7("{\"return\":{\"state\":\"ok\",\"failure_message\":\"\"},\"id\":7}", &r, &m), 1);
+        assert_int_equal(r, SENTINEL_RESULT_OK);
+        assert_null(m);
+
+        assert_int_equal(
+            parse7("{\"return\":{\"state\":\"unknown\",\"failure_message\":\"\"},\"id\":7}", &r,
+                   &m),
+            1);
+        assert_int_equal(r, SENTINEL_RESULT_UNKNOWN);
+        assert_null(m);
+
+        assert_int_equal(parse7("{\"return\":{\"state\":\"failed\",\"failure_message\":\"NVRM: GPU "
+                                "0000:00:06.0: RmInitAdapter failed! (0x22:0x65:884)\"},\"id\":7}",
+                                &r, &m),
+                         1);
+        assert_int_equal(r, SENTINEL_RESULT_FAILED);
+        assert_string_equal(m, "NVRM: GPU 0000:00:06.0: RmInitAdapter failed! (0x22:0x65:884)");
+        free(m);
+
+        /* A failed state without a message is still a failure (the store's reason is absent). */
+        assert_int_equal(parse7("{\"id\":7,\"return\":{\"state\":\"failed\"}}", &r, &m), 1);
+        assert_int_equal(r, SENTINEL_RESULT_FAILED);
+        assert_string_equal(m, "");
+        free(m);
+
+        /* SENT-6: CommandNotFound is an agent without the command; other errors are rpc_error. */
+        assert_int_equal(parse7("{\"error\":{\"class\":\"CommandNotFound\",\"desc\":\"command "
+                                "\\\"guest-gpu-init-status\\\" not found\"},\"id\":7}",
+                                &r, &m),
+                         1);
+        assert_int_equal(r, SENTINEL_RESULT_UNSUPPORTED_AGENT);
+        assert_int_equal(
+            parse7("{\"error\":{\"class\":\"GenericError\",\"desc\":\"x\"},\"id\":7}", &r, &m), 1);
+        assert_int_equal(r, SENTINEL_RESULT_RPC_ERROR);
+        assert_null(m);
+}
+
+/* SENT-4: lines that are not this check's reply are discarded, whatever they say. */
+static void test_sentinel_reply_discarded(void **state)
+{
+        static const char *const lines[] = {
+            /* another check's reply: the chardev hands a late one to the next connection */
+            "{\"return\":{\"state\":\"failed\",\"failure_message\":\"late\"},\"id\":6}",
+            "{\"return\":{\"state\":\"ok\"},\"id\":8}",
+            /* the tail of an earlier reply, and other text that is not a JSON object */
+            "failure_message\":\"x\"},\"id\":7}",
+            "",
+            "[1,2]",
+            "7",
+            "{\"return\":{\"state\":\"ok\"}",
+            /* no id, or one of another type */
+            "{\"return\":{\"state\":\"failed\",\"failure_message\":\"x\"}}",
+            "{\"return\":{\"state\":\"ok\"},\"id\":\"7\"}",
+            "{\"return\":{\"state\":\"ok\"},\"id\":7.0}",
+            "{\"return\":{\"state\":\"ok\"},\"id\":-7}",
+            /* a duplicate key makes the line invalid JSON for jansson's strict reader */
+            "{\"id\":7,\"id\":7,\"return\":{\"state\":\"ok\"}}",
+            /* nor does it take a NUL inside a string, so such a line has no readable id */
+            "{\"id\":7,\"return\":{\"state\":\"failed\",\"failure_message\":\"a\\u0000b\"}}",
+        };
+        for (size_t k = 0; k < ELEMENTSOF(lines); k++) {
+                SentinelResult r;
+                char *m;
+                assert_int_equal(parse7(lines[k], &r, &m), 0);
+                assert_int_equal(r, _SENTINEL_RESULT_MAX); /* untouched */
+                assert_null(m);
+        }
+}
+
+/* SENT-4, SENT-6: a line with this check's id but invalid content is malformed: rpc_error. */
+static void test_sentinel_reply_malformed(void **state)
+{
+        static const char *const lines[] = {
+            "{\"id\":7}",
+            "{\"id\":7,\"return\":{}}",
+            "{\"id\":7,\"return\":[]}",
+            "{\"id\":7,\"return\":{\"state\":\"fine\"}}",
+            "{\"id\":7,\"return\":{\"state\":1}}",
+            "{\"id\":7,\"return\":{\"state\":\"failed\",\"failure_message\":5}}",
+            "{\"id\":7,\"return\":{\"state\":\"ok\",\"failure_message\":null}}",
+            "{\"id\":7,\"return\":{\"state\":\"ok\"},\"error\":{\"class\":\"CommandNotFound\"}}",
+            "{\"id\":7,\"error\":\"CommandNotFound\"}",
+            "{\"id\":7,\"error\":{\"desc\":\"no class\"}}",
+        };
+        for (size_t k = 0; k < ELEMENTSOF(lines); k++) {
+                SentinelResult r;
+                char *m;
+                assert_int_equal(parse7(lines[k], &r, &m), 1);
+                assert_int_equal(r, SENTINEL_RESULT_RPC_ERROR);
+                assert_null(m);
+        }
+}
+
+/* HEALTH-12, SENT-6: a failure_message of 4096 bytes is kept; one byte more is rpc_error. */
+static void test_sentinel_reply_message_cap(void **state)
+{
+        for (size_t len = SENTINEL_MESSAGE_MAX; len <= SENTINEL_MESSAGE_MAX + 1; len++) {
+                _cleanup_free_ char *msg = malloc(len + 1);
+                _cleanup_free_ char *line = NULL;
+                assert_non_null(msg);
+                memset(msg, 'x', len);
+                msg[len] = 0;
+                assert_true(
+                    asprintf(&line,
+                             "{\"return\":{\"state\":\"failed\",\"failure_message\":\"%s\"},"
+                             "\"id\":7}",
+                             msg) > 0);
+                SentinelResult r;
+                char *m;
+                assert_int_equal(parse7(line, &r, &m), 1);
+                if (len == SENTINEL_MESSAGE_MAX) {
+                        assert_int_equal(r, SENTINEL_RESULT_FAILED);
+                        assert_string_equal(m, msg);
+                        free(m);
+                } else {
+                        assert_int_equal(r, SENTINEL_RESULT_RPC_ERROR);
+                        assert_null(m);
+                }
+        }
+}
+
+/* SENT-1: the sentinel needs its instance manager and tracker, and non-zero limits. */
+static void test_sentinel_new_validates(void **state)
+{
+        Fixture *f = *state;
+        Sentinel *s = NULL;
+        SentinelConfig c = {.tracker = f->tracker,
+                            .interval = NSEC_PER_SEC,
+                            .timeout = NSEC_PER_SEC,
+                            .concurrency = 1};
+        assert_int_equal(sentinel_new(&c, &s), -EINVAL);
+        assert_null(s);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -301,6 +465,12 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_discovery_failure_is_kept, setup, teardown),
             cmocka_unit_test_setup_teardown(test_orphan_mdev_age_and_group, setup, teardown),
             cmocka_unit_test_setup_teardown(test_orphan_mdev_fails_closed, setup, teardown),
+            cmocka_unit_test(test_sentinel_request_and_names),
+            cmocka_unit_test(test_sentinel_reply_states),
+            cmocka_unit_test(test_sentinel_reply_discarded),
+            cmocka_unit_test(test_sentinel_reply_malformed),
+            cmocka_unit_test(test_sentinel_reply_message_cap),
+            cmocka_unit_test_setup_teardown(test_sentinel_new_validates, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
