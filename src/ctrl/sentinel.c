@@ -41,6 +41,7 @@ typedef struct Check {
         Sentinel *sentinel;
         Target target;
         uint64_t request_id;
+        uint64_t round;
         int fd;
         sd_event_source *io, *timer;
         bool connecting;
@@ -72,6 +73,10 @@ struct Sentinel {
         size_t n_open;
         Target *queue; /* this tick's targets not started yet */
         size_t n_queue, queue_next;
+        bool round_open;      /* a tick's round is being worked through */
+        uint64_t round;       /* the current round's number */
+        size_t round_pending; /* its checks still open */
+        nsec_t round_started; /* CLOCK_MONOTONIC */
 
         bool starting;   /* start_queued() runs: a finish inside it starts nothing */
         Report *reports; /* waiting on the store */
@@ -284,6 +289,8 @@ static void report(Sentinel *s, const Target *t, SentinelResult result, const ch
 {
         if (result != SENTINEL_RESULT_FAILED && result != SENTINEL_RESULT_OK)
                 return; /* SENT-6: nothing to report */
+        if (!s->config.health)
+                return;
         bool failure = result == SENTINEL_RESULT_FAILED;
         if (assignment_changed(s, t)) {
                 log_line(LOG_LEVEL_INFO, 0,
@@ -357,6 +364,8 @@ static void check_finish(Check *c, SentinelResult result, const char *message, c
                         break;
                 }
         s->stats.checks[result]++;
+        if (c->round == s->round && s->round_pending > 0)
+                s->round_pending--;
         if (why)
                 log_line(LOG_LEVEL_DEBUG, 0, "vGPU sentinel check failed", "instance_id",
                          c->target.id, "vf", c->target.vf, "error", why, NULL);
@@ -517,6 +526,8 @@ static void check_start(Sentinel *s, Target *t)
         t->socket = NULL;
         c->fd = -1;
         c->request_id = ++s->next_id;
+        c->round = s->round;
+        s->round_pending++;
         /* Open first, so check_finish() always finds it. */
         s->open[s->n_open++] = c;
 
@@ -580,13 +591,50 @@ static bool target_is_open(const Sentinel *s, const char *id)
         return false;
 }
 
+static bool is_target(const Sentinel *s, const InstanceRecord *rec);
+
+/* A target queued a while ago is still one, with the assignment it was captured with. */
+static bool still_target(const Sentinel *s, const Target *t)
+{
+        const InstanceRecord *rec = instance_manager_get(s->config.instances, t->id);
+        char vf[PCI_ADDRESS_STRLEN] = "", at[TIMESTAMP_STRLEN];
+        if (!rec || !is_target(s, rec) || !claim_vf(s, rec, vf))
+                return false;
+        format_timestamp(rec->gpu.claimed_at, at);
+        return streq(vf, t->vf) && streq(at, t->claimed_at);
+}
+
+/*
+ * A round (one tick's targets, every check ended) is over: one debug line with its duration,
+ * which SENT-5 bounds by ceil(unresponsive / concurrency) timeouts (PERF-5 reads it).
+ */
+static void log_round(Sentinel *s)
+{
+        char took[DURATION_STRLEN], targets[16], open[16];
+        s->round_open = false;
+        format_duration(mono_clock_now(&mono_clock_system) - s->round_started, took);
+        snprintf(targets, sizeof targets, "%zu", s->n_queue);
+        snprintf(open, sizeof open, "%zu", s->round_pending);
+        log_line(LOG_LEVEL_DEBUG, 0, "vGPU sentinel round done", "duration", took, "targets",
+                 targets, "unfinished", s->round_pending ? open : NULL, NULL);
+}
+
+static void maybe_round_done(Sentinel *s)
+{
+        if (s->round_open && s->queue_next >= s->n_queue && s->round_pending == 0)
+                log_round(s);
+}
+
 static void start_queued(Sentinel *s)
 {
         s->starting = true;
         while (s->n_open < s->config.concurrency && s->queue_next < s->n_queue) {
                 Target *t = &s->queue[s->queue_next++];
-                /* SENT-5: a target whose previous check is open waits for its next tick. */
-                if (target_is_open(s, t->id)) {
+                /*
+                 * SENT-5: a target whose previous check is open waits for its next tick; one
+                 * that stopped being a target since the tick listed it is dropped.
+                 */
+                if (target_is_open(s, t->id) || !still_target(s, t)) {
                         free(t->socket);
                         t->socket = NULL;
                         continue;
@@ -594,6 +642,7 @@ static void start_queued(Sentinel *s)
                 check_start(s, t);
         }
         s->starting = false;
+        maybe_round_done(s);
 }
 
 /* ---- ticks (SENT-1..3) --------------------------------------------------------------------- */
@@ -654,7 +703,24 @@ static void tick_run(Sentinel *s)
                 return;
         }
 
+        /*
+         * SENT-5: while the last tick's targets are still being worked through (more
+         * unresponsive ones than the concurrency allows in one timeout), this tick adds no
+         * round of its own, so every target is checked once before any is checked again.
+         */
+        if (s->queue_next < s->n_queue) {
+                log_line(LOG_LEVEL_DEBUG, 0, "vGPU sentinel tick still running; no new round",
+                         NULL);
+                return;
+        }
+        /* The last round's checks still open were skipped above; its line says so. */
+        if (s->round_open)
+                log_round(s);
         queue_clear(s);
+        s->round_open = true;
+        s->round++;
+        s->round_pending = 0;
+        s->round_started = mono_clock_now(&mono_clock_system);
         const InstanceRecord *const *list = NULL;
         size_t n = instance_manager_list(s->config.instances, &list);
         s->queue = n ? calloc(n, sizeof *s->queue) : NULL;

@@ -10,7 +10,8 @@
 # (SENT-11, HEALTH-11); a success from the triggering assignment rescinds (SENT-10); a VF an
 # operator cleared while its failed assignment runs records that assignment again (SENT-12); a
 # forged RmInitAdapter line in a guest's console.log moves nothing (SENT-11); a silent agent and
-# a hung VMM are rpc_errors that do not slow the other checks (SENT-5, SENT-6).
+# a hung VMM are rpc_errors that do not slow the other checks (SENT-5, SENT-6). On an mdev host:
+# mdev claims are targets only with gpu.sentinel_mdev, reported as their parent VF (SENT-2).
 #
 # Where fake-qemu's answer is fixed at its boot (SIM-15), the test stands in for the agent
 # itself: it moves the VMM's agent.sock aside and listens at its path, so the sentinel meets a
@@ -383,6 +384,44 @@ def check_unresponsive(work, c, d, state):
     eq(health_record(c, vf_of(s)), None, "SENT-6: rpc_error reports nothing")
 
 
+def rounds(d):
+    """The sentinel's round lines so far."""
+    return [l for l in d.log_text().splitlines() if l.startswith("<7>vGPU sentinel round done ")]
+
+
+def check_mdev(work, config_off, config_on, secret, sock, daemons):
+    # SENT-2: on an mdev host, mdev claims are targets only with gpu.sentinel_mdev.
+    d, c = start(work, "mdev-off", config_off, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    wedge_all(True)
+    m = create_running(c, "wedge-m", "NVIDIA A40-2Q")
+    vf = [v["address"] for g in c.get("/gpus").json()["gpus"] for v in g["vfs"]
+          if v.get("instance_id") == m["id"]][0]
+    seen = len(rounds(d))
+    poll(lambda: len(rounds(d)) >= seen + 3, 20, 0.1)
+    ok(len(rounds(d)) >= seen + 3 and all(" targets=0" in l for l in rounds(d)[seen:]),
+       "SENT-2: without gpu.sentinel_mdev an mdev claim is no target", rounds(d)[-3:])
+    k = counters(c)
+    eq(sum(k[r] for r in ("ok", "failed", "unknown", "rpc_error", "unsupported_agent")), 0,
+       "SENT-2: ... so nothing is checked")
+    ok(health_record(c, vf) is None, "SENT-2: ... and nothing recorded")
+    stop(d, " (sentinel_mdev off)")
+
+    d, c = start(work, "mdev-on", config_on, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    line = poll(lambda: log_lines(d, "recorded vGPU VF init failure below quarantine threshold"),
+                30, 0.1)
+    ok(bool(line) and ("vf=%s instance_id=%s " % (vf, m["id"])) in line[0],
+       "SENT-2: with gpu.sentinel_mdev the mdev's parent VF is recorded", line)
+    ok(any(" targets=1" in l for l in rounds(d)), "SENT-2: ... as the round's one target")
+    eq(delete_all(c), [], "every instance is deleted")
+    stop(d, " (sentinel_mdev on)")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-sentinel-")
     daemons = []
@@ -396,6 +435,15 @@ def main():
                                       "  sentinel_timeout: 3s\n"
                                       "  breaker:\n    enabled: false\n")
         sock = os.path.join(work, "api.sock")
+        if sim_state()["gpus"][0]["model"] == "A40-mdev":
+            config_on = vmm_config(os.path.join(work, "vgpud-mdev.yaml"), work, reconcile="5s",
+                                   extra_gpu="  sentinel_interval: 1s\n"
+                                             "  sentinel_mdev: true\n")
+            config_off = vmm_config(os.path.join(work, "vgpud.yaml"), work, reconcile="5s",
+                                    extra_gpu="  sentinel_interval: 1s\n")
+            run_group("mdev", lambda: check_mdev(work, config_off, config_on, secret, sock,
+                                                 daemons))
+            return exit_status()
         d, c = start(work, "sentinel-a", config, secret, sock)
         daemons.append(d)
         if not c:
