@@ -29,6 +29,11 @@ const char *sentinel_result_to_string(SentinelResult r)
         return r < _SENTINEL_RESULT_MAX ? result_names[r] : "unknown";
 }
 
+/* A reply line fits this at first; a longer one grows the buffer up to SENTINEL_LINE_MAX. */
+#define SENTINEL_LINE_START 4096
+/* sd-event's default would let a timeout fire up to 250 ms late (PERF-5's margin is 500 ms). */
+#define SENTINEL_TIMER_ACCURACY_USEC 10000
+
 /* What a tick captured about one instance (SENT-2). */
 typedef struct Target {
         char id[INSTANCE_ID_LEN + 1];
@@ -48,7 +53,7 @@ typedef struct Check {
         char *out;
         size_t out_len, out_sent;
         char *in;
-        size_t in_len;
+        size_t in_len, in_cap;
         bool discarding; /* inside a line longer than the buffer */
 } Check;
 
@@ -467,8 +472,19 @@ static int on_check_io(sd_event_source *src, int fd, uint32_t revents, void *use
         }
 
         for (;;) {
-                ssize_t n =
-                    recv(c->fd, c->in + c->in_len, SENTINEL_LINE_MAX - c->in_len, MSG_DONTWAIT);
+                /* Replies are small: the buffer grows only for a long line, up to the cap. */
+                if (c->in_len == c->in_cap) {
+                        size_t cap =
+                            c->in_cap * 2 < SENTINEL_LINE_MAX ? c->in_cap * 2 : SENTINEL_LINE_MAX;
+                        char *in = realloc(c->in, cap);
+                        if (!in) {
+                                check_finish(c, SENTINEL_RESULT_RPC_ERROR, NULL, "out of memory");
+                                return 0;
+                        }
+                        c->in = in;
+                        c->in_cap = cap;
+                }
+                ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
                 if (n < 0) {
                         if (errno == EAGAIN || errno == EINTR)
                                 break;
@@ -541,7 +557,8 @@ static void check_start(Sentinel *s, Target *t)
         r = sentinel_format_request(c->request_id, &c->out);
         if (r >= 0) {
                 c->out_len = strlen(c->out);
-                c->in = malloc(SENTINEL_LINE_MAX);
+                c->in_cap = SENTINEL_LINE_START;
+                c->in = malloc(c->in_cap);
                 if (!c->in)
                         r = -ENOMEM;
         }
@@ -557,7 +574,8 @@ static void check_start(Sentinel *s, Target *t)
         }
         /* SENT-4: the deadline counts from the connect. */
         r = sd_event_add_time_relative(s->event, &c->timer, CLOCK_MONOTONIC,
-                                       s->config.timeout / NSEC_PER_USEC, 0, on_check_timeout, c);
+                                       s->config.timeout / NSEC_PER_USEC,
+                                       SENTINEL_TIMER_ACCURACY_USEC, on_check_timeout, c);
         if (r >= 0)
                 r = sd_event_add_io(s->event, &c->io, c->fd, EPOLLIN | EPOLLOUT, on_check_io, c);
         if (r < 0) {

@@ -139,6 +139,10 @@ class FakeAgent:
     def _reply(self, rid):
         if self.mode == "ok":
             return {"return": {"state": "ok", "failure_message": ""}, "id": rid}
+        if self.mode == "long-stale":
+            return {"return": {"state": "unknown", "failure_message": ""}, "id": rid}
+        if self.mode == "huge-message":
+            return {"return": {"state": "failed", "failure_message": "x" * 4097}, "id": rid}
         if self.mode == "command-not-found":
             return {"error": {"class": "CommandNotFound",
                               "desc": 'command "guest-gpu-init-status" not found'}, "id": rid}
@@ -165,7 +169,11 @@ class FakeAgent:
                     stale = {"return": {"state": "failed", "failure_message": "stale"},
                              "id": req["id"] + 1000}
                     out = (b'failure_message":"x"},"id":3}\n' + json.dumps(stale).encode() +
-                           b"\n" + json.dumps(self._reply(req["id"])).encode() + b"\n")
+                           b"\n")
+                    if self.mode == "long-stale":
+                        # A line over the sentinel's 256 KiB cap is skipped, not fatal.
+                        out += b'{"junk":"' + b"y" * (300 * 1024) + b'"}\n'
+                    out += json.dumps(self._reply(req["id"])).encode() + b"\n"
                     conn.sendall(out)
                     conn.recv(1)  # until the sentinel hangs up
                 except (OSError, ValueError):
@@ -264,11 +272,13 @@ def check_restart(work, config, secret, sock, daemons, state):
 
 
 def check_fake_agent_results(work, c, d, state):
-    # SENT-4, SENT-6: stale lines (another id, an earlier reply's tail) are discarded; a
-    # CommandNotFound is unsupported_agent and a bad state an rpc_error, neither reported; a
+    # SENT-4, SENT-6: stale lines (another id, an earlier reply's tail, one over the line cap)
+    # are discarded; a CommandNotFound is unsupported_agent, unknown is unknown, and a bad
+    # state or a failure_message over 4096 bytes (HEALTH-12) an rpc_error, none reported; a
     # full listen backlog is a connect failure at once (EAGAIN), not a check left in progress.
     b = state["b"]
-    for mode, result in (("command-not-found", "unsupported_agent"), ("malformed", "rpc_error")):
+    for mode, result in (("command-not-found", "unsupported_agent"), ("malformed", "rpc_error"),
+                         ("long-stale", "unknown"), ("huge-message", "rpc_error")):
         base = counters(c)
         fa = FakeAgent(work, b["id"], mode)
         try:
