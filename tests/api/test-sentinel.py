@@ -29,8 +29,8 @@ import threading
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_instances import (  # noqa: E402
-    INSTANCES, PROFILE, create_running, delete, delete_all, finish_run, make_images, pid_of,
-    runtime_dir, vf_of, vmm_config)
+    INSTANCES, PROFILE, create_running, delete, delete_all, finish_run, get, make_images, pid_of,
+    post, runtime_dir, vf_of, vmm_config)
 from vgpud_test import (  # noqa: E402
     eq, exit_status, gpu_body, metric, ok, parse_metrics, poll, run_group, sim_ctl, sim_state,
     start, stop, write_secret)
@@ -116,6 +116,7 @@ class FakeAgent:
         self.aside = self.path + ".vmm"
         self.mode = mode
         self.requests = []
+        self.release = threading.Event()  # "hold": the reply waits for this
         os.rename(self.path, self.aside)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.path)
@@ -139,6 +140,8 @@ class FakeAgent:
     def _reply(self, rid):
         if self.mode == "ok":
             return {"return": {"state": "ok", "failure_message": ""}, "id": rid}
+        if self.mode == "hold":
+            return {"return": {"state": "failed", "failure_message": "held"}, "id": rid}
         if self.mode == "long-stale":
             return {"return": {"state": "unknown", "failure_message": ""}, "id": rid}
         if self.mode == "huge-message":
@@ -166,6 +169,8 @@ class FakeAgent:
                     line = buf.split(b"\n", 1)[0]
                     req = json.loads(line)
                     self.requests.append(req)
+                    if self.mode == "hold":
+                        self.release.wait(30)
                     stale = {"return": {"state": "failed", "failure_message": "stale"},
                              "id": req["id"] + 1000}
                     out = (b'failure_message":"x"},"id":3}\n' + json.dumps(stale).encode() +
@@ -179,15 +184,21 @@ class FakeAgent:
                 except (OSError, ValueError):
                     pass
 
-    def close(self):
+    def close(self, restore=True):
+        """Stops serving; restore puts the VMM's socket back (False: that VMM is gone, and
+        its socket file with it, or another VMM listens at the path now)."""
+        self.release.set()
         if self.thread:
             self.done.set()
             self.thread.join()
         if self.filler:
             self.filler.close()
         self.sock.close()
-        os.unlink(self.path)
-        os.rename(self.aside, self.path)
+        if restore:
+            os.unlink(self.path)
+            os.rename(self.aside, self.path)
+        elif os.path.exists(self.aside):
+            os.unlink(self.aside)
 
 
 def check_wedge(work, c, d, state):
@@ -365,6 +376,40 @@ def check_console(work, c, d, state):
        "SENT-11: ... and the VF shows no failure", v)
 
 
+def check_assignment_changed(work, c, d, state):
+    # SENT-7: the claim is read again before reporting. The guest's reply is held while the
+    # instance is stopped and started (a new claim): the failure is not reported.
+    h = state["healthy"]
+    before = counters(c)["init_failures"]
+    fa = FakeAgent(work, h["id"], "hold")
+    try:
+        ok(poll(lambda: fa.requests, 20, 0.05), "SENT-4: the check is open, its reply held")
+        eq(post(c, h["id"], "stop")[0], 200, "the instance is stopped meanwhile")
+        st, b = post(c, h["id"], "start")
+        ok(st == 200 and b.get("state") == "Running", "... and started again", (st, b))
+    finally:
+        fa.close(restore=False)
+    line = poll(lambda: log_lines(d, "vGPU sentinel skipping init failure: assignment changed "
+                                     "during poll"), 20, 0.1)
+    ok(bool(line) and ("instance_id=%s" % h["id"]) in line[0],
+       "SENT-7: a failure from the old assignment is skipped with its line", line)
+    eq(counters(c)["init_failures"], before, "SENT-7: ... and nothing is recorded")
+
+    # SENT-7: a deleted claim still reports to the assignment the check captured.
+    vf = vf_of(get(c, h["id"]))
+    fa = FakeAgent(work, h["id"], "hold")
+    try:
+        ok(poll(lambda: fa.requests, 20, 0.05), "SENT-4: a new check is open, its reply held")
+        eq(delete(c, h["id"])[0], 204, "the instance is deleted meanwhile")
+    finally:
+        fa.close(restore=False)
+    line = poll(lambda: log_lines(d, "recorded vGPU VF init failure below quarantine threshold "
+                                     "vf=%s instance_id=%s" % (vf, h["id"])), 20, 0.1)
+    ok(bool(line), "SENT-7: a deleted claim still reports to the captured assignment", line)
+    eq(c.request("DELETE", "/gpu/vfs/%s/quarantine" % vf).status, 200,
+       "HEALTH-25: the test's record is cleared")
+
+
 def check_unresponsive(work, c, d, state):
     # SENT-5, SENT-6: a silent agent and a VMM that is hung whole (stopped) are rpc_errors, each
     # at most once per timeout; the healthy guest's checks keep their pace meanwhile.
@@ -375,7 +420,7 @@ def check_unresponsive(work, c, d, state):
     os.kill(pid, signal.SIGSTOP)
     try:
         base = counters(c)
-        # gpu.sentinel_interval 1s, gpu.sentinel_timeout 3s: the ok checks tick every second.
+        # gpu.sentinel_interval 1s, gpu.sentinel_timeout 8s: the ok checks tick every second.
         got = poll(lambda: counters(c)["ok"] >= base["ok"] + 6 and
                    counters(c)["rpc_error"] >= base["rpc_error"] + 2, 40, 0.1)
         k = counters(c)
@@ -383,7 +428,7 @@ def check_unresponsive(work, c, d, state):
         timeouts = [l for l in log_lines(d, "vGPU sentinel check failed") if "timed out" in l]
         ok(any(s["id"] in l for l in timeouts) and any(e["id"] in l for l in timeouts),
            "SENT-4: both end at gpu.sentinel_timeout", timeouts[-4:])
-        # SENT-5: one check per target open at a time, so each times out at most once per 3 s
+        # SENT-5: one check per target open at a time, so each times out at most once per 8 s
         # while the healthy guest is checked about once per second.
         dt_rpc = k["rpc_error"] - base["rpc_error"]
         dt_ok = k["ok"] - base["ok"]
@@ -442,7 +487,7 @@ def main():
         config = vmm_config(os.path.join(work, "vgpud.yaml"), work, reconcile="5s",
                             extra_gpu="  placement_policy: pack\n"
                                       "  sentinel_interval: 1s\n"
-                                      "  sentinel_timeout: 3s\n"
+                                      "  sentinel_timeout: 8s\n"
                                       "  breaker:\n    enabled: false\n")
         sock = os.path.join(work, "api.sock")
         if sim_state()["gpus"][0]["model"] == "A40-mdev":
@@ -467,6 +512,7 @@ def main():
         if c:
             run_group("console", lambda: check_console(work, c, d, state))
             run_group("unresponsive", lambda: check_unresponsive(work, c, d, state))
+            run_group("assignment", lambda: check_assignment_changed(work, c, d, state))
             eq(delete_all(c), [], "every instance is deleted")
             stop(d)
     finally:
