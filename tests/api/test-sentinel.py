@@ -12,6 +12,8 @@
 # forged RmInitAdapter line in a guest's console.log moves nothing (SENT-11); a silent agent and
 # a hung VMM are rpc_errors that do not slow the other checks (SENT-5, SENT-6). On an mdev host:
 # mdev claims are targets only with gpu.sentinel_mdev, reported as their parent VF (SENT-2).
+# Also: a failed discovery is list_error (SENT-3), and the claim is read again before a report
+# (SENT-7).
 #
 # Where fake-qemu's answer is fixed at its boot (SIM-15), the test stands in for the agent
 # itself: it moves the VMM's agent.sock aside and listens at its path, so the sentinel meets a
@@ -410,6 +412,29 @@ def check_assignment_changed(work, c, d, state):
        "HEALTH-25: the test's record is cleared")
 
 
+def check_list_error(work, c, d, state):
+    # SENT-3: while discovery fails, each tick counts one list_error and checks nothing; once
+    # discovery succeeds again, the checks resume.
+    sim_ctl("fault read sys/bus/pci/devices EIO")
+    try:
+        ok(poll(lambda: "placement_disabled_reason" in gpu_body(c), 30, 0.1),
+           "DISC-7: the failed discovery disables placement", gpu_body(c))
+        base = counters(c)
+        ok(poll(lambda: counters(c)["list_error"] >= base["list_error"] + 3, 20, 0.1),
+           "SENT-3: each tick counts list_error", counters(c))
+        k = counters(c)
+        eq([k[r] - base[r] for r in ("ok", "failed", "unknown", "rpc_error", "unsupported_agent")],
+           [0] * 5, "SENT-3: ... and the tick is skipped")
+    finally:
+        sim_ctl("clear-faults")
+    ok(poll(lambda: "placement_disabled_reason" not in gpu_body(c), 30, 0.1),
+       "DISC-7: discovery succeeds again")
+    base = counters(c)
+    ok(poll(lambda: counters(c)["ok"] > base["ok"], 20, 0.1),
+       "SENT-3: the checks resume", counters(c))
+    eq(counters(c)["list_error"], base["list_error"], "SENT-3: no list_error once discovery works")
+
+
 def check_unresponsive(work, c, d, state):
     # SENT-5, SENT-6: a silent agent and a VMM that is hung whole (stopped) are rpc_errors, each
     # at most once per timeout; the healthy guest's checks keep their pace meanwhile.
@@ -511,6 +536,7 @@ def main():
                 run_group("rescind", lambda: check_rescind(work, c, d, state))
         if c:
             run_group("console", lambda: check_console(work, c, d, state))
+            run_group("list-error", lambda: check_list_error(work, c, d, state))
             run_group("unresponsive", lambda: check_unresponsive(work, c, d, state))
             run_group("assignment", lambda: check_assignment_changed(work, c, d, state))
             eq(delete_all(c), [], "every instance is deleted")
