@@ -2,7 +2,8 @@
 #pragma once
 
 /*
- * ctrl: the controllers that keep the host in order on the event loop (SPEC §8).
+ * ctrl: the controllers that keep the host in order on the event loop (SPEC §8, §10): the
+ * Reconciler, REC-8's sysfs checks and the Sentinel (at the end of this header).
  *
  * The Reconciler runs reconcile passes (REC-1..11 as far as this release goes), in three
  * phases:
@@ -141,8 +142,12 @@ int orphan_mdev_check(const Root *sysfs, const char *uuid, Timestamp now, char *
  * list_error, tick skipped), takes as targets the Running instances with a vendor-VFIO claim
  * (mdev too with config.mdev) whose VMM is watched alive and whose agent.sock exists (SENT-2),
  * capturing (id, VF, claimed_at). Checks are non-blocking sd-event io sources: at most
- * config.concurrency open, the rest queued for this tick; a target whose previous check is
- * still open is skipped; each check has config.timeout from its connect (SENT-4, SENT-5).
+ * config.concurrency open, the rest queued for this tick (each re-read just before its connect,
+ * and dropped if it is no longer a target with that assignment); a target whose previous check
+ * is still open is skipped; each check has config.timeout from its connect (SENT-4, SENT-5). A
+ * tick that finds the last tick's queue not yet started through adds no round of its own, so
+ * every target is checked before any is checked again; each round ends with a debug line
+ * `vGPU sentinel round done duration=<d> targets=<n>` (PERF-5 reads its duration).
  * Request ids come from one counter, and reply lines with another id, or that are not JSON
  * objects, are discarded: the chardev serves one client at a time, so a late reply to a check
  * that timed out reaches the next connection. Every check ends in one SENT-6 result, counted;
