@@ -12,8 +12,8 @@
 # forged RmInitAdapter line in a guest's console.log moves nothing (SENT-11); a silent agent and
 # a hung VMM are rpc_errors that do not slow the other checks (SENT-5, SENT-6). On an mdev host:
 # mdev claims are targets only with gpu.sentinel_mdev, reported as their parent VF (SENT-2).
-# Also: a failed discovery is list_error (SENT-3), and the claim is read again before a report
-# (SENT-7).
+# Also: a failed discovery is list_error (SENT-3), the claim is read again before a report
+# (SENT-7), and gpu.sentinel_concurrency bounds the checks open at once (SENT-5).
 #
 # Where fake-qemu's answer is fixed at its boot (SIM-15), the test stands in for the agent
 # itself: it moves the VMM's agent.sock aside and listens at its path, so the sentinel meets a
@@ -441,6 +441,7 @@ def check_unresponsive(work, c, d, state):
     sim_ctl("qemu silent-d silent-agent")
     s = create_running(c, "silent-d", PROFILE)
     e = create_running(c, "hung-e", PROFILE)
+    state["silent"], state["hung"] = s, e
     pid = pid_of(e["id"])
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -502,6 +503,36 @@ def check_mdev(work, config_off, config_on, secret, sock, daemons):
     stop(d, " (sentinel_mdev on)")
 
 
+def check_concurrency(work, secret, sock, daemons, state):
+    # SENT-5: with gpu.sentinel_concurrency 1, two unresponsive targets are checked one after
+    # the other: the round takes two timeouts (ceil(2 / 1) x 2 s), not one, plus processing.
+    pid = pid_of(state["hung"]["id"])
+    config = vmm_config(os.path.join(work, "vgpud-one.yaml"), work, reconcile="5s",
+                        extra_gpu="  sentinel_interval: 20s\n"
+                                  "  sentinel_timeout: 2s\n"
+                                  "  sentinel_concurrency: 1\n")
+    stop(daemons[-1], " (before the concurrency check)")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        d, c = start(work, "sentinel-one", config, secret, sock)
+        daemons.append(d)
+        if not c:
+            return None, None
+        # The first round starts at readiness; the next one is 20 s away.
+        line = poll(lambda: rounds(d), 30, 0.1)
+        timeouts = [l for l in log_lines(d, "vGPU sentinel check failed") if "timed out" in l]
+        m = re.search(r" duration=(\d+(?:\.\d+)?)s targets=(\d+)$", line[0]) if line else None
+        took = float(m.group(1)) if m else None
+        ok(took is not None and 4.0 <= took <= 5.5 and int(m.group(2)) >= 2,
+           "SENT-5: at concurrency 1 a round with two unresponsive targets takes two timeouts",
+           line)
+        eq(sorted(state[k]["id"] in l for k in ("silent", "hung") for l in timeouts).count(True),
+           2, "SENT-4: each of them timed out once in that round")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return d, c
+
+
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-sentinel-")
     daemons = []
@@ -539,6 +570,9 @@ def main():
             run_group("list-error", lambda: check_list_error(work, c, d, state))
             run_group("unresponsive", lambda: check_unresponsive(work, c, d, state))
             run_group("assignment", lambda: check_assignment_changed(work, c, d, state))
+        if c and "hung" in state:
+            d, c = check_concurrency(work, secret, sock, daemons, state)
+        if c:
             eq(delete_all(c), [], "every instance is deleted")
             stop(d)
     finally:
