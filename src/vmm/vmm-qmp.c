@@ -369,6 +369,10 @@ static int read_input(VmmQmp *q)
                 return r;
         }
         ssize_t n = recv(q->fd, q->in + q->in_len, q->in_cap - q->in_len, MSG_DONTWAIT);
+        /* A peer that closes with our command unread resets the connection: it is gone all
+         * the same, and says so in one way whatever it had read. */
+        if (n < 0 && errno == ECONNRESET)
+                n = 0;
         if (n < 0) {
                 if (errno == EAGAIN || errno == EINTR)
                         return 0;
