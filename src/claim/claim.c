@@ -553,7 +553,7 @@ static bool kick_writes(Claimer *cl)
                 if (w->started)
                         continue;
                 GpuRoundState *g = round_gpu(cl, w->gpu, false);
-                if (refreshing || (g && g->querying) || cl->refresh_wanted) {
+                if (refreshing || (g && g->querying)) {
                         blocked = true;
                         continue;
                 }
@@ -1335,9 +1335,25 @@ static void arm_timer(Claimer *cl, nsec_t at)
         (void)timerfd_settime(cl->timer_fd, 0, &its, NULL);
 }
 
+static bool any_claim_in_flight(Claimer *cl)
+{
+        for (Claim *c = cl->claims; c; c = c->next)
+                if (c->state != CLAIM_FINISHED)
+                        return true;
+        return false;
+}
+
 static void maybe_start_refresh(Claimer *cl)
 {
         if (!cl->refresh_wanted || any_write_started(cl) || cl->gates || !cl->nvml)
+                return;
+        /*
+         * NVML-15: a wanted refresh waits until the claims in flight are done. They query NVML
+         * for themselves (PLACE-7) and their answers update the cache, while a refresh queries
+         * every type of every GPU and would hold their rounds and writes that long; in a burst
+         * of creates every configure would pay for one. The start-up refresh never waits.
+         */
+        if (!cl->refresh_init && any_claim_in_flight(cl))
                 return;
         /* PLACE-9 covers the owner's writes too: a refresh queries every GPU. */
         const GpuHost *h = host(cl);

@@ -321,6 +321,7 @@ def check_fake_agent_results(work, c, d, state):
 def check_rescind(work, c, d, state):
     # SENT-10, HEALTH-14: a success from the assignment that quarantined the VF rescinds it.
     vf, b = state["vf"], state["b"]
+    recorded = counters(c)["init_failures"]
     fa = FakeAgent(work, b["id"], "ok")
     try:
         line = poll(lambda: log_lines(d, "rescinded vGPU VF quarantine after successful driver "
@@ -336,8 +337,9 @@ def check_rescind(work, c, d, state):
     eq(gpu_body(c)["quarantined_slots"], 0, "API-5: no quarantined slot is left")
     ok(counters(c)["ok"] >= 1, "SENT-6, MET-2: checks_total{result=\"ok\"} counts")
 
-    # The VMM's own agent answers failed again: one new tally for the same assignment.
-    poll(lambda: health_record(c, vf), 20, 0.1)
+    # The VMM's own agent answers failed again: one new tally for the same assignment. The
+    # record is in the store before the loop counts the report, so wait for both.
+    poll(lambda: health_record(c, vf) and counters(c)["init_failures"] == recorded + 1, 20, 0.1)
     rec = health_record(c, vf)
     ok(rec and len(rec["failures"]) == 1 and "quarantined_at" not in rec,
        "SENT-8: its failure recorded again is below the threshold", rec)

@@ -275,6 +275,54 @@ static void test_refreshes_never_overlap_writes(void **state) /* NVML-14, PLACE-
                 claim_outcome_clear(&o[i]);
 }
 
+/* Watches a burst of claims: did a cache refresh run while one of them was unfinished? */
+typedef struct BurstWatch {
+        Waiting w;
+        bool refresh_during_claims;
+} BurstWatch;
+
+static bool burst_done(Harness *h, void *arg)
+{
+        BurstWatch *b = arg;
+        bool done = harness_all_done(h, &b->w);
+        if (!done && nvml_client_refresh_is_running(h->nvml))
+                b->refresh_during_claims = true;
+        return done;
+}
+
+static bool refresh_started(Harness *h, void *arg)
+{
+        return nvml_client_refresh_is_running(h->nvml);
+}
+
+static void test_refresh_waits_for_claims_in_flight(void **state) /* NVML-15, PLACE-9 */
+{
+        Harness *h = H(state);
+        ClaimOutcome o[6] = {};
+
+        /*
+         * A refresh asked for during a burst of claims, and after each of its configures, runs
+         * once the burst is done: it never holds the claims' own rounds and writes.
+         */
+        ctl(h, "nvml latency 5");
+        h->refresh_on_change = true;
+        start_claims(h, P_2Q, o, ELEMENTSOF(o));
+        assert_int_equal(claimer_request_nvml_refresh(h->cl, false), 0);
+        BurstWatch b = {.w = {.o = o, .n = ELEMENTSOF(o)}};
+        if (harness_run_until(h, burst_done, &b, WAIT) < 0)
+                fail_msg("claims did not finish within 60 s");
+        for (size_t i = 0; i < ELEMENTSOF(o); i++)
+                assert_success(&o[i]);
+        assert_false(b.refresh_during_claims);
+        /* The wanted refresh is not lost (NVML-15: exactly one more run). */
+        if (harness_run_until(h, refresh_started, NULL, WAIT) < 0)
+                fail_msg("the wanted refresh never started");
+        if (harness_run_until(h, harness_refreshed, NULL, WAIT) < 0)
+                fail_msg("the refresh did not end");
+        for (size_t i = 0; i < ELEMENTSOF(o); i++)
+                claim_outcome_clear(&o[i]);
+}
+
 /* An owner's release through claimer_gate_write(), as instances/ makes its releases. */
 typedef struct GatedRelease {
         Harness *h;
@@ -694,11 +742,17 @@ int main(int argc, char **argv)
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
         const struct CMUnitTest l40s[] = {
-            T(test_concurrent_claims_never_share_a_vf),  T(test_refreshes_never_overlap_writes),
-            T(test_failed_save_leaves_vf_untouched),     T(test_capacity_refusal_retries_once),
-            T(test_second_capacity_refusal_fails_409),   T(test_placed_log_line),
-            T(test_dirty_vf_reset_then_claimed),         T(test_dirty_vf_held_open),
-            T(test_nothing_selectable_resets_dirty_vfs), T(test_owner_release_waits_for_refresh),
+            T(test_concurrent_claims_never_share_a_vf),
+            T(test_refreshes_never_overlap_writes),
+            T(test_refresh_waits_for_claims_in_flight),
+            T(test_failed_save_leaves_vf_untouched),
+            T(test_capacity_refusal_retries_once),
+            T(test_second_capacity_refusal_fails_409),
+            T(test_placed_log_line),
+            T(test_dirty_vf_reset_then_claimed),
+            T(test_dirty_vf_held_open),
+            T(test_nothing_selectable_resets_dirty_vfs),
+            T(test_owner_release_waits_for_refresh),
         };
         const struct CMUnitTest mixed[] = {
             T(test_4q_lands_where_sysfs_hides_it),
