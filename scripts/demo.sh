@@ -1,7 +1,8 @@
 #!/bin/sh
 # make demo (OPS-11): builds (or reuses) the end-to-end tests' tiny guest, then runs vgpud
 # against a simulated GPU host and narrates what it does: one real VM booted by QEMU under TCG,
-# then vGPU instances with fake-qemu as the VMM, the operator's tools; then shows an mdev host.
+# then vGPU instances with fake-qemu as the VMM, the operator's tools; then the sentinel finding
+# a wedged VF and quarantining it; then shows an mdev host.
 # Everything runs inside a private PID and mount namespace (SIM-21), so nothing outlives the
 # demo. Without QEMU or a guest (no network for the kernel package, say) the real VM is left
 # out, saying why, and the rest runs.
@@ -32,7 +33,10 @@ fi
 "$with_sim" "$build/sim/vgpu-sim" "$top/sim/hosts/demo.yaml" "$top/scripts/demo-steps.sh" \
         "$build" "$guest" "$qemu"
 
-printf '\n\033[1m== A second host: an A40 with the mdev framework\033[0m\n'
+"$with_sim" "$build/sim/vgpu-sim" "$top/sim/hosts/demo-wedge.yaml" "$top/scripts/demo-wedge.sh" \
+        "$build"
+
+printf '\n\033[1m== A third host: an A40 with the mdev framework\033[0m\n'
 # shellcheck disable=SC2016
 "$with_sim" "$build/sim/vgpu-sim" "$top/sim/hosts/demo-mdev.yaml" sh -c '
         echo "\$ vgpud inventory --sysfs-root $VGPU_SIM_MOUNT/sys"

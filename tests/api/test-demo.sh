@@ -77,7 +77,24 @@ check "OPS-11, HEALTH-25, HEALTH-26: the drain leaves the VF's own quarantine an
 check "OPS-11, HEALTH-26: clear-gpu deletes the GPU's VF records" 'cleared the VF records of GPU 0000:e3:00.0'
 check "OPS-11, HEALTH-26: undrain lifts the mark" 'undrained GPU 0000:e3:00.0'
 check "OPS-11: restoring leaves no health record" 'no health records'
-check_count "OPS-11: each vgpud exits 0 on SIGTERM" "$([ -n "$no_vm" ] && echo 1 || echo 2)" \
+# The sentinel's story on the one-VF host (SENT-8, HEALTH-12, SENT-11: only the agent counts).
+check "OPS-11, SENT-8: the first VM's failure is recorded below the threshold" \
+        '^<4>recorded vGPU VF init failure below quarantine threshold vf=0000:e3:00\.4 .*failures=1 threshold=2$'
+check "OPS-11, SENT-8, HEALTH-12: the second VM on the VF quarantines it" \
+        '^<3>quarantined wedged vGPU VF vf=0000:e3:00\.4 instance_id=[a-z0-9]{20} message="NVRM: GPU 0000:e3:00\.4: RmInitAdapter failed! .*" failures=2 threshold=2$'
+check "OPS-11, HEALTH-12: vgpuctl health list shows the automatic quarantine" \
+        '^0000:e3:00\.4 +0000:e3:00\.0 +yes +2 +[0-9T:.-]+Z +auto +NVRM: GPU 0000:e3:00\.4: RmInitAdapter failed!'
+check "OPS-11, API-5: /resources counts the quarantined VF, nothing is allocatable" \
+        '^allocatable slots +0$'
+check "OPS-11, HEALTH-24: the VM on the quarantined VF keeps running" \
+        '^[a-z0-9]{20} +wedged-2 +Running '
+check "OPS-11, PLACE-3: a create while the only VF is quarantined is refused 409" \
+        '^error: insufficient_resources: .*\(HTTP 409\)$'
+check "OPS-11, HEALTH-25: once cleared, the VF is allocatable again" '^allocatable slots +1$'
+check "OPS-11, MET-2: the sentinel counts two init failures" \
+        '^vgpud_instances_vgpu_sentinel_init_failures_total 2$'
+check "OPS-11, MET-2: ... and one quarantine" '^vgpud_instances_vgpu_sentinel_quarantines_total 1$'
+check_count "OPS-11: each vgpud exits 0 on SIGTERM" "$([ -n "$no_vm" ] && echo 2 || echo 3)" \
         '^vgpud exited 0$'
 check "OPS-11: the mdev host is discovered" 'framework: mdev'
 
