@@ -4,8 +4,8 @@
 # test-sentinel.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU
 #
 # The sentinel (SPEC §10) end to end against vgpu-sim with fake-qemu as the VMM: a wedged VF
-# (SIM-14) gives the guests placed on it `failed`; the first assignment is recorded below the
-# threshold (SENT-8), the second quarantines the VF with SENT-8's line and every field, and
+# (SIM-14) gives the guests placed on it `failed`; the first assignment's report meets a failing
+# store write (SENT-9) and is recorded below the threshold on a later tick (SENT-8), the second quarantines the VF with SENT-8's line and every field, and
 # /resources, /gpus and the counters follow (MET-2); a daemon restart repeats no tally
 # (SENT-11, HEALTH-11); a success from the triggering assignment rescinds (SENT-10); a VF an
 # operator cleared while its failed assignment runs records that assignment again (SENT-12); a
@@ -207,17 +207,29 @@ def check_wedge(work, c, d, state):
     # SIM-14, SIM-15: every VF is wedged, so the guest placed anywhere fails its driver init.
     wedge_all(True)
     base = counters(c)
-    a = create_running(c, "wedge-a", PROFILE)
-    vf = vf_of(a)
-    state["vf"] = vf
+    # SENT-9: the store's next write fails once, so the first report errors; the agent still
+    # answers failed, and a later tick (after HEALTH-21's repair) records it.
+    try:
+        sim_ctl("fault write data/gpu/vf-health.json.tmp ENOSPC count=1")
+        a = create_running(c, "wedge-a", PROFILE)
+        vf = vf_of(a)
+        state["vf"] = vf
+        line = poll(lambda: log_lines(d, "failed to record vGPU VF init failure"), 30, 0.1)
+    finally:
+        sim_ctl("clear-faults")
+    ok(bool(line) and re.search(r"^<3>failed to record vGPU VF init failure vf=%s instance_id=%s "
+                                r".*write VF health state: No space left on device" %
+                                (re.escape(vf), a["id"]), line[0]) is not None,
+       "SENT-9: a failure report that errors logs the error with vf, instance_id and error",
+       line)
     line = poll(lambda: log_lines(d, "recorded vGPU VF init failure below quarantine threshold"),
                 30, 0.1)
     ok(bool(line) and re.search(r"^<4>recorded vGPU VF init failure below quarantine threshold "
                                 r"vf=%s instance_id=%s message=\"%s\" failures=1 threshold=2$" %
                                 (re.escape(vf), a["id"], re.escape(WEDGE_MESSAGE % vf)),
                                 line[0]) is not None,
-       "SENT-8: the first failed assignment is recorded below the threshold, logged as a "
-       "warning with its fields", line)
+       "SENT-8, SENT-9: the next tick records the first failed assignment below the "
+       "threshold, logged as a warning with its fields", line)
     k = counters(c)
     eq(k["init_failures"] - base["init_failures"], 1, "SENT-8, MET-2: init_failures_total moves")
     ok(k["failed"] > base["failed"], "SENT-6, MET-2: checks_total{result=\"failed\"} counts")
