@@ -149,6 +149,7 @@ struct Claimer {
         bool refresh_wanted, refresh_init, refresh_started_by_us;
         bool processing, again;
         ClaimerStats stats;
+        uint64_t generation; /* reservations made or dropped (PERF-1) */
 };
 
 static void process(Claimer *cl);
@@ -308,6 +309,8 @@ static bool open_gates(Claimer *cl)
 
 static void drop_reservation(Claim *c)
 {
+        if (c->reserved)
+                c->cl->generation++;
         c->reserved = false;
         c->write_done = false;
 }
@@ -1139,6 +1142,7 @@ static void claim_select(Claimer *cl, Claim *c, const PlacementSnapshot *sn)
         }
 
         /* Reserve (PLACE-2): concurrent claims see it from the next snapshot on. */
+        cl->generation++;
         c->reserved = true;
         c->write_done = false;
         c->wait_deadline = 0;
@@ -1445,6 +1449,8 @@ static void reap(Claimer *cl)
                 Claim *c = *p;
                 if (c->state == CLAIM_FINISHED) {
                         *p = c->next;
+                        if (c->reserved)
+                                cl->generation++; /* the owner's claim stands for it now */
                         claim_free(c);
                 } else
                         p = &c->next;
@@ -1595,6 +1601,11 @@ int claimer_request_nvml_refresh(Claimer *cl, bool init)
         cl->refresh_init |= init;
         process(cl);
         return 0;
+}
+
+uint64_t claimer_generation(const Claimer *cl)
+{
+        return cl->generation;
 }
 
 const ClaimerStats *claimer_get_stats(Claimer *cl)

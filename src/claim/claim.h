@@ -257,6 +257,12 @@ typedef struct ClaimerStats {
 } ClaimerStats;
 const ClaimerStats *claimer_get_stats(Claimer *cl);
 
+/*
+ * Moves on (monotonically) whenever the reservations the overlays show change: one made, one
+ * dropped, a claim that held one gone. The API keeps its rendered bodies until it moves (PERF-1).
+ */
+uint64_t claimer_generation(const Claimer *cl);
+
 /* ---- pure helpers (unit-tested) ------------------------------------------------------------ */
 
 /* The PLACE-7 subtraction for one (GPU, type) and an answer of per-GPU round q: see above. */

@@ -323,6 +323,12 @@ bool gpu_tracker_is_busy(const GpuTracker *t);
 const GpuHost *gpu_tracker_host(const GpuTracker *t);
 /* DISC-7's placement_disabled_reason text, NULL while the last full discovery succeeded. */
 const char *gpu_tracker_error(const GpuTracker *t);
+/*
+ * Moves on (monotonically) whenever what gpu_tracker_host() or gpu_tracker_error() shows may
+ * have changed: a new table, a re-read VF's type or its unreadable state, the DISC-7 error. The
+ * API keeps its rendered bodies until this (and the other sources' counters) moves (PERF-1).
+ */
+uint64_t gpu_tracker_generation(const GpuTracker *t);
 /* module/nvidia/version as last read (HEALTH-30), NULL when never read. */
 const char *gpu_tracker_driver_version(const GpuTracker *t);
 const GpuTrackerStats *gpu_tracker_get_stats(const GpuTracker *t);

@@ -67,6 +67,8 @@ struct GpuTracker {
 
         GpuHost *host;
         char *error; /* DISC-7: the last full discovery's failure, until one succeeds */
+        /* Bumped at each change of host or error above, where it is made (PERF-1). */
+        uint64_t generation;
         char *driver_version;
         int driver_version_r; /* the module file's last read failure as logged, 0 when none */
 
@@ -210,6 +212,7 @@ static void set_error(GpuTracker *t, const char *error)
 {
         if (streq_ptr(t->error, error))
                 return;
+        t->generation++;
         if (error)
                 (void)error_set(&t->error, -EIO, "%s", error);
         else {
@@ -233,6 +236,7 @@ static void apply_type(GpuTracker *t, Job *j)
         GpuVf *vf = (GpuVf *)gpu_host_find_vf(t->host, j->in.address);
         if (!vf || !gpu_vf_is_readable(vf))
                 return;
+        t->generation++;
         if (j->vf_r < 0) {
                 vf->error = TAKE_PTR(j->vf_error);
                 if (!vf->error)
@@ -276,8 +280,10 @@ static void vf_not_read(GpuTracker *t, size_t i, const char *address, int r, con
         if (uncertain)
                 return; /* the pool's flag keeps it unplaced; its state is the last read */
         GpuVf *vf = (GpuVf *)gpu_host_find_vf(t->host, address);
-        if (vf && gpu_vf_is_readable(vf))
+        if (vf && gpu_vf_is_readable(vf)) {
+                t->generation++;
                 (void)error_set(&vf->error, r, "%s", error);
+        }
 }
 
 static const char *run_vf_address(const GpuTracker *t, size_t i)
@@ -451,6 +457,7 @@ static void on_step_done(int r, void *data, const char *error, void *userdata)
         case PHASE_GPUS:
                 gpu_host_free(t->host);
                 t->host = TAKE_PTR(j->host);
+                t->generation++;
                 if (t->run_driver_version) {
                         free(t->driver_version);
                         t->driver_version = TAKE_PTR(t->run_driver_version);
@@ -660,6 +667,11 @@ const GpuHost *gpu_tracker_host(const GpuTracker *t)
 const char *gpu_tracker_error(const GpuTracker *t)
 {
         return t->error;
+}
+
+uint64_t gpu_tracker_generation(const GpuTracker *t)
+{
+        return t->generation;
 }
 
 const char *gpu_tracker_driver_version(const GpuTracker *t)

@@ -49,6 +49,7 @@ struct InstanceManager {
         uint64_t forced_kills[2];        /* VMM-12 [in_grace] */
         uint64_t liveness_uncertain;     /* VMM-19 */
         uint64_t stale_release_failures; /* REC-5 */
+        uint64_t generation;             /* instance_manager_generation() */
         struct Sweep *sweep;             /* the reconcile pass's instance stages in flight */
         char *runtime_instances;         /* <runtime_dir>/instances */
         const InstanceRecord **view;     /* instance_manager_list()'s array */

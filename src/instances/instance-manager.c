@@ -64,11 +64,13 @@ int instance_insert(InstanceManager *m, Instance *i)
         memmove(&m->instances[at + 1], &m->instances[at], (m->n_instances - at) * sizeof *n);
         m->instances[at] = i;
         m->n_instances++;
+        m->generation++;
         return 0;
 }
 
 void instance_drop(InstanceManager *m, Instance *i)
 {
+        m->generation++;
         for (size_t k = 0; k < m->n_instances; k++)
                 if (m->instances[k] == i) {
                         memmove(&m->instances[k], &m->instances[k + 1],
@@ -110,13 +112,17 @@ static int write_job_run(void *data, char **error)
 static void write_job_done(int r, void *data, const char *error, void *userdata)
 {
         Instance *i = userdata;
+        InstanceManager *m = i->m;
         InstanceWriteDone next = data ? ((WriteJob *)data)->next : NULL;
         i->writes--;
         if (r < 0)
                 log_line(LOG_LEVEL_ERR, r, "save instance record failed", "instance_id", i->rec.id,
                          "error", error, NULL);
+        /* A failed write may put a claim back or clear one (claim_write_done, the ops' own). */
+        m->generation++;
         if (next)
                 next(i, r, error);
+        m->generation++;
 }
 
 static void write_job_free(void *data)
@@ -132,6 +138,8 @@ static void write_job_free(void *data)
  */
 int instance_write(Instance *i, InstanceWriteDone next)
 {
+        /* The claim it carries was set or cleared in memory in this same turn. */
+        i->m->generation++;
         WriteJob *j = calloc(1, sizeof *j);
         if (!j)
                 return -ENOMEM;
@@ -346,6 +354,7 @@ int instance_manager_reread_host(InstanceManager *m, const char *vf, GpuTrackerD
         GpuTracker *t = m->cfg.claimer.tracker;
         _cleanup_free_ char *error = NULL;
         const GpuHost *h = t ? gpu_tracker_host(t) : NULL;
+        m->generation++; /* a release clears the claim in the turn that asks for this */
         const GpuVf *v = h && vf ? gpu_host_find_vf(h, vf) : NULL;
         /*
          * Only a GPU that decides on NVML placements is served by its VFs' types alone; the
@@ -454,6 +463,11 @@ Claimer *instance_manager_get_claimer(InstanceManager *m)
 const char *instance_manager_disabled_reason(const InstanceManager *m)
 {
         return m->disabled_reason;
+}
+
+uint64_t instance_manager_generation(const InstanceManager *m)
+{
+        return m->generation;
 }
 
 /* ---- start-up (GEN-10, INST-20..22) -------------------------------------------------------- */

@@ -313,6 +313,14 @@ bool instance_manager_is_running(const InstanceManager *m, const char *id);
 bool instance_manager_vmm_is_watched(const InstanceManager *m, const char *id);
 
 /*
+ * Moves on (monotonically) whenever instance_manager_find_claim() may answer differently: an
+ * instance added or dropped, a record write started or completed (a claim saved, cleared or put
+ * back after a failed write), a release re-reading the host (the claim it cleared). The API keeps
+ * its rendered bodies until it moves (PERF-1); the INST-22 reason it compares itself.
+ */
+uint64_t instance_manager_generation(const InstanceManager *m);
+
+/*
  * The console route (API-2): the last tail_bytes of console.log, read on the disk pool.
  * done gets r >= 0 and the bytes, or r < 0 and a message.
  */

@@ -75,6 +75,7 @@ struct NvmlClient {
         CacheGpu *gpus;
         size_t n_gpus;
         NvmlFallbackCounters counters;
+        uint64_t generation; /* bumped by apply_answer() and set_gpus (PERF-1) */
 
         bool refresh_running, refresh_again, refresh_again_init;
 };
@@ -222,6 +223,7 @@ static int apply_catalog(CacheGpu *g, const NvmlGpuAnswer *a)
 
 static void apply_answer(NvmlClient *c, const NvmlAnswer *a)
 {
+        c->generation++;
         if (a->placement_list_version != 0 &&
             a->placement_list_version != c->placement_list_version) {
                 /* NVML-3a: the session keeps the version for the library's lifetime. */
@@ -491,6 +493,7 @@ int nvml_client_set_gpus(NvmlClient *c, char *const *pfs, size_t n)
         free(c->gpus);
         c->gpus = gpus;
         c->n_gpus = n;
+        c->generation++;
         return 0;
 }
 
@@ -737,4 +740,9 @@ int nvml_client_get_cached_placements(NvmlClient *c, const char *pf, nvmlVgpuTyp
 const NvmlFallbackCounters *nvml_client_get_counters(NvmlClient *c)
 {
         return &c->counters;
+}
+
+uint64_t nvml_client_cache_generation(const NvmlClient *c)
+{
+        return c->generation;
 }

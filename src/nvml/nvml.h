@@ -320,6 +320,13 @@ int nvml_client_get_cached_placements(NvmlClient *c, const char *pf, nvmlVgpuTyp
 
 const NvmlFallbackCounters *nvml_client_get_counters(NvmlClient *c);
 
+/*
+ * Moves on (monotonically) with every answer folded into the cache and every change of the
+ * GPUs it covers: whatever the reads above show may have changed then (modes, fallbacks,
+ * catalogs, cached placements). The API keeps its rendered bodies until it moves (PERF-1).
+ */
+uint64_t nvml_client_cache_generation(const NvmlClient *c);
+
 /* ---- discovery's NVML seam (DISC-15, DISC-17, DISC-18) --------------------------------------- */
 
 struct GpuNvml;

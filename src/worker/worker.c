@@ -147,6 +147,8 @@ struct WorkerPool {
         unsigned stuck; /* JOB_ABANDONED jobs */
         unsigned refs;  /* the owner, plus each detached thread */
         bool shutdown;
+        /* Bumped with every change of stuck, under the lock (PERF-1). */
+        uint64_t generation;
 };
 
 static void pool_destroy(WorkerPool *p)
@@ -243,8 +245,10 @@ static void *thread_main(void *arg)
                 j->error = error;
                 bool was_abandoned = j->state == JOB_ABANDONED;
                 j->state = JOB_ENDED;
-                if (was_abandoned)
+                if (was_abandoned) {
                         p->stuck--;
+                        p->generation++;
+                }
                 /* Its key is free now, and some other call may have ended the wait. */
                 pthread_cond_broadcast(&p->wake);
                 pthread_cond_broadcast(&p->idle_cond);
@@ -622,6 +626,7 @@ int worker_pool_dispatch_completions(WorkerPool *p)
                 /* Past its deadline: the caller hears now; the call finishes when it may. */
                 j->state = JOB_ABANDONED;
                 p->stuck++;
+                p->generation++;
                 became_stuck = true;
                 j->notice_frees_job = false;
                 add_notice(&notices_tail, j, -ETIMEDOUT, timeout_message(j->timeout));
@@ -703,6 +708,14 @@ unsigned worker_pool_get_stuck_count(WorkerPool *p)
         unsigned n = p->stuck;
         pthread_mutex_unlock(&p->lock);
         return n;
+}
+
+uint64_t worker_pool_generation(WorkerPool *p)
+{
+        pthread_mutex_lock(&p->lock);
+        uint64_t g = p->generation;
+        pthread_mutex_unlock(&p->lock);
+        return g;
 }
 
 unsigned worker_pool_get_thread_count(WorkerPool *p)

@@ -182,6 +182,15 @@ bool worker_pool_key_is_uncertain(WorkerPool *p, const char *key);
 /* Abandoned calls that have not returned yet. */
 unsigned worker_pool_get_stuck_count(WorkerPool *p);
 
+/*
+ * Moves on (monotonically) whenever a call is abandoned or an abandoned call returns, i.e.
+ * whenever worker_pool_key_is_uncertain() or worker_pool_check_accepting() may answer
+ * differently. The abandonment is decided by the pool's turn that notices the deadline (its
+ * timer), never by a reader comparing times, so a reader that saw the same value saw the same
+ * answers. Any thread may read it (PERF-1: the API's rendered bodies).
+ */
+uint64_t worker_pool_generation(WorkerPool *p);
+
 /* Threads currently alive (for tests and diagnostics). */
 unsigned worker_pool_get_thread_count(WorkerPool *p);
 
