@@ -7,6 +7,12 @@
 
 /* ---- record helpers (health-state.c) ------------------------------------------------------- */
 
+/*
+ * health_state_format() with a guess of its size (the file's present size), so the buffer is
+ * allocated once when the guess is close. -ENOMEM, or -EILSEQ for a string that is not UTF-8.
+ */
+int health_state_format_sized(const HealthState *s, size_t size_hint, char **ret, size_t *ret_size);
+
 HealthRecord *health_state_find_mutable(HealthState *s, const char *vf_address);
 
 /* Finds or inserts (in address order) the record of vf_address. Moves other records. */

@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 
-#include "base/json-util.h"
 #include "health-internal.h"
 
 static const Timestamp timestamp_zero = {.sec = TIMESTAMP_ZERO_SEC};
@@ -830,90 +829,382 @@ int health_state_load_at(int dirfd, const char *path, HealthState **ret, char **
         return health_state_parse(buf, size, ret, error);
 }
 
-/* ---- format (HEALTH-4) --------------------------------------------------------------------- */
+/* ---- format (HEALTH-4) ---------------------------------------------------------------------
+ *
+ * Written by hand into one buffer, not built as a jansson tree and dumped: at PERF-3's 200
+ * records and 1,000 failures the tree and json_dumps() took about 2 ms per write, more than
+ * the write's syncs, renaming and all. The bytes are the ones json_dumps(JSON_INDENT(2)) gave
+ * (which are also Go's MarshalIndent with two spaces, so an upstream file round-trips):
+ * test-health checks that jansson's own load and dump of the output reproduce it exactly.
+ */
 
-static json_t *json_timestamp_new(Timestamp t)
+typedef struct Emitter {
+        char *buf;
+        size_t len, cap;
+        int r; /* the first failure; every append after it does nothing */
+        /* The date of the last timestamp written, "YYYY-MM-DDT" (see emit_timestamp()). */
+        bool date_known;
+        int64_t date_day;
+        size_t date_len;
+        char date[TIMESTAMP_STRLEN];
+} Emitter;
+
+static bool emit_reserve(Emitter *e, size_t n)
 {
-        char buf[TIMESTAMP_STRLEN];
-        return json_string(format_timestamp(t, buf));
+        if (e->r < 0)
+                return false;
+        if (e->cap - e->len >= n)
+                return true;
+        size_t cap = e->cap ? e->cap : 4096;
+        while (cap - e->len < n) {
+                if (cap > SIZE_MAX / 2) {
+                        e->r = -ENOMEM;
+                        return false;
+                }
+                cap *= 2;
+        }
+        char *grown = realloc(e->buf, cap);
+        if (!grown) {
+                e->r = -ENOMEM;
+                return false;
+        }
+        e->buf = grown;
+        e->cap = cap;
+        return true;
 }
 
-static json_t *failure_to_json(const HealthFailure *f)
+static void emit_bytes(Emitter *e, const char *s, size_t n)
 {
-        json_auto_t *o = json_object();
-        if (!o)
-                return NULL;
+        if (!emit_reserve(e, n))
+                return;
+        memcpy(e->buf + e->len, s, n);
+        e->len += n;
+}
+
+#define emit_literal(e, s) emit_bytes(e, s, sizeof(s) - 1)
+
+/* A line break and depth levels of two-space indentation. */
+static void emit_newline(Emitter *e, unsigned depth)
+{
+        if (!emit_reserve(e, 1 + 2 * (size_t)depth))
+                return;
+        e->buf[e->len++] = '\n';
+        memset(e->buf + e->len, ' ', 2 * (size_t)depth);
+        e->len += 2 * (size_t)depth;
+}
+
+/*
+ * The length of the UTF-8 character at s (n bytes left), or 0 when it is not one by jansson's
+ * rules (no overlong forms, no surrogates, nothing above U+10FFFF).
+ */
+static size_t utf8_char_length(const unsigned char *s, size_t n)
+{
+        size_t len;
+        uint32_t cp, min;
+
+        if (s[0] >= 0xc2 && s[0] <= 0xdf)
+                len = 2, cp = s[0] & 0x1f, min = 0x80;
+        else if (s[0] >= 0xe0 && s[0] <= 0xef)
+                len = 3, cp = s[0] & 0x0f, min = 0x800;
+        else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+                len = 4, cp = s[0] & 0x07, min = 0x10000;
+        else
+                return 0;
+        if (n < len)
+                return 0;
+        for (size_t i = 1; i < len; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+                cp = cp << 6 | (s[i] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+                return 0;
+        return len;
+}
+
+/*
+ * s as a JSON string with jansson's escapes: '"' and '\', and control bytes as \b \f \n \r \t
+ * or \u00XX; everything else, UTF-8 included, as it is. Strings come from a parsed file or
+ * from checked requests, so they are UTF-8; one that is not fails with -EILSEQ rather than
+ * give a file the loader would refuse.
+ */
+static void emit_string(Emitter *e, const char *s)
+{
+        static const char hex[] = "0123456789ABCDEF";
+        if (!s) {
+                /* Not a string jansson could have held either. */
+                if (e->r >= 0)
+                        e->r = -EINVAL;
+                return;
+        }
+        const unsigned char *p = (const unsigned char *)s;
+        size_t n = strlen(s);
+
+        /* The worst case, every byte a \u00XX, so the loop needs no checks. */
+        if (n > (SIZE_MAX - 2) / 6 || !emit_reserve(e, 6 * n + 2))
+                return;
+        char *out = e->buf + e->len;
+        *out++ = '"';
+        for (size_t i = 0; i < n;) {
+                unsigned char c = p[i];
+                if (c >= 0x80) {
+                        size_t len = utf8_char_length(p + i, n - i);
+                        if (len == 0) {
+                                e->r = -EILSEQ;
+                                return;
+                        }
+                        memcpy(out, p + i, len);
+                        out += len;
+                        i += len;
+                        continue;
+                }
+                i++;
+                if (c >= 0x20 && c != '"' && c != '\\') {
+                        *out++ = (char)c;
+                        continue;
+                }
+                *out++ = '\\';
+                switch (c) {
+                case '"':
+                case '\\':
+                        *out++ = (char)c;
+                        break;
+                case '\b':
+                        *out++ = 'b';
+                        break;
+                case '\f':
+                        *out++ = 'f';
+                        break;
+                case '\n':
+                        *out++ = 'n';
+                        break;
+                case '\r':
+                        *out++ = 'r';
+                        break;
+                case '\t':
+                        *out++ = 't';
+                        break;
+                default:
+                        memcpy(out, "u00", 3);
+                        out[3] = hex[c >> 4];
+                        out[4] = hex[c & 0xf];
+                        out += 5;
+                }
+        }
+        *out++ = '"';
+        e->len = (size_t)(out - e->buf);
+}
+
+/*
+ * format_timestamp()'s text, quoted. That is three snprintf()s, and a file holds one timestamp
+ * per failure: they were half of the formatting. The timestamps of one day share their date,
+ * so the date comes from format_timestamp() once per day and the rest is written here in the
+ * same form: hh:mm:ss, the fraction without its trailing zeros, "Z" (test-health compares
+ * the two).
+ */
+static void emit_timestamp(Emitter *e, Timestamp t)
+{
+        int64_t day = t.sec / 86400, rem = t.sec % 86400;
+        if (rem < 0) {
+                rem += 86400;
+                day--;
+        }
+        if (!e->date_known || e->date_day != day) {
+                char buf[TIMESTAMP_STRLEN];
+                const char *sep =
+                    strchr(format_timestamp((Timestamp){.sec = t.sec - rem}, buf), 'T');
+                if (!sep) {
+                        e->r = -EINVAL;
+                        return;
+                }
+                e->date_len = (size_t)(sep - buf) + 1;
+                memcpy(e->date, buf, e->date_len);
+                e->date_day = day;
+                e->date_known = true;
+        }
+
+        /* The quotes, the date, "hh:mm:ss", '.' and nine digits at most, 'Z'. */
+        if (!emit_reserve(e, e->date_len + 21))
+                return;
+        char *out = e->buf + e->len;
+        *out++ = '"';
+        memcpy(out, e->date, e->date_len);
+        out += e->date_len;
+        const unsigned hms[] = {(unsigned)(rem / 3600), (unsigned)(rem / 60 % 60),
+                                (unsigned)(rem % 60)};
+        for (size_t i = 0; i < ELEMENTSOF(hms); i++) {
+                if (i > 0)
+                        *out++ = ':';
+                *out++ = (char)('0' + hms[i] / 10);
+                *out++ = (char)('0' + hms[i] % 10);
+        }
+        if (t.nsec > 0) {
+                uint32_t frac = (uint32_t)(t.nsec % NSEC_PER_SEC);
+                char digits[9];
+                size_t n = sizeof digits;
+                for (size_t i = n; i > 0; i--, frac /= 10)
+                        digits[i - 1] = (char)('0' + frac % 10);
+                while (n > 0 && digits[n - 1] == '0')
+                        n--;
+                *out++ = '.';
+                memcpy(out, digits, n);
+                out += n;
+        }
+        *out++ = 'Z';
+        *out++ = '"';
+        e->len = (size_t)(out - e->buf);
+}
+
+/* An object or array being written, at depth: its members go one a line, one level deeper. */
+typedef struct Container {
+        unsigned depth;
+        bool any;
+} Container;
+
+static Container emit_open(Emitter *e, const char *open, unsigned depth)
+{
+        emit_bytes(e, open, 1);
+        return (Container){.depth = depth};
+}
+
+/* Before each element of an array. */
+static void emit_next(Emitter *e, Container *c)
+{
+        if (c->any)
+                emit_literal(e, ",");
+        emit_newline(e, c->depth + 1);
+        c->any = true;
+}
+
+/* Before each value of an object. The keys are ours, plain ASCII: nothing to escape. */
+static void emit_key(Emitter *e, Container *c, const char *key)
+{
+        emit_next(e, c);
+        emit_literal(e, "\"");
+        emit_bytes(e, key, strlen(key));
+        emit_literal(e, "\": ");
+}
+
+/* An empty one stays on its line: "[]". */
+static void emit_close(Emitter *e, Container *c, const char *close)
+{
+        if (c->any)
+                emit_newline(e, c->depth);
+        emit_bytes(e, close, 1);
+}
+
+static void emit_failure(Emitter *e, Container *failures, const HealthFailure *f)
+{
+        emit_next(e, failures);
+        Container o = emit_open(e, "{", failures->depth + 1);
         /* HEALTH-2: empty key parts are left out, as upstream's writer does. */
-        if ((*f->instance_id && json_set(o, "instance_id", json_string(f->instance_id)) < 0) ||
-            (*f->assigned_at && json_set(o, "assigned_at", json_string(f->assigned_at)) < 0) ||
-            json_set(o, "reported_at", json_timestamp_new(f->reported_at)) < 0)
-                return NULL;
-        return TAKE_PTR(o);
+        if (*f->instance_id) {
+                emit_key(e, &o, "instance_id");
+                emit_string(e, f->instance_id);
+        }
+        if (*f->assigned_at) {
+                emit_key(e, &o, "assigned_at");
+                emit_string(e, f->assigned_at);
+        }
+        emit_key(e, &o, "reported_at");
+        emit_timestamp(e, f->reported_at);
+        emit_close(e, &o, "}");
 }
 
-static json_t *record_to_json(const HealthRecord *r)
+static void emit_record(Emitter *e, Container *records, const HealthRecord *r)
 {
-        json_auto_t *o = json_object();
-        if (!o || json_set(o, "vf_address", json_string(r->vf_address)) < 0)
-                return NULL;
+        emit_next(e, records);
+        Container o = emit_open(e, "{", records->depth + 1);
+        emit_key(e, &o, "vf_address");
+        emit_string(e, r->vf_address);
         if (r->n_failures > 0) {
-                json_t *failures = json_array();
-                if (json_set(o, "failures", failures) < 0)
-                        return NULL;
+                emit_key(e, &o, "failures");
+                Container failures = emit_open(e, "[", o.depth + 1);
                 for (size_t i = 0; i < r->n_failures; i++)
-                        if (json_push(failures, failure_to_json(&r->failures[i])) < 0)
-                                return NULL;
+                        emit_failure(e, &failures, &r->failures[i]);
+                emit_close(e, &failures, "]");
         }
         if (r->quarantined) {
-                if (json_set(o, "quarantined_at", json_timestamp_new(r->quarantined_at)) < 0 ||
-                    (r->reason && json_set(o, "reason", json_string(r->reason)) < 0) ||
-                    (!r->source_implicit &&
-                     json_set(o, "source", json_string(health_source_to_string(r->source))) < 0))
-                        return NULL;
+                emit_key(e, &o, "quarantined_at");
+                emit_timestamp(e, r->quarantined_at);
+                if (r->reason) {
+                        emit_key(e, &o, "reason");
+                        emit_string(e, r->reason);
+                }
+                if (!r->source_implicit) {
+                        emit_key(e, &o, "source");
+                        emit_string(e, health_source_to_string(r->source));
+                }
         }
-        return TAKE_PTR(o);
+        emit_close(e, &o, "}");
+}
+
+int health_state_format_sized(const HealthState *s, size_t size_hint, char **ret, size_t *ret_size)
+{
+        Emitter e = {0};
+        /* Room for the hint and a few more failures: one allocation in the usual case. */
+        if (!emit_reserve(&e, size_hint + 4096))
+                return e.r;
+
+        Container root = emit_open(&e, "{", 0);
+        emit_key(&e, &root, "version");
+        emit_literal(&e, "1");
+        emit_key(&e, &root, "records");
+        Container records = emit_open(&e, "[", 1);
+        for (size_t i = 0; i < s->n_records; i++)
+                emit_record(&e, &records, &s->records[i]);
+        emit_close(&e, &records, "]");
+        if (s->n_drains > 0) {
+                /* Only when a PF is drained, so a file of the older release round-trips. */
+                emit_key(&e, &root, "drains");
+                Container drains = emit_open(&e, "[", 1);
+                for (size_t i = 0; i < s->n_drains; i++) {
+                        const HealthDrain *d = &s->drains[i];
+                        emit_next(&e, &drains);
+                        Container o = emit_open(&e, "{", 2);
+                        emit_key(&e, &o, "gpu");
+                        emit_string(&e, d->gpu);
+                        emit_key(&e, &o, "reason");
+                        emit_string(&e, d->reason);
+                        emit_key(&e, &o, "drained_at");
+                        emit_timestamp(&e, d->drained_at);
+                        emit_close(&e, &o, "}");
+                }
+                emit_close(&e, &drains, "]");
+        }
+        if (s->breaker_open) {
+                emit_key(&e, &root, "breaker");
+                Container o = emit_open(&e, "{", 1);
+                emit_key(&e, &o, "opened_at");
+                emit_timestamp(&e, s->breaker_opened_at);
+                emit_key(&e, &o, "reason");
+                emit_string(&e, s->breaker_reason);
+                emit_close(&e, &o, "}");
+        }
+        if (s->driver_version) {
+                emit_key(&e, &root, "driver_version");
+                emit_string(&e, s->driver_version);
+        }
+        if (!timestamp_is_zero(s->driver_changed_at)) {
+                emit_key(&e, &root, "driver_changed_at");
+                emit_timestamp(&e, s->driver_changed_at);
+        }
+        emit_close(&e, &root, "}");
+        /* One trailing newline, and a NUL that is not part of the file. */
+        emit_bytes(&e, "\n", 2);
+        if (e.r < 0) {
+                free(e.buf);
+                return e.r;
+        }
+        *ret = e.buf;
+        if (ret_size)
+                *ret_size = e.len - 1;
+        return 0;
 }
 
 int health_state_format(const HealthState *s, char **ret, size_t *ret_size)
 {
-        json_auto_t *root = json_object();
-        json_t *records = json_array();
-        if (!root || json_set(root, "version", json_integer(1)) < 0 ||
-            json_set(root, "records", records) < 0)
-                return -ENOMEM;
-        for (size_t i = 0; i < s->n_records; i++)
-                if (json_push(records, record_to_json(&s->records[i])) < 0)
-                        return -ENOMEM;
-        if (s->n_drains > 0) {
-                /* Only when a PF is drained, so a file of the older release round-trips. */
-                json_t *drains = json_array();
-                if (json_set(root, "drains", drains) < 0)
-                        return -ENOMEM;
-                for (size_t i = 0; i < s->n_drains; i++) {
-                        const HealthDrain *d = &s->drains[i];
-                        json_t *o = json_object();
-                        if (json_push(drains, o) < 0 ||
-                            json_set(o, "gpu", json_string(d->gpu)) < 0 ||
-                            json_set(o, "reason", json_string(d->reason)) < 0 ||
-                            json_set(o, "drained_at", json_timestamp_new(d->drained_at)) < 0)
-                                return -ENOMEM;
-                }
-        }
-        if (s->breaker_open) {
-                json_t *breaker = json_object();
-                if (json_set(root, "breaker", breaker) < 0 ||
-                    json_set(breaker, "opened_at", json_timestamp_new(s->breaker_opened_at)) < 0 ||
-                    json_set(breaker, "reason", json_string(s->breaker_reason)) < 0)
-                        return -ENOMEM;
-        }
-        if (s->driver_version &&
-            json_set(root, "driver_version", json_string(s->driver_version)) < 0)
-                return -ENOMEM;
-        if (!timestamp_is_zero(s->driver_changed_at) &&
-            json_set(root, "driver_changed_at", json_timestamp_new(s->driver_changed_at)) < 0)
-                return -ENOMEM;
-
-        return json_dump_file_text(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER, ret, ret_size);
+        return health_state_format_sized(s, 0, ret, ret_size);
 }
 
 /* ---- queries and load-time rules ----------------------------------------------------------- */

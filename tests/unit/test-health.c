@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include <jansson.h>
+
 #include "health/health.h"
 #include "testlib.h"
 
@@ -43,7 +45,21 @@ static struct {
 static struct {
         unsigned opens, stats, renames, fsyncs;
         char fsynced[32][PATH_MAX];
+        /*
+         * The steps of a write, one letter each: O create the temp file, W write to it, S sync
+         * it, C close it, R rename it, D sync gpu/, F sync anything else (data_dir).
+         */
+        char steps[64];
 } io;
+
+static void io_step(char step)
+{
+        size_t n = strlen(io.steps);
+        if (n + 1 < sizeof io.steps)
+                io.steps[n] = step;
+}
+
+#define TMP_SUFFIX "/" HEALTH_FILE_NAME ".tmp"
 
 int __real_mkdirat(int dirfd, const char *path, mode_t mode);
 int __real_openat64(int dirfd, const char *path, int flags, ...);
@@ -126,6 +142,8 @@ int __wrap_openat64(int dirfd, const char *path, int flags, ...)
                 va_end(ap);
         }
         io.opens++;
+        if ((flags & O_CREAT) && path && endswith(path, HEALTH_FILE_NAME ".tmp"))
+                io_step('O');
         if (fault_hit(FAULT_OPENAT, path))
                 return -1;
         return __real_openat64(dirfd, path, flags, mode);
@@ -141,6 +159,9 @@ int __wrap_fstatat64(int dirfd, const char *path, struct stat64 *st, int flags)
 
 ssize_t __wrap_write(int fd, const void *buf, size_t n)
 {
+        char path[PATH_MAX];
+        if (fd_target(fd, path) && endswith(path, TMP_SUFFIX))
+                io_step('W');
         if (fault_hit_fd(FAULT_WRITE, fd))
                 return -1;
         return __real_write(fd, buf, n);
@@ -149,8 +170,11 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n)
 int __wrap_fsync(int fd)
 {
         char path[PATH_MAX];
-        if (fd_target(fd, path) && io.fsyncs < ELEMENTSOF(io.fsynced))
-                snprintf(io.fsynced[io.fsyncs], PATH_MAX, "%s", path);
+        if (fd_target(fd, path)) {
+                io_step(endswith(path, TMP_SUFFIX) ? 'S' : endswith(path, "/gpu") ? 'D' : 'F');
+                if (io.fsyncs < ELEMENTSOF(io.fsynced))
+                        snprintf(io.fsynced[io.fsyncs], PATH_MAX, "%s", path);
+        }
         io.fsyncs++;
         if (fault_hit_fd(FAULT_FSYNC, fd))
                 return -1;
@@ -159,6 +183,9 @@ int __wrap_fsync(int fd)
 
 int __wrap_close(int fd)
 {
+        char path[PATH_MAX];
+        if (fd_target(fd, path) && endswith(path, TMP_SUFFIX))
+                io_step('C');
         if (fault_hit_fd(FAULT_CLOSE, fd)) {
                 /* Linux closes the descriptor even when close() reports an error. */
                 __real_close(fd);
@@ -171,6 +198,8 @@ int __wrap_close(int fd)
 int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
 {
         io.renames++;
+        if (oldpath && endswith(oldpath, HEALTH_FILE_NAME ".tmp"))
+                io_step('R');
         if (fault_hit(FAULT_RENAMEAT, oldpath))
                 return -1;
         return __real_renameat(olddirfd, oldpath, newdirfd, newpath);
@@ -531,6 +560,135 @@ static void test_written_file_is_canonical(void **state)
                                   "    }\n"
                                   "  ]\n"
                                   "}\n");
+}
+
+/*
+ * What jansson itself makes of text: its load and its JSON_INDENT(2) dump, with the trailing
+ * newline, which is how the file was written before the writer wrote it by hand.
+ */
+static char *jansson_canonical(const char *text)
+{
+        json_error_t jerr;
+        json_auto_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root)
+                fail_msg("jansson cannot load the output: %s\n%s", jerr.text, text);
+        _cleanup_free_ char *dump = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        assert_non_null(dump);
+        char *out = NULL;
+        assert_true(strprintf(&out, "%s\n", dump) >= 0);
+        return out;
+}
+
+/*
+ * HEALTH-4, HEALTH-3: the writer's bytes are exactly jansson's two-space layout, escapes
+ * included (quotes, backslashes, control bytes, DEL, '/', UTF-8 of every length), for every
+ * optional part of the file; the hand-edited input layout (one failure a line) still loads.
+ */
+static void test_format_is_jansson_layout(void **state)
+{
+        static const char *const inputs[] = {
+            "{\"version\": 1, \"records\": []}",
+            "{\"version\": 1, \"records\": [\n"
+            "  {\"vf_address\": \"0000:e3:00.4\", \"failures\": [\n"
+            "    {\"instance_id\": \"q\\\"b\\\\s/\\u0001\\u001f\\u007f\\t\\n\\r\\b\\f\", "
+            "\"assigned_at\": \"\\u00e9\\u20ac\\ud83d\\ude00\\u2028\", "
+            "\"reported_at\": \"2026-09-02T20:09:01.1Z\"},\n"
+            "    {\"reported_at\": \"2026-09-02T20:09:02Z\"}],\n"
+            "   \"quarantined_at\": \"2026-09-02T20:09:01.1Z\", "
+            "\"reason\": \"line\\nbreak \\\"quoted\\\" caf\\u00e9\", \"source\": \"operator\"},\n"
+            "  {\"vf_address\": \"0000:e3:00.5\", \"quarantined_at\": \"2026-09-03T00:00:00Z\"}],\n"
+            " \"drains\": [{\"gpu\": \"0000:e3:00.0\", \"reason\": \"tab\\there\", "
+            "\"drained_at\": \"2026-09-02T21:00:00Z\"}],\n"
+            " \"breaker\": {\"opened_at\": \"2026-09-02T20:30:00Z\", \"reason\": \"\\u00fc\"},\n"
+            " \"driver_version\": \"580.159.01\", \"driver_changed_at\": \"2026-09-01T08:00:00Z\"}",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(inputs); i++) {
+                _cleanup_health_state_ HealthState *s = NULL, *again = NULL;
+                _cleanup_free_ char *out = NULL, *out2 = NULL, *error = NULL, *want = NULL;
+                size_t n;
+
+                if (health_state_parse(inputs[i], strlen(inputs[i]), &s, &error) < 0)
+                        fail_msg("input %zu: %s", i, error);
+                assert_int_equal(health_state_format(s, &out, &n), 0);
+                assert_int_equal(n, strlen(out));
+                want = jansson_canonical(out);
+                assert_string_equal(out, want);
+                /* And it loads back to the same bytes. */
+                assert_int_equal(health_state_parse(out, n, &again, &error), 0);
+                assert_int_equal(health_state_format(again, &out2, NULL), 0);
+                assert_string_equal(out2, out);
+        }
+}
+
+/* HEALTH-4, GEN-9: timestamps are written as format_timestamp() writes them, on any day */
+static void test_format_timestamps(void **state)
+{
+        static const char *const stamps[] = {
+            "2026-09-02T20:09:01Z",           "2026-09-02T20:09:01.1Z",
+            "2026-09-02T23:59:59.999999999Z", "2026-09-03T00:00:00.000000001Z",
+            "2026-09-02T00:00:00.12Z",        "1969-12-31T23:59:59.5Z",
+            "1970-01-01T00:00:00Z",           "0001-01-01T00:00:01Z",
+            "2024-02-29T12:34:56.000100Z",    "9999-12-31T23:59:59.987654321Z",
+            "2026-09-02T20:09:01.100000000Z",
+        };
+        _cleanup_health_state_ HealthState *s = NULL;
+        assert_int_equal(health_state_new(&s), 0);
+        s->records = calloc(1, sizeof *s->records);
+        assert_non_null(s->records);
+        s->n_records = 1;
+        HealthRecord *r = &s->records[0];
+        strcpy(r->vf_address, VF1);
+        r->failures = calloc(ELEMENTSOF(stamps), sizeof *r->failures);
+        assert_non_null(r->failures);
+        for (size_t i = 0; i < ELEMENTSOF(stamps); i++) {
+                HealthFailure *f = &r->failures[r->n_failures++];
+                f->reported_at = ts(stamps[i]);
+                assert_true(strprintf(&f->instance_id, "i%zu", i) >= 0);
+                f->assigned_at = strdup("");
+                assert_non_null(f->assigned_at);
+        }
+        /* The day changes back and forth: a remembered date must follow. */
+        r->quarantined = true;
+        r->quarantined_at = ts("2026-09-02T20:09:01.1Z");
+        s->breaker_open = true;
+        s->breaker_opened_at = ts("1999-01-01T00:00:00.5Z");
+        s->breaker_reason = strdup("r");
+        assert_non_null(s->breaker_reason);
+
+        _cleanup_free_ char *out = NULL;
+        assert_int_equal(health_state_format(s, &out, NULL), 0);
+        json_auto_t *root = json_loads(out, 0, NULL);
+        assert_non_null(root);
+        json_t *failures =
+            json_object_get(json_array_get(json_object_get(root, "records"), 0), "failures");
+        assert_int_equal(json_array_size(failures), ELEMENTSOF(stamps));
+        for (size_t i = 0; i < ELEMENTSOF(stamps); i++) {
+                char want[TIMESTAMP_STRLEN];
+                json_t *got = json_object_get(json_array_get(failures, i), "reported_at");
+                assert_string_equal(json_string_value(got),
+                                    format_timestamp(r->failures[i].reported_at, want));
+        }
+        assert_string_equal(
+            json_string_value(json_object_get(json_object_get(root, "breaker"), "opened_at")),
+            "1999-01-01T00:00:00.5Z");
+}
+
+/* HEALTH-4: a string that is not UTF-8 (it can only be put there by hand) is not written */
+static void test_format_refuses_invalid_utf8(void **state)
+{
+        static const char *const bad[] = {
+            "\xff", "a\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82"};
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                _cleanup_health_state_ HealthState *s = NULL;
+                _cleanup_free_ char *out = NULL;
+                assert_int_equal(health_state_new(&s), 0);
+                s->breaker_open = true;
+                s->breaker_opened_at = ts("2026-09-02T20:30:00Z");
+                s->breaker_reason = strdup(bad[i]);
+                assert_non_null(s->breaker_reason);
+                assert_int_equal(health_state_format(s, &out, NULL), -EILSEQ);
+                assert_null(out);
+        }
 }
 
 /* HEALTH-4: at most 64 failures per record, the oldest dropped (here while the breaker is open) */
@@ -1282,6 +1440,7 @@ static void test_write_protocol(void **state)
         Fixture *fx = *state;
         struct stat st;
 
+        fx->options.threshold = 64; /* every report below writes */
         mode_t old = umask(077);
         open_store(fx);
         io_reset();
@@ -1299,12 +1458,28 @@ static void test_write_protocol(void **state)
         assert_true(endswith(io.fsynced[1], "/gpu/" HEALTH_FILE_NAME ".tmp"));
         assert_true(endswith(io.fsynced[2], "/gpu"));
         assert_int_equal(io.renames, 1);
+        /* In this order, and the file's bytes in one write(). */
+        assert_string_equal(io.steps, "FOWSCRD");
 
         /* gpu/ exists now: two fsyncs, the floor. */
         io_reset();
         report_failure(fx, VF2, "a", "t", "m");
         assert_int_equal(io.fsyncs, 2);
         assert_false(io_fsynced(fx->path));
+        assert_string_equal(io.steps, "OWSCRD");
+
+        /* A file of many records is still written with one write(). */
+        static const char *const vfs[] = {VF3, VF4, VF5, VF6};
+        for (int i = 0; i < 200; i++) {
+                char id[16];
+                snprintf(id, sizeof id, "b%d", i);
+                report_failure(fx, vfs[i % 4], id, "2026-09-02T20:08:04.5974Z", "m");
+        }
+        io_reset();
+        report_failure(fx, VF1, "b", "t", "m");
+        assert_string_equal(io.steps, "OWSCRD");
+        _cleanup_free_ char *file = get_file(fx);
+        assert_true(strlen(file) > 16384);
 }
 
 /* HEALTH-18: a failed fsync of data_dir is retried by the next write, and only until it works */
@@ -2309,6 +2484,9 @@ int main(void)
             T(test_example_round_trips),
             T(test_upstream_file_round_trips),
             T(test_written_file_is_canonical),
+            T(test_format_is_jansson_layout),
+            T(test_format_timestamps),
+            T(test_format_refuses_invalid_utf8),
             T(test_failures_are_capped),
             T(test_load_errors),
             T(test_load_read_errors),
