@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * A fake libnvidia-ml.so.1 (SIM-13): the NVML-4 functions with the NVML-3 layouts, answering
- * from the simulator's model. The model is found through VGPU_SIM_CONTROL=<DIR>/.sim and read
- * from state.json on every call, so answers always follow the mounted simulator.
+ * from the simulator's model. The model is found through VGPU_SIM_CONTROL=<DIR>/.sim. Every call
+ * asks the simulator whether state.json changed (its mtime, which the simulator moves on every
+ * store and every command other than the query markers) and parses it again only then, so
+ * answers always follow the mounted simulator without a 35 KB parse per call.
  *
  * Each call honours the `nvml` control settings: it blocks while `nvml hang on` holds (polling
  * the state), then sleeps the configured latency, then returns an injected error code for its
@@ -12,7 +14,8 @@
  * (PLACE-9).
  *
  * The library keeps the few globals an NVML implementation needs: the init count, the control
- * directory and the table that device handles point into.
+ * directory, the table that device handles point into, and the link to the simulator (its two
+ * descriptors and the model last parsed).
  */
 #include "model.h"
 #include "nvml.h"
@@ -23,6 +26,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 
 #define NVML_EXPORT __attribute__((visibility("default")))
 #define MAX_DEVICES 64
@@ -49,24 +53,212 @@ static void sleep_ms(uint64_t ms)
                 ;
 }
 
-static int load_state(const char *control, SimHost **ret)
-{
-        _cleanup_free_ char *path = NULL, *text = NULL;
-        size_t size;
+/*
+ * The model as parsed from one read of state.json. Calls share it (it is never changed after
+ * parsing); the last one to let go frees it.
+ */
+typedef struct Snapshot {
+        unsigned refs;
+        SimHost *host;
+} Snapshot;
 
-        int r = strprintf(&path, "%s/state.json", control);
+/*
+ * The link to one simulator: descriptors on .sim/ctl and .sim/state.json, opened by the first
+ * call that needs them and kept until the last nvmlShutdown, and the snapshot last parsed with
+ * the state.json attributes it was read under. Guarded by link_lock, which also serialises the
+ * reads of the one state descriptor (a read from offset 0 regenerates the text).
+ */
+typedef struct SimLink {
+        char control[PATH_MAX]; /* "" while closed */
+        int ctl_fd, state_fd;   /* -1 until first used */
+        char *buf;
+        size_t buf_size;
+        Snapshot *snapshot;
+        struct statx_timestamp mtime;
+        uint64_t size, ino;
+} SimLink;
+
+static pthread_mutex_t link_lock = PTHREAD_MUTEX_INITIALIZER;
+static SimLink sim_link = {.ctl_fd = -1, .state_fd = -1};
+
+static Snapshot *snapshot_ref(Snapshot *s)
+{
+        if (s)
+                s->refs++; /* under link_lock */
+        return s;
+}
+
+static Snapshot *snapshot_unref(Snapshot *s)
+{
+        if (!s)
+                return NULL;
+        pthread_mutex_lock(&link_lock);
+        bool last = --s->refs == 0;
+        pthread_mutex_unlock(&link_lock);
+        if (last) {
+                sim_host_free(s->host);
+                free(s);
+        }
+        return NULL;
+}
+
+static void link_close_fd(int *fd)
+{
+        closep(fd);
+        *fd = -1;
+}
+
+/* Drops the descriptors and the snapshot. Call with link_lock. */
+static void link_close_locked(SimLink *l)
+{
+        link_close_fd(&l->ctl_fd);
+        link_close_fd(&l->state_fd);
+        free(l->buf);
+        l->buf = NULL;
+        l->buf_size = 0;
+        if (l->snapshot && --l->snapshot->refs == 0) {
+                sim_host_free(l->snapshot->host);
+                free(l->snapshot);
+        }
+        l->snapshot = NULL;
+        l->control[0] = 0;
+}
+
+/* Points the link at control, closing what it held for another simulator. Call with link_lock. */
+static void link_use_locked(SimLink *l, const char *control)
+{
+        if (streq(l->control, control))
+                return;
+        link_close_locked(l);
+        snprintf(l->control, sizeof(l->control), "%s", control);
+}
+
+static int link_open_locked(SimLink *l, const char *name, int flags, int *fd)
+{
+        if (*fd >= 0)
+                return *fd;
+        _cleanup_free_ char *path = NULL;
+        int r = strprintf(&path, "%s/%s", l->control, name);
         if (r < 0)
                 return r;
-        if ((r = read_file_at(AT_FDCWD, path, SIM_STATE_MAX_BYTES, &text, &size)) < 0)
+        *fd = open(path, flags | O_CLOEXEC | O_NOCTTY);
+        return *fd >= 0 ? *fd : negative_errno();
+}
+
+/* A descriptor that a new mount under the same path left behind; a fresh open may work. */
+static bool link_is_stale(int r)
+{
+        return r == -ENOTCONN || r == -EBADF || r == -ENODEV;
+}
+
+/* Reads the whole of state.json through the kept descriptor. Call with link_lock. */
+static int link_read_state_locked(SimLink *l, size_t *ret_size)
+{
+        size_t used = 0;
+        for (;;) {
+                if (used == l->buf_size) {
+                        if (l->buf_size > SIM_STATE_MAX_BYTES)
+                                return -EFBIG;
+                        size_t next = l->buf_size ? l->buf_size * 2 : 64 * 1024;
+                        char *grown = realloc(l->buf, next + 1);
+                        if (!grown)
+                                return -ENOMEM;
+                        l->buf = grown;
+                        l->buf_size = next;
+                }
+                /* A read from offset 0 regenerates the text; later offsets read that same text. */
+                ssize_t n = pread(l->state_fd, l->buf + used, l->buf_size - used, (off_t)used);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return negative_errno();
+                if (n == 0)
+                        break;
+                used += (size_t)n;
+        }
+        if (used > SIM_STATE_MAX_BYTES)
+                return -EFBIG;
+        l->buf[used] = 0;
+        *ret_size = used;
+        return 0;
+}
+
+static bool same_time(const struct statx_timestamp *a, const struct statx_timestamp *b)
+{
+        return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+/*
+ * The model as it is now: the kept snapshot while state.json's attributes are those it was read
+ * under, else a fresh read. The attributes are asked first, so a change racing the read can
+ * only make the next call read again, never keep an old snapshot.
+ */
+static int link_load_locked(SimLink *l, Snapshot **ret)
+{
+        struct statx stx;
+        int r = link_open_locked(l, "state.json", O_RDONLY, &l->state_fd);
+        if (r >= 0 && statx(l->state_fd, "", AT_EMPTY_PATH | AT_STATX_FORCE_SYNC,
+                            STATX_MTIME | STATX_SIZE | STATX_INO, &stx) < 0)
+                r = negative_errno();
+        if (r < 0)
                 return r;
-        return sim_host_from_json(text, size, ret, NULL);
+        if (l->snapshot && same_time(&stx.stx_mtime, &l->mtime) && stx.stx_size == l->size &&
+            stx.stx_ino == l->ino) {
+                *ret = snapshot_ref(l->snapshot);
+                return 0;
+        }
+
+        size_t size;
+        if ((r = link_read_state_locked(l, &size)) < 0)
+                return r;
+        _cleanup_free_ Snapshot *s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        if ((r = sim_host_from_json(l->buf, size, &s->host, NULL)) < 0)
+                return r;
+        s->refs = 1; /* the link's */
+        if (l->snapshot && --l->snapshot->refs == 0) {
+                sim_host_free(l->snapshot->host);
+                free(l->snapshot);
+        }
+        l->snapshot = TAKE_PTR(s);
+        l->mtime = stx.stx_mtime;
+        l->size = stx.stx_size;
+        l->ino = stx.stx_ino;
+        *ret = snapshot_ref(l->snapshot);
+        return 0;
+}
+
+static int load_state(const char *control, Snapshot **ret)
+{
+        pthread_mutex_lock(&link_lock);
+        link_use_locked(&sim_link, control);
+        int r = link_load_locked(&sim_link, ret);
+        if (link_is_stale(r)) {
+                link_close_fd(&sim_link.state_fd);
+                r = link_load_locked(&sim_link, ret);
+        }
+        pthread_mutex_unlock(&link_lock);
+        return r;
+}
+
+/* One command, in one write() to the kept .sim/ctl descriptor. Call with link_lock. */
+static int link_send_locked(SimLink *l, const char *command)
+{
+        int r = link_open_locked(l, "ctl", O_WRONLY, &l->ctl_fd);
+        if (r < 0)
+                return r;
+        ssize_t n = write(l->ctl_fd, command, strlen(command));
+        if (n < 0)
+                return negative_errno();
+        return (size_t)n == strlen(command) ? 0 : -EIO;
 }
 
 /* One command to .sim/ctl; the simulator's answer is the write's errno. */
 static int send_ctl(const char *control, const char *fmt, ...) _printf_(2, 3);
 static int send_ctl(const char *control, const char *fmt, ...)
 {
-        _cleanup_free_ char *path = NULL, *command = NULL;
+        _cleanup_free_ char *command = NULL;
         va_list ap;
 
         va_start(ap, fmt);
@@ -74,13 +266,15 @@ static int send_ctl(const char *control, const char *fmt, ...)
         va_end(ap);
         if (k < 0)
                 return -ENOMEM;
-        int r = strprintf(&path, "%s/ctl", control);
-        if (r < 0)
-                return r;
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0)
-                return negative_errno();
-        return write_all(fd, command, strlen(command));
+        pthread_mutex_lock(&link_lock);
+        link_use_locked(&sim_link, control);
+        int r = link_send_locked(&sim_link, command);
+        if (link_is_stale(r)) {
+                link_close_fd(&sim_link.ctl_fd);
+                r = link_send_locked(&sim_link, command);
+        }
+        pthread_mutex_unlock(&link_lock);
+        return r;
 }
 
 /* ---- one call -------------------------------------------------------------------------------- */
@@ -90,14 +284,28 @@ typedef struct Call {
         char gpu[PCI_ADDRESS_STRLEN]; /* the GPU a query is about, or empty */
         char token[64];
         bool announced;
-        SimHost *host; /* the model as of this call */
+        Snapshot *snapshot;
+        const SimHost *host; /* the model as of this call: the snapshot's */
 } Call;
 
 static void call_end(Call *c)
 {
         if (c->announced)
                 (void)send_ctl(c->control, "nvml query-end %s %s", c->gpu, c->token);
-        sim_host_free(c->host);
+        snapshot_unref(c->snapshot);
+}
+
+/* (Re)loads the model into the call. */
+static int call_load(Call *c)
+{
+        Snapshot *s;
+        int r = load_state(c->control, &s);
+        if (r < 0)
+                return r;
+        snapshot_unref(c->snapshot);
+        c->snapshot = s;
+        c->host = s->host;
+        return 0;
 }
 
 static bool initialized(char control[static PATH_MAX])
@@ -124,19 +332,17 @@ static nvmlReturn_t call_begin(Call *c, const char *function, const char *gpu)
                 c->announced =
                     send_ctl(c->control, "nvml query-begin %s %s", c->gpu, c->token) >= 0;
         }
-        if (load_state(c->control, &c->host) < 0)
+        if (call_load(c) < 0)
                 return NVML_ERROR_UNKNOWN;
         while (c->host->nvml_hang) {
                 sleep_ms(HANG_POLL_MS);
-                c->host = sim_host_free(c->host);
-                if (load_state(c->control, &c->host) < 0)
+                if (call_load(c) < 0)
                         return NVML_ERROR_UNKNOWN;
         }
         if (c->host->nvml_latency_ms > 0) {
                 sleep_ms(c->host->nvml_latency_ms);
                 /* Answer from the model as it is when the slow call returns. */
-                c->host = sim_host_free(c->host);
-                if (load_state(c->control, &c->host) < 0)
+                if (call_load(c) < 0)
                         return NVML_ERROR_UNKNOWN;
         }
         for (size_t i = 0; i < c->host->n_nvml_errors; i++) {
@@ -234,7 +440,14 @@ NVML_EXPORT nvmlReturn_t nvmlShutdown(void)
         pthread_mutex_lock(&nvml_lock);
         if (nvml_init_count > 0)
                 nvml_init_count--;
+        bool last = nvml_init_count == 0;
         pthread_mutex_unlock(&nvml_lock);
+        if (last) {
+                /* The descriptors go with the last session; a later call opens them again. */
+                pthread_mutex_lock(&link_lock);
+                link_close_locked(&sim_link);
+                pthread_mutex_unlock(&link_lock);
+        }
         return NVML_SUCCESS;
 }
 

@@ -65,6 +65,12 @@ typedef struct Sim {
         struct fuse *fuse;
         struct timespec started; /* CLOCK_REALTIME at start: the time of every sysfs node */
         uint64_t started_ms;     /* CLOCK_MONOTONIC at the same moment, in ms */
+        /*
+         * state.json's mtime: moved forward (strictly) by every store and every control command
+         * other than the NVML query markers, so the fake NVML library can keep its parsed model
+         * until something its answers could see has changed.
+         */
+        struct timespec state_changed;
 } Sim;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -170,6 +176,23 @@ static int sim_tree(Sim *s, const SimTree **ret)
         }
         *ret = s->tree;
         return 0;
+}
+
+/* Marks a change of the model for state.json's mtime. Call with the lock. */
+static void state_touch(Sim *s)
+{
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        /* Strictly later than the last mark, even within one clock tick or if the clock stepped. */
+        if (now.tv_sec < s->state_changed.tv_sec ||
+            (now.tv_sec == s->state_changed.tv_sec && now.tv_nsec <= s->state_changed.tv_nsec)) {
+                now = s->state_changed;
+                if (++now.tv_nsec == 1000000000) {
+                        now.tv_sec++;
+                        now.tv_nsec = 0;
+                }
+        }
+        s->state_changed = now;
 }
 
 /* ---- faults ---------------------------------------------------------------------------------- */
@@ -348,7 +371,12 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
         case AREA_SIM_CTL:
                 fill_stat(s, st, S_IFREG, 0600, 0);
                 return 0;
-        case AREA_SIM_STATE:
+        case AREA_SIM_STATE: {
+                fill_stat(s, st, S_IFREG, 0444, 0);
+                LOCK_SCOPE(s);
+                st->st_mtim = st->st_ctim = s->state_changed;
+                return 0;
+        }
         case AREA_SIM_FORBIDDEN:
                 fill_stat(s, st, S_IFREG, 0444, 0);
                 return 0;
@@ -766,6 +794,9 @@ static int write_ctl(Sim *s, Handle *h, const char *buf, size_t size)
         int r = sim_host_ctl(s->host, command, &error);
         if (r >= 0)
                 pthread_cond_broadcast(&s->changed);
+        /* The query markers change only what no NVML answer shows (state_changed). */
+        if (r >= 0 && !startswith(command, "nvml query-"))
+                state_touch(s);
         const char *name = r < 0 ? sim_errno_to_string(-r) : NULL;
         int k = r >= 0 ? strprintf(&result, "ok\n")
                        : strprintf(&result, "%s: %s\n", name ? name : "error",
@@ -803,6 +834,7 @@ static int op_write(const char *path, const char *buf, size_t size, off_t offset
                 /* Each write() is one store, whatever the offset, as in sysfs. */
                 LOCK_SCOPE(s);
                 r = sim_node_write(s->host, &h->node, buf, size, now_ms());
+                state_touch(s);
                 return r < 0 ? r : (int)size;
         }
         default:
@@ -1110,6 +1142,7 @@ static int sim_init(Sim *s, const char *host_file, const char *data_backing)
         pthread_condattr_destroy(&attr);
         clock_gettime(CLOCK_REALTIME, &s->started);
         s->started_ms = now_ms();
+        s->state_changed = s->started;
 
         int r = read_file_at(AT_FDCWD, host_file, SIM_HOST_MAX_BYTES, &text, &size);
         if (r < 0) {

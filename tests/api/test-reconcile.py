@@ -50,6 +50,10 @@ def check_reset(c, d):
     # REC-6: a VF configured behind vgpud's back (a crash after configure, a hand write) is
     # dirty; the next pass writes 0.
     configure(FREE_VF, TYPE_2Q)
+    # The pass that finds it resets it within milliseconds; held back 1.5 s, the reset leaves
+    # the dirty state in /gpus long enough for a poll to see it.
+    sim_ctl("fault write sys/bus/pci/devices/%s/nvidia/current_vgpu_type delay:1500 count=1"
+            % FREE_VF)
     ok(poll(lambda: vf_state(c, FREE_VF) == "dirty", 20, 0.05),
        "API-6: a configured VF without a claim is dirty")
     line = poll(lambda: current_type(FREE_VF) == "0" and next_pass(d), 30, 0.05)
