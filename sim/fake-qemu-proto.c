@@ -9,6 +9,10 @@
 
 #include <inttypes.h>
 
+/* The agent channel's limits are the agent's own. */
+_Static_assert(FQ_LINE_MAX == PROTOCOL_LINE_MAX, "AGENT-17's line limit");
+_Static_assert(FQ_AGENT_WRITE_TIMEOUT == PROTOCOL_WRITE_TIMEOUT, "AGENT-17's write timeout");
+
 /* ---- helpers ------------------------------------------------------------------------------- */
 
 int fq_sanitize(const char *s, size_t max, char **ret)

@@ -8,6 +8,13 @@
  * Like QEMU's socket chardevs, each socket serves one client at a time; the next one waits in
  * the listen backlog until the current one hangs up. Socket files are left behind at exit, as
  * a killed QEMU leaves them: removing them is vgpud's job (VMM-15).
+ *
+ * The agent channel keeps the real agent's connection rules, which the host sees through the
+ * virtio-serial port (AGENT-17, AGENT-19; tests/e2e/test-e2e-agent.py compares the two): a
+ * client's unfinished request line goes when it hangs up, but replies it did not take stay
+ * queued and go to the next client, ahead of that client's own (the sentinel's SENT-4 discards
+ * them by id); replies are written before more requests are read; replies not written within
+ * 5 s are dropped with the unfinished line, and the connection stays.
  */
 #include "fake-qemu.h"
 
@@ -45,6 +52,7 @@ typedef struct Conn {
         char *out;
         size_t out_len;
         size_t out_cap;
+        nsec_t out_since; /* agent: when the oldest unwritten byte was queued (CLOCK_MONOTONIC) */
         FqQmpSession qmp;
 } Conn;
 
@@ -130,6 +138,13 @@ static void request_exit(FakeQemu *q, int status, const char *reason)
 
 /* ---- connections --------------------------------------------------------------------------- */
 
+static nsec_t now_monotonic(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (nsec_t)ts.tv_sec * NSEC_PER_SEC + (nsec_t)ts.tv_nsec;
+}
+
 /*
  * Queues one JSON value as one line. QMP is rendered as QEMU renders it (", " and ": "
  * separators, "\r\n" line ends from its monitor), the agent channel as vgpu-agent does
@@ -151,6 +166,8 @@ static int conn_queue_text(Conn *c, const char *text, const char *eol)
                 c->out = grown;
                 c->out_cap = cap;
         }
+        if (c->out_len == 0)
+                c->out_since = now_monotonic();
         memcpy(c->out + c->out_len, text, len);
         memcpy(c->out + c->out_len + len, eol, eol_len);
         c->out_len += len + eol_len;
@@ -187,14 +204,21 @@ static int conn_flush(Conn *c)
         return 0;
 }
 
-static void conn_reset(Conn *c)
+/* The client is gone: its unfinished line with it; unwritten output too unless keep_output. */
+static void conn_close(Conn *c, bool keep_output)
 {
         closep(&c->fd);
         c->fd = -1;
         c->in_len = 0;
-        c->out_len = 0;
+        if (!keep_output)
+                c->out_len = 0;
         c->discarding = false;
         c->qmp = (FqQmpSession){0};
+}
+
+static void conn_reset(Conn *c)
+{
+        conn_close(c, false);
 }
 
 static int qmp_send_event(FakeQemu *q, const char *name, json_t *data)
@@ -708,11 +732,14 @@ static int setup(FakeQemu *q)
 
 static void endpoint_poll_fd(const Endpoint *ep, struct pollfd *p)
 {
+        short events = POLLIN | (ep->conn.out_len ? POLLOUT : 0);
+        /* As vgpu-agent's loop does, replies are written before more requests are read. */
+        if (ep->kind == ENDPOINT_AGENT && ep->conn.out_len)
+                events = POLLOUT;
         if (ep->conn.fd < 0)
                 *p = (struct pollfd){.fd = ep->listen_fd, .events = POLLIN};
         else
-                *p = (struct pollfd){.fd = ep->conn.fd,
-                                     .events = POLLIN | (ep->conn.out_len ? POLLOUT : 0)};
+                *p = (struct pollfd){.fd = ep->conn.fd, .events = events};
 }
 
 static int endpoint_dispatch(FakeQemu *q, Endpoint *ep, short revents)
@@ -729,9 +756,38 @@ static int endpoint_dispatch(FakeQemu *q, Endpoint *ep, short revents)
                 r = conn_flush(&ep->conn);
         if (r == -ENOMEM)
                 return r;
+        /* A hang-up or reset; -ENOBUFS is a client that does not read. The agent's replies that
+         * the client did not take wait for the next one (AGENT-19). */
         if (r < 0)
-                conn_reset(&ep->conn); /* hang-up, reset or a client that does not read */
+                conn_close(&ep->conn, ep->kind == ENDPOINT_AGENT && r != -ENOBUFS);
         return 0;
+}
+
+/* AGENT-17: output not written within FQ_AGENT_WRITE_TIMEOUT of its queueing is dropped, and the
+ * unfinished line with it; the connection stays. */
+static void agent_check_write_timeout(FakeQemu *q, nsec_t now)
+{
+        Conn *c = &q->agent.conn;
+        if (c->out_len == 0 || now < c->out_since + FQ_AGENT_WRITE_TIMEOUT)
+                return;
+        console_printf(q, "agent reply not written within %" PRIu64 "ms; dropped",
+                       FQ_AGENT_WRITE_TIMEOUT / NSEC_PER_MSEC);
+        c->out_len = 0;
+        c->in_len = 0;
+        c->discarding = false;
+}
+
+/* The poll() timeout: until the agent's write timeout, or none. */
+static int agent_poll_timeout(const FakeQemu *q, nsec_t now)
+{
+        const Conn *c = &q->agent.conn;
+        if (c->out_len == 0)
+                return -1;
+        nsec_t deadline = c->out_since + FQ_AGENT_WRITE_TIMEOUT;
+        if (now >= deadline)
+                return 0;
+        /* Rounded up, so that the deadline has passed when poll() returns. */
+        return (int)((deadline - now + NSEC_PER_MSEC - 1) / NSEC_PER_MSEC);
 }
 
 static int run(FakeQemu *q)
@@ -745,11 +801,12 @@ static int run(FakeQemu *q)
                 endpoint_poll_fd(&q->qmp, &p[n++]);
                 endpoint_poll_fd(&q->agent, &p[n++]);
 
-                if (poll(p, n, -1) < 0) {
+                if (poll(p, n, agent_poll_timeout(q, now_monotonic())) < 0) {
                         if (errno == EINTR)
                                 continue;
                         return log_error_errno(negative_errno(), LOG_PREFIX "poll: %m");
                 }
+                agent_check_write_timeout(q, now_monotonic());
 
                 if (p[0].revents) {
                         int r = signals_read(q);

@@ -16,6 +16,7 @@
  *   fake-qemu: qmp command <name> unanswered (hang-qmp)
  *   fake-qemu: signal SIG<NAME> pid=<sender> action=<exit|ignore>   every signal received
  *   fake-qemu: exit-early after <ms>ms
+ *   fake-qemu: agent reply not written within 5000ms; dropped    AGENT-17's write timeout
  *   fake-qemu: exit status=<n> reason=<why>
  *
  * SIGTERM, SIGINT and SIGHUP exit 0 (SIGTERM not with ignore-sigterm); other catchable signals
@@ -36,6 +37,9 @@
 
 /* Longest request line accepted on either socket, without its newline (AGENT-17). */
 #define FQ_LINE_MAX 65536
+
+/* How long an agent reply may wait to be written before it is dropped (AGENT-17). */
+#define FQ_AGENT_WRITE_TIMEOUT (5 * NSEC_PER_SEC)
 
 /* The virtio-serial port name vgpud gives the agent channel (VMM-1). */
 #define FQ_AGENT_PORT_NAME "org.vgpud.agent.0"

@@ -43,12 +43,14 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    guest_or_skip, initrd_with, note, tail, vgpud_config)
-from vgpud_test import (  # noqa: E402 (e2e_guest put tests/lib on the path)
-    error_of, eq, exit_status, finish, ok, poll, run_group, skip, start, stop,
+    Qemu, guest_or_skip, initrd_with, keyval, note, read_text, tail, vgpud_config)
+import vgpud_test  # noqa: E402 (e2e_guest put tests/lib on the path)
+from vgpud_test import (  # noqa: E402
+    error_of, eq, exit_status, finish, ok, poll, run_group, sim_state, skip, start, stop,
     write_secret)
 
-BUILD_GUEST, GUEST_DIR, QEMU, AGENT, VERSION, LINKAGE = sys.argv[4:10]
+BUILD_GUEST, GUEST_DIR, QEMU, AGENT, VERSION, LINKAGE, FAKE_QEMU = sys.argv[4:11]
+FAKES = []  # every fake-qemu started (parity checks), killed at the end whatever happens
 
 # Bounds, not waits: a guest reaches init in 2.5 to 7 s here under TCG, more when the rest of
 # the suite loads the machine.
@@ -424,6 +426,479 @@ def poll_status(conn, want, timeout=STATE_TIMEOUT):
     return last[0].get("return") if isinstance(last[0], dict) else last[0]
 
 
+# ---- parity: fake-qemu's agent channel against the real agent ------------------------------
+#
+# Every test outside this suite meets sim/fake-qemu where production meets vgpu-agent: it
+# answers the agent protocol on agent.sock itself (SIM-15), and the sentinel (SENT-1..12) is
+# tested against it. Here the same request lines go to the real agent in the guest and to a
+# fake-qemu started with the very argv vgpud gave that guest's QEMU (read from /proc; only its
+# three chardev paths are moved into a directory of the test's), and the replies are compared:
+# byte for byte where the content is fixed, key by key and type by type where it is not. A
+# mismatch fails the check named "parity: ..."; where SPEC §9 says the real agent is the one
+# that is wrong, the check is a TAP TODO with the reason (none is, as of this writing).
+
+SENTINEL_MESSAGE_MAX = 4096  # SENT-6, HEALTH-12
+AGENT6_FORM = re.compile(r"^NVRM:.*RmInitAdapter failed!")
+
+
+def todo(cond, name, why, detail=None):
+    """A check whose failure is a known fault outside this test's reach (TAP TODO)."""
+    vgpud_test.counter += 1
+    print("%s %d - %s # TODO %s" % ("ok" if cond else "not ok", vgpud_test.counter, name, why))
+    if not cond and detail is not None:
+        for line in str(detail).splitlines()[:40]:
+            print("#   " + line)
+    sys.stdout.flush()
+    return cond
+
+
+def keyval_split(value):
+    """A keyval option's elements, ",," read as a literal comma (VMM-2)."""
+    parts, cur, i = [], [], 0
+    while i < len(value):
+        if value[i] == "," and value[i + 1:i + 2] == ",":
+            cur.append(",")
+            i += 2
+        elif value[i] == ",":
+            parts.append("".join(cur))
+            cur = []
+            i += 1
+        else:
+            cur.append(value[i])
+            i += 1
+    parts.append("".join(cur))
+    return parts
+
+
+def keyval_join(parts):
+    return ",".join(keyval(p) for p in parts)
+
+
+def vmm_argv(iid):
+    """The argv of the QEMU vgpud runs for instance iid, from /proc (the run's PID namespace has
+    its own), or None."""
+    needle = ("/instances/%s/agent.sock" % iid).encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                argv = f.read().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if argv and argv[-1] == b"":
+            argv.pop()
+        if argv and os.path.basename(argv[0]).startswith(b"qemu-system") and \
+                any(needle in a for a in argv):
+            return [a.decode() for a in argv]
+    return None
+
+
+class FakeVmm:
+    """sim/fake-qemu run with a guest's VMM-1 argv. Its directory DIR stands in for the
+    simulator mount SIM-15 looks for above the console log: DIR/data/instances/<label>/
+    console.log, and, for a wedged VF, DIR/.sim/state.json (the simulator's own state.json with
+    one VF's "wedged" set), DIR/sys/... as the VF's sysfsdev and DIR/dev/vfio/<group>."""
+
+    GROUP = 7
+
+    def __init__(self, setup, iid, label, wedged=False):
+        self.dir = os.path.join(setup.work, "fake-qemu", label)
+        self.console_log = os.path.join(self.dir, "data", "instances", label, "console.log")
+        self.agent_sock = os.path.join(self.dir, "run", "agent.sock")
+        self.qmp_sock = os.path.join(self.dir, "run", "qmp.sock")
+        self.vf = None
+        self.proc = None
+        os.makedirs(os.path.dirname(self.console_log))
+        os.makedirs(os.path.dirname(self.agent_sock))
+        argv = vmm_argv(iid)
+        if argv is None:
+            raise AgentError("no QEMU process of instance %s in /proc" % iid)
+        moved = set()
+        out = [FAKE_QEMU]
+        for prev, arg in zip(argv, argv[1:]):
+            if prev == "-chardev":
+                parts = keyval_split(arg)
+                ident = [p for p in parts if p.startswith("id=")]
+                target = {"id=qmp": self.qmp_sock, "id=agent0": self.agent_sock,
+                          "id=console0": self.console_log}.get(ident[0] if ident else None)
+                if target:
+                    parts = [("path=" + target) if p.startswith("path=") else p for p in parts]
+                    moved.add(ident[0])
+                    arg = keyval_join(parts)
+            out.append(arg)
+        if moved != {"id=qmp", "id=agent0", "id=console0"}:
+            raise AgentError("vgpud's QEMU argv lacks a chardev (found %s): %r"
+                             % (sorted(moved), argv))
+        if "vfio-pci" in " ".join(argv):
+            raise AgentError("the e2e guests are GPU-less, yet the argv has a VFIO device")
+        if wedged:
+            out += ["-device", "vfio-pci,sysfsdev=" + keyval(self._wedged_vf())]
+        self.argv = out
+        self.proc = Qemu(out, os.path.join(self.dir, "qemu.log"))
+        FAKES.append(self)
+
+    def _wedged_vf(self):
+        """SIM-14/15: a VF wedged at the VMM's start, in the simulator's own state.json form."""
+        state = sim_state()
+        vf = state["gpus"][0]["vfs"][0]
+        vf["wedged"] = True
+        self.vf = vf["address"]
+        os.makedirs(os.path.join(self.dir, ".sim"))
+        with open(os.path.join(self.dir, ".sim", "state.json"), "w") as f:
+            json.dump(state, f)
+        dev = os.path.join(self.dir, "sys", "bus", "pci", "devices", self.vf)
+        os.makedirs(dev)
+        os.symlink("../../../../kernel/iommu_groups/%d" % self.GROUP,
+                   os.path.join(dev, "iommu_group"))
+        os.makedirs(os.path.join(self.dir, "dev", "vfio"))
+        open(os.path.join(self.dir, "dev", "vfio", str(self.GROUP)), "w").close()
+        return dev
+
+    def console(self):
+        return read_text(self.console_log) + read_text(os.path.join(self.dir, "qemu.log"))
+
+    def connect(self, timeout=STATE_TIMEOUT):
+        """An AgentConn once fake-qemu listens (bounded; AgentError if it exits first)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return AgentConn(self.agent_sock)
+            except (FileNotFoundError, ConnectionRefusedError):
+                if not self.proc.alive() or time.monotonic() >= deadline:
+                    raise AgentError("fake-qemu does not listen on %s:\n%s"
+                                     % (self.agent_sock, tail(self.console(), 20)))
+                time.sleep(0.05)
+
+    def stop(self):
+        if self.proc:
+            self.proc.kill()
+
+
+def brief(value, limit=300):
+    """A request or replies for a diagnostic: each line cut to limit bytes."""
+    if isinstance(value, bytes):
+        return repr(value[:limit]) + (" (%d bytes)" % len(value) if len(value) > limit else "")
+    if isinstance(value, list):
+        return "[%s]" % ", ".join(brief(v, limit) for v in value)
+    return repr(value)
+
+
+def exchange(conn, data, count, timeout=REPLY_TIMEOUT):
+    """Sends data and returns the next count reply lines as bytes, or an AgentError's text."""
+    try:
+        conn.send(data)
+        return [conn.line(timeout) for _ in range(count)]
+    except (OSError, AgentError) as e:
+        return "no reply: %s" % e
+
+
+def shape(value):
+    """A JSON value's structure: object keys in order, every other value reduced to its type."""
+    if isinstance(value, dict):
+        return [(k, shape(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [shape(v) for v in value]
+    return type(value).__name__
+
+
+def sentinel_classify(line, rid):
+    """sentinel_parse_reply() (SENT-4, SENT-6) in Python: the result the sentinel would take
+    from a reply line to its request with id rid ("discarded" for a line it skips)."""
+    try:
+        v = json.loads(line)
+    except ValueError:
+        return "discarded"
+    if not isinstance(v, dict) or type(v.get("id")) is not int or v["id"] != rid:
+        return "discarded"
+    ret, err = v.get("return"), v.get("error")
+    if ret is not None and err is None and isinstance(ret, dict):
+        state, msg = ret.get("state"), ret.get("failure_message", "")
+        if not isinstance(state, str) or not isinstance(msg, str) or \
+                len(msg.encode()) > SENTINEL_MESSAGE_MAX:
+            return "rpc_error"
+        return state if state in ("ok", "failed", "unknown") else "rpc_error"
+    if err is not None and ret is None and isinstance(err, dict) and \
+            err.get("class") == "CommandNotFound":
+        return "unsupported_agent"
+    return "rpc_error"
+
+
+def padded_ping(total, rid):
+    """A guest-ping request line of exactly total bytes (newline excluded): its id is padded."""
+    head, tail_ = b'{"execute":"guest-ping","id":"%s-' % rid.encode(), b'"}'
+    return head + b"p" * (total - len(head) - len(tail_)) + tail_
+
+
+# The requests the test sends to both sides. Each: (name, SPEC IDs, bytes sent, reply lines).
+# The replies' content is fixed by the request alone, so both sides must send the same bytes.
+def parity_requests():
+    deep = b'{"execute":"guest-ping","id":' + b"[" * 20 + b"]" * 20 + b"}\n"
+    return [
+        ("guest-ping, integer id", "AGENT-14, AGENT-15",
+         b'{"execute":"guest-ping","id":1}\n', 1),
+        ("guest-ping without an id", "AGENT-14", b'{"execute":"guest-ping"}\n', 1),
+        ("guest-ping, empty arguments, string id", "AGENT-14",
+         b'{"execute":"guest-ping","arguments":{},"id":"s-1"}\n', 1),
+        ("id: an object with an array and null", "AGENT-14",
+         b'{"execute":"guest-ping","id":{"a":[1,"x"],"b":null}}\n', 1),
+        ("id: null", "AGENT-14", b'{"execute":"guest-ping","id":null}\n', 1),
+        ("id: false", "AGENT-14", b'{"execute":"guest-ping","id":false}\n', 1),
+        ("id: a real, re-serialised by jansson", "AGENT-14",
+         b'{"execute":"guest-ping","id":1.5e3}\n', 1),
+        ("id: a negative integer", "AGENT-14", b'{"execute":"guest-ping","id":-7}\n', 1),
+        ("id: an integer beyond 2^53", "AGENT-14",
+         b'{"execute":"guest-ping","id":9007199254740993}\n', 1),
+        ("id: an integer beyond int64 (invalid JSON for jansson)", "AGENT-14, AGENT-16",
+         b'{"execute":"guest-ping","id":18446744073709551616}\n', 1),
+        ("id: escapes and non-ASCII text", "AGENT-14",
+         b'{"execute":"guest-ping","id":"q\\"\\n\\u00e9\\u2603/\\/"}\n', 1),
+        ("id: white space in the request, compact in the reply", "AGENT-14",
+         b'{ "execute" : "guest-ping" ,\t"id" : [ 1 , { "k" : "v" } ] }\n', 1),
+        ("id before execute: echoed after return", "AGENT-14",
+         b'{"id":"first","execute":"guest-ping"}\n', 1),
+        ("a CRLF line end", "AGENT-14", b'{"execute":"guest-ping","id":"crlf"}\r\n', 1),
+        ("blank lines get no reply", "AGENT-14",
+         b'\n \t\r\n{"execute":"guest-ping","id":"after-blank"}\n', 1),
+        ("guest-info", "AGENT-15", b'{"execute":"guest-info","id":"info"}\n', 1),
+        ("guest-info without an id", "AGENT-15", b'{"execute":"guest-info"}\n', 1),
+        ("unknown command", "AGENT-16, AGENT-18, SENT-6",
+         b'{"execute":"guest-reboot"}\n', 1),
+        ("unknown command with arguments and an id", "AGENT-16, SENT-6",
+         b'{"execute":"guest-exec","arguments":{"path":"/bin/sh"},"id":3}\n', 1),
+        ("unknown command whose name needs escaping", "AGENT-16",
+         b'{"execute":"guest-\\u0001\\"x\\u00e9","id":4}\n', 1),
+        ("invalid JSON (cut short)", "AGENT-16", b'{"execute":\n', 1),
+        ("invalid JSON (trailing text)", "AGENT-16",
+         b'{"execute":"guest-ping","id":5} x\n', 1),
+        ("invalid JSON (a bare word)", "AGENT-16", b'guest-ping\n', 1),
+        ("invalid JSON (duplicate keys)", "AGENT-16",
+         b'{"execute":"guest-ping","execute":"guest-info","id":6}\n', 1),
+        ("invalid JSON (bytes that are not UTF-8)", "AGENT-16",
+         b'\xff\xfe{"execute":"guest-ping"}\n', 1),
+        ("invalid JSON (a NUL byte)", "AGENT-16", b'{"execute":"guest-ping"}\x00\n', 1),
+        ("invalid JSON (nesting over JSON_DEPTH_MAX)", "AGENT-16", deep, 1),
+        ("a non-object: an array", "AGENT-16", b'[{"execute":"guest-ping"}]\n', 1),
+        ("a non-object: a string", "AGENT-16", b'"guest-ping"\n', 1),
+        ("a non-object: a number", "AGENT-16", b'42\n', 1),
+        ("a non-object: null", "AGENT-16", b'null\n', 1),
+        ("no execute", "AGENT-16", b'{"arguments":{}}\n', 1),
+        ("no execute, with an id", "AGENT-14, AGENT-16", b'{"id":7}\n', 1),
+        ("an empty object", "AGENT-16", b'{}\n', 1),
+        ("a non-string execute", "AGENT-16", b'{"execute":42,"id":8}\n', 1),
+        ("a null execute", "AGENT-16", b'{"execute":null,"id":9}\n', 1),
+        ("non-object arguments", "AGENT-16",
+         b'{"execute":"guest-ping","arguments":[1],"id":10}\n', 1),
+        ("an unknown key", "AGENT-14, AGENT-16",
+         b'{"execute":"guest-ping","extra":true,"id":11}\n', 1),
+        ("the connection stays open after the errors", "AGENT-16",
+         b'{"execute":"guest-ping","id":"still-open"}\n', 1),
+        ("a line of exactly 65536 bytes is answered", "AGENT-17",
+         padded_ping(LINE_LIMIT, "limit") + b"\n", 1),
+        ("a line of 65537 bytes gets the error; the next line is answered", "AGENT-17",
+         padded_ping(LINE_LIMIT + 1, "over") + b'\n{"execute":"guest-ping","id":"next"}\n', 2),
+        ("an over-long line's tail is discarded up to its newline", "AGENT-17",
+         b"A" * (LINE_LIMIT + 4096) + b'{"execute":"guest-ping","id":"tail"}\n'
+         b'{"execute":"guest-ping","id":"after-tail"}\n', 2),
+    ]
+
+
+def parity_status_request(rid):
+    """SENT-4: the sentinel's request, byte for byte as sentinel_format_request() writes it."""
+    return b'{"execute":"guest-gpu-init-status","id":%d}\n' % rid
+
+
+def masked(line, key):
+    """line with the string value of key (inside "return") replaced by "*"; None when the line
+    is not such a reply or the text does not occur exactly once."""
+    try:
+        v = json.loads(line)
+        value = v["return"][key]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(value, str):
+        return None
+    text = b'"%s":%s' % (key.encode(), json.dumps(value, ensure_ascii=False).encode())
+    if line.count(text) != 1:
+        return None
+    return line.replace(text, b'"%s":"*"' % key.encode())
+
+
+def compare_requests(real, fake, requests, label):
+    """Each request to both sides, one at a time: the same reply bytes (AGENT-14..17)."""
+    for name, ids, data, count in requests:
+        got_real = exchange(real, data, count)
+        got_fake = exchange(fake, data, count)
+        ok(isinstance(got_real, list) and got_real == got_fake,
+           "parity (%s): %s: fake-qemu sends the real agent's bytes (%s)" % (label, name, ids),
+           "request: %s\nagent:     %s\nfake-qemu: %s" % (brief(data), brief(got_real), brief(got_fake)))
+
+
+def compare_pipelined(real, fake, requests, label):
+    """All short requests in one write: the same lines in the same order (AGENT-14)."""
+    short = [r for r in requests if len(r[2]) < 4096]
+    data = b"".join(r[2] for r in short)
+    count = sum(r[3] for r in short)
+    got_real = exchange(real, data, count)
+    got_fake = exchange(fake, data, count)
+    ok(isinstance(got_real, list) and got_real == got_fake,
+       "parity (%s): %d requests in one write get the same %d lines in the same order "
+       "(AGENT-14)" % (label, len(short), count),
+       "agent:     %s\nfake-qemu: %s" % (brief(got_real), brief(got_fake)))
+    # The limit once more, sent in 16 KiB pieces as a slow writer would.
+    for conn in (real, fake):
+        for _ in range(0, 3 * LINE_LIMIT, 16384):
+            conn.send(b"B" * 16384)
+    got_real = exchange(real, b'\n{"execute":"guest-ping","id":"pieces"}\n', 2)
+    got_fake = exchange(fake, b'\n{"execute":"guest-ping","id":"pieces"}\n', 2)
+    ok(isinstance(got_real, list) and got_real == got_fake,
+       "parity (%s): a %d-byte line sent in pieces gets the same single error, then the same "
+       "reply (AGENT-17)" % (label, 3 * LINE_LIMIT),
+       "agent:     %s\nfake-qemu: %s" % (brief(got_real), brief(got_fake)))
+
+
+def compare_status(real, fake, label, want_real, want_fake, why=None):
+    """SENT-4's request to both sides. want_*: the state each side must be in. Equal states must
+    give equal bytes, except failure_message (a message of each side's own failure, compared as
+    AGENT-6's form); different states (SIM-15 knows no "unknown") the same keys and types and
+    the same bytes with the state masked."""
+    rid = 4242
+    data = parity_status_request(rid)
+    got_real, got_fake = exchange(real, data, 1), exchange(fake, data, 1)
+    if not (isinstance(got_real, list) and isinstance(got_fake, list)):
+        ok(False, "parity (%s): guest-gpu-init-status answered on both sides" % label,
+           "agent: %r\nfake-qemu: %r" % (got_real, got_fake))
+        return
+    r, f = got_real[0], got_fake[0]
+    jr, jf = json.loads(r), json.loads(f)
+    eq((sentinel_classify(r, rid), sentinel_classify(f, rid)), (want_real, want_fake),
+       "parity (%s): the sentinel classifies the agent's reply %s and fake-qemu's %s "
+       "(SENT-4, SENT-6)" % (label, want_real, want_fake))
+    eq(shape(jr), shape(jf), "parity (%s): guest-gpu-init-status: the same keys in the same "
+       "order and the same JSON types (AGENT-15)" % label)
+    if want_real == want_fake == "failed":
+        mr, mf = jr["return"]["failure_message"], jf["return"]["failure_message"]
+        ok(AGENT6_FORM.match(mr) and AGENT6_FORM.match(mf) and
+           max(len(mr.encode()), len(mf.encode())) <= SENTINEL_MESSAGE_MAX,
+           "parity (%s): both failure_messages are kmsg failure texts (AGENT-6) within SENT-6's "
+           "4096 bytes" % label, "agent: %r\nfake-qemu: %r" % (mr, mf))
+        r, f = masked(r, "failure_message"), masked(f, "failure_message")
+        what = "the same bytes but for failure_message"
+    elif want_real == want_fake:
+        what = "the same bytes"
+    else:
+        r, f = masked(r, "state"), masked(f, "state")
+        what = "the same bytes but for state"
+    ok(r is not None and r == f, "parity (%s): guest-gpu-init-status (SENT-4's request): %s "
+       "(AGENT-14, AGENT-15)" % (label, what), "agent:     %r\nfake-qemu: %r" % (r, f))
+    if why:
+        note("parity (%s): %s" % (label, why))
+    # Without an id, as a host other than the sentinel might ask.
+    got_real = exchange(real, b'{"execute":"guest-gpu-init-status"}\n', 1)
+    got_fake = exchange(fake, b'{"execute":"guest-gpu-init-status"}\n', 1)
+    if want_real == want_fake == "failed":
+        got_real = [masked(x, "failure_message") for x in got_real] \
+            if isinstance(got_real, list) else got_real
+        got_fake = [masked(x, "failure_message") for x in got_fake] \
+            if isinstance(got_fake, list) else got_fake
+    elif want_real != want_fake:
+        got_real = [masked(x, "state") for x in got_real] \
+            if isinstance(got_real, list) else got_real
+        got_fake = [masked(x, "state") for x in got_fake] \
+            if isinstance(got_fake, list) else got_fake
+    ok(isinstance(got_real, list) and got_real == got_fake,
+       "parity (%s): guest-gpu-init-status without an id: %s (AGENT-14)" % (label, what),
+       "agent:     %s\nfake-qemu: %s" % (brief(got_real), brief(got_fake)))
+
+
+def hangup_sequence(path):
+    """SENT-4's other-id lines: a client that hangs up before its reply was written. The
+    channel is held by a first client, so the second waits in the listen backlog, sends its
+    request and hangs up before the VMM has even accepted it; a third waits behind it. When the
+    first leaves, the VMM (QEMU or fake-qemu) takes the second's request and hang-up, and the
+    reply can only go to the third. Returns the third's first two lines, or an error text.
+    The holder's own ping first makes sure the VMM has accepted it: QEMU listens with a backlog
+    of one, so a third connection would be refused while two wait."""
+    try:
+        holder = AgentConn(path)
+        try:
+            r = holder.call({"execute": "guest-ping", "id": "holder"})
+            if r != {"return": {}, "id": "holder"}:
+                raise AgentError("the holder's ping got %r" % (r,))
+            gone = AgentConn(path)
+            gone.send(b'{"execute":"guest-ping","id":100}\n')
+            gone.close()
+            third = AgentConn(path)
+        finally:
+            holder.close()
+        try:
+            return exchange(third, b'{"execute":"guest-ping","id":200}\n', 2)
+        finally:
+            third.close()
+    except (OSError, AgentError) as e:
+        return "no reply: %s" % e
+
+
+def check_parity_hangup(setup, iid, sock):
+    """AGENT-19, AGENT-17: a reply the host did not take waits (up to 5 s) and goes to the
+    next host, ahead of that host's own reply; SENT-4 discards it by its id."""
+    fake = None
+    try:
+        fake = FakeVmm(setup, iid, "hangup")
+        fake.connect().close()
+        got_fake = hangup_sequence(fake.agent_sock)
+    except (OSError, AgentError) as e:
+        got_fake = "fake-qemu: %s" % e
+    finally:
+        if fake:
+            fake.stop()
+    got_real = hangup_sequence(sock)
+    want = [b'{"return":{},"id":100}', b'{"return":{},"id":200}']
+    eq(got_real, want, "AGENT-19: the agent's reply to a host that hung up before it was "
+       "written goes to the next host, ahead of that host's own (SENT-4's other-id line)")
+    ok(isinstance(got_real, list) and got_real == got_fake,
+       "parity (hang-up): fake-qemu hands the next client the reply a client left behind, "
+       "as the agent does (AGENT-17, AGENT-19, SENT-4)",
+       "agent:     %s\nfake-qemu: %s" % (brief(got_real), brief(got_fake)))
+
+
+def start_fake(setup, iid, label, wedged=False):
+    """A FakeVmm for instance iid and a connection to it, or (None, None) after a failed
+    check."""
+    try:
+        fake = FakeVmm(setup, iid, label, wedged)
+        conn = fake.connect()
+    except (OSError, AgentError, KeyError, IndexError) as e:
+        ok(False, "parity (%s): fake-qemu starts with vgpud's argv for the guest" % label, e)
+        return None, None
+    text = fake.console()
+    gpu = "wedged" if wedged else "none"
+    ok(re.search(r"fake-qemu: started name=\S+ pid=\d+ vf=%s flags=none gpu=%s$"
+                 % (re.escape(fake.vf) if wedged else "none", gpu), text, re.M),
+       "parity (%s): fake-qemu runs with vgpud's argv for the guest (VMM-1, SIM-15; gpu=%s)"
+       % (label, gpu), tail(text, 10))
+    return fake, conn
+
+
+def check_parity(setup, iid, conn, label, want_real, want_fake, wedged=False, protocol=False,
+                 why=None):
+    """The parity checks for one guest: the protocol's fixed replies (protocol=True) and
+    guest-gpu-init-status, against a fake-qemu given the guest's argv (wedged: with a VF that
+    the simulator's state marks wedged, SIM-15's failed)."""
+    fake, fconn = start_fake(setup, iid, label, wedged)
+    if not fake:
+        return
+    try:
+        if protocol:
+            requests = parity_requests()
+            compare_requests(conn, fconn, requests, label)
+            compare_pipelined(conn, fconn, requests, label)
+        compare_status(conn, fconn, label, want_real, want_fake, why)
+    finally:
+        fconn.close()
+        fake.stop()
+
+
 # ---- guest 1: the protocol, unknown, AGENT-19 -----------------------------------------------
 
 
@@ -685,6 +1160,12 @@ def check_idle_guest(setup):
                                 "id": "s1"},
            "AGENT-4, AGENT-15: guest-gpu-init-status starts unknown with an empty message")
         check_protocol(conn)
+        # SIM-15 gives a GPU-less fake-qemu ok and has no unknown: the states differ here by
+        # the SPEC, the rest of the reply must not.
+        check_parity(setup, iid, conn, "idle", "unknown", "ok", protocol=True,
+                     why="fake-qemu answers ok where this guest's agent answers unknown: SIM-15 "
+                     "has no unknown (ok unless the VF was wedged at boot); SENT-6 reports "
+                     "nothing for unknown, so a sentinel test of unknown needs the real agent")
         # AGENT-11: a failed probe never sets failed; it is retried.
         m = setup.wait_console(iid, r"vgpud-e2e: nvidia-smi attempt 2 ")
         ok(m, "AGENT-11: a failed probe is retried (--probe-retry-after 10s)",
@@ -694,6 +1175,7 @@ def check_idle_guest(setup):
            "AGENT-11: failed probes leave the state unknown")
     finally:
         conn.close()
+    check_parity_hangup(setup, iid, sock)
     check_write_timeout(setup, iid, sock)
     check_cycles(setup, sock)
     check_idle_cpu(setup, iid)
@@ -760,6 +1242,7 @@ def check_failed_guest(setup):
         eq(status(conn, "after"), {"return": {"state": "failed", "failure_message": FAIL_2},
                                    "id": "after"},
            "AGENT-11: a probe that gave up leaves failed with the latest message")
+        check_parity(setup, iid, conn, "failed", "failed", "failed", wedged=True)
         ok("GPU driver initialized" not in text, "AGENT-5: no success is logged",
            setup.diagnostics(iid))
         eq(len(re.findall(r"vgpud-e2e: nvidia-smi attempt \d+ ", setup.console(iid))), attempts,
@@ -816,6 +1299,7 @@ def check_ok_guest(setup):
                                   "id": "late"},
            "AGENT-4: ok is terminal: a failure record after the success leaves ok, message "
            "empty")
+        check_parity(setup, iid, conn, "ok", "ok", "ok")
         text = setup.console(iid)
         ok(LATE not in text and len(re.findall(r"GPU init failure detected", text)) == 1,
            "AGENT-4: the late match is ignored, not logged", setup.diagnostics(iid))
@@ -891,6 +1375,8 @@ def main():
     finally:
         for d in daemons:
             d.stop(signal.SIGKILL)
+        for f in FAKES:
+            f.stop()
         kill_qemus(work)
         note("run time %.1f s" % (time.monotonic() - t_start))
         finish(daemons, work)
