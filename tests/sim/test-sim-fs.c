@@ -383,6 +383,70 @@ static void test_nvml_control(void **state)
         assert_int_equal(t->nvml.Shutdown(), NVML_SUCCESS);
 }
 
+static struct timespec state_mtime(const SimTest *t)
+{
+        _cleanup_free_ char *path = st_path(t, ".sim/state.json");
+        struct stat st;
+        assert_int_equal(stat(path, &st), 0);
+        return st.st_mtim;
+}
+
+static bool mtime_equal(struct timespec a, struct timespec b)
+{
+        return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+static bool mtime_later(struct timespec a, struct timespec b)
+{
+        return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
+}
+
+static void test_state_mtime(void **state)
+{
+        /* SIM-13, SIM-14: what lets the fake NVML keep its parsed model between calls */
+        SimTest *t = *state;
+        const char *vf = "0000:e3:00.4";
+
+        /* The query markers move nothing; every other command and every store does. */
+        struct timespec before = state_mtime(t);
+        assert_int_equal(st_ctl(t, "nvml query-begin %s mtime-1", MIXED_PF), 0);
+        assert_int_equal(st_ctl(t, "nvml query-end %s mtime-1", MIXED_PF), 0);
+        assert_true(mtime_equal(state_mtime(t), before));
+        assert_int_equal(st_ctl(t, "nvml latency 0"), 0);
+        struct timespec after_ctl = state_mtime(t);
+        assert_true(mtime_later(after_ctl, before));
+        _cleanup_free_ char *current = st_vf_attr(t, vf, "current_vgpu_type");
+        assert_int_equal(st_write(current, "1150"), 0);
+        struct timespec after_store = state_mtime(t);
+        assert_true(mtime_later(after_store, after_ctl));
+
+        /* The library's answers follow each change at once: a store, then a mode switch. */
+        st_nvml_init(t);
+        nvmlDevice_t d = st_nvml_device(t, EQUAL_PF);
+        nvmlVgpuHeterogeneousMode_t mode = {.version = nvmlVgpuHeterogeneousMode_v1};
+        assert_int_equal(t->nvml.DeviceGetVgpuHeterogeneousMode(d, &mode), NVML_SUCCESS);
+        assert_int_equal(mode.mode, 0);
+        assert_int_equal(st_ctl(t, "mode %s mixed", EQUAL_PF), 0);
+        assert_int_equal(t->nvml.DeviceGetVgpuHeterogeneousMode(d, &mode), NVML_SUCCESS);
+        assert_int_equal(mode.mode, 1);
+        nvmlDevice_t m = st_nvml_device(t, MIXED_PF);
+        unsigned ids[64];
+        nvmlVgpuPlacementList_t list = {.version = nvmlVgpuPlacementList_v2,
+                                        .count = 64,
+                                        .placementIds = ids,
+                                        .mode = NVML_VGPU_PGPU_HETEROGENEOUS_MODE};
+        assert_int_equal(t->nvml.DeviceGetVgpuTypeCreatablePlacements(m, 1150, &list),
+                         NVML_SUCCESS);
+        unsigned with_one = list.count;
+        assert_int_equal(st_write(current, "0"), 0);
+        list.count = 64;
+        assert_int_equal(t->nvml.DeviceGetVgpuTypeCreatablePlacements(m, 1150, &list),
+                         NVML_SUCCESS);
+        assert_int_equal(list.count, with_one + 1);
+        assert_int_equal(st_ctl(t, "mode %s equal", EQUAL_PF), 0);
+        assert_int_equal(t->nvml.Shutdown(), NVML_SUCCESS);
+}
+
 /* ---- refused writes (SIM-11) -------------------------------------------------------------------
  */
 
@@ -1070,6 +1134,7 @@ int main(void)
             cmocka_unit_test_teardown(test_mixed_sequence, st_reset),
             cmocka_unit_test_teardown(test_nvml_answers, st_reset),
             cmocka_unit_test_teardown(test_nvml_control, st_reset),
+            cmocka_unit_test_teardown(test_state_mtime, st_reset),
             cmocka_unit_test_teardown(test_refused_writes, st_reset),
             cmocka_unit_test_teardown(test_forbidden_writes, st_reset),
             cmocka_unit_test_teardown(test_vfio_open_counting, st_reset),
