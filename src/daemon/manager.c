@@ -100,10 +100,44 @@ static int start_listeners(Manager *m)
 
 /* ---- phases ---------------------------------------------------------------------------------- */
 
+static void startup_mark(Manager *m, ManagerStartup phase)
+{
+        m->startup[phase] = manager_now();
+}
+
+/* The time from one GEN-10 phase's end to the next one's, as GEN-12 writes it. */
+static const char *startup_took(const Manager *m, ManagerStartup from, ManagerStartup to,
+                                char buf[static DURATION_STRLEN])
+{
+        return format_duration(m->startup[to] - m->startup[from], buf);
+}
+
+/*
+ * One debug line with how long each of GEN-10's phases took, from cmd_daemon() to READY=1
+ * (PERF-6's start-up figure also counts the exec and the loader before it).
+ */
+static void log_startup_phases(const Manager *m)
+{
+        char t[_MANAGER_STARTUP_MAX][DURATION_STRLEN], total[DURATION_STRLEN];
+
+        if (log_get_max_level() < LOG_LEVEL_DEBUG || m->startup[MANAGER_STARTUP_BEGIN] == 0)
+                return;
+        for (ManagerStartup i = MANAGER_STARTUP_BEGIN + 1; i < _MANAGER_STARTUP_MAX; i++)
+                startup_took(m, i - 1, i, t[i]);
+        startup_took(m, MANAGER_STARTUP_BEGIN, MANAGER_STARTUP_READY, total);
+        log_line(LOG_LEVEL_DEBUG, 0, "start-up phases", "config", t[MANAGER_STARTUP_CONFIGURED],
+                 "roots", t[MANAGER_STARTUP_ROOTS], "loop", t[MANAGER_STARTUP_LOOP], "health",
+                 t[MANAGER_STARTUP_HEALTH], "records", t[MANAGER_STARTUP_RECORDS], "discovery_nvml",
+                 t[MANAGER_STARTUP_FILLED], "listeners", t[MANAGER_STARTUP_LISTENING], "first_pass",
+                 t[MANAGER_STARTUP_READY], "total", total, NULL);
+}
+
 static void become_ready(Manager *m)
 {
         const GpuHost *h = gpu_tracker_host(m->tracker);
 
+        startup_mark(m, MANAGER_STARTUP_READY);
+        log_startup_phases(m);
         m->phase = MANAGER_PHASE_RUNNING;
         m->api.ready = true;
         (void)notifier_ready(m->notifier);
@@ -149,11 +183,13 @@ static void on_pass_done(void *userdata, bool startup)
         manager_check_placement(m);
         switch (m->phase) {
         case MANAGER_PHASE_STARTING:
+                startup_mark(m, MANAGER_STARTUP_FILLED);
                 /* GEN-10: listeners after the NVML cache fill, then the first pass. */
                 if (start_listeners(m) < 0) {
                         manager_stop(m, 1);
                         return;
                 }
+                startup_mark(m, MANAGER_STARTUP_LISTENING);
                 m->phase = MANAGER_PHASE_RECONCILING;
                 (void)notifier_status(m->notifier, "running the first reconcile pass");
                 r = reconciler_start(m->reconciler, false);
@@ -372,12 +408,14 @@ int manager_start(Manager *m, Config *config, char **error)
                 r = jwt_secret_load(m->config.jwt_secret_file, &m->jwt_secret, error);
         if (r < 0)
                 return r;
+        startup_mark(m, MANAGER_STARTUP_ROOTS);
 
         r = block_signals();
         if (r >= 0)
                 r = setup_loop(m);
         if (r < 0)
                 return error_set(error, r, "set up the event loop: %s", strerror(-r));
+        startup_mark(m, MANAGER_STARTUP_LOOP);
 
         m->api = (ApiContext){
             .config = &m->config,
@@ -392,9 +430,11 @@ int manager_start(Manager *m, Config *config, char **error)
         r = manager_health_setup(m);
         if (r < 0)
                 return error_set(error, r, "set up the VF health store: %s", strerror(-r));
+        startup_mark(m, MANAGER_STARTUP_HEALTH);
         r = manager_instances_setup(m, error);
         if (r < 0)
                 return r;
+        startup_mark(m, MANAGER_STARTUP_RECORDS);
         r = setup_reconciler(m);
         if (r < 0)
                 return error_set(error, r, "set up the reconciler: %s", strerror(-r));

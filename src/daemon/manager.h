@@ -44,6 +44,20 @@ typedef enum ManagerPhase {
         MANAGER_PHASE_STOPPING,    /* waiting for in-flight writes (OPS-3) */
 } ManagerPhase;
 
+/* GEN-10's start-up phases, in order; Manager.startup holds when each ended. */
+typedef enum ManagerStartup {
+        MANAGER_STARTUP_BEGIN,      /* cmd_daemon() entered */
+        MANAGER_STARTUP_CONFIGURED, /* configuration parsed and checked */
+        MANAGER_STARTUP_ROOTS,      /* directories, lock, roots, JWT secret */
+        MANAGER_STARTUP_LOOP,       /* loop, pools, NVML client, tracker */
+        MANAGER_STARTUP_HEALTH,     /* health store loaded */
+        MANAGER_STARTUP_RECORDS,    /* instance records loaded and classified */
+        MANAGER_STARTUP_FILLED,     /* discovery, NVML initialised, placement cache filled */
+        MANAGER_STARTUP_LISTENING,  /* HTTP listeners */
+        MANAGER_STARTUP_READY,      /* first reconcile pass done, READY=1 */
+        _MANAGER_STARTUP_MAX,
+} ManagerStartup;
+
 typedef struct Manager {
         Config config;
         int lock_fd; /* CFG-9 */
@@ -78,6 +92,7 @@ typedef struct Manager {
 
         ManagerPhase phase;
         int exit_status;
+        nsec_t startup[_MANAGER_STARTUP_MAX]; /* CLOCK_MONOTONIC; 0 for a phase not reached */
 } Manager;
 
 int manager_new(Manager **ret);
