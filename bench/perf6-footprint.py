@@ -23,7 +23,9 @@
 # need a configured VF each, and SIM-20's host has 64 VFs, not 1,000.
 #
 # One warm-up, then PERF6_REPS (default 5) repetitions per variant; each row is the median.
-# Prints bench/run rows on stdout, details on stderr.
+# PERF6_NVML_LIBRARY replaces BUILD/sim/libnvidia-ml.so.1 (another build of the fake library, to
+# compare its share of start-up in the same conditions). Prints bench/run rows on stdout,
+# details on stderr.
 import json
 import os
 import shutil
@@ -126,7 +128,7 @@ def main():
     build = os.path.abspath(sys.argv[1])
     reps = int(os.environ.get("PERF6_REPS", "5"))
     vgpud = os.path.join(build, "src/daemon/vgpud")
-    nvml = os.path.join(build, "sim/libnvidia-ml.so.1")
+    nvml = os.environ.get("PERF6_NVML_LIBRARY") or os.path.join(build, "sim/libnvidia-ml.so.1")
 
     work = tempfile.mkdtemp(prefix="vgpud-perf6.")
     instances = os.path.join(MNT, "data", "instances")
