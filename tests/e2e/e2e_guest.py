@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import eq, exit_status, ok, plan, poll, run_group  # noqa: E402,F401 (re-exported)
-from vgpud_test import write_config  # noqa: E402
+from vgpud_test import proc_state, write_config  # noqa: E402
 
 # ---- TAP, beyond vgpud_test's ----------------------------------------------------------------
 
@@ -341,3 +341,38 @@ vmm:
 
 def tail(text, lines=40):
     return "\n".join(text.splitlines()[-lines:])
+
+
+# ---- the run's QEMUs -------------------------------------------------------------------------
+
+
+def qemu_processes():
+    """{pid: argv} of every qemu-system process in /proc, zombies included (their argv is
+    empty: the comm and state stand in). The PID namespace (SIM-21) has its own /proc, so
+    these are this test's."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+            if not argv:
+                with open("/proc/%s/comm" % name) as f:
+                    argv = ["%s (state %s)" % (f.read().strip(), proc_state(int(name)) or "?")]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if os.path.basename(argv[0]).startswith("qemu-system"):
+            found[int(name)] = argv
+    return found
+
+
+def kill_qemus(work):
+    """SIGKILL, by pid, every QEMU whose argv names a path under work: the VMMs of this test's
+    daemon, should it leave any (a daemon stopped with SIGTERM leaves VMs running, OPS-3)."""
+    for pid, argv in qemu_processes().items():
+        if any(work in a for a in argv):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -43,7 +43,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    Qemu, guest_or_skip, initrd_with, keyval, note, read_text, tail, vgpud_config)
+    Qemu, guest_or_skip, initrd_with, keyval, kill_qemus, note, qemu_processes, read_text, tail,
+    vgpud_config)
 import vgpud_test  # noqa: E402 (e2e_guest put tests/lib on the path)
 from vgpud_test import (  # noqa: E402
     error_of, eq, exit_status, finish, ok, poll, run_group, sim_state, skip, start, stop,
@@ -475,22 +476,11 @@ def keyval_join(parts):
 
 
 def vmm_argv(iid):
-    """The argv of the QEMU vgpud runs for instance iid, from /proc (the run's PID namespace has
-    its own), or None."""
-    needle = ("/instances/%s/agent.sock" % iid).encode()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % name, "rb") as f:
-                argv = f.read().split(b"\0")
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if argv and argv[-1] == b"":
-            argv.pop()
-        if argv and os.path.basename(argv[0]).startswith(b"qemu-system") and \
-                any(needle in a for a in argv):
-            return [a.decode() for a in argv]
+    """The argv of the QEMU vgpud runs for instance iid, or None."""
+    needle = "/instances/%s/agent.sock" % iid
+    for argv in qemu_processes().values():
+        if any(needle in a for a in argv):
+            return argv
     return None
 
 
@@ -1309,25 +1299,6 @@ def check_ok_guest(setup):
 
 
 # ---- main -----------------------------------------------------------------------------------
-
-
-def kill_qemus(work):
-    """SIGKILL, by pid, every QEMU whose argv names a path under work (the run's PID namespace
-    has its own /proc, so these are this test's)."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % name, "rb") as f:
-                argv = f.read().split(b"\0")
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if argv and os.path.basename(argv[0]).startswith(b"qemu-system") and \
-                any(work.encode() in a for a in argv):
-            try:
-                os.kill(int(name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def main():

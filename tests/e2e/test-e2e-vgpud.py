@@ -25,7 +25,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_guest import guest_or_skip, note, tail, vgpud_config  # noqa: E402 (after the path)
+from e2e_guest import (  # noqa: E402 (after the path)
+    guest_or_skip, kill_qemus, note, qemu_processes, tail, vgpud_config)
 from vgpud_test import (  # noqa: E402 (e2e_guest put tests/lib on the path)
     MNT, error_of, eq, exit_status, finish, metric, ok, parse_metrics, poll, run_group, start,
     stop, write_secret)
@@ -59,38 +60,6 @@ def proc_stat(pid):
         return fields[0], int(fields[19])
     except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
         return None
-
-
-def qemu_processes():
-    """{pid: argv} of every qemu-system process in /proc, zombies included (their argv is
-    empty: the comm and state stand in). The PID namespace (SIM-21) has its own /proc, so
-    these are this test's."""
-    found = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % name, "rb") as f:
-                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-            if not argv:
-                with open("/proc/%s/comm" % name) as f:
-                    argv = ["%s (state %s)" % (f.read().strip(), (proc_stat(int(name)) or "?")[0])]
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if os.path.basename(argv[0]).startswith("qemu-system"):
-            found[int(name)] = argv
-    return found
-
-
-def kill_qemus(work):
-    """SIGKILL, by pid, every QEMU whose argv names a path under work: the VMMs of this test's
-    daemon, should it leave any (a daemon stopped with SIGTERM leaves VMs running, OPS-3)."""
-    for pid, argv in qemu_processes().items():
-        if any(work in a for a in argv):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def record(iid):
