@@ -5,6 +5,7 @@
  * status 1 and one error line (GEN-10); usage errors with status 2.
  */
 #include <getopt.h>
+#include <sys/resource.h>
 
 #include "commands.h"
 #include "config.h"
@@ -22,6 +23,24 @@ static int fail(const char *error)
 }
 
 /* CFG-1..CFG-5 and API-14: everything start-up would refuse before touching the host. */
+/*
+ * vgpud holds a pidfd for every VM it runs or adopts (INST-21), its QMP connection, and its
+ * HTTP connections: on a large host the 1024 descriptors a shell or a unit without LimitNOFILE
+ * leaves as the soft limit run out, and records then fail to load. Nothing in vgpud uses
+ * select() (sd-event and libmicrohttpd wait with epoll), so the soft limit goes up to the hard
+ * one. The VMMs inherit it; QEMU waits with poll() too.
+ */
+static void raise_fd_limit(void)
+{
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+                return;
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+                log_warning_errno(-errno, "raise the open file limit from %ju: %m", (uintmax_t)was);
+}
+
 static int load_config(const char *path, bool explicit_path, char **sets, Config *ret, char **error)
 {
         Config c = {};
@@ -114,6 +133,7 @@ int cmd_daemon(int argc, char **argv)
                 return 0;
         }
 
+        raise_fd_limit();
         _cleanup_manager_ Manager *m = NULL;
         r = manager_new(&m);
         if (r < 0) {

@@ -12,6 +12,7 @@
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -627,6 +628,17 @@ def check_not_ready(work, secret):
        "OPS-3: the Unix socket is removed at exit")
 
 
+def fd_limits(pid):
+    """(soft, hard) of "Max open files" in /proc/<pid>/limits ("unlimited" as RLIM_INFINITY)."""
+    with open("/proc/%d/limits" % pid) as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return tuple(resource.RLIM_INFINITY if v == "unlimited" else int(v)
+                             for v in (soft, hard))
+    return None
+
+
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-api.", dir=os.environ.get("TMPDIR", "/tmp"))
     daemons = []
@@ -647,8 +659,16 @@ def main():
 
         # free_port() closes the port before vgpud binds it, so a parallel test may take it
         # in between: then vgpud exits with EADDRINUSE and starts again on another port.
+        # vgpud raises its soft descriptor limit to the hard one (one pidfd per VM it runs):
+        # it starts here with a soft limit of 256 inherited from this script.
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        low = min(256, hard)
         for attempt in range(5):
-            d = Daemon(work, "main", config)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+            try:
+                d = Daemon(work, "main", config)
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
             daemons.append(d)
             c = Client(os.path.join(work, "api.sock"), port, mint(secret))
             ready = poll(lambda: not d.alive() or readyz(c, os.path.join(work, "api.sock")), 30,
@@ -663,6 +683,8 @@ def main():
         d.read_notify()
         ok(any("READY=1" in m for m in d.messages), "OPS-2: READY=1 after the first pass",
            d.messages)
+        eq(fd_limits(d.proc.pid), (hard, hard),
+           "INST-21: vgpud raises its soft open-file limit (%d at exec) to the hard one" % low)
 
         state = {}
         run_group("public", lambda: check_public(c, openapi))
