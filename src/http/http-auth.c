@@ -5,6 +5,12 @@
 int http_auth_check(const JwtSecret *secret, const char *authorization, Timestamp now,
                     char **ret_subject, char **error)
 {
+        return http_auth_check_cached(NULL, secret, authorization, now, ret_subject, error);
+}
+
+int http_auth_check_cached(JwtTokenCache *cache, const JwtSecret *secret, const char *authorization,
+                           Timestamp now, char **ret_subject, char **error)
+{
         if (!authorization)
                 return error_set(error, -EACCES, "no Authorization header");
         if (strnlen(authorization, JWT_AUTHORIZATION_MAX + 1) > JWT_AUTHORIZATION_MAX)
@@ -15,5 +21,5 @@ int http_auth_check(const JwtSecret *secret, const char *authorization, Timestam
 
         const char *token = authorization + 7;
         token += strspn(token, " ");
-        return jwt_verify(secret, token, now, ret_subject, error);
+        return jwt_verify_cached(cache, secret, token, now, ret_subject, error);
 }

@@ -107,6 +107,7 @@ struct HttpServer {
         const HttpRoute *routes;
         size_t n_routes;
         const JwtSecret *secret;
+        JwtTokenCache *tokens; /* accepted tokens until their exp (PERF-1) */
         const Clock *clock;
         void *userdata;
         bool stopping;
@@ -410,10 +411,13 @@ static int request_authenticate(HttpRequest *req)
         else if (!s->secret)
                 r = error_set(&cause, -EACCES, "no jwt secret configured");
         else
-                r = http_auth_check(s->secret,
-                                    MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND,
-                                                                MHD_HTTP_HEADER_AUTHORIZATION),
-                                    clock_now(s->clock), &req->subject, &cause);
+                /* Every request is checked; a token accepted before skips the HMAC and the
+                 * JSON until its exp (jwt_verify_cached()). */
+                r = http_auth_check_cached(
+                    s->tokens, s->secret,
+                    MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND,
+                                                MHD_HTTP_HEADER_AUTHORIZATION),
+                    clock_now(s->clock), &req->subject, &cause);
         if (r == -EACCES)
                 log_line(LOG_LEVEL_DEBUG, 0, "http request refused", "path", req->parsed.path,
                          "peer", req->peer, "cause", cause, NULL);
@@ -1077,6 +1081,7 @@ HttpServer *http_server_free(HttpServer *s)
                 free(s->unix_path);
         }
         sd_event_unref(s->event);
+        jwt_token_cache_free(s->tokens);
         free(s);
         return NULL;
 }
@@ -1140,6 +1145,9 @@ int http_server_new(sd_event *event, const HttpServerConfig *config, HttpServer 
             .clock = config->clock ? config->clock : &clock_realtime,
             .userdata = config->userdata,
         };
+        r = jwt_token_cache_new(&s->tokens);
+        if (r < 0)
+                return error_set(error, r, "bearer token cache: %s", strerror(-r));
 
         if (tcp && (r = server_listen_tcp(s, config->listen, idle, error)) < 0)
                 return r;

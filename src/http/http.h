@@ -88,6 +88,10 @@ char *http_address_format(const HttpAddress *a, char buf[static HTTP_ADDRESS_STR
  */
 int http_auth_check(const JwtSecret *secret, const char *authorization, Timestamp now,
                     char **ret_subject, char **error);
+/* The same through a cache of accepted tokens (jwt_verify_cached(); NULL: none). The server
+ * checks every request this way (PERF-1). */
+int http_auth_check_cached(JwtTokenCache *cache, const JwtSecret *secret, const char *authorization,
+                           Timestamp now, char **ret_subject, char **error);
 
 /* ---- requests and routes -------------------------------------------------------------------- */
 

@@ -14,6 +14,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 struct JwtSecret {
@@ -199,21 +200,52 @@ static json_t *decode_part(const char *s, size_t n)
         return j;
 }
 
-/* Compares a NumericDate with now: < 0 before it, 0 at it, > 0 after it. */
-static int numeric_date_compare(const json_t *v, Timestamp now)
+/* A NumericDate as the payload gave it: integer seconds, or a real number. */
+typedef struct NumericDate {
+        bool integer;
+        json_int_t sec;
+        double real;
+} NumericDate;
+
+static NumericDate numeric_date(const json_t *v)
 {
-        if (json_is_integer(v)) {
-                json_int_t sec = json_integer_value(v);
-                if (sec != now.sec)
-                        return sec < now.sec ? -1 : 1;
-                return now.nsec > 0 ? -1 : 0;
-        }
-        double d = json_real_value(v), n = (double)now.sec + (double)now.nsec / 1e9;
-        return d < n ? -1 : d > n;
+        if (json_is_integer(v))
+                return (NumericDate){.integer = true, .sec = json_integer_value(v)};
+        return (NumericDate){.real = json_real_value(v)};
 }
 
-int jwt_verify(const JwtSecret *secret, const char *token, Timestamp now, char **ret_subject,
-               char **error)
+/* Compares a NumericDate with now: < 0 before it, 0 at it, > 0 after it. */
+static int numeric_date_compare(NumericDate v, Timestamp now)
+{
+        if (v.integer) {
+                if (v.sec != now.sec)
+                        return v.sec < now.sec ? -1 : 1;
+                return now.nsec > 0 ? -1 : 0;
+        }
+        double n = (double)now.sec + (double)now.nsec / 1e9;
+        return v.real < n ? -1 : v.real > n;
+}
+
+/* What a verified token says about time and who: what the token cache keeps of it. */
+typedef struct Claims {
+        NumericDate exp;
+        bool has_nbf;
+        NumericDate nbf;
+        char *subject; /* NULL without "sub" */
+} Claims;
+
+/* The checks of API-13 that depend on now; the same text for a fresh and a cached token. */
+static int claims_check_time(const Claims *c, Timestamp now, char **error)
+{
+        if (numeric_date_compare(c->exp, now) <= 0)
+                return error_set(error, -EACCES, "token expired");
+        if (c->has_nbf && numeric_date_compare(c->nbf, now) > 0)
+                return error_set(error, -EACCES, "token not valid yet (nbf)");
+        return 0;
+}
+
+static int verify(const JwtSecret *secret, const char *token, Timestamp now, Claims *ret,
+                  char **error)
 {
         size_t len = strnlen(token, JWT_AUTHORIZATION_MAX + 1);
         if (len > JWT_AUTHORIZATION_MAX)
@@ -260,20 +292,161 @@ int jwt_verify(const JwtSecret *secret, const char *token, Timestamp now, char *
                 return error_set(error, -EACCES, "token exp is not an integer");
         if (json_integer_value(exp) > JWT_EXP_MAX)
                 return error_set(error, -EACCES, "token exp is after the year 9999");
-        if (numeric_date_compare(exp, now) <= 0)
-                return error_set(error, -EACCES, "token expired");
+        Claims c = {.exp = numeric_date(exp)};
         json_t *nbf = json_object_get(payload, "nbf");
         if (nbf && !json_is_number(nbf))
                 return error_set(error, -EACCES, "token nbf is not numeric");
-        if (nbf && numeric_date_compare(nbf, now) > 0)
-                return error_set(error, -EACCES, "token not valid yet (nbf)");
+        if (nbf) {
+                c.has_nbf = true;
+                c.nbf = numeric_date(nbf);
+        }
+        int r = claims_check_time(&c, now, error);
+        if (r < 0)
+                return r;
         json_t *sub = json_object_get(payload, "sub");
         if (sub && !json_is_string(sub))
                 return error_set(error, -EACCES, "token sub is not a string");
 
-        char *subject = NULL;
-        if (sub && !(subject = strdup(json_string_value(sub))))
+        if (sub && !(c.subject = strdup(json_string_value(sub))))
                 return error_set_oom(error);
+        *ret = c;
+        return 0;
+}
+
+int jwt_verify(const JwtSecret *secret, const char *token, Timestamp now, char **ret_subject,
+               char **error)
+{
+        Claims c;
+        int r = verify(secret, token, now, &c, error);
+        if (r < 0)
+                return r;
+        *ret_subject = c.subject;
+        return 0;
+}
+
+/* ---- the verified-token cache -------------------------------------------------------------- */
+
+/*
+ * A token accepted once is accepted again, until its exp, without the HMAC and the JSON (PERF-1:
+ * after the kept bodies they were half of a /resources request). Slots are found by a keyed
+ * hash of the token's bytes and the entry is trusted only if all its bytes are equal, compared
+ * in constant time, so a hash collision or a token one byte off is a miss and goes through
+ * jwt_verify(); the key is random per cache, so nobody outside can aim tokens at one slot.
+ * Only accepted tokens are kept, so a refused one is checked in full every time.
+ */
+typedef struct CachedToken {
+        char *token; /* NULL: empty slot */
+        size_t len;
+        Claims claims;
+} CachedToken;
+
+struct JwtTokenCache {
+        const JwtSecret *secret; /* the secret the entries were verified under */
+        uint64_t key;
+        CachedToken slots[JWT_TOKEN_CACHE_SLOTS];
+        JwtTokenCacheStats stats;
+};
+
+static void slot_clear(CachedToken *t)
+{
+        if (t->token) {
+                OPENSSL_cleanse(t->token, t->len);
+                free(t->token);
+        }
+        free(t->claims.subject);
+        *t = (CachedToken){};
+}
+
+static void cache_flush(JwtTokenCache *c)
+{
+        for (size_t i = 0; i < JWT_TOKEN_CACHE_SLOTS; i++)
+                slot_clear(&c->slots[i]);
+}
+
+int jwt_token_cache_new(JwtTokenCache **ret)
+{
+        JwtTokenCache *c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        if (getrandom(&c->key, sizeof c->key, 0) != sizeof c->key) {
+                free(c);
+                return -EIO;
+        }
+        *ret = c;
+        return 0;
+}
+
+JwtTokenCache *jwt_token_cache_free(JwtTokenCache *c)
+{
+        if (c) {
+                cache_flush(c);
+                free(c);
+        }
+        return NULL;
+}
+
+const JwtTokenCacheStats *jwt_token_cache_get_stats(const JwtTokenCache *c)
+{
+        return &c->stats;
+}
+
+/* FNV-1a over the key and the bytes: only spreads tokens over slots, trusted for nothing. */
+static size_t slot_of(const JwtTokenCache *c, const char *token, size_t len)
+{
+        uint64_t h = UINT64_C(14695981039346656037) ^ c->key;
+        for (size_t i = 0; i < len; i++) {
+                h ^= (uint8_t)token[i];
+                h *= UINT64_C(1099511628211);
+        }
+        h ^= h >> 29;
+        return (size_t)(h % JWT_TOKEN_CACHE_SLOTS);
+}
+
+int jwt_verify_cached(JwtTokenCache *c, const JwtSecret *secret, const char *token, Timestamp now,
+                      char **ret_subject, char **error)
+{
+        if (!c)
+                return jwt_verify(secret, token, now, ret_subject, error);
+        size_t len = strnlen(token, JWT_AUTHORIZATION_MAX + 1);
+        if (len > JWT_AUTHORIZATION_MAX)
+                return jwt_verify(secret, token, now, ret_subject, error);
+        /* Entries speak for the secret they were checked under only. */
+        if (c->secret != secret) {
+                cache_flush(c);
+                c->secret = secret;
+        }
+
+        CachedToken *t = &c->slots[slot_of(c, token, len)];
+        if (t->token && t->len == len && CRYPTO_memcmp(t->token, token, len) == 0) {
+                int r = claims_check_time(&t->claims, now, error);
+                if (r < 0) {
+                        /* Past exp it never comes back; a token not valid yet may. */
+                        if (numeric_date_compare(t->claims.exp, now) <= 0)
+                                slot_clear(t);
+                        return r;
+                }
+                char *subject = NULL;
+                if (t->claims.subject && !(subject = strdup(t->claims.subject)))
+                        return error_set_oom(error);
+                c->stats.hits++;
+                *ret_subject = subject;
+                return 0;
+        }
+
+        c->stats.misses++;
+        Claims claims;
+        int r = verify(secret, token, now, &claims, error);
+        if (r < 0)
+                return r;
+        char *subject = NULL, *copy = malloc(len + 1);
+        if (!copy || (claims.subject && !(subject = strdup(claims.subject)))) {
+                free(copy);
+                free(claims.subject);
+                return error_set_oom(error);
+        }
+        memcpy(copy, token, len + 1);
+        slot_clear(t);
+        *t = (CachedToken){.token = copy, .len = len, .claims = claims};
         *ret_subject = subject;
         return 0;
 }

@@ -63,6 +63,32 @@ int jwt_verify(const JwtSecret *secret, const char *token, Timestamp now, char *
                char **error);
 
 /*
+ * A memory of the tokens jwt_verify() accepted (PERF-1): each kept by its full bytes with its
+ * "exp" (and "nbf", "sub"), in at most JWT_TOKEN_CACHE_SLOTS entries (a new token takes the
+ * slot its keyed hash picks). A token is taken from it only when every byte equals a kept one
+ * (compared in constant time), and only while exp and nbf still allow it, with jwt_verify()'s
+ * texts otherwise; anything else goes through jwt_verify() and, when accepted, is kept. Refused
+ * tokens are never kept. The entries are dropped when another secret is passed. For the owner's
+ * thread only.
+ */
+#define JWT_TOKEN_CACHE_SLOTS 64
+
+typedef struct JwtTokenCache JwtTokenCache;
+
+typedef struct JwtTokenCacheStats {
+        uint64_t hits, misses;
+} JwtTokenCacheStats;
+
+int jwt_token_cache_new(JwtTokenCache **ret);
+JwtTokenCache *jwt_token_cache_free(JwtTokenCache *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(JwtTokenCache *, jwt_token_cache_free);
+const JwtTokenCacheStats *jwt_token_cache_get_stats(const JwtTokenCache *c);
+
+/* jwt_verify() through c (NULL: jwt_verify() itself); the same results and texts. */
+int jwt_verify_cached(JwtTokenCache *c, const JwtSecret *secret, const char *token, Timestamp now,
+                      char **ret_subject, char **error);
+
+/*
  * Strict base64url without padding (RFC 7515), the encoding of a token's parts: only
  * [A-Za-z0-9_-], a length that is not 1 mod 4, and zero bits in the unused tail. -EINVAL
  * otherwise.

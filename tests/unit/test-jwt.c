@@ -356,12 +356,172 @@ static void test_secret_file(void **state) /* API-14 */
         assert_null(s);
 }
 
+/* ---- the verified-token cache (PERF-1) --------------------------------------------------------
+ */
+
+/* jwt_verify_cached() at a time; 0 or -EACCES, the subject and error checked against want. */
+static int cached(JwtTokenCache *c, const JwtSecret *secret, const char *token, Timestamp at,
+                  const char *want_subject, const char *want_error)
+{
+        _cleanup_free_ char *error = NULL, *sub = NULL;
+        int r = jwt_verify_cached(c, secret, token, at, &sub, &error);
+        if (r >= 0) {
+                assert_null(error);
+                if (want_subject)
+                        assert_string_equal(sub, want_subject);
+                else
+                        assert_null(sub);
+        } else {
+                assert_int_equal(r, -EACCES);
+                assert_null(sub);
+                if (want_error)
+                        assert_string_equal(error, want_error);
+        }
+        return r;
+}
+
+/*
+ * API-13, API-14 through the cache: an accepted token is served from it with its subject; one
+ * that differs from it in a single byte (anywhere: header, payload, signature), a prefix of it
+ * or it with a byte more is checked in full and refused, and never kept; nothing refused is
+ * kept; another secret empties it.
+ */
+static void test_token_cache(void **state)
+{
+        Fixture *f = *state;
+        _cleanup_(jwt_token_cache_freep) JwtTokenCache *c = NULL;
+        assert_int_equal(jwt_token_cache_new(&c), 0);
+        const JwtTokenCacheStats *st = jwt_token_cache_get_stats(c);
+
+        assert_int_equal(cached(c, f->secret, f->token, f->now, "alice", NULL), 0);
+        assert_int_equal(st->misses, 1);
+        for (int i = 0; i < 3; i++)
+                assert_int_equal(cached(c, f->secret, f->token, f->now, "alice", NULL), 0);
+        assert_int_equal(st->hits, 3);
+        assert_int_equal(st->misses, 1);
+
+        /* One byte off, at each position: a miss, the full check, a refusal. */
+        size_t len = strlen(f->token);
+        _cleanup_free_ char *bad = strdup(f->token);
+        assert_non_null(bad);
+        for (size_t k = 0; k < len; k++) {
+                if (bad[k] == '.')
+                        continue;
+                char was = bad[k];
+                bad[k] = was == 'A' ? 'B' : 'A';
+                uint64_t misses = st->misses;
+                assert_int_equal(cached(c, f->secret, bad, f->now, NULL, NULL), -EACCES);
+                assert_int_equal(st->misses, misses + 1);
+                bad[k] = was;
+        }
+        assert_int_equal(st->hits, 3);
+        /* The signature's last byte, kept valid base64url: "does not match", not a decode error. */
+        bad[len - 1] = bad[len - 1] == 'A' ? 'Q' : 'A';
+        assert_int_equal(cached(c, f->secret, bad, f->now, NULL, "token signature does not match"),
+                         -EACCES);
+        assert_int_equal(cached(c, f->secret, bad, f->now, NULL, "token signature does not match"),
+                         -EACCES);
+        bad[len - 1] = f->token[len - 1];
+
+        /* A prefix and an extension of the cached token. */
+        bad[len - 1] = 0;
+        assert_int_equal(cached(c, f->secret, bad, f->now, NULL, NULL), -EACCES);
+        _cleanup_free_ char *longer = NULL;
+        assert_true(asprintf(&longer, "%sA", f->token) > 0);
+        assert_int_equal(cached(c, f->secret, longer, f->now, NULL, NULL), -EACCES);
+
+        /* The cached token itself still is served, with its subject. */
+        uint64_t hits = st->hits;
+        assert_int_equal(cached(c, f->secret, f->token, f->now, "alice", NULL), 0);
+        assert_int_equal(st->hits, hits + 1);
+
+        /* "alg": "none" is refused every time, never served. */
+        _cleanup_free_ char *none =
+            jwt_forge_str(NULL, 0, "{\"alg\":\"none\"}", "{\"exp\":2000000000}");
+        assert_non_null(none);
+        for (int i = 0; i < 2; i++)
+                assert_int_equal(
+                    cached(c, f->secret, none, f->now, NULL, "token algorithm is not HS256"),
+                    -EACCES);
+
+        /* Another secret: the entries are dropped, the token is checked under the new one. */
+        _cleanup_(jwt_secret_freep) JwtSecret *other = NULL;
+        assert_int_equal(jwt_secret_new("fedcba9876543210fedcba9876543210", 32, &other), 0);
+        hits = st->hits;
+        assert_int_equal(cached(c, other, f->token, f->now, NULL, "token signature does not match"),
+                         -EACCES);
+        assert_int_equal(cached(c, f->secret, f->token, f->now, "alice", NULL), 0);
+        assert_int_equal(st->hits, hits); /* checked afresh, then kept again */
+        assert_int_equal(cached(c, f->secret, f->token, f->now, "alice", NULL), 0);
+        assert_int_equal(st->hits, hits + 1);
+
+        /* Without a cache: jwt_verify() itself. */
+        assert_int_equal(cached(NULL, f->secret, f->token, f->now, "alice", NULL), 0);
+        assert_int_equal(
+            cached(NULL, f->secret, none, f->now, NULL, "token algorithm is not HS256"), -EACCES);
+}
+
+/*
+ * API-13: a cached token is refused from its exp on, exactly as jwt_verify() refuses it, and is
+ * dropped then; an nbf in the future keeps a token out until it passes.
+ */
+static void test_token_cache_expiry(void **state)
+{
+        Fixture *f = *state;
+        _cleanup_(jwt_token_cache_freep) JwtTokenCache *c = NULL;
+        assert_int_equal(jwt_token_cache_new(&c), 0);
+        const JwtTokenCacheStats *st = jwt_token_cache_get_stats(c);
+
+        /* f->token: exp = TEST_NOW + 3600. */
+        assert_int_equal(cached(c, f->secret, f->token, f->now, "alice", NULL), 0);
+        Timestamp last = {.sec = TEST_NOW + 3599, .nsec = 999999999};
+        assert_int_equal(cached(c, f->secret, f->token, last, "alice", NULL), 0);
+        assert_int_equal(st->hits, 1);
+        Timestamp at_exp = {.sec = TEST_NOW + 3600};
+        assert_int_equal(cached(c, f->secret, f->token, at_exp, NULL, "token expired"), -EACCES);
+        assert_int_equal(st->hits, 1);
+        /* Dropped: a later check is a full one, and refused the same way. */
+        uint64_t misses = st->misses;
+        assert_int_equal(cached(c, f->secret, f->token, at_exp, NULL, "token expired"), -EACCES);
+        assert_int_equal(st->misses, misses + 1);
+        /* And with the clock set back it is accepted (and kept) again, as jwt_verify() would. */
+        assert_int_equal(cached(c, f->secret, f->token, f->now, "alice", NULL), 0);
+
+        /* A real exp is refused, every time (never kept). */
+        _cleanup_free_ char *real = forge(HS256, "{\"exp\":1900000010.5}");
+        for (int i = 0; i < 2; i++)
+                assert_int_equal(
+                    cached(c, f->secret, real, f->now, NULL, "token exp is not an integer"),
+                    -EACCES);
+
+        /* nbf in the future: refused and not kept; once it has passed, accepted and kept. */
+        _cleanup_free_ char *later =
+            forge(HS256, "{\"exp\":1900000100,\"nbf\":1900000005,\"sub\":\"bob\"}");
+        misses = st->misses;
+        assert_int_equal(cached(c, f->secret, later, f->now, NULL, "token not valid yet (nbf)"),
+                         -EACCES);
+        assert_int_equal(cached(c, f->secret, later, f->now, NULL, "token not valid yet (nbf)"),
+                         -EACCES);
+        assert_int_equal(st->misses, misses + 2);
+        Timestamp after = {.sec = TEST_NOW + 5};
+        uint64_t hits = st->hits;
+        assert_int_equal(cached(c, f->secret, later, after, "bob", NULL), 0);
+        assert_int_equal(cached(c, f->secret, later, after, "bob", NULL), 0);
+        assert_int_equal(st->hits, hits + 1);
+        /* A clock set back before nbf: refused again, from the cache's own check. */
+        assert_int_equal(cached(c, f->secret, later, f->now, NULL, "token not valid yet (nbf)"),
+                         -EACCES);
+        assert_int_equal(cached(c, f->secret, later, after, "bob", NULL), 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_base64url),
             cmocka_unit_test_setup_teardown(test_jwt_verify, setup, teardown),
             cmocka_unit_test_setup_teardown(test_jwt_mint, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_token_cache, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_token_cache_expiry, setup, teardown),
             cmocka_unit_test_setup_teardown(test_secret_file, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
