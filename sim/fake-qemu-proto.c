@@ -33,26 +33,6 @@ int fq_sanitize(const char *s, size_t max, char **ret)
         return 0;
 }
 
-json_t *fq_error_reply(const char *class, const char *desc)
-{
-        return json_pack("{s:{s:s,s:s}}", "error", "class", class, "desc", desc);
-}
-
-static json_t *error_replyf(const char *class, const char *fmt, ...) _printf_(2, 3);
-static json_t *error_replyf(const char *class, const char *fmt, ...)
-{
-        _cleanup_free_ char *desc = NULL;
-        va_list ap;
-        va_start(ap, fmt);
-        int r = vasprintf(&desc, fmt, ap);
-        va_end(ap);
-        if (r < 0) {
-                desc = NULL;
-                return NULL;
-        }
-        return fq_error_reply(class, desc);
-}
-
 /* Copies the request's "id" into the reply, as both QEMU and vgpu-agent do. */
 static json_t *with_id(json_t *reply, const json_t *request)
 {
@@ -201,6 +181,12 @@ json_t *fq_qmp_greeting(void)
                          "minor", 2, "major", 7, "package", "fake-qemu", "capabilities");
 }
 
+json_t *fq_qmp_overlong_reply(void)
+{
+        return protocol_error_reply("GenericError",
+                                    "JSON parse error, request exceeds 65536 bytes");
+}
+
 json_t *fq_qmp_event(const char *name, json_t *data)
 {
         struct timespec ts;
@@ -225,19 +211,19 @@ static json_t *qmp_check_request(const json_t *req)
                 const json_t *v = json_object_iter_value(it);
                 if (streq(key, "execute")) {
                         if (!json_is_string(v))
-                                return fq_error_reply(
+                                return protocol_error_reply(
                                     "GenericError", "QMP input member 'execute' must be a string");
                 } else if (streq(key, "arguments")) {
                         if (!json_is_object(v))
-                                return fq_error_reply(
+                                return protocol_error_reply(
                                     "GenericError",
                                     "QMP input member 'arguments' must be an object");
                 } else if (!streq(key, "id"))
-                        return error_replyf("GenericError", "QMP input member '%s' is unexpected",
-                                            key);
+                        return protocol_error_replyf("GenericError",
+                                                     "QMP input member '%s' is unexpected", key);
         }
         if (!json_object_get(req, "execute"))
-                return fq_error_reply("GenericError", "QMP input lacks member 'execute'");
+                return protocol_error_reply("GenericError", "QMP input lacks member 'execute'");
         return NULL;
 }
 
@@ -250,18 +236,18 @@ static json_t *qmp_check_arguments(const char *command, const json_t *args)
                 const json_t *v = json_object_iter_value(it);
                 if (streq(command, "qmp_capabilities") && streq(key, "enable")) {
                         if (!json_is_array(v))
-                                return fq_error_reply(
+                                return protocol_error_reply(
                                     "GenericError",
                                     "Invalid parameter type for 'enable', expected: array");
                         if (json_array_size(v) > 0) {
                                 json_t *cap = json_array_get(v, 0);
-                                return error_replyf("GenericError", "Capability '%s' not available",
-                                                    json_is_string(cap) ? json_string_value(cap)
-                                                                        : "?");
+                                return protocol_error_replyf(
+                                    "GenericError", "Capability '%s' not available",
+                                    json_is_string(cap) ? json_string_value(cap) : "?");
                         }
                         continue;
                 }
-                return error_replyf("GenericError", "Parameter '%s' is unexpected", key);
+                return protocol_error_replyf("GenericError", "Parameter '%s' is unexpected", key);
         }
         return NULL;
 }
@@ -274,13 +260,14 @@ static json_t *qmp_dispatch(FqQmpSession *s, const char *command, const json_t *
 
         *action = FQ_QMP_ACTION_NONE;
         if (!s->negotiated && !streq(command, "qmp_capabilities"))
-                return fq_error_reply("CommandNotFound",
-                                      "Expecting capabilities negotiation with 'qmp_capabilities'");
+                return protocol_error_reply(
+                    "CommandNotFound",
+                    "Expecting capabilities negotiation with 'qmp_capabilities'");
         if (!known)
-                return error_replyf("CommandNotFound", "The command %s has not been found",
-                                    command);
+                return protocol_error_replyf("CommandNotFound", "The command %s has not been found",
+                                             command);
         if (s->negotiated && streq(command, "qmp_capabilities"))
-                return fq_error_reply(
+                return protocol_error_reply(
                     "CommandNotFound",
                     "Capabilities negotiation is already complete, command ignored");
         if (args) {
@@ -326,9 +313,9 @@ int fq_qmp_answer(FqQmpSession *s, const char *line, size_t size, json_t **ret_r
         FqQmpAction action = FQ_QMP_ACTION_NONE;
 
         if (!req)
-                reply = error_replyf("GenericError", "JSON parse error, %s", err.text);
+                reply = protocol_error_replyf("GenericError", "JSON parse error, %s", err.text);
         else if (!json_is_object(req))
-                reply = fq_error_reply("GenericError", "QMP input must be a JSON object");
+                reply = protocol_error_reply("GenericError", "QMP input must be a JSON object");
         else if ((reply = qmp_check_request(req)))
                 reply = with_id(reply, req);
         else {

@@ -312,8 +312,7 @@ static int handle_overlong_line(FakeQemu *q, Endpoint *ep)
         console_printf(q, "qmp command (overlong)");
         if (q->flags.hang_qmp)
                 return 0;
-        json_auto_t *reply =
-            fq_error_reply("GenericError", "JSON parse error, request exceeds 65536 bytes");
+        json_auto_t *reply = fq_qmp_overlong_reply();
         return conn_queue(&ep->conn, reply, ep->kind);
 }
 

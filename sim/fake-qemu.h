@@ -130,11 +130,11 @@ bool fq_qmp_line_is_blank(const char *line, size_t size);
 /* The command name of a QMP input line, or NULL when it names none (hang-qmp still logs). */
 int fq_qmp_peek_command(const char *line, size_t size, char **ret);
 
-/* {"error": {"class": ..., "desc": ...}} */
-json_t *fq_error_reply(const char *class, const char *desc);
-
 /* An event with a QEMU-style timestamp; data may be NULL and is stolen otherwise. */
 json_t *fq_qmp_event(const char *name, json_t *data);
+
+/* QEMU's error for a QMP input line over FQ_LINE_MAX bytes; NULL on ENOMEM. */
+json_t *fq_qmp_overlong_reply(void);
 
 /* ---- guest agent (fake-qemu-proto.c) ------------------------------------------------------- */
 

@@ -17,12 +17,12 @@ static bool line_is_blank(const char *line, size_t n)
         return true;
 }
 
-static json_t *error_reply(const char *class, const char *desc)
+json_t *protocol_error_reply(const char *class, const char *desc)
 {
         return json_pack("{s:{s:s,s:s}}", "error", "class", class, "desc", desc);
 }
 
-static _printf_(2, 3) json_t *error_replyf(const char *class, const char *fmt, ...)
+json_t *protocol_error_replyf(const char *class, const char *fmt, ...)
 {
         _cleanup_free_ char *desc = NULL;
         va_list ap;
@@ -33,7 +33,7 @@ static _printf_(2, 3) json_t *error_replyf(const char *class, const char *fmt, .
                 desc = NULL;
                 return NULL;
         }
-        return error_reply(class, desc);
+        return protocol_error_reply(class, desc);
 }
 
 /* Text from the request shown back in a desc: printable ASCII only, so that it is valid UTF-8
@@ -71,7 +71,7 @@ static json_t *answer_command(const char *command, const GpuState *gpu)
         _cleanup_free_ char *name = shown(command);
         if (!name)
                 return NULL;
-        return error_replyf("CommandNotFound", "command \"%s\" not found", name);
+        return protocol_error_replyf("CommandNotFound", "command \"%s\" not found", name);
 }
 
 /* AGENT-14: the keys a request may have; the format is ours, so anything else is refused. */
@@ -85,17 +85,17 @@ static json_t *check_request(json_t *req)
                         _cleanup_free_ char *k = shown(key);
                         if (!k)
                                 return NULL;
-                        return error_replyf("GenericError", "unknown key \"%s\"", k);
+                        return protocol_error_replyf("GenericError", "unknown key \"%s\"", k);
                 }
 
         json_t *execute = json_object_get(req, "execute");
         if (!execute)
-                return error_reply("GenericError", "missing \"execute\"");
+                return protocol_error_reply("GenericError", "missing \"execute\"");
         if (!json_is_string(execute))
-                return error_reply("GenericError", "\"execute\" must be a string");
+                return protocol_error_reply("GenericError", "\"execute\" must be a string");
         json_t *args = json_object_get(req, "arguments");
         if (args && !json_is_object(args))
-                return error_reply("GenericError", "\"arguments\" must be an object");
+                return protocol_error_reply("GenericError", "\"arguments\" must be an object");
         return NULL;
 }
 
@@ -115,7 +115,7 @@ static int reply_line(json_t *reply, char **ret)
 
 char *protocol_error_line(const char *class, const char *desc)
 {
-        json_t *reply = error_reply(class, desc);
+        json_t *reply = protocol_error_reply(class, desc);
         char *line = NULL;
         int r = reply_line(reply, &line);
         json_decref(reply);
@@ -137,15 +137,16 @@ int protocol_answer(const char *line, size_t n, const GpuState *gpu, char **ret)
         json_t *reply = NULL;
         json_t *req = NULL;
         if (json_text_too_deep(line, n, JSON_DEPTH_MAX))
-                reply = error_replyf("GenericError", "invalid JSON: nesting exceeds %u levels",
-                                     JSON_DEPTH_MAX);
+                reply = protocol_error_replyf(
+                    "GenericError", "invalid JSON: nesting exceeds %u levels", JSON_DEPTH_MAX);
         else {
                 json_error_t err;
                 req = json_loadb(line, n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
                 if (!req)
-                        reply = error_replyf("GenericError", "invalid JSON: %s", err.text);
+                        reply = protocol_error_replyf("GenericError", "invalid JSON: %s", err.text);
                 else if (!json_is_object(req))
-                        reply = error_reply("GenericError", "request is not a JSON object");
+                        reply =
+                            protocol_error_reply("GenericError", "request is not a JSON object");
                 else {
                         reply = check_request(req);
                         if (!reply)

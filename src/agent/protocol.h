@@ -19,6 +19,7 @@
  *  - nothing the host sends changes the agent's state: every command only reads.
  */
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -33,6 +34,11 @@
  * "\n"; *ret = NULL for a blank line. -ENOMEM.
  */
 int protocol_answer(const char *line, size_t n, const GpuState *gpu, char **ret);
+
+/* {"error": {"class": class, "desc": desc}}, the error reply's object; NULL on ENOMEM. fake-qemu
+ * builds its QMP errors with the same two, since QEMU's have the agent's form. */
+json_t *protocol_error_reply(const char *class, const char *desc);
+json_t *protocol_error_replyf(const char *class, const char *fmt, ...) _printf_(2, 3);
 
 /* A reply not built from a request, e.g. for an over-long line; NULL on ENOMEM. */
 char *protocol_error_line(const char *class, const char *desc);
