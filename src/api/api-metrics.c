@@ -2,7 +2,9 @@
 /*
  * The /metrics exposition (MET-1..MET-3): every family of MET-2, in its order, each with all of
  * its fixed label values from start-up, so rates and alerts work before the first event. The
- * resource gauges come from the snapshot that /resources uses (MET-4).
+ * resource gauges come from the snapshot that /resources uses (MET-4) and are kept with the same
+ * key as /resources' body (api-cache.c); the families after them are counters and figures that
+ * move with every event and request, written fresh for each scrape.
  */
 #include "api-internal.h"
 
@@ -201,15 +203,25 @@ static int write_http(MetricsWriter *w, const ApiContext *ctx)
                               "code", codes, zero, ELEMENTSOF(codes));
 }
 
-int api_metrics_text(const ApiContext *ctx, const ApiSnapshot *snap, char **ret, size_t *ret_size)
+int api_metrics_gauges_text(const ApiSnapshot *snap, char **ret, size_t *ret_size)
+{
+        _cleanup_metrics_writer_ MetricsWriter *w = NULL;
+        int r = metrics_writer_new(&w);
+        if (r < 0)
+                return r;
+        (void)write_resources(w, snap);
+        return metrics_writer_finish(w, ret, ret_size);
+}
+
+int api_metrics_counters_text(const ApiContext *ctx, char **ret, size_t *ret_size)
 {
         _cleanup_metrics_writer_ MetricsWriter *w = NULL;
         int r = metrics_writer_new(&w);
         if (r < 0)
                 return r;
 
-        /* Errors are sticky in the writer: one check at the end covers every step. */
-        (void)write_resources(w, snap);
+        /* Errors are sticky in the writer: one check at the end covers every step. The families
+         * differ from the gauges', so the two texts make one exposition. */
         (void)write_nvml(w, ctx);
         (void)write_instances(w, ctx);
         (void)write_http(w, ctx);

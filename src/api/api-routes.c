@@ -10,6 +10,7 @@
 #include "api-internal.h"
 
 #define CONTENT_TYPE_YAML "application/yaml"
+#define CONTENT_TYPE_JSON "application/json" /* as http_reply_json() sends it */
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
@@ -77,29 +78,27 @@ static int handle_openapi(HttpRequest *req, void *userdata)
 
 /* ---- reads ----------------------------------------------------------------------------------- */
 
+/* /resources and /gpus: the body kept for the state as it is now (api-cache.c, PERF-1). */
+static int reply_cached(HttpRequest *req, ApiContext *ctx, ApiBody b)
+{
+        const char *body = NULL;
+        size_t size = 0;
+        int r = api_cached_body(ctx, b, &body, &size);
+        if (r < 0)
+                return r;
+        return http_reply(req, MHD_HTTP_OK, CONTENT_TYPE_JSON, body, size);
+}
+
 static int handle_resources(HttpRequest *req, void *userdata)
 {
         ApiContext *ctx = userdata;
-        _cleanup_api_snapshot_ ApiSnapshot *snap = NULL;
-        json_t *body = NULL;
-
         schedule_repair(ctx);
-        int r = api_snapshot_build(ctx, &snap);
-        if (r >= 0)
-                r = api_resources_json(ctx, snap, &body);
-        return reply_body(req, MHD_HTTP_OK, body, r);
+        return reply_cached(req, ctx, API_BODY_RESOURCES);
 }
 
 static int handle_gpus(HttpRequest *req, void *userdata)
 {
-        ApiContext *ctx = userdata;
-        _cleanup_api_snapshot_ ApiSnapshot *snap = NULL;
-        json_t *body = NULL;
-
-        int r = api_snapshot_build(ctx, &snap);
-        if (r >= 0)
-                r = api_gpus_json(ctx, snap, &body);
-        return reply_body(req, MHD_HTTP_OK, body, r);
+        return reply_cached(req, userdata, API_BODY_GPUS);
 }
 
 static int handle_health(HttpRequest *req, void *userdata)
@@ -110,20 +109,27 @@ static int handle_health(HttpRequest *req, void *userdata)
         return reply_body(req, MHD_HTTP_OK, body, r);
 }
 
+/* The kept resource gauges (MET-4: /resources' key), then the counters as they are now. */
 static int handle_metrics(HttpRequest *req, void *userdata)
 {
         ApiContext *ctx = userdata;
-        _cleanup_api_snapshot_ ApiSnapshot *snap = NULL;
-        _cleanup_free_ char *text = NULL;
-        size_t size = 0;
+        _cleanup_free_ char *counters = NULL, *text = NULL;
+        const char *gauges = NULL;
+        size_t gauges_size = 0, counters_size = 0;
 
         schedule_repair(ctx);
-        int r = api_snapshot_build(ctx, &snap);
+        int r = api_cached_body(ctx, API_BODY_GAUGES, &gauges, &gauges_size);
         if (r >= 0)
-                r = api_metrics_text(ctx, snap, &text, &size);
+                r = api_metrics_counters_text(ctx, &counters, &counters_size);
         if (r < 0)
                 return r;
-        return http_reply(req, MHD_HTTP_OK, METRICS_CONTENT_TYPE, text, size);
+        text = malloc(gauges_size + counters_size);
+        if (!text)
+                return -ENOMEM;
+        memcpy(text, gauges, gauges_size);
+        memcpy(text + gauges_size, counters, counters_size);
+        return http_reply(req, MHD_HTTP_OK, METRICS_CONTENT_TYPE, text,
+                          gauges_size + counters_size);
 }
 
 /* ---- operator health routes (API-18) --------------------------------------------------------- */
@@ -279,6 +285,7 @@ void api_context_done(ApiContext *ctx)
                 waiter_free(w);
         }
         api_instances_done(ctx);
+        api_body_cache_done(&ctx->cache);
 }
 
 static int waiter_new(ApiContext *ctx, HttpRequest *req, OpKind kind, char **vfs, ApiWaiter **ret)

@@ -16,6 +16,10 @@
  *  - /resources, /gpus and the resource gauges of /metrics read one snapshot, built by
  *    placement_view_build() like the claim flow's, so two reads with no change in between
  *    agree (MET-4) and they agree with what a claim would see;
+ *  - those three bodies are rendered once per change of what they show and then served from
+ *    memory (PERF-1): each is kept with the key of the state it was rendered from
+ *    (ApiViewKey: the sources' generation counters and the placement_disabled_reason), and a
+ *    request whose key differs renders afresh, so a change is visible to the next request;
  *  - operator health routes answer only once their change is durable: the request is suspended
  *    until the health write that carries it completes (API-18, HEALTH-25);
  *  - every family of MET-2 is exported from start-up with its fixed label values (MET-3).
@@ -41,6 +45,50 @@
 
 typedef struct ApiWaiter ApiWaiter;
 typedef struct InstanceWaiter InstanceWaiter;
+
+/* ---- rendered bodies, kept until what they show changes (PERF-1) ---------------------------- */
+
+/* The modules whose state the cached bodies show, each with its generation counter. */
+typedef enum ApiSource {
+        API_SOURCE_TRACKER,   /* gpu_tracker_generation() */
+        API_SOURCE_HEALTH,    /* health_store_generation() */
+        API_SOURCE_NVML,      /* nvml_client_cache_generation() */
+        API_SOURCE_WORKERS,   /* worker_pool_generation() */
+        API_SOURCE_CLAIMER,   /* claimer_generation() */
+        API_SOURCE_INSTANCES, /* instance_manager_generation() */
+        _API_SOURCE_MAX,
+} ApiSource;
+
+/*
+ * What a body was rendered from: each source's identity and generation, and the
+ * placement_disabled_reason text itself (api_placement_disabled_reason(), cheap to compute; it
+ * covers the reconciler's scan error and the pool's accepting state as they are, with no
+ * counter to forget). Two equal keys mean the same state, hence the same bytes.
+ */
+typedef struct ApiViewKey {
+        const void *source[_API_SOURCE_MAX];
+        uint64_t generation[_API_SOURCE_MAX];
+        char *disabled_reason; /* NULL when placement is enabled */
+} ApiViewKey;
+
+typedef enum ApiBody {
+        API_BODY_RESOURCES, /* /resources (API-4, API-5) */
+        API_BODY_GPUS,      /* /gpus (API-6) */
+        API_BODY_GAUGES,    /* the resource gauges at the head of /metrics (MET-2, MET-4) */
+        _API_BODY_MAX,
+} ApiBody;
+
+typedef struct ApiCachedBody {
+        bool valid;
+        ApiViewKey key; /* read before the render, so a change during it shows next time */
+        char *text;
+        size_t size;
+        uint64_t renders; /* renders so far (tests) */
+} ApiCachedBody;
+
+typedef struct ApiBodyCache {
+        ApiCachedBody body[_API_BODY_MAX];
+} ApiBodyCache;
 
 typedef struct ApiContext {
         const Config *config;
@@ -69,6 +117,8 @@ typedef struct ApiContext {
         unsigned n_suspended; /* requests suspended on health writes */
         /* Requests suspended on instance operations (INST-23); shutdown answers them 503. */
         InstanceWaiter *instance_waiters;
+        /* The last rendered bodies (PERF-1); freed by api_context_done(). */
+        ApiBodyCache cache;
 } ApiContext;
 
 /* The host as last discovered (DISC-7: kept when a later discovery fails); NULL before it. */
@@ -153,5 +203,32 @@ int api_resources_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **
 int api_gpus_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **ret);
 /* The /gpu/health body (API-10). */
 int api_health_json(const ApiContext *ctx, json_t **ret);
-/* The /metrics exposition (MET-1..3). */
-int api_metrics_text(const ApiContext *ctx, const ApiSnapshot *snap, char **ret, size_t *ret_size);
+/*
+ * The /metrics exposition (MET-1..3) in two parts, written one after the other: the resource
+ * gauges, from the snapshot alone (cached with /resources' key), and every other family, from
+ * counters that move with each request and event (written fresh for each scrape).
+ */
+int api_metrics_gauges_text(const ApiSnapshot *snap, char **ret, size_t *ret_size);
+int api_metrics_counters_text(const ApiContext *ctx, char **ret, size_t *ret_size);
+
+/* ---- the body cache (api-cache.c) ------------------------------------------------------------ */
+
+/* The key of the state as it is now. */
+int api_view_key_read(const ApiContext *ctx, ApiViewKey *ret);
+void api_view_key_done(ApiViewKey *k);
+bool api_view_key_equal(const ApiViewKey *a, const ApiViewKey *b);
+
+/* Renders a body from the state as it is now. */
+typedef int (*ApiRenderFunc)(const ApiContext *ctx, char **ret, size_t *ret_size);
+
+/*
+ * The body of slot b for key (taken over, whatever the result): the kept bytes when the slot
+ * was rendered at an equal key, else render()'s, kept with key. *ret stays valid until the next
+ * call for b or api_body_cache_done().
+ */
+int api_body_cache_get(ApiBodyCache *c, ApiBody b, ApiViewKey *key, ApiRenderFunc render,
+                       const ApiContext *ctx, const char **ret, size_t *ret_size);
+void api_body_cache_done(ApiBodyCache *c);
+
+/* A route's body, from ctx->cache, with the key of the state now and the route's renderer. */
+int api_cached_body(ApiContext *ctx, ApiBody b, const char **ret, size_t *ret_size);

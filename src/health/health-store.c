@@ -88,6 +88,7 @@ struct HealthStore {
         char *write_error;
         int write_r;
         char *unavailable;
+        uint64_t generation; /* bumped wherever mem or unavailable changes (PERF-1) */
 };
 
 #define UNAVAILABLE "VF health state unavailable"
@@ -173,6 +174,7 @@ static void unlatch(char **slot)
 /* Set exactly while a load or a write error is latched. */
 static void update_unavailable(HealthStore *s)
 {
+        s->generation++;
         unlatch(&s->unavailable);
         if (s->load_error)
                 (void)error_set(&s->unavailable, -EAGAIN, UNAVAILABLE ": %s", s->load_error);
@@ -211,6 +213,7 @@ static int rebuild_memory(HealthStore *s)
         }
         health_state_free(s->mem);
         s->mem = TAKE_PTR(m);
+        s->generation++;
         return 0;
 }
 
@@ -735,6 +738,7 @@ static int enqueue(HealthStore *s, HealthOp **op, HealthDone done, void *userdat
         if (!p)
                 return error_set_oom(error);
         int r = health_op_apply(s->mem, *op, &s->options, &p->result);
+        s->generation++; /* applied to memory, even half way on failure */
         if (r < 0) {
                 free(p);
                 (void)rebuild_memory(s); /* undo whatever the failed apply left half done */
@@ -983,4 +987,9 @@ const HealthState *health_store_state(const HealthStore *s)
 const HealthOptions *health_store_options(const HealthStore *s)
 {
         return &s->options;
+}
+
+uint64_t health_store_generation(const HealthStore *s)
+{
+        return s->generation;
 }

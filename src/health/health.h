@@ -434,3 +434,10 @@ int health_store_breaker_warning(const HealthStore *s, char **ret);
 
 const HealthState *health_store_state(const HealthStore *s);
 const HealthOptions *health_store_options(const HealthStore *s);
+
+/*
+ * Moves on (monotonically) whenever what the queries above show may have changed: memory
+ * (records, drains, the breaker; pending requests included, HEALTH-20) or the unavailable
+ * reason. The API keeps its rendered bodies until it moves (PERF-1).
+ */
+uint64_t health_store_generation(const HealthStore *s);
