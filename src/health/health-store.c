@@ -381,7 +381,9 @@ int health_write_run(HealthWrite *w)
 
         _cleanup_free_ char *buf = NULL;
         size_t size;
-        int r = health_state_format(w->state, &buf, &size);
+        /* The file as it stands is one request smaller than what is written now. */
+        int r = health_state_format_sized(
+            w->state, w->expected.exists ? (size_t)w->expected.size : 0, &buf, &size);
         if (r < 0)
                 return write_failed(w, "format VF health state", r);
 
@@ -407,6 +409,14 @@ int health_write_run(HealthWrite *w)
                 w->parent_synced = true;
         }
 
+        /*
+         * HEALTH-18's sequence, the file's bytes in one write(). The temp file gets fsync():
+         * fdatasync() would do, since it makes the data and the size durable, all that reading
+         * the file back after the rename needs (the timestamps it leaves out are not state). But
+         * for a file just created and filled the size and the new blocks are metadata it must
+         * commit anyway, in the same journal transaction, and it measured no faster (PERF-3 in
+         * bench/README.md).
+         */
         WriteStep step = WRITE_STEP_CREATE;
         r = write_file_atomic_at(dir, HEALTH_FILE_NAME, buf, size, 0644, &step);
         w->fsyncs += file_fsyncs(r, step);
