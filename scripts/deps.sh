@@ -11,7 +11,7 @@ packages="
   gcc clang lld libclang-rt-14-dev meson ninja-build pkg-config clang-format
   libjansson-dev libyaml-dev libfuse3-dev fuse3 libsystemd-dev libmicrohttpd-dev libjwt-dev
   libcurl4-openssl-dev libcmocka-dev libssl-dev libsqlite3-dev sqlite3 git
-  util-linux psmisc python3 strace prometheus curl
+  util-linux iproute2 psmisc python3 strace prometheus curl
   qemu-system-x86 busybox-static cpio xz-utils zstd
 "
 case "${1:-}" in

@@ -5,7 +5,9 @@
 # simulator themselves (tests/sim/test-sim-sigterm.sh).
 #
 #   sim_enter_namespace SCRIPT ARGS...  re-runs SCRIPT in a private PID namespace with its own
-#                                       /proc and mount namespace (SIM-21), unless already in one
+#                                       /proc and mount namespace (SIM-21) and network namespace
+#                                       (REL-9), unless already in one; there, hides the host's
+#                                       PCI devices and VFIO nodes and brings loopback up
 #   sim_alive PID                       true while PID runs (a zombie has exited)
 #   sim_poll COMMAND...                 runs COMMAND every 50 ms until it succeeds, 10 s at most
 #   sim_mounted DIR                     true while DIR is a mount point
@@ -26,13 +28,44 @@
 sim_enter_namespace() {
         script=$1
         shift
-        [ -n "${VGPU_SIM_IN_NAMESPACE:-}" ] && return 0
+        if [ -n "${VGPU_SIM_IN_NAMESPACE:-}" ]; then
+                _sim_isolate
+                return 0
+        fi
         export VGPU_SIM_IN_NAMESPACE=1
+        # REL-9: a network namespace of its own, loopback only, unless the caller needs the
+        # host's network (VGPU_SIM_NETWORK=host: the end-to-end tests, whose first run fetches
+        # the guest kernel with apt).
+        _net=--net
+        [ "${VGPU_SIM_NETWORK:-}" = host ] && _net=
         if [ "$(id -u)" -eq 0 ]; then
-                exec unshare --pid --fork --kill-child --mount-proc -- "$script" "$@"
+                exec unshare --pid --fork --kill-child --mount-proc $_net -- "$script" "$@"
         fi
         exec unshare --user --map-root-user --mount --pid --fork --kill-child --mount-proc \
-                -- "$script" "$@"
+                $_net -- "$script" "$@"
+}
+
+# REL-9, once, inside the namespace: loopback up in the private network namespace, and the
+# host's real PCI devices, IOMMU groups, mdev parents and VFIO nodes hidden behind empty
+# read-only tmpfs mounts of this mount namespace, so that a test that strayed from the
+# simulator's roots finds nothing rather than the real hardware.
+_sim_isolate() {
+        [ -n "${VGPU_SIM_ISOLATED:-}" ] && return 0
+        export VGPU_SIM_ISOLATED=1
+        if [ "${VGPU_SIM_NETWORK:-}" != host ]; then
+                ip link set lo up || {
+                        echo "# REL-9: cannot bring up loopback in the test's network namespace" >&2
+                        exit 1
+                }
+        fi
+        for _d in /sys/bus/pci /sys/bus/mdev /sys/class/mdev_bus /sys/kernel/iommu_groups \
+                /dev/vfio; do
+                [ -d "$_d" ] || continue
+                mount -t tmpfs -o ro,size=4k,mode=0555 vgpud-test-mask "$_d" || {
+                        echo "# REL-9: cannot hide $_d from the test" >&2
+                        exit 1
+                }
+        done
 }
 
 sim_alive() {
