@@ -124,6 +124,19 @@ static void link_close_locked(SimLink *l)
         l->control[0] = 0;
 }
 
+/*
+ * A library unloaded without its last nvmlShutdown (a session abandoned on a hung call, say)
+ * still gives back what the link held. A call still hung in another thread may hold the lock
+ * at process exit; the link is then left as it is rather than the exit blocked.
+ */
+static void __attribute__((destructor)) link_unload(void)
+{
+        if (pthread_mutex_trylock(&link_lock) != 0)
+                return;
+        link_close_locked(&sim_link);
+        pthread_mutex_unlock(&link_lock);
+}
+
 /* Points the link at control, closing what it held for another simulator. Call with link_lock. */
 static void link_use_locked(SimLink *l, const char *control)
 {
