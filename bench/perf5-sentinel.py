@@ -61,7 +61,8 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vgpud_bench import (  # noqa: E402 (after the path)
-    MNT, Client, Vgpud, log, median, mint, poll, row, run_main, write_config, write_secret)
+    MNT, Client, Vgpud, duration_seconds, log, median, mint, poll, row, run_main, write_config,
+    write_secret)
 from vgpud_test import configure, metric, parse_metrics, read_creatable  # noqa: E402
 
 RECORDS = 1000
@@ -78,7 +79,6 @@ RESULTS = ("ok", "failed", "unknown", "rpc_error", "unsupported_agent", "list_er
 ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 ROUND_RE = re.compile(r"<7>vGPU sentinel round done duration=(\S+) targets=(\d+)"
                       r"(?: unfinished=(\d+))?$")
-UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 SYS_DEVICES = os.path.join(MNT, "sys", "bus", "pci", "devices")
@@ -89,16 +89,6 @@ AGENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "perf5-agents.
 
 def tag(msg):
     log("perf5", msg)
-
-
-def seconds(text):
-    """format_duration()'s text as logged (µs may come quoted as \\xc2\\xb5) in seconds."""
-    t = text.strip('"').replace("\\xc2\\xb5", "u").replace("\u00b5", "u")
-    if t == "0s":
-        return 0.0
-    if not re.fullmatch(r"(\d+(\.\d+)?(h|ms|us|ns|m|s))+", t):
-        raise RuntimeError("unreadable duration %r in the round line" % text)
-    return sum(float(n) * UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|ns|m|s)", t))
 
 
 def loadavg():
@@ -265,7 +255,7 @@ def rounds_in(d):
         ms, _, text = line.strip().partition(" ")
         m = ROUND_RE.search(text)
         if m:
-            out.append((float(ms) / 1000, seconds(m.group(1)), int(m.group(2)),
+            out.append((float(ms) / 1000, duration_seconds(m.group(1)), int(m.group(2)),
                         int(m.group(3) or 0)))
     return out
 

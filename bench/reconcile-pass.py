@@ -63,7 +63,7 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vgpud_bench import (  # noqa: E402 (after the path)
-    MNT, Vgpud, log, median, poll, row, run_main, write_config, write_secret)
+    MNT, Vgpud, duration_seconds, log, median, poll, row, run_main, write_config, write_secret)
 from vgpud_test import configure, read_creatable  # noqa: E402 (vgpud_bench put it on the path)
 
 RECORDS = 1000
@@ -73,7 +73,6 @@ ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 DEAD_PID_BASE = 30000  # far above anything the namespace allocates in a run (checked)
 PASS_RE = re.compile(r"<7>reconcile pass done duration=(\S+) released=(\d+) reset=(\d+) "
                      r"removed=(\d+) failed=(\d+) scan=(\S+)$")
-UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 SYS_DEVICES = os.path.join(MNT, "sys", "bus", "pci", "devices")
 INSTANCES = os.path.join(MNT, "data", "instances")
@@ -84,24 +83,14 @@ def tag(msg):
     log("reconcile-pass", msg)
 
 
-def seconds(text):
-    """format_duration()'s text as logged (OPS-4 quotes µs as \\xc2\\xb5) in seconds."""
-    t = text.strip('"').replace("\\xc2\\xb5", "u").replace("\u00b5", "u")
-    if t == "0s":
-        return 0.0
-    if not re.fullmatch(r"(\d+(\.\d+)?(h|ms|us|ns|m|s))+", t):
-        raise RuntimeError("unreadable duration %r in REC-11's line" % text)
-    return sum(float(n) * UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|ns|m|s)", t))
-
-
 def passes(d):
     """REC-11's lines so far: (duration s, released, reset, removed, failed, scan s)."""
     out = []
     for line in d.log_text().splitlines():
         m = PASS_RE.search(line)
         if m:
-            out.append((seconds(m.group(1)), int(m.group(2)), int(m.group(3)),
-                        int(m.group(4)), int(m.group(5)), seconds(m.group(6))))
+            out.append((duration_seconds(m.group(1)), int(m.group(2)), int(m.group(3)),
+                        int(m.group(4)), int(m.group(5)), duration_seconds(m.group(6))))
     return out
 
 

@@ -14,6 +14,7 @@
 # environment lazily and its argv (the tests' VGPUD ...) only for what the benchmarks do not use.
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -49,6 +50,20 @@ def percentile(values, p):
     s = sorted(values)
     k = max(1, -(-len(s) * p // 100))  # ceil(n * p / 100), at least the first
     return s[int(k) - 1]
+
+
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def duration_seconds(text, what="a log line"):
+    """A duration in format_duration()'s form as logged (OPS-4 quotes µs as \\xc2\\xb5), in
+    seconds."""
+    t = text.strip('"').replace("\\xc2\\xb5", "u").replace("\u00b5", "u")
+    if t == "0s":
+        return 0.0
+    if not re.fullmatch(r"(\d+(\.\d+)?(h|ms|us|ns|m|s))+", t):
+        raise RuntimeError("unreadable duration %r in %s" % (text, what))
+    return sum(float(n) * _UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|ns|m|s)", t))
 
 
 def run_main(main, name):
