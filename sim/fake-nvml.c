@@ -71,8 +71,6 @@ typedef struct Snapshot {
 typedef struct SimLink {
         char control[PATH_MAX]; /* "" while closed */
         int ctl_fd, state_fd;   /* -1 until first used */
-        char *buf;
-        size_t buf_size;
         Snapshot *snapshot;
         struct statx_timestamp mtime;
         uint64_t size, ino;
@@ -113,9 +111,6 @@ static void link_close_locked(SimLink *l)
 {
         link_close_fd(&l->ctl_fd);
         link_close_fd(&l->state_fd);
-        free(l->buf);
-        l->buf = NULL;
-        l->buf_size = 0;
         if (l->snapshot && --l->snapshot->refs == 0) {
                 sim_host_free(l->snapshot->host);
                 free(l->snapshot);
@@ -164,23 +159,28 @@ static bool link_is_stale(int r)
         return r == -ENOTCONN || r == -EBADF || r == -ENODEV;
 }
 
-/* Reads the whole of state.json through the kept descriptor. Call with link_lock. */
-static int link_read_state_locked(SimLink *l, size_t *ret_size)
+/*
+ * Reads the whole of state.json through the kept descriptor into a buffer of its own: only the
+ * parsed model is kept, so the text's 64 KiB or more do not sit in the host process between
+ * reads. Call with link_lock.
+ */
+static int link_read_state_locked(SimLink *l, char **ret_buf, size_t *ret_size)
 {
-        size_t used = 0;
+        _cleanup_free_ char *buf = NULL;
+        size_t used = 0, buf_size = 0;
         for (;;) {
-                if (used == l->buf_size) {
-                        if (l->buf_size > SIM_STATE_MAX_BYTES)
+                if (used == buf_size) {
+                        if (buf_size > SIM_STATE_MAX_BYTES)
                                 return -EFBIG;
-                        size_t next = l->buf_size ? l->buf_size * 2 : 64 * 1024;
-                        char *grown = realloc(l->buf, next + 1);
+                        size_t next = buf_size ? buf_size * 2 : 64 * 1024;
+                        char *grown = realloc(buf, next + 1);
                         if (!grown)
                                 return -ENOMEM;
-                        l->buf = grown;
-                        l->buf_size = next;
+                        buf = grown;
+                        buf_size = next;
                 }
                 /* A read from offset 0 regenerates the text; later offsets read that same text. */
-                ssize_t n = pread(l->state_fd, l->buf + used, l->buf_size - used, (off_t)used);
+                ssize_t n = pread(l->state_fd, buf + used, buf_size - used, (off_t)used);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
@@ -191,7 +191,8 @@ static int link_read_state_locked(SimLink *l, size_t *ret_size)
         }
         if (used > SIM_STATE_MAX_BYTES)
                 return -EFBIG;
-        l->buf[used] = 0;
+        buf[used] = 0;
+        *ret_buf = TAKE_PTR(buf);
         *ret_size = used;
         return 0;
 }
@@ -221,13 +222,14 @@ static int link_load_locked(SimLink *l, Snapshot **ret)
                 return 0;
         }
 
+        _cleanup_free_ char *text = NULL;
         size_t size;
-        if ((r = link_read_state_locked(l, &size)) < 0)
+        if ((r = link_read_state_locked(l, &text, &size)) < 0)
                 return r;
         _cleanup_free_ Snapshot *s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
-        if ((r = sim_host_from_json(l->buf, size, &s->host, NULL)) < 0)
+        if ((r = sim_host_from_json(text, size, &s->host, NULL)) < 0)
                 return r;
         s->refs = 1; /* the link's */
         if (l->snapshot && --l->snapshot->refs == 0) {

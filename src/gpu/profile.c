@@ -371,6 +371,12 @@ int gpu_parse_creatable_types(const char *buf, size_t size, GpuProfile **ret, si
                 return line_r;
         }
 
+        /* The list lives as long as the VF table (one per VF): give back the growth slack. */
+        if (l.n > 0 && l.n < l.cap) {
+                GpuProfile *fitted = realloc(l.items, l.n * sizeof *fitted);
+                if (fitted)
+                        l.items = fitted;
+        }
         *ret = TAKE_PTR(l.items);
         *ret_n = l.n;
         l.n = 0;
