@@ -35,3 +35,5 @@ int cmd_inventory(int argc, char **argv);
 int cmd_health_check(int argc, char **argv);
 /* The daemon itself: vgpud with options only (CFG-1, CFG-2). */
 int cmd_daemon(int argc, char **argv);
+/* vgpud --help: the synopsis, every option and every subcommand with its options. */
+void vgpud_help(FILE *f);

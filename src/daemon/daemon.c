@@ -98,7 +98,7 @@ int cmd_daemon(int argc, char **argv)
                         printf("vgpud %s\n", VGPUD_VERSION);
                         return 0;
                 case OPT_HELP:
-                        fputs(DAEMON_USAGE, stdout);
+                        vgpud_help(stdout);
                         return 0;
                 default:
                         fprintf(stderr, "vgpud: invalid option \"%s\"\n%s", argv[optind - 1],
