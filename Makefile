@@ -1,7 +1,7 @@
 # Thin wrapper around meson so a fresh machine needs exactly one command.
 BUILD ?= build
 
-.PHONY: all deps build check chaos demo bench fuzz format clean
+.PHONY: all deps build check chaos demo bench fuzz deb format clean
 
 all: build
 
@@ -29,6 +29,12 @@ demo: build
 bench: build
 	@scripts/deps.sh bench
 	@bench/run $(BUILD)
+
+# The Debian package vgpud_<version>_<arch>.deb (OPS-14), from a fresh release build in
+# build-deb/, into DEBDIR (default: here); scripts/test-deb.sh installs and checks it.
+DEBDIR ?= .
+deb:
+	@scripts/build-deb.sh $(DEBDIR)
 
 # libFuzzer binaries (clang); run e.g. build-fuzz/fuzz/fuzz-duration-libfuzzer fuzz/corpus/duration
 fuzz: deps

@@ -1,24 +1,27 @@
 #!/bin/sh
 # Installs the Debian 12 packages vgpud needs to build, test and demo. Idempotent, and silent
 # when everything is already present.
-# Usage: scripts/deps.sh [bench]
+# Usage: scripts/deps.sh [bench | deb]
 #   bench   also the benchmarks' peers (SPEC §16): wrk, the load generator, and nginx-light,
 #           PERF-1's baseline. bench/run starts its own nginx in a temporary prefix; the
 #           distribution's nginx service is not used.
+#   deb     also what `make deb` and scripts/test-deb.sh use (OPS-14): dpkg-dev and binutils
+#           to build the package, lintian to check it, systemd for systemd-analyze.
 set -eu
 
 packages="
   gcc clang lld libclang-rt-14-dev meson ninja-build pkg-config clang-format
   libjansson-dev libyaml-dev libfuse3-dev fuse3 libsystemd-dev libmicrohttpd-dev libjwt-dev
   libcurl4-openssl-dev libcmocka-dev libssl-dev libsqlite3-dev sqlite3 git
-  util-linux iproute2 psmisc python3 strace prometheus curl
+  util-linux iproute2 psmisc python3 strace prometheus curl mandoc
   qemu-system-x86 busybox-static cpio xz-utils zstd
 "
 case "${1:-}" in
 "") ;;
 bench) packages="$packages wrk nginx-light" ;;
+deb) packages="$packages dpkg-dev binutils lintian systemd" ;;
 *)
-        echo "usage: $0 [bench]" >&2
+        echo "usage: $0 [bench | deb]" >&2
         exit 2
         ;;
 esac
