@@ -34,6 +34,10 @@ typedef enum StringRule {
         RULE_UNIX_SOCKET, /* absolute and fits sun_path, or empty */
         RULE_LIBRARY,     /* a bare name for the loader's search, an absolute path, or empty */
         RULE_LISTEN,      /* CFG-6, or empty */
+        RULE_URL,         /* http:// or https:// and printable ASCII without spaces, or empty */
+        RULE_HOST_NAME,   /* letters, digits, '-', '.', '_' (FLEET-2's provider names), or empty */
+        RULE_TOKEN,       /* printable ASCII without spaces, or empty */
+        RULE_PATH_OR_EMPTY, /* absolute, or empty */
 } StringRule;
 
 typedef struct EnumValue {
@@ -53,6 +57,7 @@ typedef struct ConfigKey {
 
 _Static_assert(sizeof(ConfigQemuAccel) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(PlacementPolicy) == sizeof(int), "enums are stored as int");
+_Static_assert(sizeof(ConfigPlacementAuth) == sizeof(int), "enums are stored as int");
 
 /* A compile-time error unless Config's field f has type t. */
 #define TYPE_CHECK(f, t) \
@@ -84,6 +89,11 @@ static const EnumValue qemu_accels[] = {
 static const EnumValue placement_policies[] = {
     {"spread", PLACEMENT_POLICY_SPREAD},
     {"pack", PLACEMENT_POLICY_PACK},
+};
+
+static const EnumValue placement_auths[] = {
+    {"noauth", CONFIG_PLACEMENT_AUTH_NOAUTH},
+    {"keystone", CONFIG_PLACEMENT_AUTH_KEYSTONE},
 };
 
 static const EnumValue log_levels[] = {
@@ -131,6 +141,19 @@ static const ConfigKey config_keys[] = {
     {BOOL("gpu.breaker.enabled", gpu.breaker.enabled)},
     {DURATION("gpu.breaker.window", gpu.breaker.window, NSEC_PER_MIN, 168 * NSEC_PER_HOUR)},
     {UINT("gpu.breaker.max_quarantines", gpu.breaker.max_quarantines, 1, 1000)},
+    {SECTION("placement")},
+    {STRING("placement.url", placement.url, RULE_URL)},
+    {ENUM("placement.auth", placement.auth, ConfigPlacementAuth, placement_auths)},
+    {STRING("placement.host_name", placement.host_name, RULE_HOST_NAME)},
+    {DURATION("placement.sync_interval", placement.sync_interval, 5 * NSEC_PER_SEC,
+              10 * NSEC_PER_MIN)},
+    {DURATION("placement.orphan_grace", placement.orphan_grace, NSEC_PER_MIN, 168 * NSEC_PER_HOUR)},
+    {SECTION("placement.keystone")},
+    {STRING("placement.keystone.auth_url", placement.keystone.auth_url, RULE_URL)},
+    {STRING("placement.keystone.application_credential_id",
+            placement.keystone.application_credential_id, RULE_TOKEN)},
+    {STRING("placement.keystone.application_credential_secret_file",
+            placement.keystone.application_credential_secret_file, RULE_PATH_OR_EMPTY)},
 };
 
 #define N_KEYS ELEMENTSOF(config_keys)
@@ -170,6 +193,11 @@ const char *config_qemu_accel_to_string(ConfigQemuAccel a)
 const char *placement_policy_to_string(PlacementPolicy p)
 {
         return enum_name(placement_policies, ELEMENTSOF(placement_policies), (int)p);
+}
+
+const char *config_placement_auth_to_string(ConfigPlacementAuth a)
+{
+        return enum_name(placement_auths, ELEMENTSOF(placement_auths), (int)a);
 }
 
 /* ---- life cycle ----------------------------------------------------------------------------- */
@@ -217,6 +245,11 @@ int config_init_defaults(Config *ret)
             {offsetof(Config, proc_root), "/proc"},
             {offsetof(Config, nvml_library), "libnvidia-ml.so.1"},
             {offsetof(Config, qemu_binary), "/usr/bin/qemu-system-x86_64"},
+            {offsetof(Config, placement.url), ""},
+            {offsetof(Config, placement.host_name), ""},
+            {offsetof(Config, placement.keystone.auth_url), ""},
+            {offsetof(Config, placement.keystone.application_credential_id), ""},
+            {offsetof(Config, placement.keystone.application_credential_secret_file), ""},
         };
         _cleanup_(config_done) Config c = {
             .unix_socket_mode = 0600,
@@ -247,6 +280,12 @@ int config_init_defaults(Config *ret)
                             .window = NSEC_PER_HOUR,
                             .max_quarantines = 4,
                         },
+                },
+            .placement =
+                {
+                    .auth = CONFIG_PLACEMENT_AUTH_NOAUTH,
+                    .sync_interval = 30 * NSEC_PER_SEC,
+                    .orphan_grace = 10 * NSEC_PER_MIN,
                 },
         };
 
@@ -393,6 +432,14 @@ int config_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *
         return 0;
 }
 
+static bool printable_without_spaces(const char *s)
+{
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+                if (*p <= ' ' || *p >= 0x7f)
+                        return false;
+        return true;
+}
+
 static bool string_is_valid(StringRule rule, const char *s)
 {
         size_t n = strlen(s);
@@ -414,6 +461,28 @@ static bool string_is_valid(StringRule rule, const char *s)
                 socklen_t len;
                 return n == 0 || config_parse_listen(s, &ss, &len) >= 0;
         }
+        case RULE_URL: {
+                if (n == 0)
+                        return true;
+                const char *rest = startswith(s, "http://");
+                if (!rest)
+                        rest = startswith(s, "https://");
+                if (!rest || !*rest || *rest == '/' || n > CONFIG_URL_MAX)
+                        return false;
+                return printable_without_spaces(s);
+        }
+        case RULE_HOST_NAME:
+                if (n > CONFIG_HOST_NAME_MAX)
+                        return false;
+                for (const char *p = s; *p; p++)
+                        if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') &&
+                            !(*p >= '0' && *p <= '9') && *p != '-' && *p != '.' && *p != '_')
+                                return false;
+                return true;
+        case RULE_TOKEN:
+                return n <= CONFIG_CREDENTIAL_ID_MAX && printable_without_spaces(s);
+        case RULE_PATH_OR_EMPTY:
+                return n == 0 || absolute;
         }
         return false;
 }
@@ -465,6 +534,26 @@ static void key_describe(const ConfigKey *k, char *buf, size_t size)
                         snprintf(buf, size,
                                  "<IPv4>:<port> or [<IPv6>]:<port> with a port between 1 and "
                                  "65535, or empty");
+                        return;
+                case RULE_URL:
+                        snprintf(buf, size,
+                                 "an http:// or https:// URL of at most %d bytes without spaces, "
+                                 "or empty",
+                                 CONFIG_URL_MAX);
+                        return;
+                case RULE_HOST_NAME:
+                        snprintf(buf, size,
+                                 "a host name of at most %d letters, digits, '-', '.' or '_', or "
+                                 "empty",
+                                 CONFIG_HOST_NAME_MAX);
+                        return;
+                case RULE_TOKEN:
+                        snprintf(buf, size,
+                                 "at most %d printable characters without spaces, or empty",
+                                 CONFIG_CREDENTIAL_ID_MAX);
+                        return;
+                case RULE_PATH_OR_EMPTY:
+                        snprintf(buf, size, "an absolute path, or empty");
                         return;
                 }
                 break;
@@ -1088,6 +1177,19 @@ int config_validate(const Config *c, char **error)
                 return error_set(error, -EINVAL,
                                  "listen and unix_socket are both empty: the API needs at least "
                                  "one listener");
+        /* FLEET-1: Keystone needs all three of its keys. */
+        const ConfigPlacement *p = &c->placement;
+        if (*p->url && p->auth == CONFIG_PLACEMENT_AUTH_KEYSTONE) {
+                const char *missing = !*p->keystone.auth_url ? "placement.keystone.auth_url"
+                                      : !*p->keystone.application_credential_id
+                                          ? "placement.keystone.application_credential_id"
+                                      : !*p->keystone.application_credential_secret_file
+                                          ? "placement.keystone.application_credential_secret_file"
+                                          : NULL;
+                if (missing)
+                        return error_set(error, -EINVAL,
+                                         "placement.auth is keystone but %s is empty", missing);
+        }
         return 0;
 }
 

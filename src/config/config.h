@@ -93,6 +93,33 @@ typedef struct ConfigGpu {
         ConfigBreaker breaker;
 } ConfigGpu;
 
+/* placement.auth (FLEET-1). */
+typedef enum ConfigPlacementAuth {
+        CONFIG_PLACEMENT_AUTH_NOAUTH,   /* placement's noauth2 (tests, closed networks) */
+        CONFIG_PLACEMENT_AUTH_KEYSTONE, /* Keystone application credentials */
+} ConfigPlacementAuth;
+
+/* The bounds of placement.* (FLEET-1): a URL, a credential id. */
+#define CONFIG_URL_MAX 2048
+#define CONFIG_CREDENTIAL_ID_MAX 255
+#define CONFIG_HOST_NAME_MAX 64
+
+typedef struct ConfigKeystone {
+        char *auth_url;                           /* http(s) URL, or "" */
+        char *application_credential_id;          /* or "" */
+        char *application_credential_secret_file; /* absolute path, or "" (API-14's modes) */
+} ConfigKeystone;
+
+/* The OpenStack Placement sync (SPEC §18, FLEET-1); off while url is "". */
+typedef struct ConfigPlacement {
+        char *url;                /* http(s) URL, or "" */
+        ConfigPlacementAuth auth; /* default noauth */
+        char *host_name;          /* "" means the kernel host name, read at start-up */
+        nsec_t sync_interval;     /* 5s..10m, default 30s */
+        nsec_t orphan_grace;      /* 1m..168h, default 10m (FLEET-6) */
+        ConfigKeystone keystone;
+} ConfigPlacement;
+
 /*
  * Every key of CFG-3. Strings are owned by the Config and never NULL once it is initialised;
  * "" means "disabled" where CFG-3 allows empty (listen, unix_socket, nvml_library). Directory
@@ -120,6 +147,7 @@ typedef struct Config {
         int log_level; /* LOG_LEVEL_ERR..LOG_LEVEL_DEBUG */
         ConfigVmm vmm;
         ConfigGpu gpu;
+        ConfigPlacement placement;
 } Config;
 
 /* Fills *ret with the CFG-3 defaults. -ENOMEM. */
@@ -201,3 +229,4 @@ bool config_runtime_dir_is_valid(const char *path);
 
 const char *config_qemu_accel_to_string(ConfigQemuAccel a);
 const char *placement_policy_to_string(PlacementPolicy p);
+const char *config_placement_auth_to_string(ConfigPlacementAuth a);

@@ -264,7 +264,17 @@ static const char default_dump[] = "listen: \"127.0.0.1:8080\"\n"
                                    "  breaker:\n"
                                    "    enabled: true\n"
                                    "    window: 1h\n"
-                                   "    max_quarantines: 4\n";
+                                   "    max_quarantines: 4\n"
+                                   "placement:\n"
+                                   "  url: \"\"\n"
+                                   "  auth: noauth\n"
+                                   "  host_name: \"\"\n"
+                                   "  sync_interval: 30s\n"
+                                   "  orphan_grace: 10m\n"
+                                   "  keystone:\n"
+                                   "    auth_url: \"\"\n"
+                                   "    application_credential_id: \"\"\n"
+                                   "    application_credential_secret_file: \"\"\n";
 
 /* CFG-2 (--check-config shows the result), CFG-3 */
 static void test_dump_defaults(void **state)
@@ -309,7 +319,17 @@ static const char poison_yaml[] = "listen: \"[::1]:9090\"\n"
                                   "  breaker:\n"
                                   "    enabled: false\n"
                                   "    window: 168h\n"
-                                  "    max_quarantines: 1000\n";
+                                  "    max_quarantines: 1000\n"
+                                  "placement:\n"
+                                  "  url: http://placement.poison:8778/\n"
+                                  "  auth: keystone\n"
+                                  "  host_name: poison-1.example\n"
+                                  "  sync_interval: 10m\n"
+                                  "  orphan_grace: 168h\n"
+                                  "  keystone:\n"
+                                  "    auth_url: https://keystone.poison/identity\n"
+                                  "    application_credential_id: 0123abcd\n"
+                                  "    application_credential_secret_file: /poison/secret\n";
 
 /* CFG-1, CFG-3: a file with every key, nested mappings for the dotted keys */
 static void test_every_key_loads(void **state)
@@ -349,6 +369,16 @@ static void test_every_key_loads(void **state)
         assert_false(c->gpu.breaker.enabled);
         assert_int_equal(c->gpu.breaker.window, 168 * NSEC_PER_HOUR);
         assert_int_equal(c->gpu.breaker.max_quarantines, 1000);
+        /* FLEET-1 */
+        assert_string_equal(c->placement.url, "http://placement.poison:8778/");
+        assert_int_equal(c->placement.auth, CONFIG_PLACEMENT_AUTH_KEYSTONE);
+        assert_string_equal(c->placement.host_name, "poison-1.example");
+        assert_int_equal(c->placement.sync_interval, 10 * NSEC_PER_MIN);
+        assert_int_equal(c->placement.orphan_grace, 168 * NSEC_PER_HOUR);
+        assert_string_equal(c->placement.keystone.auth_url, "https://keystone.poison/identity");
+        assert_string_equal(c->placement.keystone.application_credential_id, "0123abcd");
+        assert_string_equal(c->placement.keystone.application_credential_secret_file,
+                            "/poison/secret");
 
         /* every line of its dump but the section headers differs from the default dump */
         _cleanup_free_ char *text = dump(c);
@@ -367,7 +397,7 @@ static void test_every_key_loads(void **state)
         }
         assert_null(a);
         assert_null(b);
-        assert_int_equal(lines, 35);
+        assert_int_equal(lines, 45);
 }
 
 /* OPS-5: the shipped example has every key, each at its default */
