@@ -77,6 +77,11 @@ if [ -n "$(find "$root" -name '*vgpu-agent*')" ]; then
         exit 1
 fi
 
+# data_dir, which systemd also creates (StateDirectory=) at the first start: shipped empty so
+# that `vgpud --check-config` works on the example configuration before that start. A purge
+# removes it only while it is empty; instance records and the VF health store stay.
+install -d -m 0755 "$root/var/lib/vgpud"
+
 # Strip as dh_strip does: symbols the dynamic linker does not need and the compiler's notes.
 elfs=""
 for f in "$root"/usr/bin/* "$root"/usr/sbin/*; do

@@ -98,6 +98,8 @@ for path in \
         /usr/share/doc/vgpud/RUNBOOK.md; do
         check "the package has $path" grep -qx "$path" "$files"
 done
+check "the package has the empty data_dir /var/lib/vgpud/" \
+        grep -qx /var/lib/vgpud/ "$tmp/contents"
 
 # vgpu-agent is a guest artefact (OPS-5); the simulator, fake-qemu, the fake NVML and the
 # test, fuzz and bench programs never leave the source tree.
@@ -207,14 +209,12 @@ out=$(/usr/sbin/vgpud --version 2>&1)
 check "vgpud --version prints 'vgpud $version'" test "$out" = "vgpud $version"
 out=$(/usr/bin/vgpuctl --version 2>&1)
 check "vgpuctl --version prints 'vgpuctl $version'" test "$out" = "vgpuctl $version"
-# The installed example configuration is valid as shipped, given the two things a site
-# provides: the token secret, and data_dir, which systemd creates (StateDirectory=) at the
-# first start.
-mkdir -m 0700 "$tmp/state"
+# The installed example configuration is valid as shipped, given what only a site provides:
+# the token secret. data_dir (/var/lib/vgpud) comes with the package.
 head -c 48 /dev/urandom | base64 >"$tmp/jwt.secret"
 chmod 0600 "$tmp/jwt.secret"
 out=$(/usr/sbin/vgpud --check-config --config /etc/vgpud/vgpud.yaml \
-        --set data_dir="$tmp/state" --set jwt_secret_file="$tmp/jwt.secret" 2>&1)
+        --set jwt_secret_file="$tmp/jwt.secret" 2>&1)
 st=$?
 check "vgpud --check-config accepts the installed /etc/vgpud/vgpud.yaml" test "$st" -eq 0
 [ "$st" -eq 0 ] || echo "$out" | comment
@@ -248,7 +248,21 @@ else
         ok "man -w vgpud # SKIP man-db is not installed"
 fi
 
-# --- purge -----------------------------------------------------------------------------
+# --- remove, then purge -----------------------------------------------------------------
+
+# A conffile outlives a remove, with the administrator's edit in it, and goes with the purge.
+echo "# a local edit" >>/etc/vgpud/vgpud.yaml
+if apt-get remove -y -q -o Dpkg::Use-Pty=0 vgpud >"$tmp/remove.log" 2>&1; then
+        ok "apt-get remove vgpud"
+else
+        not_ok "apt-get remove vgpud"
+        comment <"$tmp/remove.log"
+fi
+check "after the remove, dpkg keeps vgpud's config files only" \
+        test "$(dpkg-query -W -f='${Status}' vgpud 2>/dev/null)" = "deinstall ok config-files"
+check "after the remove, /usr/sbin/vgpud is gone" test ! -e /usr/sbin/vgpud
+check "after the remove, /etc/vgpud/vgpud.yaml is still there with the local edit" \
+        grep -qx "# a local edit" /etc/vgpud/vgpud.yaml
 
 if apt-get purge -y -q -o Dpkg::Use-Pty=0 vgpud >"$tmp/purge.log" 2>&1; then
         ok "apt-get purge vgpud"
