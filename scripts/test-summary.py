@@ -3,14 +3,49 @@
 
 meson writes one JSON object per test to meson-logs/testlog.json. A TAP test counts once, by
 its overall result. A build dir without a log counts as one failure: its suite never ran.
-Exit status 1 when anything failed.
+An argument ending in .tap is the saved output of one TAP script run outside meson
+(scripts/test-deb.sh), counted once too: failed on a "not ok" without TODO, a "Bail out!",
+no plan or a plan that does not match, skipped on "1..0", passed otherwise; a missing file
+is a failure. Exit status 1 when anything failed.
 """
 import json
 import os
+import re
 import sys
+
+
+def tap_result(path):
+    with open(path, errors="replace") as f:
+        lines = f.read().splitlines()
+    plan = None
+    points = 0
+    for line in lines:
+        if line.startswith("Bail out!"):
+            return "FAIL"
+        m = re.match(r"1\.\.(\d+)", line)
+        if m:
+            plan = int(m.group(1))
+        elif re.match(r"(not )?ok\b", line):
+            points += 1
+            if line.startswith("not ok") and "# TODO" not in line:
+                return "FAIL"
+    if plan == 0:
+        return "SKIP"
+    return "OK" if plan == points else "FAIL"
+
 
 passed = failed = skipped = 0
 for build in sys.argv[1:]:
+    if build.endswith(".tap"):
+        if not os.path.exists(build):
+            print(f"{build}: no TAP output", file=sys.stderr)
+            failed += 1
+            continue
+        result = tap_result(build)
+        passed += result == "OK"
+        skipped += result == "SKIP"
+        failed += result == "FAIL"
+        continue
     log = os.path.join(build, "meson-logs", "testlog.json")
     if not os.path.exists(log):
         print(f"{build}: no test log", file=sys.stderr)
