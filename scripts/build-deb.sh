@@ -18,6 +18,10 @@ cd "$(dirname "$0")/.."
 top=$(pwd)
 outdir=${1:-$top}
 build=${DEB_BUILD:-build-deb}
+case $build in
+/*) ;;
+*) build=$top/$build ;;
+esac
 pkgdir=$top/packaging/debian
 
 scripts/deps.sh deb
@@ -55,14 +59,21 @@ fi
 # own, so -O2 stands, as in every Debian package.
 (
         eval "$(DEB_BUILD_MAINT_OPTIONS=hardening=+all dpkg-buildflags --export=sh)"
-        meson setup "$build" --buildtype=release -Dtests=false --prefix=/usr \
-                --sysconfdir=/etc --localstatedir=/var >/dev/null
+        if ! out=$(meson setup "$build" --buildtype=release -Dtests=false --prefix=/usr \
+                --sysconfdir=/etc --localstatedir=/var 2>&1); then
+                echo "$out" >&2
+                exit 1
+        fi
 )
-ninja -C "$build" >/dev/null
+# Quiet unless something fails; meson and ninja say why on stdout.
+if ! ninja -C "$build" >"$build/build-deb.log" 2>&1; then
+        cat "$build/build-deb.log" >&2
+        exit 1
+fi
 
 # The layout dpkg-shlibdeps and dpkg-gencontrol expect: debian/control, debian/changelog and
 # the package's root in debian/vgpud, all inside the build directory.
-work=$top/$build/deb
+work=$build/deb
 root=$work/debian/vgpud
 mkdir -p "$work/debian"
 cp "$pkgdir/control" "$pkgdir/changelog" "$work/debian/"
