@@ -315,7 +315,10 @@ static bool literal_is_valid(const char *s, size_t len)
         return true;
 }
 
-/* A pattern's segments, each either a valid literal or "{name}" with a name used once. */
+/*
+ * A pattern's segments, each either a valid literal or "{name}" with a name used once; the last
+ * may be empty, a trailing slash, which the router never strips ("/ui/" is a page, "/ui" not).
+ */
 static bool pattern_is_valid(const char *pattern)
 {
         if (!pattern || pattern[0] != '/')
@@ -332,7 +335,7 @@ static bool pattern_is_valid(const char *pattern)
                         for (const char *e = pattern; (e = strstr(e, "{")) && e < p; e++)
                                 if (strncmp(e, p, len) == 0)
                                         return false;
-                } else if (!literal_is_valid(p, len))
+                } else if (!literal_is_valid(p, len) && !(len == 0 && !p[len]))
                         return false;
                 if (!p[len])
                         return true;
@@ -346,8 +349,11 @@ static bool patterns_overlap(const char *a, const char *b)
         const char *p = a + 1, *q = b + 1;
         for (;;) {
                 size_t la = strcspn(p, "/"), lb = strcspn(q, "/");
-                if (!segment_is_param(p, la) && !segment_is_param(q, lb) &&
-                    (la != lb || strncmp(p, q, la) != 0))
+                bool pp = segment_is_param(p, la), qp = segment_is_param(q, lb);
+                if (!pp && !qp && (la != lb || strncmp(p, q, la) != 0))
+                        return false;
+                /* A parameter never matches the empty segment of a trailing slash. */
+                if ((pp && lb == 0) || (qp && la == 0))
                         return false;
                 if (!p[la] || !q[lb])
                         return !p[la] && !q[lb];

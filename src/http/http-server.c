@@ -212,7 +212,8 @@ static int response_add_header(struct MHD_Response *resp, const char *name, cons
 }
 
 static int request_set_answer(HttpRequest *req, unsigned status, const char *content_type,
-                              const void *body, size_t size, const char *allow)
+                              const void *body, size_t size, const char *allow,
+                              const char *const *headers)
 {
         if (req->response || req->state == REQUEST_ANSWERED)
                 return -EALREADY;
@@ -232,6 +233,8 @@ static int request_set_answer(HttpRequest *req, unsigned status, const char *con
                 r = response_add_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
         if (r >= 0 && status == MHD_HTTP_UNAUTHORIZED)
                 r = response_add_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+        for (const char *const *h = headers; r >= 0 && h && h[0]; h += 2)
+                r = h[1] ? response_add_header(resp, h[0], h[1]) : -EINVAL;
         /* Answered before a declared body was read: the unread body must not be taken for the
          * next request (API-15), so the connection ends with this answer. */
         if (r >= 0 && (req->close || (req->state == REQUEST_NEW && req->body_declared)))
@@ -256,7 +259,13 @@ static int request_set_answer(HttpRequest *req, unsigned status, const char *con
 int http_reply(HttpRequest *req, unsigned status, const char *content_type, const void *body,
                size_t size)
 {
-        return request_set_answer(req, status, content_type, body, size, NULL);
+        return request_set_answer(req, status, content_type, body, size, NULL, NULL);
+}
+
+int http_reply_with_headers(HttpRequest *req, unsigned status, const char *content_type,
+                            const void *body, size_t size, const char *const *headers)
+{
+        return request_set_answer(req, status, content_type, body, size, NULL, headers);
 }
 
 static int reply_json_allow(HttpRequest *req, unsigned status, const json_t *body,
@@ -265,7 +274,7 @@ static int reply_json_allow(HttpRequest *req, unsigned status, const json_t *bod
         _cleanup_free_ char *text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
         if (!text)
                 return -ENOMEM;
-        return request_set_answer(req, status, "application/json", text, strlen(text), allow);
+        return request_set_answer(req, status, "application/json", text, strlen(text), allow, NULL);
 }
 
 int http_reply_json(HttpRequest *req, unsigned status, const json_t *body)

@@ -153,6 +153,13 @@ int http_json_parse_body(const void *buf, size_t size, json_t **ret, char **erro
  */
 int http_reply(HttpRequest *req, unsigned status, const char *content_type, const void *body,
                size_t size);
+/*
+ * http_reply() with extra response headers: headers is a NULL-ended list of name, value pairs
+ * ({"Cache-Control", "no-cache", NULL}), copied; -EINVAL for a name without a value. For the
+ * web UI's security headers and a redirect's Location.
+ */
+int http_reply_with_headers(HttpRequest *req, unsigned status, const char *content_type,
+                            const void *body, size_t size, const char *const *headers);
 int http_reply_json(HttpRequest *req, unsigned status, const json_t *body);
 /* {"code": code, "message": <formatted>} */
 int http_reply_error(HttpRequest *req, unsigned status, const char *code, const char *fmt, ...)

@@ -118,6 +118,15 @@ static int handle_public(HttpRequest *req, void *userdata)
         return http_reply(req, 200, "text/plain", "hello", 5);
 }
 
+/* A name without a value is refused and leaves the request unanswered; then the real answer. */
+static int handle_headers(HttpRequest *req, void *userdata)
+{
+        static const char *const odd[] = {"X-One", "1", "X-Two", NULL};
+        static const char *const headers[] = {"X-One", "1", "Cache-Control", "no-cache", NULL};
+        assert_int_equal(http_reply_with_headers(req, 200, "text/plain", "hi", 2, odd), -EINVAL);
+        return http_reply_with_headers(req, 200, "text/plain", "hi", 2, headers);
+}
+
 static int handle_item(HttpRequest *req, void *userdata)
 {
         json_auto_t *j =
@@ -223,6 +232,7 @@ static int handle_release(HttpRequest *req, void *userdata)
 static const HttpRoute test_routes[] = {
     {"GET", "/ping", handle_ping},
     {"GET", "/public", handle_public, .public = true},
+    {"GET", "/headers", handle_headers, .public = true},
     {"GET", "/items/{id}", handle_item},
     {"DELETE", "/items/{id}", handle_item},
     {"GET", "/items/{id}/parts/{part}", handle_item},
@@ -665,7 +675,7 @@ static void test_routes_validate(void **state) /* API-3 */
             {{NULL, "/a", no_handler}, "route (null) /a: invalid"},
             {{"GET", NULL, no_handler}, "route GET (null): invalid"},
             {{"GET", "a", no_handler}, "route GET a: invalid"},
-            {{"GET", "/a/", no_handler}, "route GET /a/: invalid"},
+            {{"GET", "/a//", no_handler}, "route GET /a//: invalid"},
             {{"GET", "//a", no_handler}, "route GET //a: invalid"},
             {{"GET", "/a/..", no_handler}, "route GET /a/..: invalid"},
             {{"GET", "/a%20", no_handler}, "route GET /a%20: invalid"},
@@ -691,7 +701,11 @@ static void test_routes_validate(void **state) /* API-3 */
                                   {"GET", "/a/{id}/b", no_handler},
                                   {"GET", "/b/{id}", no_handler},
                                   {"POST", "/a/{id}", no_handler},
-                                  {"GET", "/{x}/c/d", no_handler}};
+                                  {"GET", "/{x}/c/d", no_handler},
+                                  /* A trailing slash is a page of its own ("/ui/"), and a
+                                   * parameter never matches its empty segment. */
+                                  {"GET", "/a/", no_handler},
+                                  {"GET", "/a", no_handler}};
         assert_int_equal(http_routes_validate(fine, ELEMENTSOF(fine), &error), 0);
 }
 
@@ -739,6 +753,24 @@ static void test_route_find(void **state) /* API-3 */
                 assert_int_equal(http_route_find(test_routes, ELEMENTSOF(test_routes), "GET",
                                                  t.segments, t.n_segments, &index),
                                  -ENOENT);
+                http_target_done(&t);
+        }
+
+        /* A pattern with a trailing slash matches that path only. */
+        const HttpRoute slash[] = {{"GET", "/a/", no_handler}, {"GET", "/a/{id}", no_handler}};
+        static const struct {
+                const char *path;
+                int r;
+                size_t index;
+        } slash_cases[] = {{"/a/", 0, 0}, {"/a/x", 0, 1}, {"/a", -ENOENT, 0}, {"/a//", -ENOENT, 0}};
+        for (size_t i = 0; i < ELEMENTSOF(slash_cases); i++) {
+                index = 99;
+                assert_int_equal(http_target_parse(slash_cases[i].path, &t, NULL), 0);
+                assert_int_equal(http_route_find(slash, ELEMENTSOF(slash), "GET", t.segments,
+                                                 t.n_segments, &index),
+                                 slash_cases[i].r);
+                if (slash_cases[i].r == 0)
+                        assert_int_equal(index, slash_cases[i].index);
                 http_target_done(&t);
         }
 }
@@ -1239,6 +1271,15 @@ static void test_auth(void **state) /* API-12, API-13, REL-7 */
         response_done(&r);
         exchange(f, false, "GET", "/public", "Authorization: Bearer x\r\n", NULL, &r);
         assert_response(&r, 200, "hello");
+        response_done(&r);
+
+        /* http_reply_with_headers(): the extra headers go out with the answer (the web UI's). */
+        exchange(f, false, "GET", "/headers", NULL, NULL, &r);
+        assert_response(&r, 200, "hi");
+        assert_header(&r, "Content-Type", "text/plain");
+        assert_header(&r, "X-One", "1");
+        assert_header(&r, "Cache-Control", "no-cache");
+        assert_header(&r, "X-Two", NULL);
         response_done(&r);
 
         /* Time moves on: the fixture token dies at its exp. */
