@@ -34,3 +34,11 @@ int api_handle_instance_standby(HttpRequest *req, void *userdata);
 int api_handle_instance_snapshot(HttpRequest *req, void *userdata);
 int api_handle_instance_fork(HttpRequest *req, void *userdata);
 int api_handle_instance_console(HttpRequest *req, void *userdata);
+
+/* api-ui.c: the web VF map at /ui/, public (API-12), its files embedded at build time. */
+extern const char api_ui_index_html[], api_ui_vgpud_js[], api_ui_vgpud_css[];
+extern const size_t api_ui_index_html_size, api_ui_vgpud_js_size, api_ui_vgpud_css_size;
+int api_handle_ui_index(HttpRequest *req, void *userdata);
+int api_handle_ui_js(HttpRequest *req, void *userdata);
+int api_handle_ui_css(HttpRequest *req, void *userdata);
+int api_handle_ui_redirect(HttpRequest *req, void *userdata);
