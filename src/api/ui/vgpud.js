@@ -53,7 +53,10 @@
 
         async function getJson(path, token) {
                 const r = await fetch(path, {
-                        headers: { "Authorization": "Bearer " + token, "Accept": "application/json" },
+                        headers: {
+                                "Authorization": "Bearer " + token,
+                                "Accept": "application/json",
+                        },
                         cache: "no-store",
                         credentials: "omit",
                         redirect: "error",
@@ -117,7 +120,8 @@
                 try {
                         sessionStorage.setItem(TOKEN_KEY, token);
                 } catch (e) {
-                        showSignin("This browser refuses session storage, where the token is kept.");
+                        showSignin("This browser refuses session storage, where the token " +
+                                   "is kept.");
                         return;
                 }
                 start();
@@ -166,8 +170,9 @@
                                 return;
                         if (e instanceof Unauthorized) {
                                 forgetToken();
-                                showSignin("vgpud refused the token (401 unauthorized): it may have " +
-                                           "expired or be signed with another secret. Sign in again.");
+                                showSignin("vgpud refused the token (401 unauthorized): it " +
+                                           "may have expired or be signed with another " +
+                                           "secret. Sign in again.");
                                 return;
                         }
                         const b = $("error-banner");
@@ -285,7 +290,8 @@
                 if (vf.failures > 0)
                         cell.append(el("span", "vf-failures", "×" + vf.failures));
 
-                const lines = [vf.address, "state: " + vf.state + (vf.uncertain ? " (uncertain)" : "")];
+                const lines = [vf.address,
+                               "state: " + vf.state + (vf.uncertain ? " (uncertain)" : "")];
                 if (vf.profile) {
                         cell.append(el("span", "vf-profile", shortProfile(vf.profile)));
                         lines.push("profile: " + vf.profile);
@@ -295,7 +301,8 @@
                         const inst = el("span", "vf-instance", name || vf.instance_id);
                         inst.dataset.instanceId = vf.instance_id;
                         cell.append(inst);
-                        lines.push("instance: " + (name ? name + " (" + vf.instance_id + ")" : vf.instance_id));
+                        lines.push("instance: " +
+                                   (name ? name + " (" + vf.instance_id + ")" : vf.instance_id));
                 }
                 const rec = records.get(vf.address);
                 if (rec && rec.quarantined_at) {
