@@ -18,18 +18,13 @@
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " \
         "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
+/* Name, value pairs on every /ui answer, the redirect's included. */
+#define UI_SECURITY_HEADERS                                                                        \
+        "Content-Security-Policy", UI_CSP, "X-Content-Type-Options", "nosniff", "Referrer-Policy", \
+            "no-referrer"
+
 /* no-cache, not a max-age: after an upgrade the next load revalidates and gets the new files. */
-static const char *const ui_headers[] = {
-    "Content-Security-Policy",
-    UI_CSP,
-    "X-Content-Type-Options",
-    "nosniff",
-    "Referrer-Policy",
-    "no-referrer",
-    "Cache-Control",
-    "no-cache",
-    NULL,
-};
+static const char *const ui_headers[] = {UI_SECURITY_HEADERS, "Cache-Control", "no-cache", NULL};
 
 static int reply_file(HttpRequest *req, const char *content_type, const char *body, size_t size)
 {
@@ -59,16 +54,6 @@ int api_handle_ui_css(HttpRequest *req, void *userdata)
  */
 int api_handle_ui_redirect(HttpRequest *req, void *userdata)
 {
-        static const char *const headers[] = {
-            "Location",
-            "/ui/",
-            "Content-Security-Policy",
-            UI_CSP,
-            "X-Content-Type-Options",
-            "nosniff",
-            "Referrer-Policy",
-            "no-referrer",
-            NULL,
-        };
+        static const char *const headers[] = {"Location", "/ui/", UI_SECURITY_HEADERS, NULL};
         return http_reply_with_headers(req, MHD_HTTP_PERMANENT_REDIRECT, NULL, NULL, 0, headers);
 }
