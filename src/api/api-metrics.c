@@ -203,6 +203,42 @@ static int write_http(MetricsWriter *w, const ApiContext *ctx)
                               "code", codes, zero, ELEMENTSOF(codes));
 }
 
+/*
+ * FLEET-5's families, with every result from start-up (MET-3), while the sync is configured;
+ * without placement.url they are absent like the rest of SPEC §18.
+ */
+static int write_placement(MetricsWriter *w, const ApiContext *ctx)
+{
+        const FleetSyncStats *fs = ctx->fleet;
+        if (!fs)
+                return 0;
+        const char *results[_FLEET_RESULT_MAX];
+        for (size_t k = 0; k < _FLEET_RESULT_MAX; k++)
+                results[k] = fleet_result_to_string(k);
+        int r = write_labelled(w,
+                               &(Family){"vgpud_placement_sync_total", METRIC_COUNTER,
+                                         "Placement sync runs by outcome (ok, error) and "
+                                         "generation conflicts met (conflict)."},
+                               "result", results, fs->sync_total, ELEMENTSOF(results));
+        if (r >= 0)
+                r = metrics_family(w, "vgpud_placement_last_sync_timestamp_seconds", METRIC_GAUGE,
+                                   "When the last Placement sync that converged ended (0: none "
+                                   "yet).");
+        if (r >= 0)
+                r = metrics_sample_double(w,
+                                          timestamp_is_zero(fs->last_ok)
+                                              ? 0.0
+                                              : (double)fs->last_ok.sec +
+                                                    (double)fs->last_ok.nsec / 1e9,
+                                          NULL);
+        if (r >= 0)
+                r = write_single(w,
+                                 &(Family){"vgpud_placement_up", METRIC_GAUGE,
+                                           "1 while the last exchange with Placement succeeded."},
+                                 fs->up ? 1 : 0);
+        return r;
+}
+
 int api_metrics_gauges_text(const ApiSnapshot *snap, char **ret, size_t *ret_size)
 {
         _cleanup_metrics_writer_ MetricsWriter *w = NULL;
@@ -225,6 +261,7 @@ int api_metrics_counters_text(const ApiContext *ctx, char **ret, size_t *ret_siz
         (void)write_nvml(w, ctx);
         (void)write_instances(w, ctx);
         (void)write_http(w, ctx);
+        (void)write_placement(w, ctx);
         if (metrics_family(w, "vgpud_build_info", METRIC_GAUGE,
                            "Version and commit of this vgpud; always 1.") >= 0)
                 (void)metrics_sample_u64(w, 1, "version", ctx->version ? ctx->version : "",

@@ -32,6 +32,7 @@
 #include "claim/claim.h"
 #include "config/config.h"
 #include "ctrl/ctrl.h"
+#include "fleet/fleet.h"
 #include "gpu/gpu.h"
 #include "health/health.h"
 #include "http/http.h"
@@ -101,6 +102,9 @@ typedef struct ApiContext {
         Claimer *claimer;           /* reservations and claims (PLACE-21); NULL: none */
         InstanceManager *instances; /* the instances (INST); NULL: none (tests of reads) */
         HttpServer *http;           /* for vgpud_http_requests_total; NULL before the listeners */
+        /* The Placement sync's figures (FLEET-5); NULL while placement.url is empty, and then
+         * its families are not exported (the whole of SPEC §18 is off). */
+        const FleetSyncStats *fleet;
 
         bool ready;    /* the first reconcile pass has run (API-17) */
         bool stopping; /* shutting down (OPS-3): mutations are refused */

@@ -208,6 +208,8 @@ static void on_pass_done(void *userdata, bool startup)
                 r = sentinel_start(m->sentinel);
                 if (r < 0)
                         log_error_errno(r, "start the vGPU sentinel: %m");
+                /* FLEET-5: Placement hears of the host once its first pass has settled it. */
+                manager_fleet_start(m);
                 break;
         case MANAGER_PHASE_RUNNING:
                 break;
@@ -234,7 +236,9 @@ void manager_maybe_finish_stop(Manager *m)
                 return;
         /* In-flight operations have reached disk and every waiting client has its answer. */
         if (m->health_writing || (m->health && health_store_write_pending(m->health)) ||
-            m->api.n_suspended > 0 || (m->instances && !instance_manager_is_settled(m->instances)))
+            m->api.n_suspended > 0 ||
+            (m->instances && !instance_manager_is_settled(m->instances)) ||
+            !fleet_sync_is_idle(m->fleet))
                 return;
         (void)sd_event_exit(m->event, m->exit_status);
 }
@@ -255,6 +259,8 @@ void manager_stop(Manager *m, int status)
         sd_event_source_disable_unref(m->health_poll_timer);
         m->reconcile_timer = m->health_poll_timer = NULL;
         sentinel_stop(m->sentinel);
+        /* FLEET-4: every PF drained in Placement while vgpud is down (short timeouts). */
+        fleet_sync_stop(m->fleet);
 
         if (manager_arm_timer(m, &m->shutdown_timer, MANAGER_SHUTDOWN_GRACE, on_shutdown_timeout) <
             0) {
@@ -445,7 +451,7 @@ int manager_start(Manager *m, Config *config, char **error)
         r = setup_reconciler(m);
         if (r < 0)
                 return error_set(error, r, "set up the reconciler: %s", strerror(-r));
-        return 0;
+        return manager_fleet_setup(m, error);
 }
 
 int manager_run(Manager *m)
@@ -502,6 +508,7 @@ Manager *manager_free(Manager *m)
                 worker_pool_free(m->disk_pool);
         /* Before the instance manager: its checks read the records. */
         m->sentinel = sentinel_free(m->sentinel);
+        manager_fleet_free(m);
         manager_instances_free(m);
         m->reconciler = reconciler_free(m->reconciler);
         m->tracker = gpu_tracker_free(m->tracker);

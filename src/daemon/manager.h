@@ -23,6 +23,7 @@
 #include "ctrl/ctrl.h"
 #include "gpu/gpu.h"
 #include "device/device.h"
+#include "fleet/fleet.h"
 #include "health/health.h"
 #include "http/http.h"
 #include "instances/instances.h"
@@ -76,6 +77,8 @@ typedef struct Manager {
         GpuTracker *tracker;    /* the host's one picture (ARCHITECTURE.md decision 3) */
         Reconciler *reconciler; /* the passes (ctrl/) */
         Sentinel *sentinel;     /* the guest GPU checks (ctrl/, SENT) */
+        FleetSync *fleet;       /* the Placement sync (fleet/, FLEET); NULL while it is off */
+        char *fleet_host_name;  /* placement.host_name, or the kernel's */
         HealthStore *health;
         DeviceRoots device_roots;
         DeviceOps *device_ops;      /* releases and the Claimer's writes */
@@ -124,6 +127,11 @@ void manager_health_reload(Manager *m);
 /* manager-instances.c */
 int manager_instances_setup(Manager *m, char **error);
 void manager_instances_free(Manager *m);
+
+/* manager-fleet.c */
+int manager_fleet_setup(Manager *m, char **error);
+void manager_fleet_start(Manager *m);
+void manager_fleet_free(Manager *m);
 
 /* manager.c */
 void manager_check_placement(Manager *m);

@@ -4,9 +4,12 @@
  * traits (FLEET-4) from one FleetHostInput. docs/FLEET.md explains the figures.
  */
 #include <ctype.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <sys/param.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "fleet/fleet.h"
 
@@ -519,4 +522,63 @@ nsec_t fleet_backoff(unsigned attempt, uint64_t random)
         d = MIN(d, FLEET_BACKOFF_MAX);
         nsec_t half = d / 2;
         return half + random % (d - half + 1);
+}
+
+/* ---- the Keystone secret --------------------------------------------------------------------- */
+
+#define SECRET_KEY "placement.keystone.application_credential_secret_file"
+
+int fleet_read_secret_file(const char *path, char **ret, char **error)
+{
+        char buf[FLEET_SECRET_MAX + 2]; /* one byte over the cap shows an oversize file */
+        size_t size = 0;
+        int r;
+
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0) {
+                r = negative_errno();
+                return error_set(error, r, SECRET_KEY " %s: %s", path, strerror(-r));
+        }
+        /* The checks apply to the file actually read. */
+        struct stat st;
+        if (fstat(fd, &st) < 0) {
+                r = negative_errno();
+                return error_set(error, r, SECRET_KEY " %s: %s", path, strerror(-r));
+        }
+        if (!S_ISREG(st.st_mode))
+                return error_set(error, -EINVAL, SECRET_KEY " %s: not a regular file", path);
+        if (st.st_mode & (S_IRWXG | S_IRWXO))
+                return error_set(error, -EPERM,
+                                 SECRET_KEY " %s: mode %04o gives group or other access", path,
+                                 (unsigned)(st.st_mode & 07777));
+        while (size < sizeof buf - 1) {
+                ssize_t n = read(fd, buf + size, sizeof buf - 1 - size);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        r = negative_errno();
+                        explicit_bzero(buf, sizeof buf);
+                        return error_set(error, r, SECRET_KEY " %s: %s", path, strerror(-r));
+                }
+                if (n == 0)
+                        break;
+                size += (size_t)n;
+        }
+        if (size > 0 && buf[size - 1] == '\n')
+                size--;
+        if (size == 0 || size > FLEET_SECRET_MAX) {
+                explicit_bzero(buf, sizeof buf);
+                return error_set(error, -EINVAL, SECRET_KEY " %s: %s", path,
+                                 size == 0 ? "empty" : "more than 4096 bytes");
+        }
+        if (memchr(buf, 0, size) || memchr(buf, '\n', size)) {
+                explicit_bzero(buf, sizeof buf);
+                return error_set(error, -EINVAL, SECRET_KEY " %s: not one line of text", path);
+        }
+        char *s = strndup(buf, size);
+        explicit_bzero(buf, sizeof buf);
+        if (!s)
+                return error_set_oom(error);
+        *ret = s;
+        return 0;
 }

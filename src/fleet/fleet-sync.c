@@ -23,17 +23,6 @@
 
 #include "fleet-internal.h"
 
-static const char *const result_names[_FLEET_RESULT_MAX] = {
-    [FLEET_RESULT_OK] = "ok",
-    [FLEET_RESULT_CONFLICT] = "conflict",
-    [FLEET_RESULT_ERROR] = "error",
-};
-
-const char *fleet_result_to_string(FleetResult r)
-{
-        return r < _FLEET_RESULT_MAX ? result_names[r] : "unknown";
-}
-
 #define CHECK_INTERVAL_DEFAULT (500 * NSEC_PER_MSEC)
 #define REQUEST_TIMEOUT_DEFAULT (10 * NSEC_PER_SEC)
 /* The last run at shutdown must not hold vgpud's exit for long (OPS-3's grace is 10 s). */
@@ -111,6 +100,11 @@ static void job_free(void *data)
         free(j->disabled);
         free(j->error);
         free(j);
+}
+
+static void job_freep(Job **j)
+{
+        job_free(*j);
 }
 
 struct FleetSync {
@@ -901,7 +895,7 @@ static void on_job_done(int r, void *data, const char *error, void *userdata)
 
 static int job_new(FleetSync *s, bool full, Job **ret)
 {
-        _cleanup_(job_free) Job *j = calloc(1, sizeof *j);
+        _cleanup_(job_freep) Job *j = calloc(1, sizeof *j);
         if (!j)
                 return -ENOMEM;
         nsec_t timeout =
@@ -967,7 +961,7 @@ static bool anything_to_send(FleetSync *s)
 
 static void maybe_start(FleetSync *s)
 {
-        if (s->running || s->disabled || !s->wanted || s->stop_sent || !s->pool)
+        if (s->running || s->disabled || !s->wanted || s->stop_sent || !s->event)
                 return;
         bool full = s->full_due || !s->root_ok;
         if (!full && !anything_to_send(s)) {
@@ -1082,7 +1076,7 @@ void fleet_sync_stop(FleetSync *s)
         sd_event_source_disable_unref(s->check_timer);
         sd_event_source_disable_unref(s->full_timer);
         s->check_timer = s->full_timer = NULL;
-        if (!s->disabled && s->root_ok) {
+        if (!s->disabled && s->root_ok && s->event) {
                 recompute(s, true); /* FLEET-4: every PF drained while vgpud stops */
                 maybe_start(s);
         } else

@@ -237,6 +237,15 @@ void fleet_token_done(FleetToken *t);
  */
 bool fleet_token_needs_refresh(const FleetToken *t, Timestamp issued_at, Timestamp now);
 
+/*
+ * placement.keystone.application_credential_secret_file (FLEET-1, API-14's mode rules): a regular
+ * file without group or other permission bits, 1..4096 bytes, one trailing newline dropped (the
+ * secret is text, as `openstack application credential create` prints it). Failures read
+ * `placement.keystone.application_credential_secret_file <path>: <reason>`.
+ */
+#define FLEET_SECRET_MAX 4096
+int fleet_read_secret_file(const char *path, char **ret, char **error);
+
 /* ---- backoff (FLEET-5) ------------------------------------------------------------------------
  */
 
@@ -262,8 +271,15 @@ typedef enum FleetResult {
         _FLEET_RESULT_MAX,
 } FleetResult;
 
-/* "ok", "conflict", "error" (vgpud_placement_sync_total{result}). */
-const char *fleet_result_to_string(FleetResult r);
+/* "ok", "conflict", "error" (vgpud_placement_sync_total{result}). Inline, so that the API's
+ * metrics read the figures without linking the sync. */
+static inline const char *fleet_result_to_string(FleetResult r)
+{
+        return r == FLEET_RESULT_OK         ? "ok"
+               : r == FLEET_RESULT_CONFLICT ? "conflict"
+               : r == FLEET_RESULT_ERROR    ? "error"
+                                            : "unknown";
+}
 
 typedef struct FleetSyncStats {
         /* ok and error: sync runs by outcome; conflict: generation conflicts met (each retried
