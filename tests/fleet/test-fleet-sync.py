@@ -10,24 +10,22 @@
 # one sync, placement disabled, a generation conflict survived, an outage that never blocks a
 # local create or delete, and a restart that keeps every uuid (FLEET-5). Runs under
 # tests/sim/run-sim-test.sh; everything it starts it stops by pid.
-import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import placement_api  # noqa: E402
 from vgpud_instances import (  # noqa: E402
     EQUAL_PF, MIXED_PF, create_running, delete, make_images, vf_of, vmm_config)
 from vgpud_test import (  # noqa: E402
-    eq, exit_status, finish, free_port, metric, ok, parse_metrics, poll, run_group, sim_ctl,
+    eq, exit_status, finish, metric, ok, parse_metrics, poll, run_group, sim_ctl,
     skip, start, stop, write_secret)
 
 HOST = "fleet-host-1"
@@ -44,82 +42,17 @@ def pf_name(pf):
     return HOST + "_pci_" + pf.replace(":", "_").replace(".", "_")
 
 
-class Placement:
-    """One placement-api process (sqlite allows one) on a free loopback port."""
-
-    def __init__(self, work):
-        self.dir = os.path.join(work, "placement")
-        os.makedirs(self.dir, exist_ok=True)
-        self.conf = os.path.join(self.dir, "placement.conf")
-        with open(self.conf, "w") as f:
-            f.write("[DEFAULT]\ndebug = false\n[api]\nauth_strategy = noauth2\n"
-                    "[placement_database]\nconnection = sqlite:///%s/placement.db\n" % self.dir)
-        self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.proc = None
-        self.log = None
-
-    def db_sync(self):
-        p = subprocess.run(["placement-manage", "--config-file", self.conf, "db", "sync"],
-                           capture_output=True, text=True, timeout=120)
-        return p.returncode == 0, p.stderr[-2000:]
-
-    def start(self):
-        env = dict(os.environ, OS_PLACEMENT_CONFIG_DIR=self.dir)
-        self.log = open(os.path.join(self.dir, "api.log"), "a")
-        self.proc = subprocess.Popen(["placement-api", "--port", str(self.port), "--host",
-                                      "127.0.0.1"], stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        return poll(lambda: self.proc.poll() is None and self.root() is not None, 60, 0.2)
-
-    def root(self):
-        try:
-            with urllib.request.urlopen(self.url + "/", timeout=2) as r:
-                return json.load(r)
-        except (OSError, ValueError):
-            return None
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.proc = None
-        if self.log:
-            self.log.close()
-            self.log = None
-
-    def call(self, method, path, body=None):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers={
-            "X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39",
-            "Accept": "application/json", "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                text = r.read()
-                return r.status, json.loads(text) if text else None
-        except urllib.error.HTTPError as e:
-            text = e.read()
-            return e.code, json.loads(text) if text else None
-
-    def get(self, path):
-        st, b = self.call("GET", path)
-        return b if st == 200 else None
+class Placement(placement_api.Placement):
+    """The helper's client, with this host's uuids."""
 
     def tree(self):
-        b = self.get("/resource_providers?in_tree=" + ROOT_UUID)
-        return sorted(b["resource_providers"], key=lambda p: p["name"]) if b else []
+        return super().tree(ROOT_UUID)
 
     def inventories(self, pf):
-        b = self.get("/resource_providers/%s/inventories" % pf_uuid(pf))
-        return b["inventories"] if b else None
+        return super().inventories(pf_uuid(pf))
 
     def traits(self, pf):
-        b = self.get("/resource_providers/%s/traits" % pf_uuid(pf))
-        return set(b["traits"]) if b else None
+        return super().traits(pf_uuid(pf))
 
 
 def inv(total, reserved, max_unit):

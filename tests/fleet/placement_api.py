@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# placement_api: what the fleet tests share: one real placement-api process (python3-placement,
+# sqlite, noauth2) on a free loopback port, started and stopped by pid, and a small client of
+# its API with the admin token noauth2 expects.
+import json
+import os
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+
+from vgpud_test import free_port, poll
+
+
+class Placement:
+    """One placement-api process (sqlite allows one) on a free loopback port."""
+
+    def __init__(self, work):
+        self.dir = os.path.join(work, "placement")
+        os.makedirs(self.dir, exist_ok=True)
+        self.conf = os.path.join(self.dir, "placement.conf")
+        with open(self.conf, "w") as f:
+            f.write("[DEFAULT]\ndebug = false\n[api]\nauth_strategy = noauth2\n"
+                    "[placement_database]\nconnection = sqlite:///%s/placement.db\n" % self.dir)
+        self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.proc = None
+        self.log = None
+
+    def db_sync(self):
+        p = subprocess.run(["placement-manage", "--config-file", self.conf, "db", "sync"],
+                           capture_output=True, text=True, timeout=120)
+        return p.returncode == 0, p.stderr[-2000:]
+
+    def start(self):
+        env = dict(os.environ, OS_PLACEMENT_CONFIG_DIR=self.dir)
+        self.log = open(os.path.join(self.dir, "api.log"), "a")
+        self.proc = subprocess.Popen(["placement-api", "--port", str(self.port), "--host",
+                                      "127.0.0.1"], stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return poll(lambda: self.proc.poll() is None and self.root() is not None, 60, 0.2)
+
+    def root(self):
+        try:
+            with urllib.request.urlopen(self.url + "/", timeout=2) as r:
+                return json.load(r)
+        except (OSError, ValueError):
+            return None
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+        if self.log:
+            self.log.close()
+            self.log = None
+
+    def call(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39",
+            "Accept": "application/json", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                text = r.read()
+                return r.status, json.loads(text) if text else None
+        except urllib.error.HTTPError as e:
+            text = e.read()
+            return e.code, json.loads(text) if text else None
+
+    def get(self, path):
+        st, b = self.call("GET", path)
+        return b if st == 200 else None
+
+    def tree(self, root):
+        b = self.get("/resource_providers?in_tree=" + root)
+        return sorted(b["resource_providers"], key=lambda p: p["name"]) if b else []
+
+    def inventories(self, uuid):
+        b = self.get("/resource_providers/%s/inventories" % uuid)
+        return b["inventories"] if b else None
+
+    def traits(self, uuid):
+        b = self.get("/resource_providers/%s/traits" % uuid)
+        return set(b["traits"]) if b else None
