@@ -27,13 +27,22 @@ int api_instance_json(const InstanceRecord *r, json_t **ret)
                 if (!gpu)
                         return -ENOMEM;
         }
+        /* FLEET-6: the Placement consumer the instance holds, and the PF its allocation names. */
+        json_auto_t *placement = NULL;
+        if (r->placement.consumer) {
+                placement = json_pack("{s:s, s:s}", "consumer", r->placement.consumer, "gpu",
+                                      r->placement.gpu);
+                if (!placement)
+                        return -ENOMEM;
+        }
         if (!boot)
                 return -ENOMEM;
-        json_auto_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O, s:O*, s:s*}", "id", r->id,
-                                   "name", r->name, "state", instance_state_to_string(r->state),
-                                   "created_at", format_timestamp(r->created_at, created), "vcpus",
-                                   (json_int_t)r->vcpus, "memory_mb", (json_int_t)r->memory_mb,
-                                   "boot", boot, "gpu", gpu, "error", r->error);
+        json_auto_t *o =
+            json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O, s:O*, s:O*, s:s*}", "id", r->id, "name",
+                      r->name, "state", instance_state_to_string(r->state), "created_at",
+                      format_timestamp(r->created_at, created), "vcpus", (json_int_t)r->vcpus,
+                      "memory_mb", (json_int_t)r->memory_mb, "boot", boot, "gpu", gpu, "placement",
+                      placement, "error", r->error);
         if (!o)
                 return -ENOMEM;
         *ret = TAKE_PTR(o);

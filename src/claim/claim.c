@@ -48,6 +48,7 @@ struct Claim {
         Claim *next;
         Claimer *cl;
         char *instance_id, *profile, *mdev_uuid;
+        char *only_gpu; /* FLEET-6's PF restriction; NULL: none */
         ClaimDoneFunc done;
         void *userdata;
         ClaimState state;
@@ -363,6 +364,7 @@ static void claim_free(Claim *c)
 {
         free(c->instance_id);
         free(c->profile);
+        free(c->only_gpu);
         free(c->mdev_uuid);
         free(c->chosen_profile);
         free(c->mdev_type);
@@ -751,7 +753,8 @@ static bool claim_needs_full_discovery(Claimer *cl, const Claim *c)
         bool any = false;
         for (size_t i = 0; i < h->n_gpus; i++) {
                 const Gpu *g = &h->gpus[i];
-                if (!gpu_find_profile(g, c->profile))
+                if (!gpu_find_profile(g, c->profile) ||
+                    (c->only_gpu && !streq(g->address, c->only_gpu)))
                         continue;
                 if (!claimer_gpu_uses_nvml(cl, g->address) || g->catalog_source != GPU_CATALOG_NVML)
                         return true;
@@ -956,7 +959,8 @@ static Readiness claim_readiness(Claimer *cl, Claim *c, const PlacementSnapshot 
         for (size_t i = 0; i < sn->n_gpus; i++) {
                 const PlacementGpu *g = &sn->gpus[i];
                 const PlacementProfile *p = placement_gpu_find_profile(g, c->profile);
-                if (!p)
+                /* FLEET-6: the other GPUs are no candidates, so nothing of theirs is awaited. */
+                if (!p || (c->only_gpu && !streq(g->address, c->only_gpu)))
                         continue;
                 if (collect_only && (placement_gpu_path(g) != PLACEMENT_PATH_NVML ||
                                      placement_nvml_answer_is_stale(sn, g, c->profile)))
@@ -1104,11 +1108,12 @@ static void claim_fail_selection(Claim *c, int r, const char *error)
                 claim_finish(c, r, CLAIM_FAILURE_INSUFFICIENT_RESOURCES, c->fail_error);
                 return;
         }
-        /* placement_select_vf(): -ENOENT is PLACE-19's unknown name, -ENOSPC PLACE-18/19. */
+        /* placement_select_vf(): -ENOENT is PLACE-19's unknown name, -ENOSPC PLACE-18/19, -ENODEV
+         * FLEET-6's PF that this host lacks (the scheduler's to move elsewhere, as for no room). */
         claim_finish(c, r,
-                     r == -ENOENT   ? CLAIM_FAILURE_UNKNOWN_PROFILE
-                     : r == -ENOSPC ? CLAIM_FAILURE_INSUFFICIENT_RESOURCES
-                                    : CLAIM_FAILURE_INTERNAL,
+                     r == -ENOENT                   ? CLAIM_FAILURE_UNKNOWN_PROFILE
+                     : r == -ENOSPC || r == -ENODEV ? CLAIM_FAILURE_INSUFFICIENT_RESOURCES
+                                                    : CLAIM_FAILURE_INTERNAL,
                      error);
 }
 
@@ -1128,6 +1133,7 @@ static void claim_select(Claimer *cl, Claim *c, const PlacementSnapshot *sn)
             .policy = cl->policy,
             .exclude = (const char *const *)c->exclude,
             .n_exclude = strv_length(c->exclude),
+            .gpu = c->only_gpu,
         };
         PlacementChoice choice;
         c->selections++;
@@ -1497,7 +1503,8 @@ int claimer_claim(Claimer *cl, const ClaimRequest *request, ClaimDoneFunc done, 
         c->profile = strdup(request->profile);
         if (request->mdev_uuid)
                 c->mdev_uuid = strdup(request->mdev_uuid);
-        if (!c->instance_id || !c->profile || (request->mdev_uuid && !c->mdev_uuid)) {
+        if (strdup_nullable(request->gpu, &c->only_gpu) < 0 || !c->instance_id || !c->profile ||
+            (request->mdev_uuid && !c->mdev_uuid)) {
                 claim_free(c);
                 return -ENOMEM;
         }

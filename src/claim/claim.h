@@ -188,6 +188,8 @@ typedef struct ClaimRequest {
         const char *instance_id;
         const char *profile;
         const char *mdev_uuid; /* mdev hosts: the UUID to create (lowercase v4); else NULL */
+        /* FLEET-6: only this PF is considered (PlacementRequest.gpu); NULL: every GPU. */
+        const char *gpu;
 } ClaimRequest;
 
 typedef struct ClaimResult {

@@ -439,6 +439,17 @@ static void drop_instance(Op *op)
 
 /* ---- rollback (INST-14) -------------------------------------------------------------------- */
 
+/*
+ * FLEET-6: the instance that held a Placement consumer is gone for good, so its allocation
+ * should go too; the fleet side queues the DELETE for its worker (it never blocks this).
+ */
+static void release_consumer(Op *op)
+{
+        const char *consumer = op->i->rec.placement.consumer;
+        if (consumer && op->m->cfg.consumer_released)
+                op->m->cfg.consumer_released(op->m->cfg.userdata, consumer);
+}
+
 static void rollback_removed(Op *op, int r, const char *error)
 {
         if (r < 0)
@@ -446,6 +457,14 @@ static void rollback_removed(Op *op, int r, const char *error)
                          "instance_id", op->i->rec.id, "error", error, NULL);
         _cleanup_free_ char *e = TAKE_PTR(op->error);
         InstanceFailure f = op->failure;
+        /*
+         * INST-14: a create vgpud had taken on and then failed (500) gives its allocation back.
+         * A refusal (no room on the PF, placement disabled, an unknown profile) keeps it, so
+         * that the scheduler can move it to another host with the consumer generation it knows
+         * (FLEET-7); if it does neither, the orphan audit deletes it after placement.orphan_grace.
+         */
+        if (f == INSTANCE_FAILURE_INTERNAL)
+                release_consumer(op);
         drop_instance(op);
         op_fail(op, -EIO, f, e);
 }
@@ -626,10 +645,13 @@ static void claim_step(Op *op)
                 spawn_step(op);
                 return;
         }
-        int r =
-            claimer_claim(op->m->claimer,
-                          &(ClaimRequest){.instance_id = i->rec.id, .profile = i->rec.gpu.profile},
-                          claim_done, op);
+        /* FLEET-6: a Placement allocation names one PF, and a start claims there again too, so
+         * that the allocation stays true for the VF the instance holds. */
+        int r = claimer_claim(op->m->claimer,
+                              &(ClaimRequest){.instance_id = i->rec.id,
+                                              .profile = i->rec.gpu.profile,
+                                              .gpu = i->rec.placement.gpu},
+                              claim_done, op);
         if (r < 0)
                 rollback_gone(op, INSTANCE_FAILURE_INTERNAL, strerror(-r));
 }
@@ -1031,6 +1053,7 @@ static void deleted(Op *op, int r, const char *error)
                          op->i->rec.id, "error", error, NULL);
         }
         log_line(LOG_LEVEL_INFO, 0, "instance deleted", "instance_id", op->i->rec.id, NULL);
+        release_consumer(op);
         drop_instance(op);
         op_succeed(op);
 }
@@ -1277,12 +1300,39 @@ static bool name_taken(const InstanceManager *m, const char *name)
         return false;
 }
 
+static bool consumer_taken(const InstanceManager *m, const char *consumer)
+{
+        for (size_t k = 0; consumer && k < m->n_instances; k++)
+                if (streq_ptr(m->instances[k]->rec.placement.consumer, consumer))
+                        return true;
+        return false;
+}
+
 int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, InstanceDoneFunc done,
                             void *userdata, InstanceFailure *ret_failure, char **ret_error)
 {
+        /*
+         * FLEET-6 on a host outside the fleet: nothing here would ever delete the allocation or
+         * keep Placement's figures true, so the scheduler is told so plainly. A 409 rather than
+         * a 400 because the request is well formed, and a scheduler that moves an allocation on
+         * any 409 (FLEET-7) then tries the next host, which is what this refusal calls for.
+         */
+        if (spec->placement.consumer && !*m->config->placement.url) {
+                refuse(INSTANCE_FAILURE_INVALID_STATE, ret_failure, ret_error,
+                       "placement.consumer given, but this host is not in a Placement fleet "
+                       "(placement.url is not set)");
+                return -EOPNOTSUPP;
+        }
         if (name_taken(m, spec->name)) {
                 refuse(INSTANCE_FAILURE_ALREADY_EXISTS, ret_failure, ret_error,
                        "an instance named %s already exists", spec->name);
+                return -EEXIST;
+        }
+        /* One allocation, one VM: a scheduler's retried POST must not start a second one. */
+        if (consumer_taken(m, spec->placement.consumer)) {
+                refuse(INSTANCE_FAILURE_ALREADY_EXISTS, ret_failure, ret_error,
+                       "an instance with placement.consumer %s already exists",
+                       spec->placement.consumer);
                 return -EEXIST;
         }
         /* Admission answers at once when it refuses (INST-10, 11); it runs again after INST-6. */
@@ -1304,6 +1354,9 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
                 r = rec->name ? instance_boot_copy(&spec->boot, &rec->boot) : -ENOMEM;
         }
         if (r >= 0 && spec->profile && !(rec->gpu.profile = strdup(spec->profile)))
+                r = -ENOMEM;
+        if (r >= 0 && (strdup_nullable(spec->placement.consumer, &rec->placement.consumer) < 0 ||
+                       strdup_nullable(spec->placement.gpu, &rec->placement.gpu) < 0))
                 r = -ENOMEM;
         if (r >= 0)
                 r = instance_insert(m, i);

@@ -139,6 +139,25 @@ void instance_record_clear_claim(InstanceRecord *r)
         r->gpu.claimed_at = TIMESTAMP_MISSING;
 }
 
+static void placement_done(InstancePlacement *p)
+{
+        free(p->consumer);
+        free(p->gpu);
+        *p = (InstancePlacement){0};
+}
+
+static int placement_copy(const InstancePlacement *from, InstancePlacement *ret)
+{
+        InstancePlacement p = {0};
+        if (strdup_nullable(from->consumer, &p.consumer) < 0 ||
+            strdup_nullable(from->gpu, &p.gpu) < 0) {
+                placement_done(&p);
+                return -ENOMEM;
+        }
+        *ret = p;
+        return 0;
+}
+
 void instance_record_clear_hypervisor(InstanceRecord *r)
 {
         free(r->hypervisor.boot_id);
@@ -154,6 +173,7 @@ void instance_record_done(InstanceRecord *r)
         boot_done(&r->boot);
         free(r->gpu.profile);
         instance_record_clear_claim(r);
+        placement_done(&r->placement);
         instance_record_clear_hypervisor(r);
         *r = (InstanceRecord){0};
 }
@@ -195,6 +215,7 @@ int instance_record_copy(const InstanceRecord *r, InstanceRecord *ret)
             strdup_nullable(r->gpu.framework, &c.gpu.framework) < 0 ||
             strdup_nullable(r->gpu.device_path, &c.gpu.device_path) < 0 ||
             strdup_nullable(r->gpu.mdev_uuid, &c.gpu.mdev_uuid) < 0 ||
+            placement_copy(&r->placement, &c.placement) < 0 ||
             strdup_nullable(r->hypervisor.boot_id, &c.hypervisor.boot_id) < 0 ||
             strdup_nullable(r->hypervisor.qmp_socket, &c.hypervisor.qmp_socket) < 0 ||
             strdup_nullable(r->hypervisor.agent_socket, &c.hypervisor.agent_socket) < 0)
@@ -209,6 +230,7 @@ void instance_spec_done(InstanceSpec *s)
         free(s->name);
         boot_done(&s->boot);
         free(s->profile);
+        placement_done(&s->placement);
         *s = (InstanceSpec){0};
 }
 
@@ -407,12 +429,48 @@ static int boot_from_json(json_t *o, int code, InstanceBoot *ret, char **error)
         return 0;
 }
 
+static const Field placement_fields[] = {
+    {"consumer", FIELD_STRING, true},
+    {"gpu", FIELD_STRING, true},
+};
+
+/* placement of a record or a create body (FLEET-6): both keys, each in its canonical form. */
+static int placement_from_json(json_t *o, int code, InstancePlacement *ret, char **error)
+{
+        int r = check_fields(o, "placement.", placement_fields, ELEMENTSOF(placement_fields), code,
+                             error);
+        if (r < 0)
+                return r;
+
+        const char *consumer, *gpu;
+        json_error_t jerr;
+        if (json_unpack_ex(o, &jerr, 0, "{s:s, s:s !}", "consumer", &consumer, "gpu", &gpu) < 0)
+                return unpack_failed(error, code, "placement", &jerr);
+        /* Placement prints consumers in lower case; another spelling would name the same
+         * consumer twice and miss it in the audit's comparisons. */
+        if (!instance_uuid_is_valid(consumer))
+                return error_set(error, code,
+                                 "placement.consumer must be a lowercase UUID "
+                                 "(xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)");
+        if (!pci_address_is_valid(gpu))
+                return error_set(error, code,
+                                 "placement.gpu must be a PF's PCI address, dddd:bb:dd.f in "
+                                 "lowercase hex");
+
+        InstancePlacement view = {(char *)consumer, (char *)gpu};
+        if (placement_copy(&view, ret) < 0)
+                return error_set_oom(error);
+        return 0;
+}
+
 /* ---- instance.json (INST-2) ---------------------------------------------------------------- */
 
 #define RECORD_BAD (-EBADMSG)
 
-static bool is_lower_uuid(const char *s)
+bool instance_uuid_is_valid(const char *s)
 {
+        if (!s)
+                return false;
         for (size_t i = 0; i < 36; i++) {
                 bool dash = i == 8 || i == 13 || i == 18 || i == 23;
                 if (dash ? s[i] != '-'
@@ -502,7 +560,7 @@ static int gpu_from_json(json_t *o, InstanceGpu *ret, char **error)
                         return error_set(error, RECORD_BAD,
                                          "gpu.mdev_uuid must be given exactly when gpu.framework "
                                          "is mdev");
-                if (mdev && !is_lower_uuid(mdev_uuid))
+                if (mdev && !instance_uuid_is_valid(mdev_uuid))
                         return error_set(error, RECORD_BAD,
                                          "gpu.mdev_uuid must be a lowercase UUID");
                 if (!device_path_is_valid(device_path, mdev_uuid))
@@ -584,12 +642,12 @@ static int hypervisor_from_json(json_t *o, InstanceHypervisor *ret, char **error
 }
 
 static const Field record_fields[] = {
-    {"version", FIELD_INTEGER, true},    {"id", FIELD_STRING, true},
-    {"name", FIELD_STRING, true},        {"state", FIELD_STRING, true},
-    {"created_at", FIELD_STRING, true},  {"error", FIELD_STRING, false},
-    {"boot", FIELD_OBJECT, true},        {"vcpus", FIELD_INTEGER, true},
-    {"memory_mb", FIELD_INTEGER, true},  {"gpu", FIELD_OBJECT, false},
-    {"hypervisor", FIELD_OBJECT, false},
+    {"version", FIELD_INTEGER, true},   {"id", FIELD_STRING, true},
+    {"name", FIELD_STRING, true},       {"state", FIELD_STRING, true},
+    {"created_at", FIELD_STRING, true}, {"error", FIELD_STRING, false},
+    {"boot", FIELD_OBJECT, true},       {"vcpus", FIELD_INTEGER, true},
+    {"memory_mb", FIELD_INTEGER, true}, {"gpu", FIELD_OBJECT, false},
+    {"placement", FIELD_OBJECT, false}, {"hypervisor", FIELD_OBJECT, false},
 };
 
 int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret, char **error)
@@ -607,13 +665,13 @@ int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret,
 
         json_int_t version, vcpus, memory_mb;
         const char *id, *name, *state, *created_at, *failure = NULL;
-        json_t *boot, *gpu = NULL, *hypervisor = NULL;
+        json_t *boot, *gpu = NULL, *placement = NULL, *hypervisor = NULL;
         json_error_t jerr;
-        if (json_unpack_ex(root, &jerr, 0,
-                           "{s:I, s:s, s:s, s:s, s:s, s?s, s:o, s:I, s:I, s?o, s?o !}", "version",
-                           &version, "id", &id, "name", &name, "state", &state, "created_at",
-                           &created_at, "error", &failure, "boot", &boot, "vcpus", &vcpus,
-                           "memory_mb", &memory_mb, "gpu", &gpu, "hypervisor", &hypervisor) < 0)
+        if (json_unpack_ex(
+                root, &jerr, 0, "{s:I, s:s, s:s, s:s, s:s, s?s, s:o, s:I, s:I, s?o, s?o, s?o !}",
+                "version", &version, "id", &id, "name", &name, "state", &state, "created_at",
+                &created_at, "error", &failure, "boot", &boot, "vcpus", &vcpus, "memory_mb",
+                &memory_mb, "gpu", &gpu, "placement", &placement, "hypervisor", &hypervisor) < 0)
                 return unpack_failed(error, RECORD_BAD, "instance record", &jerr);
 
         if (version != 1)
@@ -650,6 +708,12 @@ int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret,
         if (r < 0)
                 return r;
         if (gpu && (r = gpu_from_json(gpu, &rec.gpu, error)) < 0)
+                return r;
+        /* A consumer without a vGPU would hold an allocation that no claim ever matches. */
+        if (placement && !gpu)
+                return error_set(error, RECORD_BAD, "placement needs gpu");
+        if (placement &&
+            (r = placement_from_json(placement, RECORD_BAD, &rec.placement, error)) < 0)
                 return r;
         if (hypervisor && (r = hypervisor_from_json(hypervisor, &rec.hypervisor, error)) < 0)
                 return r;
@@ -734,6 +798,15 @@ static int gpu_to_json(json_t *o, const InstanceGpu *g)
         return 0;
 }
 
+static int placement_to_json(json_t *o, const InstancePlacement *p)
+{
+        int r;
+        if ((r = put_string(o, "consumer", p->consumer)) < 0 ||
+            (r = put_string(o, "gpu", p->gpu)) < 0)
+                return r;
+        return 0;
+}
+
 static int hypervisor_to_json(json_t *o, const InstanceHypervisor *h)
 {
         int r;
@@ -755,8 +828,8 @@ static int record_dump(const InstanceRecord *r, char **ret, size_t *ret_size)
                 return -EINVAL;
 
         json_auto_t *root = json_object(), *boot = json_object(), *gpu = json_object(),
-                    *hypervisor = json_object();
-        if (!root || !boot || !gpu || !hypervisor)
+                    *placement = json_object(), *hypervisor = json_object();
+        if (!root || !boot || !gpu || !placement || !hypervisor)
                 return -ENOMEM;
 
         /* A bad record's id need not be terminated; the check after the dump refuses it. */
@@ -775,6 +848,8 @@ static int record_dump(const InstanceRecord *r, char **ret, size_t *ret_size)
             (k = json_set(root, "memory_mb", json_u64(r->memory_mb))) < 0 ||
             (k = gpu_to_json(gpu, &r->gpu)) < 0 ||
             (k = put_object(root, "gpu", TAKE_PTR(gpu))) < 0 ||
+            (k = placement_to_json(placement, &r->placement)) < 0 ||
+            (k = put_object(root, "placement", TAKE_PTR(placement))) < 0 ||
             (k = hypervisor_to_json(hypervisor, &r->hypervisor)) < 0 ||
             (k = put_object(root, "hypervisor", TAKE_PTR(hypervisor))) < 0)
                 return k;
@@ -823,7 +898,7 @@ int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_siz
 static const Field spec_fields[] = {
     {"name", FIELD_STRING, true},       {"vcpus", FIELD_INTEGER, true},
     {"memory_mb", FIELD_INTEGER, true}, {"boot", FIELD_OBJECT, true},
-    {"gpu", FIELD_OBJECT, false},
+    {"gpu", FIELD_OBJECT, false},       {"placement", FIELD_OBJECT, false},
 };
 
 static const Field spec_gpu_fields[] = {
@@ -842,10 +917,11 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
 
         const char *name, *profile = NULL;
         json_int_t vcpus, memory_mb;
-        json_t *boot, *gpu = NULL;
+        json_t *boot, *gpu = NULL, *placement = NULL;
         json_error_t jerr;
-        if (json_unpack_ex(root, &jerr, 0, "{s:s, s:I, s:I, s:o, s?o !}", "name", &name, "vcpus",
-                           &vcpus, "memory_mb", &memory_mb, "boot", &boot, "gpu", &gpu) < 0)
+        if (json_unpack_ex(root, &jerr, 0, "{s:s, s:I, s:I, s:o, s?o, s?o !}", "name", &name,
+                           "vcpus", &vcpus, "memory_mb", &memory_mb, "boot", &boot, "gpu", &gpu,
+                           "placement", &placement) < 0)
                 return unpack_failed(error, SPEC_BAD, "create body", &jerr);
 
         r = check_name(name, SPEC_BAD, error);
@@ -870,6 +946,14 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
                 if (json_unpack_ex(gpu, &jerr, 0, "{s:s !}", "profile", &profile) < 0)
                         return unpack_failed(error, SPEC_BAD, "gpu", &jerr);
                 r = check_profile(profile, "gpu.profile", SPEC_BAD, error);
+                if (r < 0)
+                        return r;
+        }
+        if (placement) {
+                /* FLEET-6: the allocation is for a vGPU; without one there is nothing to claim. */
+                if (!gpu)
+                        return error_set(error, SPEC_BAD, "placement needs gpu.profile");
+                r = placement_from_json(placement, SPEC_BAD, &s.placement, error);
                 if (r < 0)
                         return r;
         }

@@ -71,6 +71,20 @@ typedef struct InstanceGpu {
         Timestamp claimed_at; /* zero while unclaimed */
 } InstanceGpu;
 
+/*
+ * FLEET-6: the OpenStack Placement allocation a scheduler made for this instance before it asked
+ * for it. Both NULL, or both set (a record or a create body never holds one alone).
+ */
+typedef struct InstancePlacement {
+        char *consumer; /* the allocation's consumer: a canonical lowercase UUID */
+        char *gpu;      /* the PF the allocation is against; claims consider only that PF */
+} InstancePlacement;
+
+#define INSTANCE_CONSUMER_STRLEN 37 /* a UUID's 36 characters and the NUL */
+
+/* A canonical lowercase UUID ("8-4-4-4-12" hex digits), as Placement prints consumers. */
+bool instance_uuid_is_valid(const char *s);
+
 typedef struct InstanceHypervisor {
         pid_t pid;                       /* 0: none */
         uint64_t start_time;             /* with pid */
@@ -88,6 +102,7 @@ typedef struct InstanceRecord {
         uint32_t vcpus;
         uint64_t memory_mb;
         InstanceGpu gpu;
+        InstancePlacement placement; /* FLEET-6; absent (NULLs) without a Placement consumer */
         InstanceHypervisor hypervisor;
 } InstanceRecord;
 
@@ -123,17 +138,21 @@ typedef struct InstanceSpec {
         uint64_t memory_mb;
         InstanceBoot boot;
         char *profile; /* NULL without "gpu" */
+        /* FLEET-6: "placement": {"consumer", "gpu"}; only with a profile. NULLs without. */
+        InstancePlacement placement;
 } InstanceSpec;
 
 void instance_spec_done(InstanceSpec *s);
 
 /*
- * Parses and validates a create body: exactly the keys of API-9 (other keys, wrong types,
+ * Parses and validates a create body: exactly the keys of API-9 and FLEET-6's "placement" (other
+ * keys, wrong types,
  * malformed or duplicate-key JSON, nesting over 16 are refused), INST-4's name pattern, INST-5's
  * ranges, and INST-6's form of the boot paths (absolute, ≤ 4096 bytes, no "." or ".."
- * components; the file checks are instance_boot_paths_check()'s). -EINVAL with a message that
- * names the field (INST-7), e.g. `vcpus must be 1..256`, `boot.kernel must be an absolute path
- * without . or .. components`.
+ * components; the file checks are instance_boot_paths_check()'s). "placement" needs both its
+ * keys, placement.consumer a canonical lowercase UUID, placement.gpu a PCI address in DISC-8's
+ * form, and "gpu" beside it. -EINVAL with a message that names the field (INST-7), e.g. `vcpus
+ * must be 1..256`, `boot.kernel must be an absolute path without . or .. components`.
  */
 int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, char **error);
 
@@ -254,6 +273,14 @@ typedef struct InstanceManagerConfig {
         /* INST-10: allocatable VFs now, from the shared snapshot (PLACE-21). */
         int (*slot_figures)(void *userdata, uint64_t *ret_total, uint64_t *ret_used,
                             uint64_t *ret_allocatable, bool *ret_has_gpu);
+        /*
+         * FLEET-6, INST-14: optional; the instance that held Placement consumer `consumer` is
+         * gone, deleted (INST-18, REC-10) or its create rolled back after vgpud had taken it on
+         * (a 500 internal), so its allocation should go. Never called for a create refused with
+         * 400, 409 or 503: that allocation is the scheduler's to move elsewhere (FLEET-7) or
+         * delete. Runs on the loop and must not block (the DELETE is the fleet worker's).
+         */
+        void (*consumer_released)(void *userdata, const char *consumer);
         void *userdata;
         const Clock *clock; /* created_at; NULL for clock_realtime */
 } InstanceManagerConfig;

@@ -281,16 +281,46 @@ static int fail_without_candidate(const PlacementSnapshot *s, const char *profil
         return error_set(error, -ENOSPC, "no available VF for profile \"%s\"", profile);
 }
 
+/*
+ * FLEET-6: nothing selectable on the one PF the request allows. The messages name the PF, so
+ * that the scheduler's log says which allocation the host could not honour; a name that no
+ * catalog has (every one from NVML) stays PLACE-18's 400, since no host would take it either.
+ */
+static int fail_on_gpu(const PlacementSnapshot *s, const PlacementGpu *gpu, const char *profile,
+                       char **error)
+{
+        if (placement_gpu_find_profile(gpu, profile))
+                return error_set(error, -ENOSPC, "no available VF for profile \"%s\" on GPU %s",
+                                 profile, gpu->address);
+        _cleanup_free_ char *why = NULL;
+        if (fail_without_candidate(s, profile, &why) == -ENOENT)
+                return error_set(error, -ENOENT, "%s", why);
+        return error_set(error, -ENOSPC,
+                         "profile \"%s\" is not creatable on GPU %s (unknown profile or "
+                         "insufficient capacity)",
+                         profile, gpu->address);
+}
+
 int placement_select_vf(const PlacementSnapshot *snapshot, const PlacementRequest *request,
                         const PlacementPicker *picker, PlacementChoice *ret, char **error)
 {
         if (!snapshot || !request || !request->profile || !picker || !picker->pick)
                 return error_set(error, -EINVAL, "select vGPU VF: missing argument");
 
+        const PlacementGpu *only = NULL;
+        if (request->gpu) {
+                only = find_gpu(snapshot, request->gpu);
+                if (!only)
+                        return error_set(error, -ENODEV, "GPU %s is not on this host",
+                                         request->gpu);
+        }
+
         bool found = false;
         GpuRank best = {};
         for (size_t i = 0; i < snapshot->n_gpus; i++) {
                 const PlacementGpu *gpu = &snapshot->gpus[i];
+                if (only && gpu != only)
+                        continue;
                 const PlacementProfile *p = placement_gpu_find_profile(gpu, request->profile);
                 if (!p)
                         continue;
@@ -303,7 +333,8 @@ int placement_select_vf(const PlacementSnapshot *snapshot, const PlacementReques
                 found = true;
         }
         if (!found)
-                return fail_without_candidate(snapshot, request->profile, error);
+                return only ? fail_on_gpu(snapshot, only, request->profile, error)
+                            : fail_without_candidate(snapshot, request->profile, error);
 
         /* PLACE-11 leaves a GPU either clean or dirty candidates, so the first group of
          * PLACE-15 is whichever it has. */

@@ -136,6 +136,12 @@ typedef struct PlacementRequest {
         /* VFs already tried in this claim (refused reset or capacity, PLACE-12, PLACE-17). */
         const char *const *exclude;
         size_t n_exclude;
+        /*
+         * FLEET-6: only this PF is a candidate (a Placement allocation names it); NULL: every
+         * GPU. A PF the snapshot lacks fails with -ENODEV, no room on it with -ENOSPC, and the
+         * messages name it.
+         */
+        const char *gpu;
 } PlacementRequest;
 
 /* The random source of PLACE-15: returns an index in 0..n-1, n >= 1. */
@@ -167,7 +173,9 @@ bool placement_vf_is_allocatable(const PlacementSnapshot *snapshot, const Placem
  * Chooses a VF for request->profile (PLACE-3..6, 11, 13..15). On failure *error says why in
  * the exact SPEC text, and the result is
  *   -ENOENT  400 unknown_profile: no catalog has the name and every catalog came from NVML;
- *   -ENOSPC  409 insufficient_resources (PLACE-18 second case, PLACE-19);
+ *   -ENOSPC  409 insufficient_resources (PLACE-18 second case, PLACE-19; FLEET-6: no room on
+ *            request->gpu);
+ *   -ENODEV  409 insufficient_resources too: request->gpu is not in the snapshot (FLEET-6);
  *   -EINVAL  a missing argument, or a picker answer out of range;
  *   -ENOMEM.
  */

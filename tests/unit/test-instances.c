@@ -269,6 +269,8 @@ static const char example[] =
 
 #define EXAMPLE_ID "k3x9q2m8v1c4z7n5b0wd"
 #define MDEV_UUID "2b7a3c4d-5e6f-4a1b-9c2d-3e4f5a6b7c8d"
+/* FLEET-6: a Placement consumer, lower case as Placement prints it. */
+#define CONSUMER "5d0a7f3e-2b1c-4e8f-9a6d-0c3b2e1f4a57"
 
 /* The example on one line, which is how vgpud writes it (with a final newline). */
 static char *example_one_line(void)
@@ -461,8 +463,10 @@ static void test_record_refusals(void **state)
             {"\"profile\": \"NVIDIA L40S-2Q\"", "\"profile\": \"NVIDIA L40S-2Q\", \"vf\": 1",
              "unknown key \"gpu.vf\""},
             {"\"pid\": 4242", "\"pid\": 4242, \"pidfd\": 3", "unknown key \"hypervisor.pidfd\""},
-            {"\"vcpus\": 4", "\"vcpus\": 4, \"placement\": {\"consumer\": \"x\"}",
-             "unknown key \"placement\""},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"placement\": {\"consumer\": \"" CONSUMER
+             "\", \"gpu\": \"0000:e3:00.0\", \"x\": 1}",
+             "unknown key \"placement.x\""},
             {"\"vcpus\": 4", "\"vcpus\": 4, \"\\u001b[2J\": 1", "unknown key \"\\x1b[2J\""},
             /* wrong types, quoted integers */
             {"\"id\": \"" EXAMPLE_ID "\"", "\"id\": 7", "id must be a string"},
@@ -1040,9 +1044,7 @@ static void test_spec_refusals(void **state)
              "gpu.profile must be 1..256 printable ASCII characters"},
             {"\"NVIDIA L40S-2Q\"", "\"NVIDIA L40S-2Q\\u00e9\"",
              "gpu.profile must be 1..256 printable ASCII characters"},
-            /* other keys (API-9), including FLEET-6's, which this vgpud does not take */
-            {"\"vcpus\": 4", "\"vcpus\": 4, \"placement\": {\"consumer\": \"x\", \"gpu\": \"y\"}",
-             "unknown key \"placement\""},
+            /* other keys (API-9) */
             {"\"vcpus\": 4", "\"vcpus\": 4, \"id\": \"k3x9q2m8v1c4z7n5b0wd\"",
              "unknown key \"id\""},
             /* JSON (GEN-6, REL-7) */
@@ -1089,6 +1091,131 @@ static void test_spec_refusals(void **state)
         for (int i = 0; i < 16; i++)
                 strcat(deep, "[");
         assert_spec_refused(deep, strlen(deep), "JSON nested deeper than 16 levels");
+}
+
+/* ---- FLEET-6: the Placement consumer in the record and the create body -------------------- */
+
+static const char spec_placement[] =
+    "{\"name\": \"render-01\", \"vcpus\": 4, \"memory_mb\": 8192, \"boot\": {\"kernel\": "
+    "\"/var/lib/vgpud/images/vmlinuz\"}, \"gpu\": {\"profile\": \"NVIDIA L40S-2Q\"}, "
+    "\"placement\": {\"consumer\": \"" CONSUMER "\", \"gpu\": \"0000:e3:00.0\"}}";
+
+/* FLEET-6, API-9: the create key is taken, both of its keys kept. */
+static void test_spec_placement(void **state)
+{
+        _cleanup_(instance_spec_done) InstanceSpec s = {0};
+        _cleanup_free_ char *error = NULL;
+        int r = instance_spec_from_json(spec_placement, strlen(spec_placement), &s, &error);
+        if (r < 0)
+                fail_msg("%s", error);
+        assert_string_equal(s.placement.consumer, CONSUMER);
+        assert_string_equal(s.placement.gpu, "0000:e3:00.0");
+        assert_string_equal(s.profile, "NVIDIA L40S-2Q");
+
+        /* Without the key, both stay NULL. */
+        _cleanup_(instance_spec_done) InstanceSpec plain = {0};
+        assert_int_equal(instance_spec_from_json(spec_full, strlen(spec_full), &plain, &error), 0);
+        assert_null(plain.placement.consumer);
+        assert_null(plain.placement.gpu);
+}
+
+/* FLEET-6, INST-7: every malformed placement key is a 400 naming the field. */
+static void test_spec_placement_refusals(void **state)
+{
+        static const Refusal refusals[] = {
+            {"{\"consumer\": \"" CONSUMER "\", \"gpu\": \"0000:e3:00.0\"}", "\"" CONSUMER "\"",
+             "placement must be an object"},
+            {"{\"consumer\": \"" CONSUMER "\", \"gpu\": \"0000:e3:00.0\"}", "null",
+             "placement must be an object"},
+            {"{\"consumer\": \"" CONSUMER "\", \"gpu\": \"0000:e3:00.0\"}", "{}",
+             "placement.consumer is required"},
+            {"\"consumer\": \"" CONSUMER "\", ", "", "placement.consumer is required"},
+            {", \"gpu\": \"0000:e3:00.0\"", "", "placement.gpu is required"},
+            {"\"gpu\": \"0000:e3:00.0\"", "\"gpu\": \"0000:e3:00.0\", \"vf\": \"0000:e3:00.4\"",
+             "unknown key \"placement.vf\""},
+            {"\"" CONSUMER "\"", "7", "placement.consumer must be a string"},
+            {"\"0000:e3:00.0\"", "[]", "placement.gpu must be a string"},
+            /* canonical forms only */
+            {CONSUMER, "5D0A7F3E-2B1C-4E8F-9A6D-0C3B2E1F4A57",
+             "placement.consumer must be a lowercase UUID"},
+            {CONSUMER, "5d0a7f3e2b1c4e8f9a6d0c3b2e1f4a57",
+             "placement.consumer must be a lowercase UUID"},
+            {CONSUMER, "{5d0a7f3e-2b1c-4e8f-9a6d-0c3b2e1f4a57}",
+             "placement.consumer must be a lowercase UUID"},
+            {CONSUMER, "5d0a7f3e-2b1c-4e8f-9a6d-0c3b2e1f4a5",
+             "placement.consumer must be a "
+             "lowercase UUID"},
+            {CONSUMER, "5d0a7f3e-2b1c-4e8f-9a6d-0c3b2e1f4a577",
+             "placement.consumer must be a lowercase UUID"},
+            {CONSUMER, "", "placement.consumer must be a lowercase UUID"},
+            {"0000:e3:00.0", "0000:E3:00.0", "placement.gpu must be a PF's PCI address"},
+            {"0000:e3:00.0", "e3:00.0", "placement.gpu must be a PF's PCI address"},
+            {"0000:e3:00.0", "0000:e3:00.8", "placement.gpu must be a PF's PCI address"},
+            {"0000:e3:00.0", "0000:e3:00.0/../..", "placement.gpu must be a PF's PCI address"},
+            {"0000:e3:00.0", "", "placement.gpu must be a PF's PCI address"},
+            /* an allocation is for a vGPU */
+            {"\"gpu\": {\"profile\": \"NVIDIA L40S-2Q\"}, ", "", "placement needs gpu.profile"},
+            {"\"placement\": {", "\"placement\": {\"consumer\": \"" CONSUMER "\", ",
+             "malformed JSON: duplicate object key"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(refusals); i++) {
+                _cleanup_free_ char *text =
+                    mutate(spec_placement, refusals[i].from, refusals[i].to);
+                assert_spec_refused(text, strlen(text), refusals[i].message);
+        }
+}
+
+/* FLEET-6, INST-2: placement.consumer and placement.gpu round-trip in instance.json; a record
+ * without them (every record written before FLEET-6) still loads; a damaged one is refused. */
+static void test_record_placement(void **state)
+{
+        static const char with[] =
+            "{\"version\": 1, \"id\": \"" EXAMPLE_ID "\", \"name\": \"render-01\", \"state\": "
+            "\"Running\", \"created_at\": \"2026-09-02T20:08:03Z\", \"boot\": {\"kernel\": "
+            "\"/k\"}, \"vcpus\": 4, \"memory_mb\": 8192, \"gpu\": {\"profile\": \"NVIDIA "
+            "L40S-2Q\"}, \"placement\": {\"consumer\": \"" CONSUMER "\", \"gpu\": "
+            "\"0000:e3:00.0\"}}\n";
+        _cleanup_(instance_record_done) InstanceRecord rec = {0}, copy = {0}, old = {0};
+        parse_ok(with, &rec);
+        assert_string_equal(rec.placement.consumer, CONSUMER);
+        assert_string_equal(rec.placement.gpu, "0000:e3:00.0");
+        _cleanup_free_ char *out = encode(&rec);
+        assert_string_equal(out, with);
+
+        assert_int_equal(instance_record_copy(&rec, &copy), 0);
+        assert_string_equal(copy.placement.consumer, CONSUMER);
+        assert_string_equal(copy.placement.gpu, "0000:e3:00.0");
+        assert_ptr_not_equal(copy.placement.consumer, rec.placement.consumer);
+        /* Clearing a claim keeps the consumer: a Stopped instance keeps its allocation. */
+        instance_record_clear_claim(&copy);
+        assert_string_equal(copy.placement.consumer, CONSUMER);
+
+        /* The normative example has no placement: nothing is written for it. */
+        parse_ok(example, &old);
+        assert_null(old.placement.consumer);
+        _cleanup_free_ char *old_out = encode(&old);
+        assert_null(strstr(old_out, "placement"));
+
+        static const Refusal refusals[] = {
+            {"\"gpu\": {\"profile\": \"NVIDIA L40S-2Q\"}, ", "", "placement needs gpu"},
+            {"\"consumer\": \"" CONSUMER "\", ", "", "placement.consumer is required"},
+            {", \"gpu\": \"0000:e3:00.0\"", "", "placement.gpu is required"},
+            {CONSUMER, "not-a-uuid", "placement.consumer must be a lowercase UUID"},
+            {"\"0000:e3:00.0\"", "\"0000:e3:00\"", "placement.gpu must be a PF's PCI address"},
+            {"\"0000:e3:00.0\"", "1", "placement.gpu must be a string"},
+            {"{\"consumer\"", "[{\"consumer\"", "malformed JSON"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(refusals); i++) {
+                _cleanup_free_ char *text = mutate(with, refusals[i].from, refusals[i].to);
+                assert_record_refused(text, strlen(text), refusals[i].message);
+        }
+
+        /* A record that would not load again is never written. */
+        free(rec.placement.gpu);
+        rec.placement.gpu = strdup("bogus");
+        _cleanup_free_ char *bad = NULL;
+        assert_int_equal(instance_record_to_json(&rec, &bad, NULL), -EINVAL);
+        assert_null(bad);
 }
 
 /* ---- boot paths (INST-6) ------------------------------------------------------------------- */
@@ -1721,6 +1848,9 @@ int main(void)
             T(test_state_strings),
             T(test_spec_accepted),
             T(test_spec_refusals),
+            T(test_spec_placement),
+            T(test_spec_placement_refusals),
+            T(test_record_placement),
             T(test_boot_paths),
             T(test_boot_path_unreadable),
             T(test_save_and_load),

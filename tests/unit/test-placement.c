@@ -719,6 +719,73 @@ static void test_failure_messages(void **state)
         assert_int_equal(placement_select_vf(&s, &req, NULL, &c, NULL), -EINVAL);
 }
 
+/* Selection restricted to one PF (FLEET-6's placement.gpu); the message on failure. */
+static int select_on(const PlacementSnapshot *s, const char *profile, const char *gpu,
+                     const char **ret_vf, char **error)
+{
+        Script script = {};
+        PlacementChoice c = {.vf = NULL};
+        PlacementRequest req = {.profile = profile, .policy = PLACEMENT_POLICY_SPREAD, .gpu = gpu};
+        PlacementPicker picker = {.pick = script_pick, .userdata = &script};
+        int r = placement_select_vf(s, &req, &picker, &c, error);
+        if (r >= 0)
+                *ret_vf = c.vf->address;
+        else
+                assert_null(c.vf);
+        return r;
+}
+
+/* FLEET-6: a Placement allocation names one PF; only it is a candidate, whatever the ranking
+ * would prefer, and a refusal names the PF. */
+static void test_gpu_restriction(void **state)
+{
+        PlacementGpu gpus[] = {{GPU_SYSFS(E3)}, {GPU_SYSFS(E4)}};
+        PlacementVf vfs[] = {
+            {VF("0000:e3:00.4", E3), CLAIMED(T2Q, 2048)},
+            {VF("0000:e3:00.5", E3)},
+            {VF("0000:e4:00.4", E4)},
+        };
+        PlacementSnapshot s = SNAPSHOT(gpus, vfs);
+        const char *vf = NULL;
+        _cleanup_free_ char *error = NULL;
+
+        /* spread would take the idle e4; the allocation says e3. */
+        assert_string_equal(chosen(&s, P2Q, PLACEMENT_POLICY_SPREAD, NULL, 0), "0000:e4:00.4");
+        assert_int_equal(select_on(&s, P2Q, E3, &vf, &error), 0);
+        assert_string_equal(vf, "0000:e3:00.5");
+        assert_int_equal(select_on(&s, P2Q, E4, &vf, &error), 0);
+        assert_string_equal(vf, "0000:e4:00.4");
+
+        /* No room on the named PF, though the other has some: -ENOSPC naming it. */
+        vfs[1].quarantined = true;
+        assert_int_equal(select_on(&s, P2Q, E3, &vf, &error), -ENOSPC);
+        assert_string_equal(error, "no available VF for profile \"NVIDIA L40S-2Q\" on GPU " E3);
+
+        /* A PF this host does not have: -ENODEV naming it. */
+        free(error);
+        error = NULL;
+        assert_int_equal(select_on(&s, P2Q, E5, &vf, &error), -ENODEV);
+        assert_string_equal(error, "GPU " E5 " is not on this host");
+
+        /* The PF's catalog lacks the profile while another's has it. */
+        gpus[0].catalog = l40s_no_2q;
+        gpus[0].n_catalog = ELEMENTSOF(l40s_no_2q);
+        free(error);
+        error = NULL;
+        assert_int_equal(select_on(&s, P2Q, E3, &vf, &error), -ENOSPC);
+        assert_string_equal(error, "profile \"NVIDIA L40S-2Q\" is not creatable on GPU " E3
+                                   " (unknown profile or insufficient capacity)");
+
+        /* A name no NVML catalog knows stays PLACE-18's 400, restriction or not. */
+        PlacementNvmlCount counts[] = {{.type_id = T2Q, .count = 1}};
+        PlacementGpu nvml[] = {{GPU_NVML(E3, counts)}, {GPU_NVML(E4, counts)}};
+        PlacementSnapshot sn = SNAPSHOT(nvml, vfs);
+        free(error);
+        error = NULL;
+        assert_int_equal(select_on(&sn, "NVIDIA L40S-3Q", E4, &vf, &error), -ENOENT);
+        assert_string_equal(error, "unknown vGPU profile \"NVIDIA L40S-3Q\"");
+}
+
 /* PLACE-8 */
 static void test_nvml_answer_stale(void **state)
 {
@@ -1089,6 +1156,7 @@ int main(void)
             cmocka_unit_test(test_pack),
             cmocka_unit_test(test_ranking_example),
             cmocka_unit_test(test_failure_messages),
+            cmocka_unit_test(test_gpu_restriction),
             cmocka_unit_test(test_nvml_answer_stale),
             cmocka_unit_test(test_sysfs_must_wait),
             cmocka_unit_test(test_available),
