@@ -7,6 +7,7 @@
 #include <fcntl.h>
 
 #include "ctl.h"
+#include "fleet/fleet.h"
 #include "instances/instances.h"
 
 /* The client refuses a malformed id before sending it; the daemon's form must be the same. */
@@ -37,6 +38,16 @@ const char ctl_usage[] =
     "                                     the end of the guest console (default 64 KiB)\n"
     "  token mint --secret-file F [--ttl D] [--sub S]\n"
     "                                     print a bearer token (default TTL 1h)\n"
+    "  fleet hosts --placement URL --hosts FILE\n"
+    "                                     each host's root provider and readiness\n"
+    "  fleet resources --placement URL --hosts FILE\n"
+    "                                     each PF provider's inventories, usage and traits\n"
+    "  fleet create --placement URL --hosts FILE --profile P --name N --vcpus N\n"
+    "               --memory-mb N [--kernel P] [--initrd P] [--cmdline S] [--disk P]\n"
+    "               [--count N]\n"
+    "                                     place VMs through Placement on the hosts\n"
+    "  fleet delete ID --hosts FILE --host H\n"
+    "                                     delete an instance on host H\n"
     "\n"
     "Options:\n"
     "  --url URL         the daemon's base URL (default $VGPUD_URL, else " CTL_DEFAULT_URL ")\n"
@@ -44,6 +55,10 @@ const char ctl_usage[] =
     "  --token T         bearer token (default $VGPUD_TOKEN)\n"
     "  --token-file F    read the bearer token from F\n"
     "  --json            print the daemon's JSON instead of tables\n"
+    "  --placement URL   fleet: the Placement endpoint\n"
+    "  --placement-token-file F\n"
+    "                    fleet: a Keystone token for Placement (default: noauth2's admin)\n"
+    "  --hosts FILE      fleet: the JSON file naming each host, its URL and token file\n"
     "  --help, --version\n"
     "\n"
     "Exit status: 0 success, 1 API error, 2 usage error, 3 connection error.\n";
@@ -70,6 +85,11 @@ typedef enum CtlOption {
         OPT_DISK,
         OPT_PROFILE,
         OPT_TAIL_BYTES,
+        OPT_PLACEMENT,
+        OPT_PLACEMENT_TOKEN_FILE,
+        OPT_HOSTS,
+        OPT_HOST,
+        OPT_COUNT,
         _OPT_MAX,
 } CtlOption;
 
@@ -100,6 +120,11 @@ static const struct {
     [OPT_DISK] = {"--disk", true},
     [OPT_PROFILE] = {"--profile", true},
     [OPT_TAIL_BYTES] = {"--tail-bytes", true},
+    [OPT_PLACEMENT] = {"--placement", true},
+    [OPT_PLACEMENT_TOKEN_FILE] = {"--placement-token-file", true},
+    [OPT_HOSTS] = {"--hosts", true},
+    [OPT_HOST] = {"--host", true},
+    [OPT_COUNT] = {"--count", true},
 };
 
 /* What a command's positional argument is; it becomes part of the request path. */
@@ -115,6 +140,11 @@ typedef enum CtlTarget {
 #define CREATE                                                                                \
         (CREATE_REQUIRED | OPT_BIT(OPT_KERNEL) | OPT_BIT(OPT_INITRD) | OPT_BIT(OPT_CMDLINE) | \
          OPT_BIT(OPT_DISK) | OPT_BIT(OPT_PROFILE))
+
+#define FLEET_REQUIRED (OPT_BIT(OPT_PLACEMENT) | OPT_BIT(OPT_HOSTS))
+#define FLEET (FLEET_REQUIRED | OPT_BIT(OPT_PLACEMENT_TOKEN_FILE))
+#define FLEET_CREATE_REQUIRED (FLEET_REQUIRED | CREATE_REQUIRED | OPT_BIT(OPT_PROFILE))
+#define FLEET_DELETE_REQUIRED (OPT_BIT(OPT_HOSTS) | OPT_BIT(OPT_HOST))
 
 /* The command words, with what each command takes besides the global options. */
 static const struct {
@@ -145,6 +175,20 @@ static const struct {
      OPT_BIT(OPT_TAIL_BYTES),
      0},
     {{"token", "mint"}, CTL_COMMAND_TOKEN_MINT, TARGET_NONE, MINT, OPT_BIT(OPT_SECRET_FILE)},
+    {{"fleet", "hosts"}, CTL_COMMAND_FLEET_HOSTS, TARGET_NONE, FLEET, FLEET_REQUIRED},
+    {{"fleet", "resources"}, CTL_COMMAND_FLEET_RESOURCES, TARGET_NONE, FLEET, FLEET_REQUIRED},
+    {{"fleet", "create"},
+     CTL_COMMAND_FLEET_CREATE,
+     TARGET_NONE,
+     FLEET | CREATE | OPT_BIT(OPT_COUNT),
+     FLEET_CREATE_REQUIRED},
+    /* Placement is not needed: vgpud deletes the allocation itself (FLEET-6); the options are
+     * taken so that one set of fleet options serves every fleet command. */
+    {{"fleet", "delete"},
+     CTL_COMMAND_FLEET_DELETE,
+     TARGET_INSTANCE_ID,
+     FLEET | OPT_BIT(OPT_HOST),
+     FLEET_DELETE_REQUIRED},
 };
 
 /* The options whose values become strings of the create body (API-9). */
@@ -160,11 +204,16 @@ void ctl_args_done(CtlArgs *a)
         free(a->body);
         free(a->secret_file);
         free(a->subject);
+        free(a->placement_url);
+        free(a->placement_token);
+        free(a->hosts_file);
+        free(a->host);
+        free(a->profile);
         *a = (CtlArgs){};
 }
 
 /* A base URL: http or https, something after the scheme, nothing a shell or header mangles. */
-static int url_normalize(const char *source, const char *url, char **ret, char **error)
+int ctl_url_normalize(const char *source, const char *url, char **ret, char **error)
 {
         const char *rest = startswith(url, "http://");
         if (!rest)
@@ -193,7 +242,7 @@ static int url_normalize(const char *source, const char *url, char **ret, char *
 }
 
 /* Whatever goes into the Authorization header must be visible ASCII and fit it (API-12). */
-static int token_check(const char *source, const char *token, char **error)
+int ctl_token_check(const char *source, const char *token, char **error)
 {
         size_t n = strlen(token);
         if (n == 0)
@@ -210,7 +259,7 @@ static int token_check(const char *source, const char *token, char **error)
         return 0;
 }
 
-static int token_read_file(const char *path, char **ret, char **error)
+static int token_read_file(const char *option, const char *path, char **ret, char **error)
 {
         _cleanup_free_ char *buf = NULL;
         size_t size;
@@ -218,18 +267,18 @@ static int token_read_file(const char *path, char **ret, char **error)
         /* Room for the token and the newline that `token mint > file` leaves. */
         int r = read_file_at(AT_FDCWD, path, CTL_TOKEN_MAX + 2, &buf, &size);
         if (r == -EFBIG)
-                return error_set(error, r, "--token-file %s: larger than a token can be", path);
+                return error_set(error, r, "%s %s: larger than a token can be", option, path);
         if (r < 0)
-                return error_set(error, r, "--token-file %s: %s", path, strerror(-r));
+                return error_set(error, r, "%s %s: %s", option, path, strerror(-r));
         if (strlen(buf) != size)
-                return error_set(error, -EINVAL, "--token-file %s: contains a NUL byte", path);
+                return error_set(error, -EINVAL, "%s %s: contains a NUL byte", option, path);
         if (size > 0 && buf[size - 1] == '\n')
                 buf[size - 1] = 0;
 
         _cleanup_free_ char *source = NULL;
-        if (strprintf(&source, "--token-file %s", path) < 0)
+        if (strprintf(&source, "%s %s", option, path) < 0)
                 return error_set_oom(error);
-        r = token_check(source, buf, error);
+        r = ctl_token_check(source, buf, error);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(buf);
@@ -356,6 +405,65 @@ static int parse_create(const char *const *values, CtlArgs *a, char **error)
         return a->body ? 0 : error_set_oom(error);
 }
 
+/*
+ * The fleet commands (FLEET-7). Each host's URL and token come from the hosts file, which
+ * ctl-fleet.c reads, so the options that name one daemon do not apply.
+ */
+static int parse_fleet(const char *const *values, CtlArgs *a, char **error)
+{
+        static const CtlOption one_daemon[] = {OPT_URL, OPT_UNIX, OPT_TOKEN, OPT_TOKEN_FILE};
+        int r;
+
+        for (size_t i = 0; i < ELEMENTSOF(one_daemon); i++)
+                if (values[one_daemon[i]])
+                        return error_set(error, -EINVAL,
+                                         "option %s does not apply to fleet commands: the hosts "
+                                         "file names each host's URL and token",
+                                         options[one_daemon[i]].name);
+        if (values[OPT_PLACEMENT]) {
+                r = ctl_url_normalize("--placement", values[OPT_PLACEMENT], &a->placement_url,
+                                      error);
+                if (r < 0)
+                        return r;
+        }
+        if (values[OPT_PLACEMENT_TOKEN_FILE]) {
+                r = token_read_file("--placement-token-file", values[OPT_PLACEMENT_TOKEN_FILE],
+                                    &a->placement_token, error);
+                if (r < 0)
+                        return r;
+        }
+        if (!*values[OPT_HOSTS])
+                return error_set(error, -EINVAL, "--hosts needs a file name");
+        a->hosts_file = strdup(values[OPT_HOSTS]);
+        if (!a->hosts_file)
+                return error_set_oom(error);
+        if (values[OPT_HOST]) {
+                if (!fleet_host_name_is_valid(values[OPT_HOST]))
+                        return error_set(error, -EINVAL,
+                                         "--host \"%s\": expected a host name of 1 to %d "
+                                         "letters, digits, '-', '.' and '_'",
+                                         values[OPT_HOST], FLEET_HOST_NAME_MAX);
+                a->host = strdup(values[OPT_HOST]);
+                if (!a->host)
+                        return error_set_oom(error);
+        }
+        a->count = 1;
+        if (values[OPT_COUNT]) {
+                uint64_t n;
+                if (parse_uint64_range(values[OPT_COUNT], 1, CTL_FLEET_COUNT_MAX, &n) < 0)
+                        return error_set(error, -EINVAL,
+                                         "--count \"%s\": expected a number of VMs from 1 to %d",
+                                         values[OPT_COUNT], CTL_FLEET_COUNT_MAX);
+                a->count = (uint32_t)n;
+        }
+        if (values[OPT_PROFILE]) {
+                a->profile = strdup(values[OPT_PROFILE]);
+                if (!a->profile)
+                        return error_set_oom(error);
+        }
+        return 0;
+}
+
 static int parse_console(const char *const *values, CtlArgs *a, char **error)
 {
         uint64_t n;
@@ -413,13 +521,13 @@ static int parse_connection(const char *const *values, const CtlEnv *env, CtlArg
                 if (!a->unix_socket)
                         return error_set_oom(error);
         } else if (values[OPT_URL]) {
-                r = url_normalize("--url", values[OPT_URL], &a->url, error);
+                r = ctl_url_normalize("--url", values[OPT_URL], &a->url, error);
                 if (r < 0)
                         return r;
         } else {
                 bool from_env = env->url && *env->url;
-                r = url_normalize(from_env ? "VGPUD_URL" : "default URL",
-                                  from_env ? env->url : CTL_DEFAULT_URL, &a->url, error);
+                r = ctl_url_normalize(from_env ? "VGPUD_URL" : "default URL",
+                                      from_env ? env->url : CTL_DEFAULT_URL, &a->url, error);
                 if (r < 0)
                         return r;
         }
@@ -427,7 +535,7 @@ static int parse_connection(const char *const *values, const CtlEnv *env, CtlArg
         if (values[OPT_TOKEN] && values[OPT_TOKEN_FILE])
                 return error_set(error, -EINVAL, "--token and --token-file exclude each other");
         if (values[OPT_TOKEN_FILE])
-                return token_read_file(values[OPT_TOKEN_FILE], &a->token, error);
+                return token_read_file("--token-file", values[OPT_TOKEN_FILE], &a->token, error);
 
         const char *token = values[OPT_TOKEN], *source = "--token";
         if (!token && env->token && *env->token) {
@@ -436,7 +544,7 @@ static int parse_connection(const char *const *values, const CtlEnv *env, CtlArg
         }
         if (!token)
                 return 0;
-        r = token_check(source, token, error);
+        r = ctl_token_check(source, token, error);
         if (r < 0)
                 return r;
         a->token = strdup(token);
@@ -500,6 +608,15 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
         case CTL_COMMAND_TOKEN_MINT:
                 /* A local command: where the daemon is does not matter. */
                 return parse_mint(values, a, error);
+        case CTL_COMMAND_FLEET_CREATE:
+                /* The hosts file says where each daemon is. */
+                r = parse_create(values, a, error);
+                return r < 0 ? r : parse_fleet(values, a, error);
+        case CTL_COMMAND_FLEET_HOSTS:
+        case CTL_COMMAND_FLEET_RESOURCES:
+        case CTL_COMMAND_FLEET_DELETE:
+                /* The hosts file says where each daemon is. */
+                return parse_fleet(values, a, error);
         default:
                 break;
         }

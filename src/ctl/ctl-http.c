@@ -97,6 +97,8 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const CtlRequest *r
                 r = header_append(&headers, "Expect:");
         if (r >= 0 && req->json_body)
                 r = header_append(&headers, "Content-Type: application/json");
+        for (const char *const *h = req->headers; r >= 0 && h && *h; h++)
+                r = header_append(&headers, *h);
         if (r >= 0 && args->token) {
                 r = strprintf(&authorization, "Authorization: Bearer %s", args->token);
                 if (r >= 0)
@@ -164,7 +166,8 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const CtlRequest *r
                                   : curl_error[0] ? curl_error
                                                   : curl_easy_strerror(c);
                 return error_set(error, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECOMM,
-                                 "cannot reach vgpud at %s: %s", where, why);
+                                 "cannot reach %s at %s: %s", req->peer ? req->peer : "vgpud",
+                                 where, why);
         }
 
         long status = 0;

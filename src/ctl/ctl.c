@@ -228,6 +228,11 @@ static int dispatch(const CtlArgs *a, const CtlEnv *env)
                 return CTL_EXIT_OK;
         case CTL_COMMAND_TOKEN_MINT:
                 return run_token_mint(a, env);
+        case CTL_COMMAND_FLEET_HOSTS:
+        case CTL_COMMAND_FLEET_RESOURCES:
+        case CTL_COMMAND_FLEET_CREATE:
+        case CTL_COMMAND_FLEET_DELETE:
+                return ctl_fleet_run(a, env);
         default:
                 break;
         }

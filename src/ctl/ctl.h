@@ -56,6 +56,7 @@ enum {
 #define CTL_UNIX_SOCKET_PATH_MAX 107 /* sun_path less its terminating NUL */
 #define CTL_CONSOLE_TAIL_MAX 1048576 /* `tail_bytes` of the console route (API-2) */
 #define CTL_INSTANCE_ID_LEN 20       /* INST-3: [a-z0-9]{20} */
+#define CTL_FLEET_COUNT_MAX 1000     /* fleet create --count */
 
 /* What the process brings: the environment (OPS-6), a clock, timeouts and the streams. */
 typedef struct CtlEnv {
@@ -94,6 +95,10 @@ typedef enum CtlCommand {
         CTL_COMMAND_INSTANCES_DELETE,
         CTL_COMMAND_INSTANCES_CONSOLE,
         CTL_COMMAND_TOKEN_MINT,
+        CTL_COMMAND_FLEET_HOSTS,
+        CTL_COMMAND_FLEET_RESOURCES,
+        CTL_COMMAND_FLEET_CREATE,
+        CTL_COMMAND_FLEET_DELETE,
         _CTL_COMMAND_MAX,
 } CtlCommand;
 
@@ -110,6 +115,13 @@ typedef struct CtlArgs {
         char *secret_file;   /* token mint */
         char *subject;       /* token mint; NULL: no "sub" */
         nsec_t ttl;          /* token mint */
+        /* fleet (FLEET-7) */
+        char *placement_url;   /* normalized like --url; NULL for fleet delete without it */
+        char *placement_token; /* --placement-token-file's token; NULL: noauth2's "admin" */
+        char *hosts_file;      /* --hosts */
+        char *host;            /* fleet delete --host */
+        char *profile;         /* fleet create --profile (also in body) */
+        uint32_t count;        /* fleet create --count; 1 without it */
 } CtlArgs;
 
 void ctl_args_done(CtlArgs *a);
@@ -128,14 +140,24 @@ int ctl_args_parse(int argc, char *const *argv, const CtlEnv *env, CtlArgs *ret,
 /* The --help text. */
 extern const char ctl_usage[];
 
+/*
+ * A base URL as --url takes it (http or https, no query, fragment, space or control byte),
+ * without trailing slashes; source names where it came from in *error.
+ */
+int ctl_url_normalize(const char *source, const char *url, char **ret, char **error);
+/* What may travel in a header as a token: 1..CTL_TOKEN_MAX visible ASCII bytes. */
+int ctl_token_check(const char *source, const char *token, char **error);
+
 /* ---- HTTP (ctl-http.c) ----------------------------------------------------------------------- */
 
 typedef struct CtlRequest {
         const char *method;
-        const char *path;      /* starting with "/", query included */
-        const char *json_body; /* NULL: none */
-        const char *accept;    /* the Accept header's value */
-        long timeout_ms;       /* the whole exchange */
+        const char *path;           /* starting with "/", query included */
+        const char *json_body;      /* NULL: none */
+        const char *accept;         /* the Accept header's value */
+        long timeout_ms;            /* the whole exchange */
+        const char *const *headers; /* more "Name: value" lines, NULL-ended; or NULL */
+        const char *peer;           /* who answers, for messages; NULL: "vgpud" */
 } CtlRequest;
 
 typedef struct CtlResponse {
@@ -193,3 +215,124 @@ void ctl_table_done(CtlTable *t);
 int ctl_table_add_row(CtlTable *t, const char *const *row);
 /* Prints every row, each preceded by indent; the last column is never padded. */
 int ctl_table_print(const CtlTable *t, FILE *out, const char *indent);
+
+/* ---- fleet (ctl-fleet.c, FLEET-7) ------------------------------------------------------------ */
+
+/*
+ * `vgpuctl fleet`: a thin client of OpenStack Placement and of the hosts' vgpud (SPEC §18). It
+ * never schedules by itself beyond ordering Placement's candidates: Placement says which PFs can
+ * take a vGPU, the chosen host has the last word (FLEET-6), and a refusal moves the allocation
+ * to the next candidate, at most CTL_FLEET_MOVES_MAX times.
+ *
+ * Every Placement request carries `OpenStack-API-Version: placement 1.39` and `X-Auth-Token`
+ * (--placement-token-file's token, else "admin", what Placement's noauth2 strategy expects).
+ */
+#define CTL_FLEET_MOVES_MAX 3         /* FLEET-7 */
+#define CTL_FLEET_CANDIDATES_LIMIT 10 /* FLEET-7: `limit` of GET /allocation_candidates */
+#define CTL_FLEET_HOSTS_MAX 1024
+#define CTL_FLEET_UUID_STRLEN 37 /* FLEET_UUID_STRLEN */
+#define CTL_FLEET_HOSTS_FILE_MAX (1024 * 1024)
+/* Placement 1.39 wants a project, a user and a consumer type with every allocation; vgpuctl
+ * writes these fixed values (vgpuctl(1)). */
+#define CTL_FLEET_PROJECT_ID "vgpuctl"
+#define CTL_FLEET_USER_ID "vgpuctl"
+#define CTL_FLEET_CONSUMER_TYPE "INSTANCE"
+
+/* One host of the hosts file. */
+typedef struct CtlFleetHost {
+        char *name;       /* placement.host_name: the root provider's name */
+        char *url;        /* vgpud's base URL, normalized as --url */
+        char *token_file; /* NULL: none; a relative one is taken from the hosts file's directory */
+        char *token;      /* read from token_file by ctl_fleet_hosts_load(); NULL: none */
+        char root_uuid[CTL_FLEET_UUID_STRLEN]; /* FLEET-2: UUIDv5 of "vgpud:<name>" */
+} CtlFleetHost;
+
+typedef struct CtlFleetHosts {
+        CtlFleetHost *hosts;
+        size_t n_hosts;
+} CtlFleetHosts;
+
+void ctl_fleet_hosts_done(CtlFleetHosts *h);
+
+/*
+ * The hosts file, JSON:
+ *   {"hosts": [{"name": "gpu-1", "url": "http://10.0.0.1:8080", "token_file": "gpu-1.token"}]}
+ * parsed strictly: duplicate keys, unknown keys, an empty list, more than CTL_FLEET_HOSTS_MAX
+ * hosts, an invalid name (fleet_host_name_is_valid()), a name or URL given twice, or a bad URL
+ * are -EINVAL with *error naming the entry. `dir` is the file's directory, for relative token
+ * files. No file is read.
+ */
+int ctl_fleet_hosts_parse(const char *text, size_t size, const char *dir, CtlFleetHosts *ret,
+                          char **error);
+/* Reads and parses the hosts file and each host's token file (-errno, *error names the file). */
+int ctl_fleet_hosts_load(const char *path, CtlFleetHosts *ret, char **error);
+/* The host of that name, or NULL. */
+const CtlFleetHost *ctl_fleet_hosts_find(const CtlFleetHosts *h, const char *name);
+
+/*
+ * The PF address that FLEET-2's provider name `<host_name>_pci_<dddd>_<bb>_<dd>_<f>` stands for.
+ * -EINVAL for any other name.
+ */
+int ctl_fleet_pf_from_provider_name(const char *host_name, const char *provider_name,
+                                    char ret[static PCI_ADDRESS_STRLEN]);
+
+/*
+ * One allocation candidate: a single provider with the request group's resources (borrowed
+ * from the parsed answer), its tree's root, and the VGPU units it has free.
+ */
+typedef struct CtlFleetCandidate {
+        char provider_uuid[CTL_FLEET_UUID_STRLEN];
+        char root_uuid[CTL_FLEET_UUID_STRLEN];
+        json_t *resources; /* {"VGPU": 1, ...}, borrowed */
+        int64_t free_vgpu; /* capacity - used of the provider summary's VGPU */
+        size_t host;       /* index in the hosts file */
+} CtlFleetCandidate;
+
+/*
+ * The candidates of a GET /allocation_candidates answer that vgpuctl can act on: allocation
+ * requests with exactly one provider whose root is a host of the hosts file; the others are
+ * skipped (another scheduler's tree, or an answer that split the group). Ordered to pack:
+ * fewest free VGPU units first, which keeps whole cards free for large profiles, then the
+ * hosts file's order, then the provider uuid. -EBADMSG (with *error) when the answer does not
+ * have 1.39's shape. *ret is NULL and *ret_n 0 when nothing is left.
+ */
+int ctl_fleet_candidates_parse(json_t *body, const CtlFleetHosts *hosts, CtlFleetCandidate **ret,
+                               size_t *ret_n, char **error);
+
+/*
+ * Which host and PF a candidate's provider is: its root names the host, its FLEET-2 name the
+ * PF, and the provider's uuid must be the one FLEET-2 derives from both (a provider that only
+ * looks like a vgpud PF is refused). -ENOENT when the root is no host of the file, -EINVAL
+ * otherwise, with *error naming the provider.
+ */
+int ctl_fleet_candidate_map(const CtlFleetHosts *hosts, const char *provider_uuid,
+                            const char *root_uuid, const char *provider_name, size_t *ret_host,
+                            char ret_pf[static PCI_ADDRESS_STRLEN], char **error);
+
+typedef enum CtlFleetOutcome {
+        CTL_FLEET_CREATED, /* 2xx */
+        /* the host cannot place it: 409 insufficient_resources (FLEET-6), 503
+         * placement_disabled, or Placement refused the allocation's write with a 409 */
+        CTL_FLEET_REFUSED,
+        CTL_FLEET_FAILED, /* anything else: the request itself is wrong, or the host failed */
+} CtlFleetOutcome;
+
+/* A host's answer to POST /instances as an outcome. code may be NULL (no API-11 body). */
+CtlFleetOutcome ctl_fleet_classify(long status, const char *code);
+
+typedef enum CtlFleetStep {
+        CTL_FLEET_STEP_DONE,    /* created */
+        CTL_FLEET_STEP_MOVE,    /* move the allocation to the next candidate and try it */
+        CTL_FLEET_STEP_GIVE_UP, /* refused everywhere tried: delete the allocation, fail */
+        CTL_FLEET_STEP_FAIL,    /* delete the allocation (vgpud did on its side) and fail */
+} CtlFleetStep;
+
+/*
+ * The reschedule decision after `tried` hosts (1 = the first candidate) of n_candidates have
+ * answered, the last with outcome o: a refusal moves on while a candidate is left and fewer than
+ * CTL_FLEET_MOVES_MAX moves were made.
+ */
+CtlFleetStep ctl_fleet_next_step(CtlFleetOutcome o, unsigned tried, size_t n_candidates);
+
+/* Runs a fleet command; a CTL_EXIT_* status. */
+int ctl_fleet_run(const CtlArgs *a, const CtlEnv *env);
