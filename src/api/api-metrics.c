@@ -236,6 +236,14 @@ static int write_placement(MetricsWriter *w, const ApiContext *ctx)
                                  &(Family){"vgpud_placement_up", METRIC_GAUGE,
                                            "1 while the last exchange with Placement succeeded."},
                                  fs->up ? 1 : 0);
+        /* FLEET-6: an allocation nothing here names, deleted after placement.orphan_grace. */
+        if (r >= 0)
+                r = write_single(w,
+                                 &(Family){"vgpud_placement_orphan_allocations_deleted_total",
+                                           METRIC_COUNTER,
+                                           "Placement allocations against this host that no "
+                                           "local instance named, deleted by the orphan audit."},
+                                 fs->orphans_deleted);
         return r;
 }
 

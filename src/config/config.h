@@ -116,7 +116,7 @@ typedef struct ConfigPlacement {
         ConfigPlacementAuth auth; /* default noauth */
         char *host_name;          /* "" means the kernel host name, read at start-up */
         nsec_t sync_interval;     /* 5s..10m, default 30s */
-        nsec_t orphan_grace;      /* 1m..168h, default 10m (FLEET-6) */
+        nsec_t orphan_grace;      /* 5s..168h, default 10m (FLEET-6) */
         ConfigKeystone keystone;
 } ConfigPlacement;
 

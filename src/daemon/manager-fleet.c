@@ -37,6 +37,42 @@ static uint64_t fleet_state_key(void *userdata)
         return h;
 }
 
+/* FLEET-3: a VF claimed for an instance with a Placement consumer is in Placement's usage
+ * already, so it is not reserved as well. */
+static bool fleet_has_consumer(void *userdata, const char *vf)
+{
+        Manager *m = userdata;
+        const InstanceRecord *r =
+            m->instances ? instance_manager_find_claim(m->instances, vf) : NULL;
+        return r && r->placement.consumer;
+}
+
+/* FLEET-6: every consumer a local record names, in any state; the audit never deletes them. */
+static int fleet_consumers(void *userdata, char ***ret)
+{
+        Manager *m = userdata;
+        const InstanceRecord *const *list = NULL;
+        size_t n = m->instances ? instance_manager_list(m->instances, &list) : 0;
+        _cleanup_strv_free_ char **out = NULL;
+        for (size_t i = 0; i < n; i++)
+                if (list[i]->placement.consumer && strv_push(&out, list[i]->placement.consumer) < 0)
+                        return -ENOMEM;
+        *ret = TAKE_PTR(out);
+        return 0;
+}
+
+void manager_fleet_consumer_released(void *userdata, const char *consumer)
+{
+        Manager *m = userdata;
+        if (!m->fleet)
+                return; /* not in a fleet: the create key is refused there anyway */
+        int r = fleet_sync_delete_consumer(m->fleet, consumer);
+        if (r < 0)
+                log_line(LOG_LEVEL_WARNING, r,
+                         "cannot queue the deletion of a placement allocation", "consumer",
+                         consumer, "fallback", "the orphan audit", NULL);
+}
+
 static int fleet_compute(void *userdata, bool stopping, FleetWanted **ret)
 {
         Manager *m = userdata;
@@ -54,6 +90,8 @@ static int fleet_compute(void *userdata, bool stopping, FleetWanted **ret)
             .nvml = m->nvml,
             .placement_disabled = snap->placement_disabled_reason != NULL,
             .stopping = stopping,
+            .has_consumer = fleet_has_consumer,
+            .userdata = m,
         };
         r = fleet_host_snapshot_build(&src, &in);
         if (r < 0)
@@ -111,6 +149,8 @@ int manager_fleet_setup(Manager *m, char **error)
             .interval = pc->sync_interval,
             .state_key = fleet_state_key,
             .compute = fleet_compute,
+            .consumers = fleet_consumers,
+            .orphan_grace = pc->orphan_grace,
             .stopped = fleet_stopped,
             .userdata = m,
         };

@@ -108,6 +108,7 @@ int manager_instances_setup(Manager *m, char **error)
                         .owner = {.vf_changed = vf_changed, .userdata = m}},
             .placement_disabled = placement_disabled,
             .slot_figures = slot_figures,
+            .consumer_released = manager_fleet_consumer_released,
             .userdata = m,
         };
         r = instance_manager_new(&ic, &m->instances, error);

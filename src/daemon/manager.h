@@ -132,6 +132,8 @@ void manager_instances_free(Manager *m);
 int manager_fleet_setup(Manager *m, char **error);
 void manager_fleet_start(Manager *m);
 void manager_fleet_free(Manager *m);
+/* InstanceManagerConfig.consumer_released: FLEET-6's DELETE, queued on the sync (userdata: m). */
+void manager_fleet_consumer_released(void *userdata, const char *consumer);
 
 /* manager.c */
 void manager_check_placement(Manager *m);

@@ -14,6 +14,17 @@
  * the provider again, rebuild the body, wait a jittered backoff and retry, 8 attempts at most.
  * A full job (the first, then every placement.sync_interval) reads every provider first instead
  * of trusting Known, and lists the tree, so a PF that vanished has its inventories reserved.
+ *
+ * FLEET-6 rides on the same jobs. Consumers whose instance is gone (fleet_sync_delete_consumer())
+ * wait in a small set on the loop and go out as DELETE /allocations/<consumer> in the next job;
+ * a consumer added starts one at once, a failed DELETE waits for the next job that starts for
+ * another reason (at the latest the next full one), so an outage is not hammered. The set is in
+ * memory only, on purpose: if vgpud dies between the local delete and the DELETE, no record
+ * names the consumer any more and the orphan audit deletes its allocation after
+ * placement.orphan_grace; persisting the set would only make that sooner. The audit runs in
+ * every full job: it lists the allocations against each of this host's providers and deletes
+ * those that fleet_audit_decide() finds orphaned for longer than the grace, never one that a
+ * local record names when the job starts.
  */
 #include <curl/curl.h>
 #include <inttypes.h>
@@ -66,8 +77,13 @@ typedef struct Job {
         uint64_t (*random)(void *userdata);
         void (*sleep)(nsec_t d, void *userdata);
         void *test_userdata;
+        char **local;   /* FLEET-6: consumers local records name; never deleted */
+        char **deletes; /* FLEET-6: released consumers to DELETE */
+        nsec_t grace;
 
         /* In and out. */
+        FleetOrphan *seen; /* the audit's orphans (full jobs) */
+        size_t n_seen;
         Known *known; /* one per wanted provider, then the vanished ones a full job found */
         size_t n_known;
         char **ensured; /* custom classes and traits known to exist */
@@ -80,6 +96,10 @@ typedef struct Job {
         uint64_t conflicts, requests;
         bool down; /* a transport failure, a 5xx or a refused authentication */
         char *error;
+        char **deleted;      /* of deletes: gone (204 or 404), or refused for good (4xx) */
+        char **orphans_gone; /* consumers the audit deleted */
+        bool audited;        /* seen holds this job's audit */
+        uint64_t consumers_deleted;
 } Job;
 
 static void job_free(void *data)
@@ -99,6 +119,11 @@ static void job_free(void *data)
         fleet_token_done(&j->token);
         free(j->disabled);
         free(j->error);
+        strv_free(j->local);
+        strv_free(j->deletes);
+        strv_free(j->deleted);
+        strv_free(j->orphans_gone);
+        free(j->seen);
         free(j);
 }
 
@@ -138,6 +163,14 @@ struct FleetSync {
         bool running, full_due, stopping, stop_sent, stopped_called;
         char *logged_error;
         FleetSyncStats stats;
+
+        /* FLEET-6 */
+        int (*consumers)(void *userdata, char ***ret);
+        nsec_t orphan_grace;
+        char **pending;    /* released consumers whose DELETE has not gone out */
+        bool pending_new;  /* one was added since the last job started */
+        FleetOrphan *seen; /* the last audit's orphans */
+        size_t n_seen;
 };
 
 /* ---- the worker's side ------------------------------------------------------------------------
@@ -318,6 +351,18 @@ static bool strv_contains_str(char *const *strv, const char *s)
                 if (streq(*strv, s))
                         return true;
         return false;
+}
+
+/* Takes the first s out of strv, in place. */
+static void strv_remove(char **strv, const char *s)
+{
+        for (size_t i = 0; strv && strv[i]; i++)
+                if (streq(strv[i], s)) {
+                        free(strv[i]);
+                        memmove(&strv[i], &strv[i + 1],
+                                (strv_length(&strv[i + 1]) + 1) * sizeof *strv);
+                        return;
+                }
 }
 
 /* PUT /resource_classes/<name> or /traits/<name> once per name (201 created, 204 existed). */
@@ -739,6 +784,107 @@ static int find_vanished(Job *j, FleetHttp *h)
         return 0;
 }
 
+/* ---- FLEET-6 on the worker ---------------------------------------------------------------- */
+
+/* DELETE /allocations/<consumer>: 1 deleted, 0 already gone, < 0 failed (Placement down or an
+ * unexpected answer; job_fail() has the text). */
+static int delete_allocation(Job *j, FleetHttp *h, const char *consumer)
+{
+        _cleanup_free_ char *path = NULL;
+        json_auto_t *resp = NULL;
+        long status = 0;
+        if (strprintf(&path, "/allocations/%s", consumer) < 0)
+                return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
+        int r = placement_call(j, h, "DELETE", path, NULL, &status, &resp);
+        if (r < 0)
+                return r;
+        if (status == 204)
+                return 1;
+        if (status == 404)
+                return 0;
+        return unexpected(j, "DELETE", path, status, resp);
+}
+
+/* The released consumers (INST-14): each DELETE on its own; Placement down stops the rest. */
+static void send_deletes(Job *j, FleetHttp *h)
+{
+        for (char **c = j->deletes; c && *c && !j->down; c++) {
+                int r = delete_allocation(j, h, *c);
+                if (r == -ENOMEM)
+                        return;
+                /* A refusal other than an outage will not change by repeating it; the audit
+                 * has the last word on whatever it left. */
+                if (r >= 0 || !j->down) {
+                        if (strv_push(&j->deleted, *c) < 0)
+                                return;
+                        if (r > 0)
+                                j->consumers_deleted++;
+                }
+        }
+}
+
+/* GET /resource_providers/<uuid>/allocations: the consumers it holds, appended to list. A
+ * provider Placement no longer has holds none. */
+static int list_consumers(Job *j, FleetHttp *h, const char *uuid, char ***list)
+{
+        _cleanup_free_ char *path = NULL;
+        json_auto_t *resp = NULL;
+        long status = 0;
+        if (strprintf(&path, "/resource_providers/%s/allocations", uuid) < 0)
+                return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
+        int r = placement_call(j, h, "GET", path, NULL, &status, &resp);
+        if (r < 0)
+                return r;
+        if (status == 404)
+                return 0;
+        if (status != 200)
+                return unexpected(j, "GET", path, status, resp);
+        const json_t *allocations = json_object_get(resp, "allocations");
+        if (!json_is_object(allocations))
+                return job_fail(j, -EPROTO, "GET %s%s: malformed answer", j->url, path);
+        const char *consumer;
+        json_t *v;
+        json_object_foreach ((json_t *)allocations, consumer, v)
+                if (strv_push(list, consumer) < 0)
+                        return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
+        return 0;
+}
+
+/* The orphan audit (full jobs): every provider of this host but the root, which holds nothing. */
+static int audit(Job *j, FleetHttp *h)
+{
+        const char *root = j->wanted->providers[0].uuid;
+        _cleanup_strv_free_ char **allocated = NULL;
+        for (size_t i = 0; i < j->n_known; i++) {
+                if (streq(j->known[i].state.uuid, root))
+                        continue;
+                /* A listing that failed would make its orphans look gone and restart their
+                 * grace, which errs the safe way; still, decide only on a whole picture. */
+                int r = list_consumers(j, h, j->known[i].state.uuid, &allocated);
+                if (r < 0)
+                        return r;
+        }
+
+        FleetOrphan *orphans;
+        size_t n;
+        char **doomed;
+        int r = fleet_audit_decide(allocated, j->local, j->seen, j->n_seen, clock_now(&j->clock),
+                                   j->grace, &orphans, &n, &doomed);
+        if (r < 0)
+                return job_fail(j, r, ERROR_OUT_OF_MEMORY);
+        free(j->seen);
+        j->seen = orphans;
+        j->n_seen = n;
+        j->audited = true;
+        _cleanup_strv_free_ char **delete = doomed;
+        for (char **c = delete; c && *c && !j->down; c++) {
+                r = delete_allocation(j, h, *c);
+                if (r > 0 && strv_push(&j->orphans_gone, *c) < 0)
+                        return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
+        }
+        return 0;
+}
+
 static int job_run(void *data, char **error)
 {
         Job *j = data;
@@ -764,6 +910,11 @@ static int job_run(void *data, char **error)
                 for (size_t i = first; r >= 0 && i < j->n_known; i++)
                         (void)sync_provider(j, &h, NULL, &j->known[i]);
         }
+        /* FLEET-6 after the providers: they exist (or Placement has said why not) by then. */
+        if (r >= 0 && !j->down)
+                send_deletes(j, &h);
+        if (r >= 0 && !j->down && j->full && j->wanted->n_providers > 0)
+                (void)audit(j, &h);
         j->requests = h.requests;
         fleet_http_done(&h);
         /* The outcome travels in the job (done() reads it); the pool's result is always 0. */
@@ -813,6 +964,29 @@ static void log_outcome(FleetSync *s, const char *error)
 
 static void maybe_start(FleetSync *s);
 
+/* FLEET-6: what a job did with the released consumers and the audit. */
+static void consumers_done(FleetSync *s, Job *j)
+{
+        for (char **c = j->deleted; c && *c; c++) {
+                strv_remove(s->pending, *c);
+                log_line(LOG_LEVEL_INFO, 0, "placement allocation of a released consumer deleted",
+                         "consumer", *c, NULL);
+        }
+        s->stats.consumers_deleted += j->consumers_deleted;
+        for (char **c = j->orphans_gone; c && *c; c++) {
+                s->stats.orphans_deleted++;
+                log_line(LOG_LEVEL_NOTICE, 0, "placement orphan allocation deleted", "consumer", *c,
+                         "reason", "no local instance names it", NULL);
+        }
+        if (j->audited) {
+                free(s->seen);
+                s->seen = TAKE_PTR(j->seen);
+                s->n_seen = j->n_seen;
+                j->n_seen = 0;
+                s->stats.orphans_pending = s->n_seen;
+        }
+}
+
 static void finish_stop(FleetSync *s)
 {
         if (s->stopping && !s->running && !s->stopped_called) {
@@ -838,6 +1012,7 @@ static void on_job_done(int r, void *data, const char *error, void *userdata)
         }
         s->stats.requests += j->requests;
         s->stats.sync_total[FLEET_RESULT_CONFLICT] += j->conflicts;
+        consumers_done(s, j);
 
         /* What the job learnt replaces what the loop knew, provider by provider. */
         for (size_t i = 0; i < j->n_known; i++) {
@@ -922,6 +1097,28 @@ static int job_new(FleetSync *s, bool full, Job **ret)
                 if (strv_push(&j->ensured, *e) < 0)
                         return -ENOMEM;
 
+        /* FLEET-6: what local records name now is never deleted, by the audit or the set (a
+         * consumer released and then given to a new instance here stays). */
+        if (s->consumers && s->consumers(s->userdata, &j->local) < 0)
+                return -ENOMEM;
+        for (char **c = s->pending; c && *c;) {
+                if (strv_contains_str(j->local, *c)) {
+                        strv_remove(s->pending, *c);
+                        continue;
+                }
+                if (strv_push(&j->deletes, *c) < 0)
+                        return -ENOMEM;
+                c++;
+        }
+        j->grace = s->orphan_grace;
+        if (full && s->n_seen > 0) {
+                j->seen = calloc(s->n_seen, sizeof *j->seen);
+                if (!j->seen)
+                        return -ENOMEM;
+                memcpy(j->seen, s->seen, s->n_seen * sizeof *j->seen);
+                j->n_seen = s->n_seen;
+        }
+
         j->wanted = calloc(1, sizeof *j->wanted);
         if (!j->wanted)
                 return -ENOMEM;
@@ -964,7 +1161,7 @@ static void maybe_start(FleetSync *s)
         if (s->running || s->disabled || !s->wanted || s->stop_sent || !s->event)
                 return;
         bool full = s->full_due || !s->root_ok;
-        if (!full && !anything_to_send(s)) {
+        if (!full && !anything_to_send(s) && !(s->pending && *s->pending && s->pending_new)) {
                 if (s->stopping)
                         s->stop_sent = true;
                 return;
@@ -987,6 +1184,7 @@ static void maybe_start(FleetSync *s)
                 return;
         }
         s->running = true;
+        s->pending_new = false;
         if (full)
                 s->full_due = false;
         if (s->stopping)
@@ -1089,6 +1287,17 @@ bool fleet_sync_is_idle(const FleetSync *s)
         return !s || !s->running;
 }
 
+int fleet_sync_delete_consumer(FleetSync *s, const char *consumer)
+{
+        if (!s || !consumer || strlen(consumer) != FLEET_UUID_STRLEN - 1)
+                return -EINVAL;
+        if (!strv_contains_str(s->pending, consumer) && strv_push(&s->pending, consumer) < 0)
+                return -ENOMEM;
+        s->pending_new = true;
+        maybe_start(s);
+        return 0;
+}
+
 const FleetSyncStats *fleet_sync_get_stats(const FleetSync *s)
 {
         return &s->stats;
@@ -1113,6 +1322,8 @@ int fleet_sync_new(const FleetSyncConfig *c, FleetSync **ret)
             .request_timeout = c->request_timeout ? c->request_timeout : REQUEST_TIMEOUT_DEFAULT,
             .state_key = c->state_key,
             .compute = c->compute,
+            .consumers = c->consumers,
+            .orphan_grace = c->orphan_grace ? c->orphan_grace : 10 * NSEC_PER_MIN,
             .stopped = c->stopped,
             .userdata = c->userdata,
             .clock = c->clock ? *c->clock : clock_realtime,
@@ -1164,6 +1375,8 @@ FleetSync *fleet_sync_free(FleetSync *s)
         fleet_token_done(&s->token);
         free(s->disabled);
         free(s->logged_error);
+        strv_free(s->pending);
+        free(s->seen);
         free(s);
         return NULL;
 }

@@ -246,6 +246,30 @@ bool fleet_token_needs_refresh(const FleetToken *t, Timestamp issued_at, Timesta
 #define FLEET_SECRET_MAX 4096
 int fleet_read_secret_file(const char *path, char **ret, char **error);
 
+/* ---- the orphan audit (FLEET-6) ------------------------------------------------------------- */
+
+/* An allocation against this host's providers whose consumer names no local instance, and
+ * when the audit first saw it so (in memory only: a restart starts every grace again). */
+typedef struct FleetOrphan {
+        char consumer[FLEET_UUID_STRLEN];
+        Timestamp first_seen;
+} FleetOrphan;
+
+/*
+ * The audit's decision, pure. allocated: the consumers with an allocation against one of this
+ * host's providers (repeats allowed: one consumer may hold several providers); local: the
+ * consumers local instance records name, in any state (NULL-terminated, may be NULL); seen: the
+ * previous run's orphans. *ret_orphans: every consumer orphaned now, with the time it was first
+ * seen orphaned (kept from seen, else now); a consumer no longer orphaned is forgotten, so its
+ * grace starts afresh if it is orphaned again. *ret_delete: the orphans seen orphaned for at least
+ * grace (a scheduler writes its allocation before it calls POST /instances, so a young one may
+ * be a create on its way), sorted. Never a consumer of local. A clock that went back counts as
+ * no time passed. -ENOMEM; outputs written only on success.
+ */
+int fleet_audit_decide(char *const *allocated, char *const *local, const FleetOrphan *seen,
+                       size_t n_seen, Timestamp now, nsec_t grace, FleetOrphan **ret_orphans,
+                       size_t *ret_n_orphans, char ***ret_delete);
+
 /* ---- backoff (FLEET-5) ------------------------------------------------------------------------
  */
 
@@ -289,6 +313,10 @@ typedef struct FleetSyncStats {
         bool up;           /* the last exchange with Placement (and Keystone) succeeded */
         uint64_t runs;     /* runs finished (tests) */
         uint64_t requests; /* HTTP requests sent (tests) */
+        /* FLEET-6: allocations the orphan audit deleted, and those of released consumers. */
+        uint64_t orphans_deleted;
+        uint64_t consumers_deleted;
+        size_t orphans_pending; /* orphans inside their grace at the last audit */
 } FleetSyncStats;
 
 typedef struct FleetSync FleetSync;
@@ -310,6 +338,13 @@ typedef struct FleetSyncConfig {
          */
         uint64_t (*state_key)(void *userdata);
         int (*compute)(void *userdata, bool stopping, FleetWanted **ret);
+        /*
+         * FLEET-6, called on the loop when a run starts: the Placement consumers that local
+         * instance records name, in any state (a NULL-terminated list the caller frees; NULL for
+         * none). No allocation of theirs is ever deleted. NULL: no instance has one.
+         */
+        int (*consumers)(void *userdata, char ***ret);
+        nsec_t orphan_grace; /* placement.orphan_grace; 0: 10 min */
         /* Called on the loop when the FleetSync has gone idle after fleet_sync_stop(). */
         void (*stopped)(void *userdata);
         void *userdata;
@@ -332,6 +367,16 @@ int fleet_sync_attach_event(FleetSync *s, sd_event *event);
 
 /* A change may have moved a figure: compares now rather than at the next check. */
 void fleet_sync_trigger(FleetSync *s);
+
+/*
+ * FLEET-6, INST-14: the instance holding consumer is gone (deleted, or its create rolled back):
+ * DELETE /allocations/<consumer> on the worker, in the next run, which starts at once if none
+ * runs. Never blocks and never fails the caller: the set is in memory, a failed DELETE stays in
+ * it for the next run, and one lost to a crash is the orphan audit's after its grace. A consumer
+ * that a local record names again when the run starts is dropped, not deleted. -EINVAL for a
+ * consumer that is not a lowercase UUID, -ENOMEM.
+ */
+int fleet_sync_delete_consumer(FleetSync *s, const char *consumer);
 
 /*
  * vgpud is stopping: one last run with every PF drained (FLEET-4), with short timeouts; then

@@ -483,7 +483,8 @@ static void test_config_keys(void **state)
             "placement.host_name=bad/name",
             "placement.sync_interval=4s",
             "placement.sync_interval=11m",
-            "placement.orphan_grace=30s",
+            "placement.orphan_grace=4s", /* FLEET-6's grace: 5s..168h */
+            "placement.orphan_grace=169h",
             "placement.keystone.auth_url=keystone",
             "placement.keystone.application_credential_secret_file=rel",
             "placement.urll=http://x",
@@ -516,27 +517,140 @@ static void test_config_keys(void **state)
                                     &error),
                          0);
         assert_int_equal(config_validate(&c, &error), 0);
+        /* FLEET-6: the grace's short end, which the fleet tests use. */
+        assert_int_equal(c.placement.orphan_grace, 10 * NSEC_PER_MIN);
+        assert_int_equal(config_set(&c, "placement.orphan_grace=5s", &error), 0);
+        assert_int_equal(c.placement.orphan_grace, 5 * NSEC_PER_SEC);
         config_done(&c);
+}
+
+/* ---- the orphan audit (FLEET-6) ------------------------------------------------------------ */
+
+#define CA "0a1b2c3d-0000-4000-8000-00000000000a"
+#define CB "0a1b2c3d-0000-4000-8000-00000000000b"
+#define CC "0a1b2c3d-0000-4000-8000-00000000000c"
+#define CL "0a1b2c3d-0000-4000-8000-0000000000ff"
+
+static Timestamp at(int64_t sec, uint32_t nsec)
+{
+        return (Timestamp){.sec = 1700000000 + sec, .nsec = nsec};
+}
+
+static const FleetOrphan *orphan(const FleetOrphan *o, size_t n, const char *consumer)
+{
+        for (size_t i = 0; i < n; i++)
+                if (streq(o[i].consumer, consumer))
+                        return &o[i];
+        return NULL;
+}
+
+typedef struct Audit {
+        FleetOrphan *orphans;
+        size_t n;
+        char **delete;
+} Audit;
+
+static void audit_done(Audit *a)
+{
+        free(a->orphans);
+        strv_free(a->delete);
+        *a = (Audit){};
+}
+
+static void decide(char *const *allocated, char *const *local, const FleetOrphan *seen,
+                   size_t n_seen, Timestamp now, nsec_t grace, Audit *ret)
+{
+        audit_done(ret);
+        assert_int_equal(fleet_audit_decide(allocated, local, seen, n_seen, now, grace,
+                                            &ret->orphans, &ret->n, &ret->delete),
+                         0);
+}
+
+/* FLEET-6: the audit deletes an allocation whose consumer names no local record once it has
+ * been orphaned for placement.orphan_grace, and never one a record names or a younger one. */
+static void test_audit_decide(void **state)
+{
+        const nsec_t grace = 10 * NSEC_PER_MIN;
+        Audit a = {};
+
+        /* Nothing allocated: nothing orphaned, nothing deleted. */
+        decide(NULL, NULL, NULL, 0, at(0, 0), grace, &a);
+        assert_int_equal(a.n, 0);
+        assert_null(a.delete);
+
+        /* First sight: every consumer no record names is an orphan from now, none deleted yet
+         * (a scheduler's allocation on its way to POST /instances looks just like this). A
+         * consumer with allocations on two providers counts once. */
+        char *allocated[] = {CB, CA, CL, CB, NULL};
+        char *local[] = {CL, NULL};
+        decide(allocated, local, NULL, 0, at(0, 0), grace, &a);
+        assert_int_equal(a.n, 2);
+        assert_int_equal(timestamp_compare(orphan(a.orphans, a.n, CA)->first_seen, at(0, 0)), 0);
+        assert_non_null(orphan(a.orphans, a.n, CB));
+        assert_null(orphan(a.orphans, a.n, CL));
+        assert_null(a.delete);
+
+        /* At exactly the grace CA is due; CB, a second younger, is kept with its first sighting,
+         * and one nanosecond short of the grace nothing is due. */
+        FleetOrphan seen[] = {{CA, at(0, 0)}, {CB, at(1, 0)}, {CC, at(0, 0)}};
+        decide(allocated, local, seen, ELEMENTSOF(seen), at(600, 0), grace, &a);
+        assert_int_equal(a.n, 2);
+        assert_non_null(a.delete);
+        assert_string_equal(a.delete[0], CA);
+        assert_null(a.delete[1]);
+        assert_int_equal(timestamp_compare(orphan(a.orphans, a.n, CB)->first_seen, at(1, 0)), 0);
+        /* CC holds no allocation any more: forgotten, so its grace would start again. */
+        assert_null(orphan(a.orphans, a.n, CC));
+        decide(allocated, local, seen, ELEMENTSOF(seen), at(599, 999999999), grace, &a);
+        assert_null(a.delete);
+
+        /* Both due: sorted. */
+        decide(allocated, local, seen, ELEMENTSOF(seen), at(3600, 0), grace, &a);
+        assert_non_null(a.delete);
+        assert_string_equal(a.delete[0], CA);
+        assert_string_equal(a.delete[1], CB);
+        assert_null(a.delete[2]);
+
+        /* A consumer a local record names is never deleted, however long it was an orphan (its
+         * create arrived), and it leaves the orphans. */
+        char *local_ab[] = {CA, CB, CL, NULL};
+        decide(allocated, local_ab, seen, ELEMENTSOF(seen), at(86400, 0), grace, &a);
+        assert_int_equal(a.n, 0);
+        assert_null(a.delete);
+
+        /* A clock that went back ages nothing. */
+        FleetOrphan ahead[] = {{CA, at(7200, 0)}};
+        decide(allocated, local, ahead, ELEMENTSOF(ahead), at(0, 0), grace, &a);
+        assert_null(a.delete);
+        assert_int_equal(timestamp_compare(orphan(a.orphans, a.n, CA)->first_seen, at(7200, 0)), 0);
+
+        /* Nanoseconds borrow across the second. */
+        FleetOrphan frac[] = {{CA, at(0, 900000000)}};
+        char *only_a[] = {CA, NULL};
+        decide(only_a, NULL, frac, ELEMENTSOF(frac), at(5, 899999999), 5 * NSEC_PER_SEC, &a);
+        assert_null(a.delete);
+        decide(only_a, NULL, frac, ELEMENTSOF(frac), at(5, 900000000), 5 * NSEC_PER_SEC, &a);
+        assert_non_null(a.delete);
+
+        /* Something that is no consumer uuid is not touched. */
+        char *odd[] = {(char *)"not-a-consumer", NULL};
+        decide(odd, NULL, NULL, 0, at(0, 0), 0, &a);
+        assert_int_equal(a.n, 0);
+        assert_null(a.delete);
+        audit_done(&a);
 }
 
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_uuid5_vectors),
-            cmocka_unit_test(test_names),
-            cmocka_unit_test(test_profile_traits),
-            cmocka_unit_test(test_fresh_card),
-            cmocka_unit_test(test_vgpu_reserved_rows),
-            cmocka_unit_test(test_place_mixed),
-            cmocka_unit_test(test_place_equal),
-            cmocka_unit_test(test_disabled),
-            cmocka_unit_test(test_drained_and_stopping),
-            cmocka_unit_test(test_fb_edges),
-            cmocka_unit_test(test_zero_totals),
-            cmocka_unit_test(test_merge),
-            cmocka_unit_test(test_backoff),
-            cmocka_unit_test(test_token_refresh),
-            cmocka_unit_test(test_secret_file),
+            cmocka_unit_test(test_uuid5_vectors), cmocka_unit_test(test_audit_decide),
+            cmocka_unit_test(test_names),         cmocka_unit_test(test_profile_traits),
+            cmocka_unit_test(test_fresh_card),    cmocka_unit_test(test_vgpu_reserved_rows),
+            cmocka_unit_test(test_place_mixed),   cmocka_unit_test(test_place_equal),
+            cmocka_unit_test(test_disabled),      cmocka_unit_test(test_drained_and_stopping),
+            cmocka_unit_test(test_fb_edges),      cmocka_unit_test(test_zero_totals),
+            cmocka_unit_test(test_merge),         cmocka_unit_test(test_backoff),
+            cmocka_unit_test(test_token_refresh), cmocka_unit_test(test_secret_file),
             cmocka_unit_test(test_config_keys),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
