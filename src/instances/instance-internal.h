@@ -121,4 +121,9 @@ int instance_probe(Instance *i, DeviceScan *scan, bool steps_1_2, InstanceProbeD
                    void *userdata);
 /* The Claimer's owner callbacks route claim completions of an operation here. */
 void instance_ops_reserved(Instance *i);
+/*
+ * The VF of a claim released in hardware whose clearing no record write has carried yet, or
+ * NULL: the disk still claims it, so no other claim may take it until the write lands.
+ */
+const char *instance_ops_unrecorded_release(const Instance *i);
 void instance_op_free(Op *op);

@@ -314,8 +314,12 @@ static void claim_write_done(Instance *i, int r, const char *error)
 
 static bool instance_holds_vf(const InstanceManager *m, const Instance *i, const char *vf)
 {
+        /*
+         * Released, but the record on disk still claims it: a claim written now, then a crash,
+         * would leave two records claiming one VF (REL-2).
+         */
         if (!instance_record_is_claimed(&i->rec))
-                return false;
+                return streq_ptr(instance_ops_unrecorded_release(i), vf);
         if (i->vf[0])
                 return streq(i->vf, vf);
         /* A claim loaded from disk: vendor VFIO names its VF, an mdev its UUID. */

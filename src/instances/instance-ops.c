@@ -80,6 +80,12 @@ static void released_forget(Op *op)
         op->released_vf[0] = 0;
 }
 
+const char *instance_ops_unrecorded_release(const Instance *i)
+{
+        return i->op && i->op->released.framework && i->op->released_vf[0] ? i->op->released_vf
+                                                                           : NULL;
+}
+
 void instance_op_free(Op *op)
 {
         if (!op)
