@@ -1170,6 +1170,48 @@ static int create_one(Fleet *f, const CreateContext *cc, const char *name, Place
         return CTL_EXIT_API; /* not reached: the last candidate gives up */
 }
 
+/*
+ * Placement refuses a query that names a trait it does not know (400). The profile's trait
+ * exists once a host has that profile in its catalog (FLEET-4), so its absence means that no
+ * host can place it; the drained trait appears only when some PF is first drained, so it is
+ * created here, which Placement does idempotently.
+ */
+static int ensure_traits(Fleet *f, const char *profile_trait)
+{
+        _cleanup_free_ char *error = NULL, *path = NULL;
+        json_auto_t *body = NULL;
+        long status;
+
+        if (strprintf(&path, "/traits/%s", profile_trait) < 0)
+                return fail(f, -ENOMEM, NULL);
+        int r = placement_call(f, "GET", path, NULL, &status, &body, &error);
+        if (r < 0)
+                return fail(f, r, error);
+        if (status == 404) {
+                fprintf(f->env->err,
+                        "error: no host offers %s: Placement has no trait %s (FLEET-4)\n",
+                        f->args->profile, profile_trait);
+                return CTL_EXIT_API;
+        }
+        if (status != 204 && status != 200) {
+                fprintf(f->env->err, "error: Placement: GET %s: HTTP %ld: %s\n", path, status,
+                        placement_detail(body));
+                return CTL_EXIT_API;
+        }
+        json_decref(body);
+        body = NULL;
+        r = placement_call(f, "PUT", "/traits/" FLEET_TRAIT_DRAINED, NULL, &status, &body, &error);
+        if (r < 0)
+                return fail(f, r, error);
+        if (status != 201 && status != 204) {
+                fprintf(f->env->err,
+                        "error: Placement: PUT /traits/" FLEET_TRAIT_DRAINED ": HTTP %ld: %s\n",
+                        status, placement_detail(body));
+                return CTL_EXIT_API;
+        }
+        return CTL_EXIT_OK;
+}
+
 static const char *instance_vf(json_t *instance)
 {
         const char *path =
@@ -1208,6 +1250,10 @@ static int run_create(Fleet *f)
                       "&group_policy=none&limit=%d",
                       gib, place, trait, CTL_FLEET_CANDIDATES_LIMIT) < 0)
                 return fail(f, -ENOMEM, NULL);
+
+        r = ensure_traits(f, trait);
+        if (r != CTL_EXIT_OK)
+                return r;
 
         json_auto_t *body = json_loads(a->body, JSON_REJECT_DUPLICATES, NULL);
         if (!body)
@@ -1291,7 +1337,7 @@ static int run_delete(Fleet *f)
         };
         int r = ctl_http_request(&ha, f->env, &req, &resp, &error);
         if (r < 0)
-                return fail(f, r == -EMSGSIZE ? -EMSGSIZE : r, error);
+                return fail(f, r, error);
         if (resp.status < 200 || resp.status > 299) {
                 print_host_error(f, h, &resp);
                 return CTL_EXIT_API;
