@@ -673,8 +673,8 @@ def check_vmm_flags(c, d, work):
        "INST-19: the error names the signal")
     pat = (r"^<4>VMM killed; VF may wedge instance_id=%s device_path=%s in_grace=true$" %
            (k["id"], re.escape(k["gpu"]["device_path"])))
-    ok(poll(lambda: log_has(d, pat), 5), "VMM-13: the outside SIGKILL is logged with the "
-       "warning, device_path and in_grace=true")
+    ok(poll(lambda: log_has(d, pat), 5), "VMM-13, OPS-12: the outside SIGKILL is logged with "
+       "the warning, device_path and in_grace=true")
     eq(forced_kills(c), kills, "VMM-12: a SIGKILL vgpud did not send is not counted")
 
     # VMM-10, VMM-12: ignore-sigterm: the stop's ladder (QMP held by the test, so the graceful

@@ -382,6 +382,7 @@ static void test_claim_configures_and_logs(void **state) /* PLACE-1, PLACE-5, PL
         assert_string_equal(o.vf, VF0);
         _cleanup_free_ char *type = get(f, "sys/bus/pci/devices/%s/nvidia/current_vgpu_type", VF0);
         assert_string_equal(type, "8\n");
+        /* OPS-12: the first example line, field for field. */
         assert_non_null(strstr(logged(f), "<6>placed vGPU claim instance_id=k3x9q2m8v1c4z7n5b0wd "
                                           "vf=0000:e3:00.4 gpu=0000:e3:00.0 "
                                           "profile=\"NVIDIA L40S-2Q\" policy=spread nvml_ms="));
