@@ -31,7 +31,7 @@ bench: build
 	@bench/run $(BUILD)
 
 # The Debian package vgpud_<version>_<arch>.deb (OPS-14), from a fresh release build in
-# build-deb/, into DEBDIR (default: here); scripts/test-deb.sh installs and checks it.
+# build-deb/, into DEBDIR (default: here); tests/deb/test-deb.sh installs and checks it.
 DEBDIR ?= .
 deb:
 	@scripts/build-deb.sh $(DEBDIR)

@@ -5,7 +5,7 @@
 #   bench   also the benchmarks' peers (SPEC §16): wrk, the load generator, and nginx-light,
 #           PERF-1's baseline. bench/run starts its own nginx in a temporary prefix; the
 #           distribution's nginx service is not used.
-#   deb     also what `make deb` and scripts/test-deb.sh use (OPS-14): dpkg-dev and binutils
+#   deb     also what `make deb` and tests/deb/test-deb.sh use (OPS-14): dpkg-dev and binutils
 #           to build the package, lintian to check it, systemd for systemd-analyze.
 set -eu
 

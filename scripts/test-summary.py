@@ -4,7 +4,7 @@
 meson writes one JSON object per test to meson-logs/testlog.json. A TAP test counts once, by
 its overall result. A build dir without a log counts as one failure: its suite never ran.
 An argument ending in .tap is the saved output of one TAP script run outside meson
-(scripts/test-deb.sh), counted once too: failed on a "not ok" without TODO, a "Bail out!",
+(tests/deb/test-deb.sh), counted once too: failed on a "not ok" without TODO, a "Bail out!",
 no plan or a plan that does not match, skipped on "1..0", passed otherwise; a missing file
 is a failure. Exit status 1 when anything failed.
 """

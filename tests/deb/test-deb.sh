@@ -5,9 +5,9 @@
 # machine itself (CI's fresh Debian 12), since installing is the point; it refuses to run
 # where vgpud, or any file of its package, is already installed, so that its purge never
 # removes somebody's install.
-# Usage: scripts/test-deb.sh
+# Usage: tests/deb/test-deb.sh
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C
 
 n=0
