@@ -1294,7 +1294,12 @@ int fleet_sync_delete_consumer(FleetSync *s, const char *consumer)
         if (!strv_contains_str(s->pending, consumer) && strv_push(&s->pending, consumer) < 0)
                 return -ENOMEM;
         s->pending_new = true;
-        maybe_start(s);
+        /*
+         * The next loop iteration starts the run, not this call: the caller may still be in the
+         * middle of letting the instance go, and a run that listed it would keep the consumer.
+         */
+        if (s->check_timer && !s->stopping)
+                (void)arm(s, &s->check_timer, 0, on_check);
         return 0;
 }
 

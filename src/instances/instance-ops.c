@@ -447,13 +447,17 @@ static void drop_instance(Op *op)
 
 /*
  * FLEET-6: the instance that held a Placement consumer is gone for good, so its allocation
- * should go too; the fleet side queues the DELETE for its worker (it never blocks this).
+ * should go too; the fleet side queues the DELETE for its worker (it never blocks this). It
+ * takes the instance out of the table first: the fleet side never deletes the allocation of a
+ * consumer a listed instance names, and may look at once.
  */
-static void release_consumer(Op *op)
+static void drop_releasing_consumer(Op *op)
 {
-        const char *consumer = op->i->rec.placement.consumer;
-        if (consumer && op->m->cfg.consumer_released)
-                op->m->cfg.consumer_released(op->m->cfg.userdata, consumer);
+        InstanceManager *m = op->m;
+        _cleanup_free_ char *consumer = TAKE_PTR(op->i->rec.placement.consumer);
+        drop_instance(op);
+        if (consumer && m->cfg.consumer_released)
+                m->cfg.consumer_released(m->cfg.userdata, consumer);
 }
 
 static void rollback_removed(Op *op, int r, const char *error)
@@ -470,8 +474,9 @@ static void rollback_removed(Op *op, int r, const char *error)
          * (FLEET-7); if it does neither, the orphan audit deletes it after placement.orphan_grace.
          */
         if (f == INSTANCE_FAILURE_INTERNAL)
-                release_consumer(op);
-        drop_instance(op);
+                drop_releasing_consumer(op);
+        else
+                drop_instance(op);
         op_fail(op, -EIO, f, e);
 }
 
@@ -1059,8 +1064,7 @@ static void deleted(Op *op, int r, const char *error)
                          op->i->rec.id, "error", error, NULL);
         }
         log_line(LOG_LEVEL_INFO, 0, "instance deleted", "instance_id", op->i->rec.id, NULL);
-        release_consumer(op);
-        drop_instance(op);
+        drop_releasing_consumer(op);
         op_succeed(op);
 }
 
