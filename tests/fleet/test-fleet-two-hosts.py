@@ -24,7 +24,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import placement_api  # noqa: E402
 import two_hosts  # noqa: E402
-import vgpud_test  # noqa: E402
 from two_hosts import pf_name, pf_uuid, profile_gib, root_uuid  # noqa: E402
 from vgpud_test import (  # noqa: E402
     CTL, MNT, eq, exit_status, finish, ok, poll, run_group, stop)
@@ -38,36 +37,10 @@ BATCHES = (("NVIDIA L40S-1Q", 16), ("NVIDIA L40S-2Q", 12), ("NVIDIA L40S-4Q", 8)
            ("NVIDIA L40S-8Q", 4))
 
 
-def todo(cond, name, why, detail=None):
-    """A check that waits on FLEET-6's allocation deletion, which is not in vgpud yet: a TAP
-    TODO while it fails (not counted as a failure), a plain check once it passes."""
-    if cond:
-        return ok(True, name)
-    vgpud_test.counter += 1
-    print("not ok %d - %s # TODO %s" % (vgpud_test.counter, name, why))
-    for line in str(detail).splitlines()[:10] if detail is not None else ():
-        print("#   " + line[:400])
-    sys.stdout.flush()
-    return False
-
-
-# Known fault outside this test: instances/instance-ops.c calls consumer_released before the
-# instance leaves the table, and fleet-sync.c's job started at once still sees a local record
-# naming the consumer and drops it from the pending DELETEs; only a delete that meets a running
-# sync job gets its allocation deleted (the orphan audit takes the rest after orphan_grace).
-NO_DELETE = ("FLEET-6: the consumer is released before its instance leaves the table, so the "
-             "sync drops the DELETE")
-fleet6 = {"deletes": True}  # False once vgpud was seen not to: later waits are short
-
-
 def allocation_gone(p, consumer, name):
-    """FLEET-6: vgpud deletes a deleted instance's allocation. While it does not, the test
-    deletes it itself (after the TODO), so that the checks after it see the capacity free."""
-    gone = poll(lambda: allocations_of(p, consumer) == {}, SYNC if fleet6["deletes"] else 2, 0.2)
-    if not todo(gone, "FLEET-6: the deleted %s's allocation is gone" % name, NO_DELETE,
-                allocations_of(p, consumer)):
-        fleet6["deletes"] = False
-        p.call("DELETE", "/allocations/" + consumer)
+    """FLEET-6: vgpud deletes a deleted instance's allocation within one sync."""
+    ok(poll(lambda: allocations_of(p, consumer) == {}, SYNC, 0.2),
+       "FLEET-6: the deleted %s's allocation is gone" % name, allocations_of(p, consumer))
 
 
 def usages(p, uuid):
@@ -326,11 +299,11 @@ def check_delete_all(p, hosts, fc):
                 failed.append((h.name, i["id"], rc, err))
     eq(failed, [], "FLEET-7: fleet delete of every instance")
     eq([i["name"] for h in hosts for i in h.instances()], [], "the hosts hold no instance")
-    todo(poll(lambda: placement_allocations(p, hosts) == {}, SYNC if fleet6["deletes"] else 2,
-              0.5), "FLEET-8: deleting everything leaves no allocation in Placement", NO_DELETE,
-         placement_allocations(p, hosts))
-    todo(all(not any((usages(p, u) or {"x": 1}).values()) for u in fleet_pf_uuids(hosts)),
-         "FLEET-8: every usage is 0", NO_DELETE)
+    ok(poll(lambda: placement_allocations(p, hosts) == {}, SYNC, 0.5),
+       "FLEET-8: deleting everything leaves no allocation in Placement",
+       placement_allocations(p, hosts))
+    ok(all(not any((usages(p, u) or {"x": 1}).values()) for u in fleet_pf_uuids(hosts)),
+       "FLEET-8: every usage is 0")
 
 
 def main():
