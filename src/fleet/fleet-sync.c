@@ -306,6 +306,39 @@ static int unexpected(Job *j, const char *method, const char *path, long status,
                         detail ? ": " : "", detail ? detail : "");
 }
 
+/*
+ * GET of a path formatted from fmt: 1 with the answer in *ret on 200, 0 on 404 where
+ * missing_ok, < 0 otherwise (job_fail() has the text). *ret_path is the path, for the caller's
+ * own error texts.
+ */
+static int get_json(Job *j, FleetHttp *h, bool missing_ok, json_t **ret, char **ret_path,
+                    const char *fmt, ...) _printf_(6, 7);
+static int get_json(Job *j, FleetHttp *h, bool missing_ok, json_t **ret, char **ret_path,
+                    const char *fmt, ...)
+{
+        _cleanup_free_ char *path = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        int r = vasprintf(&path, fmt, ap);
+        va_end(ap);
+        if (r < 0) {
+                path = NULL;
+                return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
+        }
+        json_auto_t *resp = NULL;
+        long status = 0;
+        r = placement_call(j, h, "GET", path, NULL, &status, &resp);
+        if (r < 0)
+                return r;
+        if (status == 404 && missing_ok)
+                return 0;
+        if (status != 200)
+                return unexpected(j, "GET", path, status, resp);
+        *ret = TAKE_PTR(resp);
+        *ret_path = TAKE_PTR(path);
+        return 1;
+}
+
 /* FLEET-1: the root document's max_version must be 1.39 or later. */
 static int check_root(Job *j, FleetHttp *h)
 {
@@ -462,14 +495,10 @@ static int get_inventories(Job *j, FleetHttp *h, Known *k)
 {
         _cleanup_free_ char *path = NULL;
         json_auto_t *resp = NULL;
-        long status = 0;
-        if (strprintf(&path, "/resource_providers/%s/inventories", k->state.uuid) < 0)
-                return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
-        int r = placement_call(j, h, "GET", path, NULL, &status, &resp);
+        int r = get_json(j, h, false, &resp, &path, "/resource_providers/%s/inventories",
+                         k->state.uuid);
         if (r < 0)
                 return r;
-        if (status != 200)
-                return unexpected(j, "GET", path, status, resp);
         FleetInventory *inv;
         size_t n;
         int64_t gen;
@@ -514,14 +543,9 @@ static int get_traits(Job *j, FleetHttp *h, Known *k)
 {
         _cleanup_free_ char *path = NULL;
         json_auto_t *resp = NULL;
-        long status = 0;
-        if (strprintf(&path, "/resource_providers/%s/traits", k->state.uuid) < 0)
-                return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
-        int r = placement_call(j, h, "GET", path, NULL, &status, &resp);
+        int r = get_json(j, h, false, &resp, &path, "/resource_providers/%s/traits", k->state.uuid);
         if (r < 0)
                 return r;
-        if (status != 200)
-                return unexpected(j, "GET", path, status, resp);
         char **traits;
         int64_t gen;
         r = parse_traits(resp, &traits, &gen);
@@ -755,17 +779,12 @@ static int sync_provider(Job *j, FleetHttp *h, const FleetProvider *w, Known *k)
 /* A full job's listing of the tree: providers vgpud made for PFs it no longer has. */
 static int find_vanished(Job *j, FleetHttp *h)
 {
-        const char *root = j->wanted->providers[0].uuid;
         _cleanup_free_ char *path = NULL;
         json_auto_t *resp = NULL;
-        long status = 0;
-        if (strprintf(&path, "/resource_providers?in_tree=%s", root) < 0)
-                return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
-        int r = placement_call(j, h, "GET", path, NULL, &status, &resp);
+        int r = get_json(j, h, false, &resp, &path, "/resource_providers?in_tree=%s",
+                         j->wanted->providers[0].uuid);
         if (r < 0)
                 return r;
-        if (status != 200)
-                return unexpected(j, "GET", path, status, resp);
         const json_t *list = json_object_get(resp, "resource_providers"), *p;
         size_t i;
         json_array_foreach (list, i, p) {
@@ -829,16 +848,9 @@ static int list_consumers(Job *j, FleetHttp *h, const char *uuid, char ***list)
 {
         _cleanup_free_ char *path = NULL;
         json_auto_t *resp = NULL;
-        long status = 0;
-        if (strprintf(&path, "/resource_providers/%s/allocations", uuid) < 0)
-                return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
-        int r = placement_call(j, h, "GET", path, NULL, &status, &resp);
-        if (r < 0)
+        int r = get_json(j, h, true, &resp, &path, "/resource_providers/%s/allocations", uuid);
+        if (r <= 0)
                 return r;
-        if (status == 404)
-                return 0;
-        if (status != 200)
-                return unexpected(j, "GET", path, status, resp);
         const json_t *allocations = json_object_get(resp, "allocations");
         if (!json_is_object(allocations))
                 return job_fail(j, -EPROTO, "GET %s%s: malformed answer", j->url, path);
