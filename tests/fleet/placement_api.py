@@ -5,12 +5,13 @@
 # its API with the admin token noauth2 expects.
 import json
 import os
+import shutil
 import signal
 import subprocess
 import urllib.error
 import urllib.request
 
-from vgpud_test import free_port, poll
+from vgpud_test import free_port, ok, poll
 
 
 class Placement:
@@ -89,3 +90,18 @@ class Placement:
     def traits(self, uuid):
         b = self.get("/resource_providers/%s/traits" % uuid)
         return set(b["traits"]) if b else None
+
+
+def start_checked(work, cls=Placement):
+    """(placement, ready): a cls (Placement or a test's subclass) started for a test, each step
+    a TAP check. python3-placement missing is a failure, not a skip: scripts/deps.sh installs
+    it, and FLEET-8 must run. The caller stops it (when not None) whatever happens."""
+    if not ok(bool(shutil.which("placement-api") and shutil.which("placement-manage")),
+              "python3-placement is installed (scripts/deps.sh)"):
+        return None, False
+    p = cls(work)
+    synced, err = p.db_sync()
+    ready = ok(synced, "placement-manage db sync", err) and \
+        ok(p.start(), "placement-api answers GET / on loopback")
+    return p, ready
+

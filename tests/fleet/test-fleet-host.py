@@ -358,14 +358,9 @@ def main():
     work = tempfile.mkdtemp(prefix="vgpud-fleet-host-")
     daemons = []
     p = None
-    if not shutil.which("placement-api") or not shutil.which("placement-manage"):
-        print("1..0 # SKIP python3-placement is not installed (scripts/deps.sh)")
-        return 0
     try:
-        p = Placement(work)
-        synced, err = p.db_sync()
-        if not ok(synced, "placement-manage db sync", err) or \
-                not ok(p.start(), "placement-api answers GET / on loopback"):
+        p, ready = placement_api.start_checked(work, Placement)
+        if not ready:
             return exit_status()
         make_images()
         secret = write_secret(work)

@@ -311,14 +311,9 @@ def main():
     daemons, sims = [], []
     p = None
     reschedules, timing = [], {}
-    if not shutil.which("placement-api") or not shutil.which("placement-manage"):
-        print("1..0 # SKIP python3-placement is not installed (scripts/deps.sh)")
-        return 0
     try:
-        p = placement_api.Placement(work)
-        synced, err = p.db_sync()
-        if not ok(synced, "placement-manage db sync", err) or \
-                not ok(p.start(), "placement-api answers GET / on loopback"):
+        p, ready = placement_api.start_checked(work)
+        if not ready:
             return exit_status()
         sim_b = two_hosts.Simulator(VGPU_SIM, HOST_B_YAML, work, B)
         sims.append(sim_b)
