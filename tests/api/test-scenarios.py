@@ -246,7 +246,7 @@ def stopped_cycle(c, d, a, b, run, va, vb, vr, equal_vfs, marked):
             rec = record(inst["id"]) or {}
             ok(rec.get("state") == "Stopped" and rec.get("gpu", {}).get("profile") == PROFILE,
                "REC-4: %s stays Stopped and keeps its profile" % inst["name"], rec)
-            ok(log_has(d, r"released stale vGPU assignment.*%s" % inst["id"]),
+            ok(poll(lambda: log_has(d, r"released stale vGPU assignment.*%s" % inst["id"]), 10),
                "REC-5: the release of %s's claim is logged" % inst["name"])
         # The instance on the other GPU is untouched.
         gr = get(c, run["id"]) or {}
