@@ -37,6 +37,18 @@ def profile_gib(name):
     return vt.profile_gib(name)
 
 
+
+def sim_state_of(ctl_dir):
+    """A simulator's state.json (SIM-14), by its control directory."""
+    with open(os.path.join(ctl_dir, "state.json")) as f:
+        return json.load(f)
+
+
+def sim_ctl_of(ctl_dir, command):
+    """One command to a simulator's ctl file (SIM-14), by its control directory."""
+    with open(os.path.join(ctl_dir, "ctl"), "w") as f:
+        f.write(command)
+
 class Simulator:
     """A second vgpu-sim, mounted at <work>/<name>-sim until stop()."""
 
@@ -55,12 +67,10 @@ class Simulator:
             and self.proc.poll() is None
 
     def state(self):
-        with open(os.path.join(self.ctl_dir, "state.json")) as f:
-            return json.load(f)
+        return sim_state_of(self.ctl_dir)
 
     def ctl(self, command):
-        with open(os.path.join(self.ctl_dir, "ctl"), "w") as f:
-            f.write(command)
+        sim_ctl_of(self.ctl_dir, command)
 
     def stop(self):
         """SIGTERM (a clean unmount), 10 s, then SIGKILL and a lazy unmount; the exit status."""
@@ -140,12 +150,10 @@ placement:
         return self.daemon, self.client
 
     def state(self):
-        with open(os.path.join(self.ctl_dir, "state.json")) as f:
-            return json.load(f)
+        return sim_state_of(self.ctl_dir)
 
     def ctl(self, command):
-        with open(os.path.join(self.ctl_dir, "ctl"), "w") as f:
-            f.write(command)
+        sim_ctl_of(self.ctl_dir, command)
 
     def pfs(self):
         """{pf: [vf addresses]} from /gpus."""
