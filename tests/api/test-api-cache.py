@@ -28,10 +28,11 @@ import threading
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_instances import (  # noqa: E402
-    MNT, PROFILE, create, current_type, delete, make_images, vf_of, vmm_config)
+    PROFILE, create, current_type, delete, make_images, vf_of, vmm_config)
 from vgpud_test import (  # noqa: E402
-    CATALOG, configure, eq, exit_status, figures, finish, log_count, metric, ok, parse_metrics,
-    poll, read_creatable, run_group, sim_ctl, sim_state, start, stop, truth, write_secret)
+    CATALOG, configure, configure_held, eq, exit_status, figures, finish, log_count, metric, ok,
+    parse_metrics, poll, read_creatable, run_group, sim_ctl, sim_state, start, stop, truth,
+    write_secret)
 
 MIXED_PF = "0000:e3:00.0"
 EQUAL_PF = "0001:c8:00.0"
@@ -265,10 +266,7 @@ def check_discovery(c, d, base):
     # pass logs it after its discovery has been folded in.
     held = r'<4>dirty VF held open without a claim; left.* vf=%s.*' % FREE_VF
     seen = log_count(d, held)
-    configure(FREE_VF, TYPE_2Q)
-    group = os.path.basename(os.readlink(os.path.join(
-        MNT, "sys/bus/pci/devices", FREE_VF, "iommu_group")))
-    node = open(os.path.join(MNT, "dev/vfio", group), "rb")
+    node = configure_held(FREE_VF, TYPE_2Q)
     try:
         ok(log_line_after(c, d, held, seen), "REC-6: the pass finds the dirty VF held open",
            [l for l in d.log_text().splitlines() if "held open" in l][-3:])

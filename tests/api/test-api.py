@@ -23,10 +23,10 @@ import tempfile
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    CATALOG, CTL, HEALTH_FILE, OPENAPI, VGPUD, Client, Daemon, configure, copy_secret, eq,
-    error_of, exit_status, figures, finish, free_port, metric, mint, ok, parse_metrics, poll,
-    profile_gib, read_creatable, readyz, run_group, sim_ctl, sim_state, skip, stop, truth,
-    write_config, write_secret)
+    CATALOG, CTL, HEALTH_FILE, OPENAPI, VGPUD, Client, Daemon, configure, configure_held,
+    copy_secret, eq, error_of, exit_status, figures, finish, free_port, metric, mint, ok,
+    parse_metrics, poll, profile_gib, read_creatable, readyz, run_group, sim_ctl, sim_state, skip,
+    stop, truth, write_config, write_secret)
 
 MIXED, EQUAL = "0000:e3:00.0", "0001:c8:00.0"
 UNAUTHORIZED = {"code": "unauthorized", "message": "invalid or missing bearer token"}
@@ -145,6 +145,10 @@ def check_routing(c):
        "API-3: an unknown query parameter is 400 invalid_request")
 
 
+# VF address -> its open /dev/vfio/<group> (configure_held), closed when the run ends
+HOLDS = {}
+
+
 def check_resources_track_sim(c):
     """API-4, API-5, PLACE-21, DISC-20: /resources follows the simulator through configures."""
     r = c.get("/resources")
@@ -184,11 +188,15 @@ def check_resources_track_sim(c):
     ]
     for what, writes in steps:
         for vf, t in writes:
-            configure(vf, t)
+            if t:
+                HOLDS[vf] = configure_held(vf, t)
+            else:
+                HOLDS.pop(vf).close()
+                configure(vf, 0)
         res = poll(matches(), 40, 0.5)
         ok(bool(res), "DISC-20, PLACE-21: figures follow the simulator after %s" % what,
            json.dumps(figures(c.get("/resources").json())) + "\n" + json.dumps(truth()))
-    # Leave the host as it is: a configured VF is "dirty" in /gpus (no claims in this release).
+    # Leave the host as it is: a configured VF is "dirty" in /gpus (no claim owns it).
     return mixed_vfs, equal_vfs
 
 
@@ -211,6 +219,9 @@ def check_gpus(c, mixed_vfs, equal_vfs):
                      "state": "dirty" if s["type"] else "free", "failures": 0,
                      **({"profile": s["profile"]} if s["type"] else {})})
     eq(g0["vfs"], want, "API-6: VF states and profiles match the simulator (configured = dirty)")
+    eq(sorted(v["address"] for v in g0["vfs"] if v["state"] == "dirty"),
+       sorted(vf for vf in HOLDS if vf.startswith(MIXED[:8])),
+       "REC-6: the configured VFs, held open, are still dirty after the passes")
 
 
 def check_health_routes(c, mixed_vfs):
@@ -711,6 +722,8 @@ def main():
         run_group("not-ready", lambda: check_not_ready(work, secret))
         return 0
     finally:
+        for f in HOLDS.values():
+            f.close()
         finish(daemons, work)
 
 

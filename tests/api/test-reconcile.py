@@ -22,8 +22,8 @@ from vgpud_instances import (  # noqa: E402
     KERNEL, MNT, PROFILE, create_running, current_type, delete, get, make_images, pid_of, record, vf_of,
     vmm_config)
 from vgpud_test import (  # noqa: E402
-    SYS, alive, configure, eq, exit_status, finish, gpu_body, metric, ok, parse_metrics, poll,
-    run_group, sim_ctl, sim_state, start, stop, write_secret)
+    SYS, alive, configure, configure_held, eq, exit_status, finish, gpu_body, metric, ok,
+    parse_metrics, poll, run_group, sim_ctl, sim_state, start, stop, write_secret)
 
 FREE_VF = "0000:e3:01.0"  # a VF of the mixed-size L40S that nothing claims
 TYPE_2Q = 1148
@@ -67,10 +67,7 @@ def check_reset(c, d):
        "REC-11: one debug line per pass with duration and per-stage counts", line)
 
     # REC-6: a dirty VF held open by a process without a claim is left alone, logged once.
-    configure(FREE_VF, TYPE_2Q)
-    group = os.path.basename(os.readlink(os.path.join(
-        MNT, "sys/bus/pci/devices", FREE_VF, "iommu_group")))
-    node = open(os.path.join(MNT, "dev/vfio", group), "rb")
+    node = configure_held(FREE_VF, TYPE_2Q)
     try:
         next_pass(d)
         next_pass(d)

@@ -446,6 +446,23 @@ def configure(vf, type_id):
         f.write(str(type_id))
 
 
+def configure_held(vf, type_id):
+    """Leaves vf as a VM that vgpud does not manage would: configured, its VFIO group held
+    open; returns the open node (the caller closes it). REC-6 resets a dirty VF on the next pass
+    unless it is held open. The driver refuses a type change while the group is open, so the
+    hold follows the write, and a pass that reset the VF in between is undone by writing again."""
+    vf_dir = os.path.join(sim_context()["SYS"], "bus/pci/devices", vf)
+    group = os.path.basename(os.readlink(os.path.join(vf_dir, "iommu_group")))
+    for _ in range(5):
+        configure(vf, type_id)
+        node = open(os.path.join(sim_context()["MNT"], "dev/vfio", group), "rb")
+        with open(os.path.join(vf_dir, "nvidia/current_vgpu_type")) as f:
+            if f.read().strip() == str(type_id):
+                return node
+        node.close()
+    raise RuntimeError("%s: every write of type %d was reset at once" % (vf, type_id))
+
+
 def profile_gib(name):
     # DISC-14: the N of "-<N><A|B|C|Q>" at the end of the name.
     m = re.search(r"-(\d+)[ABCQ]$", name)
