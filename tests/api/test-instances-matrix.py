@@ -34,8 +34,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    MNT, configure, eq, error_of, exit_status, gpu_body, ok, poll, read_creatable, run_group,
-    sim_ctl, sim_state, start, stop, write_secret)
+    MNT, configure, configure_held, eq, error_of, exit_status, gpu_body, ok, poll, read_creatable,
+    run_group, sim_ctl, sim_state, start, stop, write_secret)
 from vgpud_instances import (  # noqa: E402
     EQUAL_PF, FAKE_QEMU, IMAGES, INSTANCES, KERNEL, MIXED_PF, PROFILE, GuestWatch, QmpHold, alive,
     check_claims, console_file, create, create_running, current_type, delete, delete_all,
@@ -263,10 +263,7 @@ def check_admission(c, d, work):
     held_nodes = []
     try:
         for vf in hand:
-            configure(vf, one_q)
-            group = os.path.basename(os.readlink(os.path.join(
-                MNT, "sys/bus/pci/devices", vf, "iommu_group")))
-            held_nodes.append(open(os.path.join(MNT, "dev/vfio", group), "rb"))
+            held_nodes.append(configure_held(vf, one_q))
         ok(poll(lambda: gpu_body(c)["allocatable_slots"] == 1, 20, 0.2),
            "PLACE-21: one allocatable VF left", gpu_body(c))
         sim_ctl("fault rename data/instances/*/instance.json delay:3000 count=1")
