@@ -236,10 +236,8 @@ static int keystone_login(Job *j, FleetHttp *h)
                 j->down = true;
                 return job_fail(j, -EACCES, "keystone: POST %s: HTTP %ld", url, status);
         }
-        const char *expires =
-            json_string_value(json_object_get(json_object_get(resp, "token"), "expires_at"));
         Timestamp exp;
-        if (!subject || !*subject || !expires || parse_timestamp(expires, &exp) < 0)
+        if (!subject || !*subject || fleet_answer_token_expiry(resp, &exp) < 0)
                 return job_fail(j, -EPROTO,
                                 "keystone: POST %s: no X-Subject-Token or token.expires_at", url);
         fleet_token_done(&j->token);
@@ -350,20 +348,8 @@ static int check_root(Job *j, FleetHttp *h)
         if (status != 200)
                 return unexpected(j, "GET", "/", status, resp);
 
-        const json_t *versions = json_object_get(resp, "versions"), *v;
-        size_t i;
-        unsigned best_major = 0, best_minor = 0;
-        json_array_foreach (versions, i, v) {
-                const char *max = json_string_value(json_object_get(v, "max_version"));
-                unsigned major, minor;
-                char tail;
-                if (max && sscanf(max, "%u.%u%c", &major, &minor, &tail) == 2 &&
-                    (major > best_major || (major == best_major && minor > best_minor))) {
-                        best_major = major;
-                        best_minor = minor;
-                }
-        }
-        if (best_major == 0)
+        unsigned best_major, best_minor;
+        if (fleet_answer_max_version(resp, &best_major, &best_minor) < 0)
                 return job_fail(j, -EPROTO, "GET %s/: no max_version in the root document", j->url);
         if (best_major < FLEET_MICROVERSION_MAJOR ||
             (best_major == FLEET_MICROVERSION_MAJOR && best_minor < FLEET_MICROVERSION_MINOR)) {
@@ -435,62 +421,6 @@ static int ensure_names(Job *j, FleetHttp *h)
         return 0;
 }
 
-static int parse_generation(const json_t *o, const char *key, int64_t *ret)
-{
-        const json_t *g = json_object_get(o, key);
-        if (!json_is_integer(g) || json_integer_value(g) < 0)
-                return -EPROTO;
-        *ret = json_integer_value(g);
-        return 0;
-}
-
-static int parse_inventories(const json_t *resp, FleetInventory **ret, size_t *ret_n,
-                             int64_t *ret_gen)
-{
-        const json_t *invs = json_object_get(resp, "inventories"), *v;
-        const char *rc;
-        int64_t gen;
-        if (!json_is_object(invs) ||
-            parse_generation(resp, "resource_provider_generation", &gen) < 0)
-                return -EPROTO;
-        size_t n = json_object_size(invs), k = 0;
-        FleetInventory *out = calloc(n ? n : 1, sizeof *out);
-        if (!out)
-                return -ENOMEM;
-        json_object_foreach ((json_t *)invs, rc, v) {
-                json_int_t total = json_integer_value(json_object_get(v, "total"));
-                json_int_t reserved = json_integer_value(json_object_get(v, "reserved"));
-                json_int_t max_unit = json_integer_value(json_object_get(v, "max_unit"));
-                /* Fields vgpud always sends as 1 (FLEET-3): another value, set behind vgpud's
-                 * back, reads as max_unit 0, which no wanted record has, so it is rewritten. */
-                bool ours = json_integer_value(json_object_get(v, "min_unit")) == 1 &&
-                            json_integer_value(json_object_get(v, "step_size")) == 1 &&
-                            json_number_value(json_object_get(v, "allocation_ratio")) == 1.0;
-                out[k] = (FleetInventory){
-                    .resource_class = strdup(rc),
-                    .total = total > 0 ? (uint64_t)total : 0,
-                    .reserved = reserved > 0 ? (uint64_t)reserved : 0,
-                    .max_unit = ours && max_unit > 0 ? (uint64_t)max_unit : 0,
-                };
-                if (!out[k++].resource_class) {
-                        fleet_inventories_free(out, k);
-                        return -ENOMEM;
-                }
-        }
-        /* Sorted by class as every FleetInventory list is: an insertion sort of a handful. */
-        for (size_t a = 1; a < k; a++)
-                for (size_t b = a;
-                     b > 0 && strcmp(out[b - 1].resource_class, out[b].resource_class) > 0; b--) {
-                        FleetInventory t = out[b];
-                        out[b] = out[b - 1];
-                        out[b - 1] = t;
-                }
-        *ret = out;
-        *ret_n = k;
-        *ret_gen = gen;
-        return 0;
-}
-
 static int get_inventories(Job *j, FleetHttp *h, Known *k)
 {
         _cleanup_free_ char *path = NULL;
@@ -502,40 +432,13 @@ static int get_inventories(Job *j, FleetHttp *h, Known *k)
         FleetInventory *inv;
         size_t n;
         int64_t gen;
-        r = parse_inventories(resp, &inv, &n, &gen);
+        r = fleet_answer_inventories(resp, &inv, &n, &gen);
         if (r < 0)
                 return job_fail(j, r, "GET %s%s: malformed answer", j->url, path);
         fleet_inventories_free(k->state.inventories, k->state.n_inventories);
         k->state.inventories = inv;
         k->state.n_inventories = n;
         k->generation = gen;
-        return 0;
-}
-
-static int compare_strings(const void *a, const void *b)
-{
-        return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int parse_traits(const json_t *resp, char ***ret, int64_t *ret_gen)
-{
-        const json_t *traits = json_object_get(resp, "traits"), *v;
-        int64_t gen;
-        size_t i;
-        if (!json_is_array(traits) ||
-            parse_generation(resp, "resource_provider_generation", &gen) < 0)
-                return -EPROTO;
-        _cleanup_strv_free_ char **out = NULL;
-        json_array_foreach (traits, i, v) {
-                if (!json_is_string(v))
-                        return -EPROTO;
-                if (strv_push(&out, json_string_value(v)) < 0)
-                        return -ENOMEM;
-        }
-        if (out)
-                qsort(out, strv_length(out), sizeof *out, compare_strings);
-        *ret = TAKE_PTR(out);
-        *ret_gen = gen;
         return 0;
 }
 
@@ -548,7 +451,7 @@ static int get_traits(Job *j, FleetHttp *h, Known *k)
                 return r;
         char **traits;
         int64_t gen;
-        r = parse_traits(resp, &traits, &gen);
+        r = fleet_answer_traits(resp, &traits, &gen);
         if (r < 0)
                 return job_fail(j, r, "GET %s%s: malformed answer", j->url, path);
         strv_free(k->state.traits);
@@ -582,7 +485,7 @@ static int ensure_provider(Job *j, FleetHttp *h, const FleetProvider *w, Known *
                 if (r < 0)
                         return r;
                 if (status == 200) {
-                        if (parse_generation(resp, "generation", &k->generation) < 0)
+                        if (fleet_answer_generation(resp, "generation", &k->generation) < 0)
                                 return job_fail(j, -EPROTO, "GET %s%s: malformed answer", j->url,
                                                 path);
                         const char *parent =
@@ -600,8 +503,8 @@ static int ensure_provider(Job *j, FleetHttp *h, const FleetProvider *w, Known *
                                 r = placement_call(j, h, "PUT", path, fix, &status, &fixed);
                                 if (r < 0)
                                         return r;
-                                if (status != 200 ||
-                                    parse_generation(fixed, "generation", &k->generation) < 0)
+                                if (status != 200 || fleet_answer_generation(fixed, "generation",
+                                                                             &k->generation) < 0)
                                         return unexpected(j, "PUT", path, status, fixed);
                         }
                         return 0;
@@ -619,7 +522,7 @@ static int ensure_provider(Job *j, FleetHttp *h, const FleetProvider *w, Known *
                 if (r < 0)
                         return r;
                 if (status == 200 || status == 201) {
-                        if (parse_generation(created, "generation", &k->generation) < 0)
+                        if (fleet_answer_generation(created, "generation", &k->generation) < 0)
                                 k->generation = 0;
                         fleet_inventories_free(k->state.inventories, k->state.n_inventories);
                         k->state.inventories = NULL;
@@ -715,7 +618,7 @@ static int send_part(Job *j, FleetHttp *h, const FleetProvider *w, Known *k, Par
                         if (part == PART_INVENTORIES) {
                                 FleetInventory *inv;
                                 size_t n;
-                                r = parse_inventories(resp, &inv, &n, &gen);
+                                r = fleet_answer_inventories(resp, &inv, &n, &gen);
                                 if (r >= 0) {
                                         fleet_inventories_free(k->state.inventories,
                                                                k->state.n_inventories);
@@ -724,7 +627,7 @@ static int send_part(Job *j, FleetHttp *h, const FleetProvider *w, Known *k, Par
                                 }
                         } else {
                                 char **traits;
-                                r = parse_traits(resp, &traits, &gen);
+                                r = fleet_answer_traits(resp, &traits, &gen);
                                 if (r >= 0) {
                                         strv_free(k->state.traits);
                                         k->state.traits = traits;
@@ -785,12 +688,12 @@ static int find_vanished(Job *j, FleetHttp *h)
                          j->wanted->providers[0].uuid);
         if (r < 0)
                 return r;
-        const json_t *list = json_object_get(resp, "resource_providers"), *p;
-        size_t i;
-        json_array_foreach (list, i, p) {
-                const char *uuid = json_string_value(json_object_get(p, "uuid"));
-                if (!uuid || strlen(uuid) != FLEET_UUID_STRLEN - 1 ||
-                    fleet_wanted_find(j->wanted, uuid) || knowns_find(j->known, j->n_known, uuid))
+        _cleanup_strv_free_ char **tree = NULL;
+        if (fleet_answer_tree(resp, &tree) < 0)
+                return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
+        for (char **t = tree; t && *t; t++) {
+                const char *uuid = *t;
+                if (fleet_wanted_find(j->wanted, uuid) || knowns_find(j->known, j->n_known, uuid))
                         continue;
                 Known *n = realloc(j->known, (j->n_known + 1) * sizeof *n);
                 if (!n)
@@ -851,13 +754,14 @@ static int list_consumers(Job *j, FleetHttp *h, const char *uuid, char ***list)
         int r = get_json(j, h, true, &resp, &path, "/resource_providers/%s/allocations", uuid);
         if (r <= 0)
                 return r;
-        const json_t *allocations = json_object_get(resp, "allocations");
-        if (!json_is_object(allocations))
-                return job_fail(j, -EPROTO, "GET %s%s: malformed answer", j->url, path);
-        const char *consumer;
-        json_t *v;
-        json_object_foreach ((json_t *)allocations, consumer, v)
-                if (strv_push(list, consumer) < 0)
+        _cleanup_strv_free_ char **consumers = NULL;
+        r = fleet_answer_consumers(resp, &consumers);
+        if (r == -EPROTO)
+                return job_fail(j, r, "GET %s%s: malformed answer", j->url, path);
+        if (r < 0)
+                return job_fail(j, r, ERROR_OUT_OF_MEMORY);
+        for (char **c = consumers; c && *c; c++)
+                if (strv_push(list, *c) < 0)
                         return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
         return 0;
 }
