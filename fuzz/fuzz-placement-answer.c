@@ -7,7 +7,7 @@
  * and has a reason in the answer; an acceptance gives what the sync then relies on: a
  * non-negative generation, inventories sorted by class with one record per key and FLEET-3's
  * max_unit rule, sorted traits, one consumer per allocation, 36-character tree uuids, and a
- * microversion with a major above 0.
+ * microversion with a major above 0 that one of the listed versions spells in plain digits.
  */
 #include "fleet/fleet-internal.h"
 
@@ -161,9 +161,14 @@ static void check_tree(const json_t *answer)
 {
         char **tree = sentinel_strv;
         int r = fleet_answer_tree(answer, &tree);
-        if (r != 0 || tree == sentinel_strv)
-                abort();
         const json_t *list = json_object_get(answer, "resource_providers");
+        if (r < 0) {
+                if (r != -EPROTO || tree != sentinel_strv || json_is_array(list))
+                        abort();
+                return;
+        }
+        if (r != 0 || tree == sentinel_strv || !json_is_array(list))
+                abort();
         if (strv_length(tree) > json_array_size(list) || (tree && !*tree))
                 abort();
         /* find_vanished() copies each into a FleetProvider's uuid[FLEET_UUID_STRLEN]. */
@@ -183,6 +188,22 @@ static void check_max_version(const json_t *answer)
                 return;
         }
         if (r != 0 || major == 0)
+                abort();
+        /* One listed version spells it in digits only: no sign, space or wrapped-around
+         * number. */
+        const json_t *v;
+        size_t i;
+        bool found = false;
+        json_array_foreach (json_object_get(answer, "versions"), i, v) {
+                const char *t = json_string_value(json_object_get(v, "max_version"));
+                const char *dot = t ? strchr(t, '.') : NULL;
+                if (!dot || dot == t || !dot[1] || strspn(t, "0123456789") != (size_t)(dot - t) ||
+                    strspn(dot + 1, "0123456789") != strlen(dot + 1))
+                        continue;
+                found = found ||
+                        (strtoull(t, NULL, 10) == major && strtoull(dot + 1, NULL, 10) == minor);
+        }
+        if (!found)
                 abort();
 }
 

@@ -110,6 +110,10 @@ int fleet_answer_consumers(const json_t *answer, char ***ret)
 int fleet_answer_tree(const json_t *answer, char ***ret)
 {
         const json_t *list = json_object_get(answer, "resource_providers"), *p;
+        /* Without the list, the tree is unknown, not empty: reading it as empty would leave a
+         * vanished PF's provider in Placement, unreserved, until a later full job. */
+        if (!json_is_array(list))
+                return -EPROTO;
         _cleanup_strv_free_ char **out = NULL;
         size_t i;
         json_array_foreach (list, i, p) {
@@ -123,6 +127,23 @@ int fleet_answer_tree(const json_t *answer, char ***ret)
         return 0;
 }
 
+/* "<major>.<minor>", both plain decimal digits: no sign, no space, no overflow. */
+static int parse_microversion(const char *s, uint32_t *ret_major, uint32_t *ret_minor)
+{
+        const char *dot = strchr(s, '.');
+        char major_text[11];
+        uint32_t major, minor;
+        if (!dot || (size_t)(dot - s) >= sizeof major_text)
+                return -EINVAL;
+        memcpy(major_text, s, (size_t)(dot - s));
+        major_text[dot - s] = '\0';
+        if (parse_uint32(major_text, &major) < 0 || parse_uint32(dot + 1, &minor) < 0)
+                return -EINVAL;
+        *ret_major = major;
+        *ret_minor = minor;
+        return 0;
+}
+
 int fleet_answer_max_version(const json_t *answer, unsigned *ret_major, unsigned *ret_minor)
 {
         const json_t *versions = json_object_get(answer, "versions"), *v;
@@ -130,9 +151,8 @@ int fleet_answer_max_version(const json_t *answer, unsigned *ret_major, unsigned
         unsigned best_major = 0, best_minor = 0;
         json_array_foreach (versions, i, v) {
                 const char *max = json_string_value(json_object_get(v, "max_version"));
-                unsigned major, minor;
-                char tail;
-                if (max && sscanf(max, "%u.%u%c", &major, &minor, &tail) == 2 &&
+                uint32_t major, minor;
+                if (max && parse_microversion(max, &major, &minor) >= 0 &&
                     (major > best_major || (major == best_major && minor > best_minor))) {
                         best_major = major;
                         best_minor = minor;

@@ -67,12 +67,13 @@ int fleet_answer_traits(const json_t *answer, char ***ret, int64_t *ret_generati
 int fleet_answer_consumers(const json_t *answer, char ***ret);
 
 /* GET /resource_providers?in_tree=<root>: the uuids of the listed providers (NULL for none).
- * An entry without a 36-character uuid is skipped, and an answer without a
- * "resource_providers" array lists none; never -EPROTO. */
+ * An entry without a 36-character uuid is skipped; -EPROTO without a "resource_providers"
+ * array. */
 int fleet_answer_tree(const json_t *answer, char ***ret);
 
 /* GET / (FLEET-1): the highest "<major>.<minor>" max_version of the root document's
- * "versions"; -EPROTO when it lists none with a major above 0. */
+ * "versions", each number plain decimal digits (a version in another form is ignored);
+ * -EPROTO when it lists none with a major above 0. */
 int fleet_answer_max_version(const json_t *answer, unsigned *ret_major, unsigned *ret_minor);
 
 /* Keystone's POST /v3/auth/tokens: token.expires_at, -EPROTO when missing or not a

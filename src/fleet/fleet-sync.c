@@ -689,8 +689,11 @@ static int find_vanished(Job *j, FleetHttp *h)
         if (r < 0)
                 return r;
         _cleanup_strv_free_ char **tree = NULL;
-        if (fleet_answer_tree(resp, &tree) < 0)
-                return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
+        r = fleet_answer_tree(resp, &tree);
+        if (r == -EPROTO)
+                return job_fail(j, r, "GET %s%s: malformed answer", j->url, path);
+        if (r < 0)
+                return job_fail(j, r, ERROR_OUT_OF_MEMORY);
         for (char **t = tree; t && *t; t++) {
                 const char *uuid = *t;
                 if (fleet_wanted_find(j->wanted, uuid) || knowns_find(j->known, j->n_known, uuid))
