@@ -164,6 +164,12 @@ size_t strv_length(char *const *strv);
 /* Appends a copy of s; *strv may be NULL. */
 int strv_push(char ***strv, const char *s);
 
+/* qsort()'s comparison of two char * entries, by strcmp(). */
+int strv_compare(const void *a, const void *b);
+
+/* Sorts a NULL-terminated vector in place by strcmp(); strv may be NULL. */
+void strv_sort(char **strv);
+
 /* How deep JSON from outside may nest its arrays and objects (GEN-6). */
 #define JSON_DEPTH_MAX 16
 

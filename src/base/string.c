@@ -78,6 +78,17 @@ int strv_push(char ***strv, const char *s)
         return 0;
 }
 
+int strv_compare(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void strv_sort(char **strv)
+{
+        if (strv)
+                qsort(strv, strv_length(strv), sizeof *strv, strv_compare);
+}
+
 /* The message that stands in for one that could not be formatted; never NULL. */
 static char *error_fallback(void)
 {

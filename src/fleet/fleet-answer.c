@@ -5,8 +5,6 @@
  * takes the parsed body (NULL for an empty or non-JSON one) and writes its out-parameters only
  * on success.
  */
-#include <stdio.h>
-
 #include "fleet-internal.h"
 
 int fleet_answer_generation(const json_t *answer, const char *key, int64_t *ret)
@@ -65,11 +63,6 @@ int fleet_answer_inventories(const json_t *answer, FleetInventory **ret, size_t 
         return 0;
 }
 
-static int compare_strings(const void *a, const void *b)
-{
-        return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int fleet_answer_traits(const json_t *answer, char ***ret, int64_t *ret_generation)
 {
         const json_t *traits = json_object_get(answer, "traits"), *v;
@@ -85,8 +78,7 @@ int fleet_answer_traits(const json_t *answer, char ***ret, int64_t *ret_generati
                 if (strv_push(&out, json_string_value(v)) < 0)
                         return -ENOMEM;
         }
-        if (out)
-                qsort(out, strv_length(out), sizeof *out, compare_strings);
+        strv_sort(out);
         *ret = TAKE_PTR(out);
         *ret_generation = gen;
         return 0;

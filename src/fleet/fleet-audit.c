@@ -38,11 +38,6 @@ static nsec_t elapsed(Timestamp then, Timestamp now)
         return (nsec_t)sec * NSEC_PER_SEC + (nsec_t)nsec;
 }
 
-static int compare_strings(const void *a, const void *b)
-{
-        return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int fleet_audit_decide(char *const *allocated, char *const *local, const FleetOrphan *seen,
                        size_t n_seen, Timestamp now, nsec_t grace, FleetOrphan **ret_orphans,
                        size_t *ret_n_orphans, char ***ret_delete)
@@ -67,8 +62,7 @@ int fleet_audit_decide(char *const *allocated, char *const *local, const FleetOr
                 if (elapsed(o->first_seen, now) >= grace && strv_push(&delete, c) < 0)
                         return -ENOMEM;
         }
-        if (delete)
-                qsort(delete, strv_length(delete), sizeof *delete, compare_strings);
+        strv_sort(delete);
 
         *ret_orphans = TAKE_PTR(orphans);
         *ret_n_orphans = n;

@@ -243,11 +243,6 @@ static bool strv_contains(char *const *strv, const char *s)
         return false;
 }
 
-static int compare_strings(const void *a, const void *b)
-{
-        return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Appends a record; Placement wants total >= 1 and 1 <= max_unit <= total. A class whose
  * figure is 0 becomes one fully reserved unit, so that it admits nothing and can still hold
  * allocations made when it had capacity (deleting an inventory in use is refused). */
@@ -452,7 +447,7 @@ static int compute_gpu(const FleetHostInput *in, const FleetGpuInput *g, FleetPr
         if ((g->drained || disabled || in->stopping) &&
             strv_push(&p->traits, FLEET_TRAIT_DRAINED) < 0)
                 return -ENOMEM;
-        qsort(p->traits, strv_length(p->traits), sizeof *p->traits, compare_strings);
+        strv_sort(p->traits);
         return 0;
 }
 

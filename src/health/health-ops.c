@@ -226,11 +226,6 @@ static int push_model(char ***models, const char *model)
         return strv_push(models, model);
 }
 
-static int string_compare(const void *a, const void *b)
-{
-        return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /*
  * Whether an automatic quarantine of vf at now would trip the breaker. Returns 1 and the trip
  * reason, or 0. The trips are checked in the order (a), (b), (c); the first one names it.
@@ -264,7 +259,7 @@ static int breaker_trip(const HealthState *s, const char *vf, Timestamp now, con
         if (count > o->breaker_max_quarantines)
                 r = strprintf(&reason, "%u automatic quarantines within %s", count, window);
         else if (n_models > 1) {
-                qsort(models, n_models, sizeof *models, string_compare);
+                qsort(models, n_models, sizeof *models, strv_compare);
                 r = strprintf(
                     &reason, "automatic quarantines on more than one GPU model within %s:", window);
                 for (size_t i = 0; r >= 0 && i < n_models; i++)

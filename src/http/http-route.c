@@ -212,11 +212,6 @@ int http_route_find(const HttpRoute *routes, size_t n_routes, const char *method
         return path_known ? -EPERM : -ENOENT;
 }
 
-static int strcmp_ptr(const void *a, const void *b)
-{
-        return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 int http_route_allow(const HttpRoute *routes, size_t n_routes, char *const *segments,
                      size_t n_segments, char **ret)
 {
@@ -227,7 +222,7 @@ int http_route_allow(const HttpRoute *routes, size_t n_routes, char *const *segm
         for (size_t i = 0; i < n_routes; i++)
                 if (pattern_matches(routes[i].pattern, segments, n_segments))
                         methods[n++] = routes[i].method;
-        qsort(methods, n, sizeof *methods, strcmp_ptr);
+        qsort(methods, n, sizeof *methods, strv_compare);
 
         _cleanup_free_ char *allow = strdup("");
         if (!allow)

@@ -378,11 +378,6 @@ void instance_dir_list_done(InstanceDirList *l)
         *l = (InstanceDirList){0};
 }
 
-static int strv_compare(const void *a, const void *b)
-{
-        return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Sorted, and never NULL, so that callers may iterate without a check. */
 static int strv_finish(char ***strv)
 {
@@ -390,7 +385,7 @@ static int strv_finish(char ***strv)
                 *strv = calloc(1, sizeof(char *));
                 return *strv ? 0 : -ENOMEM;
         }
-        qsort(*strv, strv_length(*strv), sizeof(char *), strv_compare);
+        strv_sort(*strv);
         return 0;
 }
 

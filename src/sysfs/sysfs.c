@@ -171,11 +171,6 @@ int root_opendir(const Root *r, const char *rel, DIR **ret)
         return 0;
 }
 
-static int compare_names(const void *a, const void *b)
-{
-        return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int root_list_dir(const Root *r, const char *rel, char ***ret)
 {
         _cleanup_closedir_ DIR *d = NULL;
@@ -215,7 +210,7 @@ int root_list_dir(const Root *r, const char *rel, char ***ret)
                 if (!names)
                         return -ENOMEM;
         }
-        qsort(names, n, sizeof(char *), compare_names);
+        qsort(names, n, sizeof(char *), strv_compare);
         *ret = TAKE_PTR(names);
         return 0;
 }

@@ -1415,6 +1415,24 @@ static void test_strv(void **state)
         assert_int_equal(strv_length(v), 103);
         assert_null(v[103]);
         strv_freep(&v);
+
+        /* strv_sort: byte order (upper case before lower), repeats kept, NULL and one entry
+         * left as they are. */
+        strv_sort(NULL);
+        v = NULL;
+        assert_int_equal(strv_push(&v, "b"), 0);
+        strv_sort(v);
+        assert_string_equal(v[0], "b");
+        assert_null(v[1]);
+        const char *in[] = {"traits", "VGPU", "b", "a", "b", "CUSTOM_X"};
+        for (size_t i = 0; i < ELEMENTSOF(in); i++)
+                assert_int_equal(strv_push(&v, in[i]), 0);
+        strv_sort(v);
+        const char *want[] = {"CUSTOM_X", "VGPU", "a", "b", "b", "b", "traits"};
+        assert_int_equal(strv_length(v), ELEMENTSOF(want));
+        for (size_t i = 0; i < ELEMENTSOF(want); i++)
+                assert_string_equal(v[i], want[i]);
+        strv_freep(&v);
 }
 
 static void test_small_helpers(void **state)
