@@ -218,8 +218,9 @@ def check_disabled(c, p):
                                                                       "total": 1}}).values()),
                     SYNC, 0.2), "FLEET-3: placement disabled: every reserved of %s is its total"
                % pf, p.inventories(pf))
-            ok("CUSTOM_VGPUD_DRAINED" in p.traits(pf),
-               "FLEET-4: placement disabled: %s carries CUSTOM_VGPUD_DRAINED" % pf)
+            # The sync puts a provider's inventories, then its traits: the trait may follow.
+            ok(poll(lambda: "CUSTOM_VGPUD_DRAINED" in (p.traits(pf) or ()), SYNC, 0.2),
+               "FLEET-4: placement disabled: %s carries CUSTOM_VGPUD_DRAINED" % pf, p.traits(pf))
     finally:
         sim_ctl("clear-faults")
     for pf in (MIXED_PF, EQUAL_PF):

@@ -258,8 +258,10 @@ def check_disabled(p, hosts):
         ok(poll(lambda: all_reserved(p, uuid), SYNC, 0.2),
            "FLEET-3, FLEET-8: placement disabled: every reserved of fleet-a's PF is its total",
            inventories(p, uuid))
-        ok("CUSTOM_VGPUD_DRAINED" in p.traits(uuid),
-           "FLEET-4: placement disabled: fleet-a's PF carries CUSTOM_VGPUD_DRAINED")
+        # The sync puts a provider's inventories, then its traits: the trait may follow.
+        ok(poll(lambda: "CUSTOM_VGPUD_DRAINED" in p.traits(uuid), SYNC, 0.2),
+           "FLEET-4: placement disabled: fleet-a's PF carries CUSTOM_VGPUD_DRAINED",
+           p.traits(uuid))
         # fleet-b is not touched.
         ok(not any(all_reserved(p, u) for u in fleet_pf_uuids([hosts[1]])),
            "FLEET-3: fleet-b's PFs keep their capacity")
