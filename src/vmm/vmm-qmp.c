@@ -286,6 +286,11 @@ static int handle_line(VmmQmp *q, const char *line, size_t len)
         }
 
         if (q->state == QMP_GREETING) {
+                /* QEMU can send a new connection an event before its greeting (VSERPORT_CHANGE,
+                 * when the guest opens or closes a virtio-serial port such as the agent's).
+                 * Events answer nothing; the greeting's own timer still runs. */
+                if (m.kind == VMM_QMP_EVENT)
+                        return 0;
                 if (m.kind != VMM_QMP_GREETING) {
                         qmp_fail(q, -EBADMSG, "QMP greeting: the first message is not one");
                         return -EBADMSG;

@@ -845,14 +845,26 @@ typedef struct Server {
         pthread_t thread;
         const Reply *replies;
         size_t n_replies;
-        const char *big_reply_for; /* a command answered with a line over 1 MiB */
-        bool hang_up;              /* close the first connection at once, without a greeting */
-        int kill_after_hang_up;    /* a pidfd to SIGKILL once hung up; -1: none */
+        const char *big_reply_for;   /* a command answered with a line over 1 MiB */
+        const char *before_greeting; /* lines sent before the greeting */
+        bool hang_up;                /* close the first connection at once, without a greeting */
+        int kill_after_hang_up;      /* a pidfd to SIGKILL once hung up; -1: none */
         pthread_mutex_t lock;
         char log[512]; /* the commands received, each followed by " " */
 } Server;
 
 #define GREETING "{\"QMP\": {\"version\": {}, \"capabilities\": []}}\r\n"
+
+/* A line to the client, which may have hung up already: no SIGPIPE for the test. */
+static void server_send(int fd, const char *text)
+{
+        for (size_t done = 0, n = strlen(text); done < n;) {
+                ssize_t w = send(fd, text + done, n - done, MSG_NOSIGNAL);
+                if (w <= 0)
+                        return;
+                done += (size_t)w;
+        }
+}
 
 static void server_log(Server *s, const char *command)
 {
@@ -873,12 +885,12 @@ static void server_answer(Server *s, int fd, const char *line)
 
         if (s->big_reply_for && streq(command, s->big_reply_for)) {
                 size_t n = VMM_QMP_LINE_MAX + 100;
-                char *big = malloc(n + 2);
+                char *big = malloc(n + 3);
                 if (!big)
                         return;
                 memset(big, ' ', n);
-                memcpy(big + n, "\r\n", 2);
-                (void)write_all(fd, big, n + 2);
+                memcpy(big + n, "\r\n", 3);
+                server_send(fd, big); /* vgpud hangs up part-way through */
                 free(big);
                 return;
         }
@@ -886,7 +898,7 @@ static void server_answer(Server *s, int fd, const char *line)
         for (size_t i = 0; i < s->n_replies; i++)
                 if (streq(s->replies[i].command, command))
                         text = s->replies[i].text;
-        (void)write_all(fd, text, strlen(text));
+        server_send(fd, text);
 }
 
 static void *server_main(void *userdata)
@@ -906,7 +918,9 @@ static void *server_main(void *userdata)
                                       0);
                 return NULL;
         }
-        (void)write_all(fd, GREETING, strlen(GREETING));
+        if (s->before_greeting)
+                server_send(fd, s->before_greeting);
+        server_send(fd, GREETING);
 
         char buf[4096];
         size_t len = 0;
@@ -961,15 +975,22 @@ static void server_stop(Server *s)
 }
 
 /* A sleeping child stands for QEMU; the server speaks for it. */
-static void ready_against_server(Fixture *f, Server *s, const Reply *replies, size_t n,
-                                 bool query_kvm)
+static void ready_against_server_as(Fixture *f, Server *s, Server options, bool query_kvm)
 {
         VmmSpawned sp;
-        server_start(f, s, replies, n);
+        server_start_as(f, s, options);
         spawn_sleep(f, &sp);
         make_vmm(f, &sp, (VmmOptions){0});
         assert_int_equal(vmm_wait_ready(f->vmm, SHORT_WAIT, query_kvm, on_ready, f), 0);
         TEST_WAIT_UNTIL(f->event, f->n_ready == 1);
+}
+
+static void ready_against_server(Fixture *f, Server *s, const Reply *replies, size_t n,
+                                 bool query_kvm)
+{
+        ready_against_server_as(
+            f, s, (Server){.replies = replies, .n_replies = n, .kill_after_hang_up = -1},
+            query_kvm);
 }
 
 /* ---- readiness (VMM-5, VMM-6, VMM-20) ------------------------------------------------------ */
@@ -1063,6 +1084,45 @@ static void test_ready_events_before_replies(void **state) /* VMM-6 */
         if (f->ready_r < 0)
                 fail_msg("%s", f->ready_error);
         assert_int_equal(f->ready_r, 0);
+}
+
+#define VSERPORT_EVENT                                                                            \
+        "{\"timestamp\": {\"seconds\": 1, \"microseconds\": 2}, \"event\": \"VSERPORT_CHANGE\", " \
+        "\"data\": {\"open\": true, \"id\": \"agent0\"}}\r\n"
+
+static void test_ready_event_before_greeting(void **state) /* VMM-5, VMM-6 */
+{
+        Fixture *f = *state;
+        Server s;
+        static const Reply running[] = {
+            {"query-status", "{\"return\": {\"status\": \"running\", \"running\": true}}\r\n"},
+        };
+        /* As QEMU does when the guest opens the agent's port while vgpud connects. */
+        ready_against_server_as(f, &s,
+                                (Server){.before_greeting = VSERPORT_EVENT,
+                                         .replies = running,
+                                         .n_replies = ELEMENTSOF(running),
+                                         .kill_after_hang_up = -1},
+                                false);
+        server_stop(&s);
+        if (f->ready_r < 0)
+                fail_msg("%s", f->ready_error);
+        assert_string_equal(s.log, "qmp_capabilities query-status ");
+}
+
+static void test_ready_reply_before_greeting(void **state) /* VMM-5, VMM-6 */
+{
+        Fixture *f = *state;
+        Server s;
+        /* A reply answers a command, and none was sent: this peer does not speak QMP. */
+        ready_against_server_as(f, &s,
+                                (Server){.before_greeting = VSERPORT_EVENT "{\"return\": {}}\r\n",
+                                         .kill_after_hang_up = -1},
+                                false);
+        server_stop(&s);
+        assert_int_equal(f->ready_r, -EBADMSG);
+        assert_string_equal(f->ready_error, "QMP greeting: the first message is not one");
+        assert_string_equal(s.log, "");
 }
 
 static void test_ready_error_reply(void **state) /* VMM-6 */
@@ -2028,6 +2088,8 @@ int main(void)
             T(test_ready_not_before_deadline),
             T(test_ready_socket_appears_late),
             T(test_ready_greeting_timeout),
+            T(test_ready_event_before_greeting),
+            T(test_ready_reply_before_greeting),
             T(test_ready_exit_before_ready),
             T(test_ready_hang_up_then_exit),
             T(test_ready_hang_up),
