@@ -168,11 +168,12 @@ def check_operations_held(work, slow, fast, secret, sock, daemons, holds):
     # Creating + alive, QMP not ready → terminated → Failed, claim kept.
     if "hang" in ids:
         g = final("hang", "Failed")
-        # Failed follows the VMM's exit as its pidfd reports it; /proc may show the task a
-        # moment longer (seen once under clang), so its end is waited for, within a bound.
-        ended = poll(lambda: not alive(pid["hang"]), 10, 0.05)
+        # The Failed write keeps the claim. The VMM being provably gone, the next pass may
+        # already have released it (INST-14, REC-4); its line follows the record write.
+        kept = g and (g["gpu"].get("device_path") or poll(lambda: log_has(
+            d, r"released stale vGPU assignment instance_id=%s" % ids["hang"]), 10, 0.05))
         ok(g and g.get("error", "").startswith("QMP greeting not received within 5s") and
-           g["gpu"].get("device_path") and ended and
+           kept and not alive(pid["hang"]) and
            "hypervisor" not in record(ids["hang"]),
            "INST-21: Creating with its VMM alive but QMP silent → terminated (VMM-10) → Failed, "
            "claim kept", (g, record(ids["hang"])))
