@@ -7,6 +7,9 @@ An argument ending in .tap is the saved output of one TAP script run outside mes
 (tests/deb/test-deb.sh), counted once too: failed on a "not ok" without TODO, a "Bail out!",
 no plan or a plan that does not match, skipped on "1..0", passed otherwise; a missing file
 is a failure. Exit status 1 when anything failed.
+
+Above the count, each failed test is named with its failed TAP points and the diagnostics
+after them, so the tail of a CI log says what failed without the whole log.
 """
 import json
 import os
@@ -34,6 +37,20 @@ def tap_result(path):
     return "OK" if plan == points else "FAIL"
 
 
+def failed_points(output, limit=40):
+    """The "not ok" lines of a TAP output with the "#" lines after each, at most limit."""
+    out = []
+    keep = False
+    for line in output.splitlines():
+        if re.match(r"(not )?ok\b", line):
+            keep = line.startswith("not ok") and "# TODO" not in line
+        elif not line.startswith("#"):
+            keep = False
+        if keep and len(out) < limit:
+            out.append("    " + line[:300])
+    return out
+
+
 passed = failed = skipped = 0
 for build in sys.argv[1:]:
     if build.endswith(".tap"):
@@ -55,12 +72,16 @@ for build in sys.argv[1:]:
         for line in f:
             if not line.strip():
                 continue
-            result = json.loads(line).get("result")
+            test = json.loads(line)
+            result = test.get("result")
             if result in ("OK", "EXPECTEDFAIL"):
                 passed += 1
             elif result == "SKIP":
                 skipped += 1
             else:
                 failed += 1
+                print(f"{build}: {test.get('name')}: {result}")
+                for point in failed_points(test.get("stdout") or ""):
+                    print(point)
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed else 0)
