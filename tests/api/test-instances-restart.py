@@ -38,7 +38,7 @@ from vgpud_test import (  # noqa: E402 (after the path)
 from vgpud_instances import (  # noqa: E402
     INSTANCES, PROFILE, QmpHold, alive, check_claims, claim_picture, console_file, create,
     create_running, current_type, delete, delete_all, disk_claims, finish_run, get, log_has,
-    make_images, pid_of, post, record, runtime_dir, unless_busy, vf_of, vmm_config)
+    make_images, persisted, pid_of, post, record, runtime_dir, unless_busy, vf_of, vmm_config)
 
 
 def write_record(iid, rec):
@@ -164,7 +164,8 @@ def check_operations_held(work, slow, fast, secret, sock, daemons, holds):
     ok(g and g["gpu"]["device_path"] == inst["ready"]["gpu"]["device_path"] and
        pid_of(ids["ready"]) == pid["ready"] and alive(pid["ready"]),
        "INST-21: Creating with its VMM alive and QMP ready → Running, adopted", g)
-    eq(record(ids["ready"])["state"], "Running", "INST-21: Running is persisted")
+    eq(persisted(ids["ready"], lambda r: r.get("state") == "Running").get("state"), "Running",
+       "INST-21: Running is persisted")
     # Creating + alive, QMP not ready → terminated → Failed, claim kept.
     if "hang" in ids:
         g = final("hang", "Failed")
@@ -172,11 +173,11 @@ def check_operations_held(work, slow, fast, secret, sock, daemons, holds):
         # already have released it (INST-14, REC-4); its line follows the record write.
         kept = g and (g["gpu"].get("device_path") or poll(lambda: log_has(
             d, r"released stale vGPU assignment instance_id=%s" % ids["hang"]), 10, 0.05))
+        rec = persisted(ids["hang"], lambda r: r.get("state") == "Failed")
         ok(g and g.get("error", "").startswith("QMP greeting not received within 5s") and
-           kept and not alive(pid["hang"]) and
-           "hypervisor" not in record(ids["hang"]),
+           kept and not alive(pid["hang"]) and "hypervisor" not in rec,
            "INST-21: Creating with its VMM alive but QMP silent → terminated (VMM-10) → Failed, "
-           "claim kept", (g, record(ids["hang"])))
+           "claim kept", (g, rec))
     # Creating + gone → Failed, "interrupted by daemon restart".
     if "hang-gone" in ids:
         g = final("hang-gone", "Failed")
@@ -211,8 +212,9 @@ def check_operations_held(work, slow, fast, secret, sock, daemons, holds):
        "INST-21: a Failed record with a live VMM → terminated, Failed", g)
     # Running + gone → Stopped (the claim is REC-4's).
     g = final("run-gone", "Stopped")
-    ok(g and "hypervisor" not in record(ids["run-gone"]),
-       "INST-21: Running with its VMM gone → Stopped, hypervisor cleared", record(ids["run-gone"]))
+    rec = persisted(ids["run-gone"], lambda r: r.get("state") == "Stopped")
+    ok(g and "hypervisor" not in rec,
+       "INST-21: Running with its VMM gone → Stopped, hypervisor cleared", rec)
 
     check_claims(c, "INST-21: after recovery no VF is leaked or claimed twice")
     kept = [n for n in ("hang-gone", "stop-gone", "run-gone", "failed", "hang") if n in ids]

@@ -81,6 +81,14 @@ def record(iid):
         return None
 
 
+def persisted(iid, holds, timeout=5):
+    """instance.json once holds(record) is true, within timeout, else as last read. What the API
+    shows after a change it made on its own (a recovery, a VMM's exit, a pass) is the state in
+    memory; vgpud's disk worker writes the record a moment later (INST-1)."""
+    poll(lambda: holds(record(iid) or {}), timeout, 0.02)
+    return record(iid) or {}
+
+
 def pid_of(iid):
     r = record(iid)
     return r.get("hypervisor", {}).get("pid") if r else None
