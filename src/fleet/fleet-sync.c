@@ -188,6 +188,14 @@ static int job_fail(Job *j, int r, const char *fmt, ...)
         return r;
 }
 
+/* A reader of an answer failed: -EPROTO is Placement's fault, anything else is ours. */
+static int answer_failed(Job *j, int r, const char *method, const char *path)
+{
+        if (r == -EPROTO)
+                return job_fail(j, r, "%s %s%s: malformed answer", method, j->url, path);
+        return job_fail(j, r, ERROR_OUT_OF_MEMORY);
+}
+
 static uint64_t job_random(Job *j)
 {
         if (j->random)
@@ -434,7 +442,7 @@ static int get_inventories(Job *j, FleetHttp *h, Known *k)
         int64_t gen;
         r = fleet_answer_inventories(resp, &inv, &n, &gen);
         if (r < 0)
-                return job_fail(j, r, "GET %s%s: malformed answer", j->url, path);
+                return answer_failed(j, r, "GET", path);
         fleet_inventories_free(k->state.inventories, k->state.n_inventories);
         k->state.inventories = inv;
         k->state.n_inventories = n;
@@ -453,7 +461,7 @@ static int get_traits(Job *j, FleetHttp *h, Known *k)
         int64_t gen;
         r = fleet_answer_traits(resp, &traits, &gen);
         if (r < 0)
-                return job_fail(j, r, "GET %s%s: malformed answer", j->url, path);
+                return answer_failed(j, r, "GET", path);
         strv_free(k->state.traits);
         k->state.traits = traits;
         k->generation = gen;
@@ -635,7 +643,7 @@ static int send_part(Job *j, FleetHttp *h, const FleetProvider *w, Known *k, Par
                         }
                         if (r < 0) {
                                 k->generation = -1;
-                                return job_fail(j, r, "PUT %s%s: malformed answer", j->url, path);
+                                return answer_failed(j, r, "PUT", path);
                         }
                         k->generation = gen;
                         return 0;
@@ -690,10 +698,8 @@ static int find_vanished(Job *j, FleetHttp *h)
                 return r;
         _cleanup_strv_free_ char **tree = NULL;
         r = fleet_answer_tree(resp, &tree);
-        if (r == -EPROTO)
-                return job_fail(j, r, "GET %s%s: malformed answer", j->url, path);
         if (r < 0)
-                return job_fail(j, r, ERROR_OUT_OF_MEMORY);
+                return answer_failed(j, r, "GET", path);
         for (char **t = tree; t && *t; t++) {
                 const char *uuid = *t;
                 if (fleet_wanted_find(j->wanted, uuid) || knowns_find(j->known, j->n_known, uuid))
@@ -759,10 +765,8 @@ static int list_consumers(Job *j, FleetHttp *h, const char *uuid, char ***list)
                 return r;
         _cleanup_strv_free_ char **consumers = NULL;
         r = fleet_answer_consumers(resp, &consumers);
-        if (r == -EPROTO)
-                return job_fail(j, r, "GET %s%s: malformed answer", j->url, path);
         if (r < 0)
-                return job_fail(j, r, ERROR_OUT_OF_MEMORY);
+                return answer_failed(j, r, "GET", path);
         for (char **c = consumers; c && *c; c++)
                 if (strv_push(list, *c) < 0)
                         return job_fail(j, -ENOMEM, ERROR_OUT_OF_MEMORY);
