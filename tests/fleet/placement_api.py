@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
 # placement_api: what the fleet tests share: one real placement-api process (python3-placement,
-# sqlite, noauth2) on a free loopback port, started and stopped by pid, and a small client of
-# its API with the admin token noauth2 expects.
+# sqlite, noauth2) on a free loopback port, started and stopped by pid, a small client of its
+# API with the admin token noauth2 expects, and an HTTP front a test can put before it.
+import http.server
 import json
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 
@@ -105,3 +107,56 @@ def start_checked(work, cls=Placement):
         ok(p.start(), "placement-api answers GET / on loopback")
     return p, ready
 
+
+
+class Front:
+    """An HTTP server on a free loopback port before a placement-api at backend. Every request
+    goes to route(), which forwards it with noauth2's admin token; a test overrides route() to
+    answer some requests itself. close() stops it."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, status, body=b"", headers=()):
+                self.send_response(status)
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def handle_any(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                front.route(self, self.rfile.read(n) if n else None)
+
+            do_GET = do_POST = do_PUT = do_DELETE = handle_any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def route(self, handler, data):
+        self.forward(handler, handler.path, data)
+
+    def forward(self, handler, path, data):
+        """The request to placement-api at path, and its answer back to the client."""
+        headers = {k: v for k, v in handler.headers.items()
+                   if k.lower() in ("content-type", "accept", "openstack-api-version")}
+        headers["X-Auth-Token"] = "admin"
+        req = urllib.request.Request(self.backend + path, data=data, method=handler.command,
+                                     headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                handler.reply(r.status, r.read(), [("Content-Type", "application/json")])
+        except urllib.error.HTTPError as e:
+            handler.reply(e.code, e.read(), [("Content-Type", "application/json")])
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

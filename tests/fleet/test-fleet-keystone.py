@@ -11,14 +11,11 @@
 # revoked token renewed after one 401, and the secret file's mode rules (API-14) at start-up.
 # Runs under tests/sim/run-sim-test.sh.
 import datetime
-import http.server
 import json
 import os
 import sys
 import tempfile
 import threading
-import urllib.error
-import urllib.request
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -35,102 +32,65 @@ CRED_ID, CRED_SECRET = "app-cred-0123", "s3cret-of-the-credential"
 LIFETIME = 15  # seconds: vgpud renews such a token 10 s before it ends
 
 
-class Stub:
+class Stub(placement_api.Front):
     """The Keystone stand-in and the token-checking front of placement-api."""
 
     def __init__(self, backend):
-        self.backend = backend
         self.lock = threading.Lock()
         self.tokens = {}  # token -> expiry (UTC datetime)
         self.logins = []  # the credential each login used
         self.refused = 0  # Placement requests answered 401
         self.expired_used = 0  # requests with a token past its expires_at
         self.forwarded = 0
-        stub = self
+        super().__init__(backend)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
+    def route(self, handler, data):
+        if handler.path == "/identity/v3/auth/tokens" and handler.command == "POST":
+            return self.login(handler, data)
+        if handler.path.startswith("/placement"):
+            return self.check_token(handler, data)
+        handler.reply(404)
 
-            def reply(self, status, body=b"", headers=()):
-                self.send_response(status)
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def login(self, handler, data):
+        try:
+            ident = json.loads(data)["auth"]["identity"]
+            cred = ident["application_credential"]
+            good = (ident["methods"] == ["application_credential"] and
+                    cred["id"] == CRED_ID and cred["secret"] == CRED_SECRET)
+        except (ValueError, KeyError, TypeError):
+            cred, good = None, False
+        with self.lock:
+            self.logins.append(cred)
+        if not good:
+            return handler.reply(401)
+        token = "tok-" + uuid.uuid4().hex
+        exp = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=LIFETIME)
+        with self.lock:
+            self.tokens[token] = exp
+        body = json.dumps({"token": {"expires_at": exp.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                                     "methods": ["application_credential"]}}).encode()
+        handler.reply(201, body, [("X-Subject-Token", token),
+                                  ("Content-Type", "application/json")])
 
-            def handle_any(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                data = self.rfile.read(n) if n else None
-                if self.path == "/identity/v3/auth/tokens" and self.command == "POST":
-                    return self.login(data)
-                if self.path.startswith("/placement"):
-                    return self.forward(data)
-                self.reply(404)
-
-            def login(self, data):
-                try:
-                    ident = json.loads(data)["auth"]["identity"]
-                    cred = ident["application_credential"]
-                    good = (ident["methods"] == ["application_credential"] and
-                            cred["id"] == CRED_ID and cred["secret"] == CRED_SECRET)
-                except (ValueError, KeyError, TypeError):
-                    cred, good = None, False
-                with stub.lock:
-                    stub.logins.append(cred)
-                if not good:
-                    return self.reply(401)
-                token = "tok-" + uuid.uuid4().hex
-                exp = datetime.datetime.now(datetime.timezone.utc) + \
-                    datetime.timedelta(seconds=LIFETIME)
-                with stub.lock:
-                    stub.tokens[token] = exp
-                body = json.dumps({"token": {"expires_at": exp.strftime(
-                    "%Y-%m-%dT%H:%M:%S.%fZ"), "methods": ["application_credential"]}}).encode()
-                self.reply(201, body, [("X-Subject-Token", token),
-                                       ("Content-Type", "application/json")])
-
-            def forward(self, data):
-                token = self.headers.get("X-Auth-Token")
-                now = datetime.datetime.now(datetime.timezone.utc)
-                with stub.lock:
-                    exp = stub.tokens.get(token)
-                    if exp is not None and exp <= now:
-                        stub.expired_used += 1
-                    live = exp is not None and exp > now
-                    if not live:
-                        stub.refused += 1
-                    else:
-                        stub.forwarded += 1
-                if not live:
-                    return self.reply(401, b'{"error": "unauthorized"}')
-                path = self.path[len("/placement"):] or "/"
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() in ("content-type", "accept", "openstack-api-version")}
-                headers["X-Auth-Token"] = "admin"
-                req = urllib.request.Request(stub.backend + path, data=data, method=self.command,
-                                             headers=headers)
-                try:
-                    with urllib.request.urlopen(req, timeout=10) as r:
-                        self.reply(r.status, r.read(), [("Content-Type", "application/json")])
-                except urllib.error.HTTPError as e:
-                    self.reply(e.code, e.read(), [("Content-Type", "application/json")])
-
-            do_GET = do_POST = do_PUT = do_DELETE = handle_any
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+    def check_token(self, handler, data):
+        token = handler.headers.get("X-Auth-Token")
+        now = datetime.datetime.now(datetime.timezone.utc)
+        with self.lock:
+            exp = self.tokens.get(token)
+            if exp is not None and exp <= now:
+                self.expired_used += 1
+            live = exp is not None and exp > now
+            if not live:
+                self.refused += 1
+            else:
+                self.forwarded += 1
+        if not live:
+            return handler.reply(401, b'{"error": "unauthorized"}')
+        self.forward(handler, handler.path[len("/placement"):] or "/", data)
 
     def revoke_all(self):
         with self.lock:
             self.tokens.clear()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def write_cred_secret(work, mode):
