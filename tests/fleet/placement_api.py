@@ -9,11 +9,13 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import urllib.error
 import urllib.request
 
-from vgpud_test import free_port, ok, poll
+from vgpud_instances import make_images
+from vgpud_test import exit_status, finish, free_port, ok, poll
 
 
 class Placement:
@@ -160,3 +162,24 @@ class Front:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+def run_fronted(prefix, front_cls, body):
+    """The frame of a test with a front: a work directory, placement-api with a front_cls
+    before it, body(work, placement, front, daemons), and everything stopped whatever
+    happens. Returns the exit status."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    daemons, p, front = [], None, None
+    try:
+        p, ready = start_checked(work)
+        if ready:
+            front = front_cls(p.url)
+            make_images()
+            body(work, p, front, daemons)
+    finally:
+        if front:
+            front.close()
+        if p:
+            p.stop()
+        finish(daemons, work)
+    return exit_status()

@@ -15,7 +15,6 @@
 import os
 import re
 import sys
-import tempfile
 import threading
 import uuid
 
@@ -24,10 +23,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import placement_api  # noqa: E402
 from vgpud_instances import (  # noqa: E402
-    EQUAL_PF, MIXED_PF, create_running, delete, make_images, vmm_config)
+    EQUAL_PF, MIXED_PF, create_running, delete, vmm_config)
 from vgpud_test import (  # noqa: E402
-    eq, exit_status, finish, log_count, metric, ok, parse_metrics, poll, run_group, start, stop,
-    write_secret)
+    eq, log_count, metric, ok, parse_metrics, poll, run_group, start, stop, write_secret)
 
 HOST = "fleet-answers-1"
 ROOT_UUID = str(uuid.uuid5(uuid.NAMESPACE_URL, "vgpud:" + HOST))
@@ -163,35 +161,21 @@ def check_put_answer(c, d, p, front):
 
 
 def main():
-    work = tempfile.mkdtemp(prefix="vgpud-fleet-answers-")
-    daemons, p, front = [], None, None
-    try:
-        p, ready = placement_api.start_checked(work)
-        if not ready:
-            return exit_status()
-        front = Mangler(p.url)
-        make_images()
+    def body(work, p, front, daemons):
         secret = write_secret(work)
         config = vmm_config(os.path.join(work, "vgpud.yaml"), work, reconcile="5s")
         with open(config, "a") as f:
             f.write("placement:\n  url: \"%s\"\n  host_name: %s\n  sync_interval: 5s\n"
                     % (front.url, HOST))
-        sock = os.path.join(work, "api.sock")
         front.set("GET", "/", b'{"versions": [{"id": "v1.0", "status": "CURRENT"}]}')
-        d, c = start(work, "answers", config, secret, sock)
+        d, c = start(work, "answers", config, secret, os.path.join(work, "api.sock"))
         daemons.append(d)
         if c:
             run_group("root", lambda: check_root_answer(c, d, p, front))
             run_group("get", lambda: check_answers(c, d, p, front))
             run_group("put", lambda: check_put_answer(c, d, p, front))
             stop(d)
-    finally:
-        if front:
-            front.close()
-        if p:
-            p.stop()
-        finish(daemons, work)
-    return exit_status()
+    return placement_api.run_fronted("vgpud-fleet-answers-", Mangler, body)
 
 
 if __name__ == "__main__":

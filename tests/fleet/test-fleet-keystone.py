@@ -14,7 +14,6 @@ import datetime
 import json
 import os
 import sys
-import tempfile
 import threading
 import uuid
 
@@ -22,9 +21,9 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import placement_api  # noqa: E402
-from vgpud_instances import MIXED_PF, vmm_config, make_images  # noqa: E402
+from vgpud_instances import MIXED_PF, vmm_config  # noqa: E402
 from vgpud_test import (  # noqa: E402
-    Daemon, exit_status, finish, ok, poll, run_group, start, stop, write_secret)
+    Daemon, ok, poll, run_group, start, stop, write_secret)
 
 HOST = "fleet-ks-1"
 ROOT_UUID = str(uuid.uuid5(uuid.NAMESPACE_URL, "vgpud:" + HOST))
@@ -165,23 +164,10 @@ def check_tokens(work, stub, p, daemons):
 
 
 def main():
-    work = tempfile.mkdtemp(prefix="vgpud-fleet-ks-")
-    daemons, p, stub = [], None, None
-    try:
-        p, ready = placement_api.start_checked(work)
-        if not ready:
-            return exit_status()
-        stub = Stub(p.url)
-        make_images()
+    def body(work, p, stub, daemons):
         run_group("bad-secret", lambda: check_bad_secret(work, stub))
         run_group("tokens", lambda: check_tokens(work, stub, p, daemons))
-    finally:
-        if stub:
-            stub.close()
-        if p:
-            p.stop()
-        finish(daemons, work)
-    return exit_status()
+    return placement_api.run_fronted("vgpud-fleet-ks-", Stub, body)
 
 
 if __name__ == "__main__":
