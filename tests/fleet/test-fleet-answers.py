@@ -75,7 +75,7 @@ def sync_metric(c, **labels):
 
 
 def in_step(p):
-    """Placement as vgpud wants it: the root and both PFs, their inventories and traits."""
+    """Placement holds the root and both PFs, each PF with its VGPU inventory and traits."""
     return len(p.tree(ROOT_UUID)) == 3 and all(
         (p.inventories(pf_uuid(pf)) or {}).get("VGPU", {}).get("total") == 32 and
         p.traits(pf_uuid(pf)) for pf in (MIXED_PF, EQUAL_PF))
