@@ -1175,6 +1175,9 @@ static char *fd_targets(pid_t pid, bool check_cloexec)
                 _cleanup_free_ char *info_path = NULL, *info = NULL;
                 assert_int_equal(strprintf(&info_path, "/proc/%d/fdinfo/%u", (int)pid, fd), 0);
                 info = read_text(info_path);
+                if (!*info)
+                        continue; /* closed since the readdir: the server side of a client
+                                     that just hung up, say */
                 const char *flags = strstr(info, "flags:");
                 assert_non_null(flags);
                 unsigned long v = strtoul(flags + strlen("flags:"), NULL, 8);
