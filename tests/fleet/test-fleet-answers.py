@@ -16,24 +16,24 @@ import os
 import re
 import sys
 import threading
-import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import placement_api  # noqa: E402
+import two_hosts  # noqa: E402
 from vgpud_instances import (  # noqa: E402
     EQUAL_PF, MIXED_PF, create_running, delete, vmm_config)
 from vgpud_test import (  # noqa: E402
     eq, log_count, metric, ok, parse_metrics, poll, run_group, start, stop, write_secret)
 
 HOST = "fleet-answers-1"
-ROOT_UUID = str(uuid.uuid5(uuid.NAMESPACE_URL, "vgpud:" + HOST))
+ROOT_UUID = two_hosts.root_uuid(HOST)
 SYNC = 40  # seconds a change may take to show: generous, the machine is shared
 
 
 def pf_uuid(pf):
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, "vgpud:%s:%s" % (HOST, pf)))
+    return two_hosts.pf_uuid(HOST, pf)
 
 
 class Mangler(placement_api.Front):
