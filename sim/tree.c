@@ -299,7 +299,11 @@ int sim_tree_build(const SimHost *h, SimTree **ret)
             "sys/kernel/iommu_groups",
             "sys/module",
             "sys/module/nvidia",
+            /* Loaded on every VFIO host; the simulator has nothing to say about them. */
+            "sys/module/vfio",
+            "sys/module/vfio_pci_core",
             "dev",
+            "dev/net",
             "dev/vfio",
             "dev/vfio/devices",
         };
@@ -314,7 +318,9 @@ int sim_tree_build(const SimHost *h, SimTree **ret)
                           "sys/bus/pci/drivers/nvidia/unbind")) < 0 ||
             (r = ADD_FILE(&b, SIM_ATTR_DRIVER_VERSION, 0444, NO_REF, "sys/module/nvidia/version")) <
                 0 ||
-            (r = ADD_FILE(&b, SIM_ATTR_VFIO_CONTAINER, 0666, NO_REF, "dev/vfio/vfio")) < 0)
+            (r = ADD_FILE(&b, SIM_ATTR_VFIO_CONTAINER, 0666, NO_REF, "dev/vfio/vfio")) < 0 ||
+            (r = ADD_FILE(&b, SIM_ATTR_HOST_DEVICE, 0666, NO_REF, "dev/kvm")) < 0 ||
+            (r = ADD_FILE(&b, SIM_ATTR_HOST_DEVICE, 0666, NO_REF, "dev/net/tun")) < 0)
                 return r;
         for (size_t i = 0; i < h->n_gpus; i++)
                 if ((r = add_gpu(&b, &h->gpus[i], i)) < 0)
@@ -453,6 +459,7 @@ bool sim_attr_writable(SimAttr a)
         case SIM_ATTR_MDEV_REMOVE:
         case SIM_ATTR_VFIO_NODE:
         case SIM_ATTR_VFIO_CONTAINER:
+        case SIM_ATTR_HOST_DEVICE:
                 return true;
         default:
                 return false;
@@ -510,6 +517,7 @@ int sim_node_read(const SimHost *h, const SimNode *n, char **ret)
                 return strprintf(ret, "%s\n", h->driver_version);
         case SIM_ATTR_VFIO_NODE:
         case SIM_ATTR_VFIO_CONTAINER:
+        case SIM_ATTR_HOST_DEVICE:
                 return strprintf(ret, "%s", "");
         default:
                 return -EACCES;
@@ -564,6 +572,7 @@ int sim_node_write(SimHost *h, const SimNode *n, const char *buf, size_t size, u
                 return sim_mdev_store_remove(h, g, v, buf, size, now_ms);
         case SIM_ATTR_VFIO_NODE:
         case SIM_ATTR_VFIO_CONTAINER:
+        case SIM_ATTR_HOST_DEVICE:
                 return -EINVAL;
         default:
                 return -EACCES;

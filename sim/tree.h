@@ -48,6 +48,7 @@ typedef enum SimAttr {
         SIM_ATTR_DRIVER_VERSION,
         SIM_ATTR_VFIO_NODE,      /* dev/vfio/<group>, dev/vfio/devices/vfio<n>: counted opens */
         SIM_ATTR_VFIO_CONTAINER, /* dev/vfio/vfio */
+        SIM_ATTR_HOST_DEVICE,    /* dev/kvm, dev/net/tun: open and close only */
 } SimAttr;
 
 typedef struct SimNode {
