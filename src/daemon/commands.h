@@ -33,6 +33,8 @@ _printf_(3, 4) static inline int command_usage_error(const char *name, const cha
 
 int cmd_inventory(int argc, char **argv);
 int cmd_health_check(int argc, char **argv);
+/* Is this host ready for vgpud? (HOSTCHK-1) */
+int cmd_host_check(int argc, char **argv);
 /* The daemon itself: vgpud with options only (CFG-1, CFG-2). */
 int cmd_daemon(int argc, char **argv);
 /* vgpud --help: the synopsis, every option and every subcommand with its options. */

@@ -27,6 +27,14 @@ static const Command commands[] = {
      "  health-check FILE    validate a VF health file offline, e.g. after a hand edit and\n"
      "                       before SIGHUP; never writes\n"
      "    --threshold N      the quarantine threshold to re-evaluate with (1..64, default 2)\n"},
+    {"host-check", cmd_host_check, "host-check [--config PATH] [--set KEY=VALUE]... [--json]",
+     "  host-check           check that this host is ready for vgpud: CPU, KVM, IOMMU, VFIO,\n"
+     "                       GPUs and SR-IOV, driver, NVML, QEMU, data_dir, runtime_dir, the\n"
+     "                       configuration and the lock; one PASS, WARN or FAIL line each, exit 1\n"
+     "                       when one failed; read-only, at most 10 s\n"
+     "    --config PATH      the configuration to check with (default " CONFIG_DEFAULT_PATH ")\n"
+     "    --set KEY=VALUE    override one configuration key (dotted, repeatable)\n"
+     "    --json             a JSON array of {check, status, evidence, remedy} instead\n"},
 };
 
 static void usage(FILE *f)
