@@ -17,14 +17,21 @@
  *    error: the point of the command is to say what is wrong with the host, the configuration
  *    included. The other checks then run with the defaults in place of what failed to load
  *    (--set values that load still apply), and the config line says so;
- *  - the whole run is bounded to 10 s: the checks run on a thread of their own, since a sysfs
- *    or FUSE read can block in the kernel with no deadline of its own. At the bound, the check
- *    in progress and those after it are reported as failed, and the process exits at once
- *    without waiting for the blocked thread.
+ *  - the whole run is bounded to 10 s. A read of a hung driver's sysfs file (or of a FUSE tree)
+ *    blocks in the kernel, uninterruptibly once the request is out, and no thread of the
+ *    blocked process can end the process before the read returns. So the checks run in a
+ *    forked child (single-threaded at the fork; it never execs, so posix_spawn's reasons do not
+ *    apply) that sends each result as one JSON line through a pipe. At the bound the parent
+ *    reports the check in progress and the ones after it as failed, kills the child and exits
+ *    without waiting for it; the child holds none of the caller's descriptors, so nothing of
+ *    the caller waits on it either.
  */
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <pthread.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "base/base.h"
@@ -42,46 +49,63 @@
 /* The width of the check column: the longest name ("runtime-dir"). */
 #define CHECK_WIDTH 11
 
-/* The results, handed from the checks' thread to the one that prints them. */
-typedef struct Collector {
-        pthread_mutex_t lock;
-        pthread_cond_t changed;
-        HostCheckResult results[HOST_CHECK_COUNT];
-        size_t n;
-        bool finished;
-        int r; /* host_check_run's */
-        const HostCheckSetup *setup;
-} Collector;
-
-static void collect(HostCheckResult *r, void *userdata)
-{
-        Collector *c = userdata;
-        pthread_mutex_lock(&c->lock);
-        if (c->n < HOST_CHECK_COUNT)
-                c->results[c->n++] = *r;
-        else
-                host_check_result_done(r);
-        pthread_cond_signal(&c->changed);
-        pthread_mutex_unlock(&c->lock);
-}
-
-static void *run_checks(void *userdata)
-{
-        Collector *c = userdata;
-        int r = host_check_run(c->setup, collect, c);
-        pthread_mutex_lock(&c->lock);
-        c->r = r;
-        c->finished = true;
-        pthread_cond_signal(&c->changed);
-        pthread_mutex_unlock(&c->lock);
-        return NULL;
-}
+/* What the child may send: HOST_CHECK_COUNT lines of one evidence and one remedy each. */
+#define RESULTS_MAX ((size_t)1024 * 1024)
 
 static nsec_t now_monotonic(void)
 {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (nsec_t)ts.tv_sec * NSEC_PER_SEC + (nsec_t)ts.tv_nsec;
+}
+
+/* ---- results as JSON ----------------------------------------------------------------------- */
+
+static json_t *result_to_json(const HostCheckResult *r)
+{
+        json_auto_t *o = json_object();
+        if (!o || json_set(o, "check", json_string(r->check)) < 0 ||
+            json_set(o, "status", json_string(host_check_status_to_string(r->status))) < 0 ||
+            json_set(o, "evidence", json_string(r->evidence)) < 0 ||
+            json_set(o, "remedy", r->remedy ? json_string(r->remedy) : json_null()) < 0)
+                return NULL;
+        return json_incref(o);
+}
+
+/*
+ * One line from the child, as result_to_json() made it, for check number i. The check name is
+ * the parent's own (static) string. -EBADMSG for anything else.
+ */
+static int result_from_json(const char *line, size_t i, HostCheckResult *ret)
+{
+        json_auto_t *o = json_loads(line, JSON_REJECT_DUPLICATES, NULL);
+        const char *check, *status, *evidence, *remedy = NULL;
+        json_t *remedy_json;
+        HostCheckStatus st;
+
+        if (!o || i >= HOST_CHECK_COUNT ||
+            json_unpack(o, "{s:s, s:s, s:s, s:o!}", "check", &check, "status", &status, "evidence",
+                        &evidence, "remedy", &remedy_json) < 0 ||
+            !streq(check, host_check_names[i]) ||
+            !(json_is_null(remedy_json) || (remedy = json_string_value(remedy_json))))
+                return -EBADMSG;
+        if (streq(status, "PASS"))
+                st = HOST_CHECK_PASS;
+        else if (streq(status, "WARN"))
+                st = HOST_CHECK_WARN;
+        else if (streq(status, "FAIL"))
+                st = HOST_CHECK_FAIL;
+        else
+                return -EBADMSG;
+
+        _cleanup_free_ char *e = strdup(evidence), *what = remedy ? strdup(remedy) : NULL;
+        if (!e || (remedy && !what))
+                return -ENOMEM;
+        *ret = (HostCheckResult){.check = host_check_names[i],
+                                 .status = st,
+                                 .evidence = TAKE_PTR(e),
+                                 .remedy = TAKE_PTR(what)};
+        return 0;
 }
 
 /* ---- output -------------------------------------------------------------------------------- */
@@ -125,67 +149,192 @@ static int print_json(const HostCheckResult *results, size_t n, FILE *f)
         return 0;
 }
 
-/*
- * At the bound: the check in progress and the ones after it fail. The strings are static and
- * the process exits right after printing, so nothing is freed.
- */
-static size_t add_unfinished(Collector *c)
+/* ---- the child ----------------------------------------------------------------------------- */
+
+typedef struct Sender {
+        int fd;
+        int r;
+} Sender;
+
+static void send_result(HostCheckResult *r, void *userdata)
 {
-        size_t n = c->n;
-        for (size_t i = n; i < HOST_CHECK_COUNT; i++)
-                c->results[i] = (HostCheckResult){
-                    .check = host_check_names[i],
-                    .status = HOST_CHECK_FAIL,
-                    .evidence = (char *)(i == n ? "no answer within the 10 s bound of host-check"
-                                                : "not run: the 10 s bound was reached"),
-                    .remedy = (char *)(i == n ? "something it reads blocks: look for a hung "
-                                                "driver, mount or helper"
-                                              : NULL),
-                };
-        c->n = HOST_CHECK_COUNT; /* a result that comes in late is dropped */
-        return HOST_CHECK_COUNT;
+        Sender *s = userdata;
+        json_auto_t *o = result_to_json(r);
+        _cleanup_free_ char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        host_check_result_done(r);
+        if (s->r < 0)
+                return;
+        if (!line || strextend(&line, "\n") < 0)
+                s->r = -ENOMEM;
+        else
+                s->r = write_all(s->fd, line, strlen(line));
 }
 
 /*
- * Waits for the checks and prints them: text as each is decided, JSON once all are. Returns
- * the exit status.
+ * The child: stdout and stderr become descriptors nothing can be written through (an O_PATH
+ * descriptor of "/"), so that the caller's pipes close when the parent exits, whatever the
+ * child is blocked in; then the checks, each result a line on fd. Never returns.
  */
-static int report(Collector *c, bool json, nsec_t bound)
+_Noreturn static void run_child(const HostCheckSetup *setup, int fd)
 {
-        size_t printed = 0;
-        bool timed_out = false;
+        Sender sender = {.fd = fd};
+        int hole = open("/", O_PATH | O_CLOEXEC);
+        if (hole < 0 || dup2(hole, STDOUT_FILENO) < 0 || dup2(hole, STDERR_FILENO) < 0)
+                _exit(1);
+        int r = host_check_run(setup, send_result, &sender);
+        _exit(r < 0 || sender.r < 0 ? 1 : 0);
+}
 
-        pthread_mutex_lock(&c->lock);
-        for (;;) {
-                while (!json && printed < c->n)
-                        print_text(&c->results[printed++], stdout);
-                fflush(stdout);
-                if (c->finished)
-                        break;
-                nsec_t now = now_monotonic();
-                if (now >= bound) {
-                        timed_out = true;
-                        break;
-                }
-                struct timespec until = {.tv_sec = (time_t)(bound / NSEC_PER_SEC),
-                                         .tv_nsec = (long)(bound % NSEC_PER_SEC)};
-                (void)pthread_cond_timedwait(&c->changed, &c->lock, &until);
+/* ---- the parent ---------------------------------------------------------------------------- */
+
+typedef struct Collector {
+        HostCheckResult results[HOST_CHECK_COUNT];
+        size_t n;
+        char *buf; /* what came after the last complete line */
+        size_t size;
+} Collector;
+
+static void collector_done(Collector *c)
+{
+        for (size_t i = 0; i < c->n; i++)
+                host_check_result_done(&c->results[i]);
+        free(c->buf);
+}
+
+/* Takes the complete lines out of c->buf. 0, -EBADMSG, -ENOMEM. */
+static int take_lines(Collector *c)
+{
+        char *start = c->buf, *nl;
+        while (c->buf && (nl = memchr(start, '\n', c->size - (size_t)(start - c->buf)))) {
+                *nl = '\0';
+                int r = result_from_json(start, c->n, &c->results[c->n]);
+                if (r < 0)
+                        return r;
+                c->n++;
+                start = nl + 1;
         }
+        if (c->buf && start != c->buf) {
+                c->size -= (size_t)(start - c->buf);
+                memmove(c->buf, start, c->size);
+        }
+        return 0;
+}
 
-        size_t n = timed_out ? add_unfinished(c) : c->n;
-        if (!timed_out && c->r < 0) {
-                pthread_mutex_unlock(&c->lock);
-                fprintf(stderr, "vgpud host-check: %s\n", strerror(-c->r));
+/* Reads what the child sends until EOF (1) or the bound (0); -errno when it cannot. */
+static int collect(Collector *c, int fd, nsec_t bound, bool json)
+{
+        char chunk[4096];
+        size_t printed = 0;
+
+        for (;;) {
+                nsec_t now = now_monotonic();
+                if (now >= bound)
+                        return 0;
+                struct pollfd p = {.fd = fd, .events = POLLIN};
+                int n = poll(&p, 1, (int)((bound - now + NSEC_PER_MSEC - 1) / NSEC_PER_MSEC));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return negative_errno();
+                if (n == 0)
+                        continue;
+                ssize_t got = read(fd, chunk, sizeof chunk);
+                if (got < 0 && errno == EINTR)
+                        continue;
+                if (got < 0)
+                        return negative_errno();
+                if (got == 0)
+                        return c->size == 0 ? 1 : -EBADMSG;
+                if (c->size + (size_t)got > RESULTS_MAX)
+                        return -EFBIG;
+                char *grown = realloc(c->buf, c->size + (size_t)got + 1);
+                if (!grown)
+                        return -ENOMEM;
+                memcpy(grown + c->size, chunk, (size_t)got);
+                c->size += (size_t)got;
+                c->buf = grown;
+                int r = take_lines(c);
+                if (r < 0)
+                        return r;
+                /* Text goes out as each check is decided. */
+                for (; !json && printed < c->n; printed++)
+                        print_text(&c->results[printed], stdout);
+                fflush(stdout);
+        }
+}
+
+/*
+ * At the bound: the check in progress and the ones after it fail. Their texts are static and
+ * the process exits right after printing them, so they are never freed.
+ */
+static void add_unfinished(Collector *c)
+{
+        for (size_t i = c->n; i < HOST_CHECK_COUNT; i++)
+                c->results[i] = (HostCheckResult){
+                    .check = host_check_names[i],
+                    .status = HOST_CHECK_FAIL,
+                    .evidence = (char *)(i == c->n ? "no answer within the 10 s bound of "
+                                                     "host-check"
+                                                   : "not run: the 10 s bound was reached"),
+                    .remedy = (char *)(i == c->n ? "something it reads blocks: look for a hung "
+                                                   "driver, mount or helper"
+                                                 : "run host-check again once the check above "
+                                                   "answers"),
+                };
+}
+
+/*
+ * Runs the checks in a child and reports them: text as each is decided, JSON once all are.
+ * Returns the exit status.
+ */
+static int run_and_report(const HostCheckSetup *setup, bool json, nsec_t bound)
+{
+        _cleanup_(collector_done) Collector c = {};
+        int fds[2];
+
+        if (pipe2(fds, O_CLOEXEC) < 0) {
+                fprintf(stderr, "vgpud host-check: pipe: %m\n");
                 return 1;
         }
-        while (!json && printed < n)
-                print_text(&c->results[printed++], stdout);
-        int r = json ? print_json(c->results, n, stdout) : 0;
-        bool failed = false;
-        for (size_t i = 0; i < n; i++)
-                failed |= c->results[i].status == HOST_CHECK_FAIL;
-        pthread_mutex_unlock(&c->lock);
+        fflush(NULL); /* nothing buffered twice */
+        pid_t pid = fork();
+        if (pid < 0) {
+                fprintf(stderr, "vgpud host-check: fork: %m\n");
+                close(fds[0]);
+                close(fds[1]);
+                return 1;
+        }
+        if (pid == 0) {
+                close(fds[0]);
+                run_child(setup, fds[1]);
+        }
+        close(fds[1]);
+        _cleanup_close_ int fd = fds[0];
 
+        int r = collect(&c, fd, bound, json);
+        if (r == 0) {
+                /* The bound: the child may be blocked for good; it is not waited for. */
+                (void)kill(pid, SIGKILL);
+                size_t printed = c.n;
+                add_unfinished(&c);
+                for (size_t i = printed; !json && i < HOST_CHECK_COUNT; i++)
+                        print_text(&c.results[i], stdout);
+                r = json ? print_json(c.results, HOST_CHECK_COUNT, stdout) : 0;
+                if (fflush(stdout) != 0 || r < 0)
+                        fprintf(stderr, "vgpud host-check: write output: %m\n");
+                _exit(1);
+        }
+
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        if (r < 0 || c.n != HOST_CHECK_COUNT || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                fprintf(stderr, "vgpud host-check: the checks ended early: %s\n",
+                        r < 0 ? strerror(-r) : "they could not finish");
+                return 1;
+        }
+        if (json)
+                r = print_json(c.results, c.n, stdout);
         if (r >= 0 && fflush(stdout) != 0)
                 r = negative_errno();
         if (r >= 0 && ferror(stdout))
@@ -194,9 +343,10 @@ static int report(Collector *c, bool json, nsec_t bound)
                 fprintf(stderr, "vgpud host-check: write output: %s\n", strerror(-r));
                 return 1;
         }
-        if (timed_out)
-                _exit(1); /* the checks' thread is blocked in the kernel; leave it there */
-        return failed ? 1 : 0;
+        for (size_t i = 0; i < c.n; i++)
+                if (c.results[i].status == HOST_CHECK_FAIL)
+                        return 1;
+        return 0;
 }
 
 /* ---- the configuration --------------------------------------------------------------------- */
@@ -305,28 +455,7 @@ int cmd_host_check(int argc, char **argv)
             .config_source = source,
             .deadline = started + HELPER_BOUND,
         };
-        Collector collector = {.setup = &setup};
-        pthread_condattr_t attr;
-        pthread_t thread;
-        pthread_mutex_init(&collector.lock, NULL);
-        pthread_condattr_init(&attr);
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        pthread_cond_init(&collector.changed, &attr);
-        pthread_condattr_destroy(&attr);
-
-        r = -pthread_create(&thread, NULL, run_checks, &collector);
-        if (r < 0) {
-                config_done(&config);
-                fprintf(stderr, "vgpud host-check: start the checks: %s\n", strerror(-r));
-                return 1;
-        }
-        int status = report(&collector, json, started + RUN_BOUND);
-
-        pthread_join(thread, NULL);
-        for (size_t i = 0; i < collector.n; i++)
-                host_check_result_done(&collector.results[i]);
-        pthread_cond_destroy(&collector.changed);
-        pthread_mutex_destroy(&collector.lock);
+        int status = run_and_report(&setup, json, started + RUN_BOUND);
         config_done(&config);
         return status;
 }

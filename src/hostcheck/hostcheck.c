@@ -145,8 +145,8 @@ static int check_config(HostCheck *hc, HostCheckResult *r)
 
         if (s->config_error)
                 return verdict(r, HOST_CHECK_FAIL,
-                               "correct it (vgpud.yaml(5)); the other checks ran with the "
-                               "defaults in its place",
+                               "correct it (vgpud.yaml(5)); the checks below ran without "
+                               "it, on the defaults and the --set values",
                                "%s", s->config_error);
         int k = config_validate(hc->config, &error);
         if (k >= 0)
@@ -368,9 +368,9 @@ static int check_framework(HostCheck *hc, HostCheckResult *r)
                 return -ENOMEM;
         return verdict(r, notes ? HOST_CHECK_WARN : HOST_CHECK_PASS,
                        notes ? "`vgpud inventory` names them and says why" : NULL,
-                       "%s: %zu GPUs, %zu VFs (%s)%s%s", gpu_framework_to_string(h->framework),
-                       h->n_gpus, h->n_vfs, gpus ? gpus : "none", notes ? "; " : "",
-                       notes ? notes : "");
+                       "%s: %zu GPU%s, %zu VF%s (%s)%s%s", gpu_framework_to_string(h->framework),
+                       h->n_gpus, h->n_gpus == 1 ? "" : "s", h->n_vfs, h->n_vfs == 1 ? "" : "s",
+                       gpus ? gpus : "none", notes ? "; " : "", notes ? notes : "");
 }
 
 typedef struct SriovScan {
@@ -549,6 +549,12 @@ static int nvml_decide(NvmlClient *c, const NvmlAnswer *a, HostCheckResult *r)
         const char *driver = nvml_client_get_driver_version(c);
         bool gpu_error = false;
 
+        if (a->host_fallback == NVML_FALLBACK_TIMEOUT || a->host_fallback == NVML_FALLBACK_STUCK)
+                return verdict(r, HOST_CHECK_FAIL,
+                               "check the driver with nvidia-smi; a hung driver needs the "
+                               "runbook's recovery",
+                               "NVML did not answer: %s",
+                               a->host_error ? a->host_error : "no reason");
         if (!nvml_client_is_initialised(c))
                 return verdict(r, HOST_CHECK_FAIL,
                                "install the vGPU Manager's libnvidia-ml.so.1 or point nvml_library "

@@ -16,8 +16,9 @@
  *    nvml_library, qemu_binary and data_dir, so a simulator can stand in for any part of it;
  *    qemu-img and dnsmasq, which have no configuration key yet, are looked for at the paths
  *    CFG-3 gives them;
- *  - helpers (NVML, `qemu_binary -device help`) end by the setup's deadline; a caller that
- *    must bound the whole run (a sysfs read can block) runs this on a thread of its own;
+ *  - helpers (NVML, `qemu_binary -device help`) end by the setup's deadline. A sysfs read can
+ *    block in the kernel with no deadline at all, so a caller that must bound the whole run
+ *    runs this in a process of its own;
  *  - evidence is deterministic for a given host: paths, versions, counts, never timings.
  */
 
