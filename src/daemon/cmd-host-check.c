@@ -110,21 +110,13 @@ static int result_from_json(const char *line, size_t i, HostCheckResult *ret)
 
 /* ---- output -------------------------------------------------------------------------------- */
 
-/* One line of outside text: control characters (a newline in an error) become spaces. */
-static void put_line_text(const char *s, FILE *f)
-{
-        for (; *s; s++)
-                fputc((unsigned char)*s < 0x20 || *s == 0x7f ? ' ' : *s, f);
-}
-
+/* The evidence is printable ASCII already (hostcheck escapes it); the remedies are ours. */
 static void print_text(const HostCheckResult *r, FILE *f)
 {
-        fprintf(f, "%s  %-*s  ", host_check_status_to_string(r->status), CHECK_WIDTH, r->check);
-        put_line_text(r->evidence, f);
-        if (r->remedy) {
-                fputs("  -> ", f);
-                put_line_text(r->remedy, f);
-        }
+        fprintf(f, "%s  %-*s  %s", host_check_status_to_string(r->status), CHECK_WIDTH, r->check,
+                r->evidence);
+        if (r->remedy)
+                fprintf(f, "  -> %s", r->remedy);
         fputc('\n', f);
 }
 
@@ -133,16 +125,9 @@ static int print_json(const HostCheckResult *results, size_t n, FILE *f)
         json_auto_t *a = json_array();
         if (!a)
                 return -ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-                const HostCheckResult *r = &results[i];
-                json_t *o = json_object();
-                if (json_push(a, o) < 0 || json_set(o, "check", json_string(r->check)) < 0 ||
-                    json_set(o, "status", json_string(host_check_status_to_string(r->status))) <
-                        0 ||
-                    json_set(o, "evidence", json_string(r->evidence)) < 0 ||
-                    json_set(o, "remedy", r->remedy ? json_string(r->remedy) : json_null()) < 0)
+        for (size_t i = 0; i < n; i++)
+                if (json_push(a, result_to_json(&results[i])) < 0)
                         return -ENOMEM;
-        }
         if (json_dumpf(a, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER) < 0)
                 return -EIO;
         fputc('\n', f);
@@ -325,12 +310,20 @@ static int run_and_report(const HostCheckSetup *setup, bool json, nsec_t bound)
                 _exit(1);
         }
 
+        if (r < 0) {
+                /* Not waited for either: a child that sends nonsense may be stuck as well. */
+                (void)kill(pid, SIGKILL);
+                fprintf(stderr, "vgpud host-check: read the checks' results: %s\n", strerror(-r));
+                return 1;
+        }
+
+        /* EOF: the child has closed its end, which it does only by exiting. */
         int status = 0;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
                 ;
-        if (r < 0 || c.n != HOST_CHECK_COUNT || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                fprintf(stderr, "vgpud host-check: the checks ended early: %s\n",
-                        r < 0 ? strerror(-r) : "they could not finish");
+        if (c.n != HOST_CHECK_COUNT || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                fprintf(stderr, "vgpud host-check: the checks ended after %zu of %d results\n", c.n,
+                        HOST_CHECK_COUNT);
                 return 1;
         }
         if (json)

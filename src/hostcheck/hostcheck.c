@@ -78,21 +78,32 @@ void host_check_result_done(HostCheckResult *r)
         r->evidence = r->remedy = NULL;
 }
 
-/* Decides r: status, one remedy (NULL for none) and the evidence. 0 or -ENOMEM. */
+/* vasprintf() by the house rules: 0 or -ENOMEM, *ret written only on success. */
+_printf_(2, 0) static int format_va(char **ret, const char *fmt, va_list ap)
+{
+        char *s;
+        if (vasprintf(&s, fmt, ap) < 0)
+                return -ENOMEM;
+        *ret = s;
+        return 0;
+}
+
+/*
+ * Decides r: status, one remedy (NULL for none) and the evidence. The evidence carries text from
+ * outside (paths, errors, versions): it is escaped once here, so that it is one line of
+ * printable ASCII wherever it goes, a terminal or a JSON string. 0 or -ENOMEM.
+ */
 _printf_(4, 5) static int verdict(HostCheckResult *r, HostCheckStatus status, const char *remedy,
                                   const char *fmt, ...)
 {
-        _cleanup_free_ char *evidence = NULL, *what = NULL;
+        _cleanup_free_ char *raw = NULL, *evidence = NULL, *what = NULL;
         va_list ap;
 
         va_start(ap, fmt);
-        int k = vasprintf(&evidence, fmt, ap);
+        int k = format_va(&raw, fmt, ap);
         va_end(ap);
-        if (k < 0) {
-                evidence = NULL;
-                return -ENOMEM;
-        }
-        if (remedy && !(what = strdup(remedy)))
+        if (k < 0 || !(evidence = escape_text(raw, strlen(raw), SIZE_MAX, ESCAPE_ECHO)) ||
+            (remedy && !(what = strdup(remedy))))
                 return -ENOMEM;
         host_check_result_done(r);
         r->status = status;
@@ -283,13 +294,11 @@ _printf_(3, 4) static int list_add_sep(char **list, const char *sep, const char 
         va_list ap;
 
         va_start(ap, fmt);
-        int k = vasprintf(&item, fmt, ap);
+        int k = format_va(&item, fmt, ap);
         va_end(ap);
-        if (k < 0) {
-                item = NULL;
+        if (k < 0 || strextend(list, "%s%s", *list ? sep : "", item) < 0)
                 return -ENOMEM;
-        }
-        return strextend(list, "%s%s", *list ? sep : "", item) < 0 ? -ENOMEM : 0;
+        return 0;
 }
 
 #define list_add(list, ...) list_add_sep(list, ", ", __VA_ARGS__)
