@@ -379,6 +379,29 @@ extern const Clock clock_realtime;
  */
 int read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_size);
 
+/*
+ * INST-2a: the one way to open a file vgpud keeps under data_dir or runtime_dir (records, logs,
+ * the console, the health file). O_NOFOLLOW and O_NONBLOCK, then fstat: anything but a regular
+ * file (a link, a FIFO, a device, a socket) gives -EBADFD at once, a directory -EISDIR, and
+ * nothing ever waits for a FIFO's peer. flags are openat()'s (O_CLOEXEC is added; O_NONBLOCK is
+ * cleared again on the returned descriptor); mode is for O_CREAT. Returns the descriptor.
+ */
+int open_own_file_at(int dirfd, const char *path, int flags, mode_t mode);
+
+/* read_file_at() through open_own_file_at(): for files under data_dir and runtime_dir. */
+int read_own_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_size);
+
+/* strerror(-r), but "not a regular file" for the -EBADFD of the readers above. */
+const char *file_strerror(int r);
+
+/*
+ * openat2() of path beneath dirfd with every symlink and magic link refused and no ".." out of
+ * it (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS); O_CLOEXEC is added. For a
+ * path already resolved by realpath(): what was checked is what gets opened, or -ELOOP/-EXDEV.
+ * Returns the descriptor.
+ */
+int openat_beneath(int dirfd, const char *path, int flags);
+
 /* Writes all of buf, retrying short writes and EINTR. */
 int write_all(int fd, const void *buf, size_t size);
 

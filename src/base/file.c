@@ -2,22 +2,14 @@
 #include "base.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
-int read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_size)
+/* The read loop of read_file_at() and read_own_file_at(): fd to EOF, at most max bytes. */
+static int read_fd_all(int fd, size_t max, char **ret, size_t *ret_size)
 {
-        /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below. */
-        _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-        if (fd < 0)
-                return negative_errno();
-        struct stat st;
-        if (fstat(fd, &st) < 0)
-                return negative_errno();
-        if (!S_ISREG(st.st_mode))
-                return S_ISDIR(st.st_mode) ? -EISDIR : -EBADFD;
-        if (fcntl(fd, F_SETFL, O_RDONLY) < 0)
-                return negative_errno();
-
         /*
          * Read one byte past max so an oversize file is detected, never truncated. The limit
          * stays below SIZE_MAX so that neither max + 1 nor the terminator can wrap around when
@@ -58,6 +50,68 @@ int read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *re
                 *ret_size = used;
         *ret = TAKE_PTR(buf);
         return 0;
+}
+
+/*
+ * Opens path and keeps it only if it is a regular file. O_NONBLOCK: opening a FIFO must not
+ * wait for a peer; it is refused after the fstat, and the flag is dropped from a regular file.
+ */
+static int open_regular(int dirfd, const char *path, int flags, mode_t mode)
+{
+        _cleanup_close_ int fd =
+            openat(dirfd, path, flags | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, mode);
+        if (fd < 0)
+                return negative_errno();
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode))
+                return S_ISDIR(st.st_mode) ? -EISDIR : -EBADFD;
+        if (fcntl(fd, F_SETFL, flags & O_APPEND) < 0)
+                return negative_errno();
+        return TAKE_FD(fd);
+}
+
+int read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_size)
+{
+        _cleanup_close_ int fd = open_regular(dirfd, path, O_RDONLY, 0);
+        if (fd < 0)
+                return fd;
+        return read_fd_all(fd, max, ret, ret_size);
+}
+
+int open_own_file_at(int dirfd, const char *path, int flags, mode_t mode)
+{
+        int fd = open_regular(dirfd, path, flags | O_NOFOLLOW, mode);
+        /*
+         * O_NOFOLLOW refuses a link with ELOOP, which reads as a loop, and a FIFO without a
+         * reader or a socket opened for writing gives ENXIO: say what they are.
+         */
+        return fd == -ELOOP || fd == -ENXIO ? -EBADFD : fd;
+}
+
+int read_own_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_size)
+{
+        _cleanup_close_ int fd = open_own_file_at(dirfd, path, O_RDONLY, 0);
+        if (fd < 0)
+                return fd;
+        return read_fd_all(fd, max, ret, ret_size);
+}
+
+int openat_beneath(int dirfd, const char *path, int flags)
+{
+        struct open_how how = {
+            .flags = (uint64_t)(flags | O_CLOEXEC),
+            .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        };
+        /* Through syscall(): glibc 2.36 has no wrapper. */
+        long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+        return fd < 0 ? negative_errno() : (int)fd;
+}
+
+const char *file_strerror(int r)
+{
+        return r == -EBADFD ? "not a regular file" : strerror(-r);
 }
 
 int write_all(int fd, const void *buf, size_t size)

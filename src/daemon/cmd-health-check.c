@@ -53,7 +53,7 @@ int cmd_health_check(int argc, char **argv)
 
         _cleanup_health_state_ HealthState *state = NULL;
         _cleanup_free_ char *error = NULL;
-        int r = health_state_load_at(AT_FDCWD, file, &state, &error);
+        int r = health_state_load_at(AT_FDCWD, file, false, &state, &error);
         if (r < 0) {
                 fprintf(stderr, "%s\n", error);
                 return 1;

@@ -815,17 +815,18 @@ int health_state_parse(const char *buf, size_t size, HealthState **ret, char **e
         return 0;
 }
 
-int health_state_load_at(int dirfd, const char *path, HealthState **ret, char **error)
+int health_state_load_at(int dirfd, const char *path, bool own, HealthState **ret, char **error)
 {
         _cleanup_free_ char *buf = NULL;
         size_t size;
 
-        int r = read_file_at(dirfd, path, HEALTH_FILE_MAX, &buf, &size);
+        int r = own ? read_own_file_at(dirfd, path, HEALTH_FILE_MAX, &buf, &size)
+                    : read_file_at(dirfd, path, HEALTH_FILE_MAX, &buf, &size);
         if (r == -EFBIG)
                 return error_set(error, r, UNMARSHAL_PREFIX "file larger than %zu bytes",
                                  HEALTH_FILE_MAX);
         if (r < 0)
-                return error_set(error, r, "read VF health state: %s", strerror(-r));
+                return error_set(error, r, "read VF health state: %s", file_strerror(r));
         return health_state_parse(buf, size, ret, error);
 }
 

@@ -145,7 +145,7 @@ static void load_file(int dirfd, LoadResult *ret)
         LoadResult res = {0};
         if (fingerprint_read(dirfd, HEALTH_FILE_PATH, &res.fingerprint) < 0)
                 res.fingerprint = (Fingerprint){0};
-        res.r = health_state_load_at(dirfd, HEALTH_FILE_PATH, &res.state, &res.error);
+        res.r = health_state_load_at(dirfd, HEALTH_FILE_PATH, true, &res.state, &res.error);
         if (res.r == -ENOENT) {
                 free(res.error);
                 res.error = NULL;

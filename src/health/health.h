@@ -145,9 +145,11 @@ int health_state_parse(const char *buf, size_t size, HealthState **ret, char **e
 
 /*
  * Reads and parses dirfd/path. A missing file is -ENOENT with the read error text; callers
- * that treat it as an empty store (HEALTH-1) check for that.
+ * that treat it as an empty store (HEALTH-1) check for that. own: the store's file under
+ * data_dir, opened as INST-2a says (a link, FIFO or device fails at once); otherwise a file an
+ * operator named (`vgpud health-check FILE`), which may be a link.
  */
-int health_state_load_at(int dirfd, const char *path, HealthState **ret, char **error);
+int health_state_load_at(int dirfd, const char *path, bool own, HealthState **ret, char **error);
 
 /* The canonical file bytes (HEALTH-4), NUL-terminated. */
 int health_state_format(const HealthState *s, char **ret, size_t *ret_size);
