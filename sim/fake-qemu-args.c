@@ -5,6 +5,9 @@
  */
 #include "fake-qemu.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <sys/un.h>
 
 /* No option of VMM-1 has more than five elements; a few more leave room for error messages. */
@@ -155,6 +158,13 @@ typedef struct Chardev {
         bool used;
 } Chardev;
 
+/* One -add-fd: descriptor fd in fd set id. */
+typedef struct FdSet {
+        int fd, id;
+} FdSet;
+
+#define FDSETS_MAX 8
+
 /* Everything the loop collects before the cross-references can be resolved. */
 typedef struct ArgsState {
         FqArgs args;
@@ -165,6 +175,12 @@ typedef struct ArgsState {
         char *vser_id;
         char *port_bus;
         char *port_chardev;
+        FdSet fdsets[FDSETS_MAX]; /* -add-fd */
+        size_t n_fdsets;
+        char *blockdev_node; /* -blockdev node-name= */
+        int blockdev_set;    /* the fd set its file.filename=/dev/fdset/<n> names */
+        bool blockdev_readonly;
+        char *blk_drive; /* -device virtio-blk-pci,drive= */
         size_t n_accel;
         bool seen_machine, seen_cpu, seen_smp, seen_m, seen_nodefaults, seen_no_user_config,
             seen_display, seen_port;
@@ -183,6 +199,8 @@ static void args_state_done(ArgsState *s)
         free(s->vser_id);
         free(s->port_bus);
         free(s->port_chardev);
+        free(s->blockdev_node);
+        free(s->blk_drive);
 }
 
 void fq_args_done(FqArgs *a)
@@ -195,8 +213,7 @@ void fq_args_done(FqArgs *a)
         free(a->kernel);
         free(a->initrd);
         free(a->append);
-        free(a->disk);
-        *a = (FqArgs){0};
+        *a = (FqArgs){.disk_fd = -1};
 }
 
 static int set_once(char **slot, const char *option, const char *value, char **error)
@@ -361,26 +378,83 @@ static int parse_serial(ArgsState *s, const char *arg, char **error)
         return set_once(&s->serial_chardev, "-serial", id, error);
 }
 
-static int parse_drive(ArgsState *s, const char *arg, char **error)
+/* A decimal in 0..INT_MAX, as QEMU reads fd= and set=. */
+static int parse_int(const char *option, const char *arg, const char *key, const char *v, int *ret,
+                     char **error)
+{
+        uint64_t n;
+        if (parse_uint64(v, &n) < 0 || n > INT32_MAX)
+                return error_set(error, -EINVAL, "%s %s: %s must be a number", option, arg, key);
+        *ret = (int)n;
+        return 0;
+}
+
+/* -add-fd fd=<n>,set=<n>: QEMU refuses a descriptor it did not inherit. */
+static int parse_add_fd(ArgsState *s, const char *arg, char **error)
 {
         _cleanup_(opt_elements_done) OptElements o = {0};
-        int r = opt_elements_parse("-drive", arg, false, &o, error);
+        int r = opt_elements_parse("-add-fd", arg, false, &o, error);
         if (r < 0)
                 return r;
-        const char *file = NULL;
-        r = opt_take_required(&o, "file", arg, &file, error);
+        const char *fd = NULL, *set = NULL;
+        FdSet f;
+        r = opt_take_required(&o, "fd", arg, &fd, error);
+        if (r >= 0)
+                r = opt_take_required(&o, "set", arg, &set, error);
+        if (r >= 0)
+                r = opt_check_all_taken(&o, arg, error);
+        if (r >= 0)
+                r = parse_int("-add-fd", arg, "fd", fd, &f.fd, error);
+        if (r >= 0)
+                r = parse_int("-add-fd", arg, "set", set, &f.id, error);
         if (r < 0)
                 return r;
-        r = opt_take_fixed(&o, "format", "raw", arg, error);
+        if (f.fd <= STDERR_FILENO)
+                return error_set(error, -EINVAL, "-add-fd %s: fd cannot be stdin, stdout or stderr",
+                                 arg);
+        if (fcntl(f.fd, F_GETFD) < 0)
+                return error_set(error, -EBADF, "-add-fd %s: fd %d is not open", arg, f.fd);
+        if (s->n_fdsets == FDSETS_MAX)
+                return error_set(error, -E2BIG, "-add-fd %s: too many descriptors", arg);
+        s->fdsets[s->n_fdsets++] = f;
+        return 0;
+}
+
+/*
+ * -blockdev driver=raw,node-name=<n>,read-only=on,file.driver=file,file.filename=/dev/fdset/<n>:
+ * the one shape VMM-1 gives boot.disk (DISK-6, DISK-9: the driver is always named).
+ */
+static int parse_blockdev(ArgsState *s, const char *arg, char **error)
+{
+        _cleanup_(opt_elements_done) OptElements o = {0};
+        int r = opt_elements_parse("-blockdev", arg, false, &o, error);
         if (r < 0)
                 return r;
-        r = opt_take_fixed(&o, "if", "virtio", arg, error);
+        const char *node = NULL, *file = NULL, *ro = opt_take(&o, "read-only");
+        r = opt_take_fixed(&o, "driver", "raw", arg, error);
+        if (r >= 0)
+                r = opt_take_required(&o, "node-name", arg, &node, error);
+        if (r >= 0)
+                r = opt_take_fixed(&o, "file.driver", "file", arg, error);
+        if (r >= 0)
+                r = opt_take_required(&o, "file.filename", arg, &file, error);
+        if (r >= 0)
+                r = opt_check_all_taken(&o, arg, error);
         if (r < 0)
                 return r;
-        r = opt_check_all_taken(&o, arg, error);
+        if (ro && !streq(ro, "on") && !streq(ro, "off"))
+                return error_set(error, -EINVAL, "-blockdev %s: read-only must be on or off", arg);
+        const char *set = startswith(file, "/dev/fdset/");
+        if (!set)
+                return error_set(error, -EINVAL,
+                                 "-blockdev %s: file.filename must be /dev/fdset/<n> (vgpud passes "
+                                 "disks by descriptor)",
+                                 arg);
+        r = parse_int("-blockdev", arg, "file.filename", set, &s->blockdev_set, error);
         if (r < 0)
                 return r;
-        return set_once(&s->args.disk, "-drive", file, error);
+        s->blockdev_readonly = ro && streq(ro, "on");
+        return set_once(&s->blockdev_node, "-blockdev", node, error);
 }
 
 static int parse_device(ArgsState *s, const char *arg, char **error)
@@ -421,6 +495,15 @@ static int parse_device(ArgsState *s, const char *arg, char **error)
                 s->port_bus = strdup(bus);
                 s->port_chardev = strdup(chardev);
                 return s->port_bus && s->port_chardev ? 0 : -ENOMEM;
+        }
+
+        if (streq_ptr(driver, "virtio-blk-pci")) {
+                r = opt_take_required(&o, "drive", arg, &v, error);
+                if (r >= 0)
+                        r = opt_check_all_taken(&o, arg, error);
+                if (r < 0)
+                        return r;
+                return set_once(&s->blk_drive, "-device virtio-blk-pci", v, error);
         }
 
         if (streq_ptr(driver, "vfio-pci")) {
@@ -495,8 +578,10 @@ static int parse_one(ArgsState *s, const char *option, const char *arg, char **e
                 return set_once(&s->args.initrd, option, arg, error);
         if (streq(option, "-append"))
                 return set_once(&s->args.append, option, arg, error);
-        if (streq(option, "-drive"))
-                return parse_drive(s, arg, error);
+        if (streq(option, "-add-fd"))
+                return parse_add_fd(s, arg, error);
+        if (streq(option, "-blockdev"))
+                return parse_blockdev(s, arg, error);
 
         /* option_takes_argument() lists exactly the options above. */
         return error_set(error, -EINVAL, "unknown option '%s'", option);
@@ -523,6 +608,29 @@ static int find_chardev(ArgsState *s, const char *id, ChardevKind kind, const ch
 }
 
 /* Ties -mon, -serial and the virtio-serial port to their chardevs, as QEMU does at start. */
+/* The disk: device, node and fd set must name each other, as QEMU would insist. */
+static int resolve_disk(ArgsState *s, char **error)
+{
+        if (!s->blk_drive && !s->blockdev_node)
+                return 0;
+        if (!s->blk_drive)
+                return error_set(error, -EINVAL, "-blockdev node-name=%s: no device uses it",
+                                 s->blockdev_node);
+        if (!s->blockdev_node || !streq(s->blk_drive, s->blockdev_node))
+                return error_set(error, -EINVAL,
+                                 "-device virtio-blk-pci,drive=%s: Cannot find device nor node "
+                                 "name '%s'",
+                                 s->blk_drive, s->blk_drive);
+        for (size_t i = 0; i < s->n_fdsets; i++)
+                if (s->fdsets[i].id == s->blockdev_set) {
+                        s->args.disk_fd = s->fdsets[i].fd;
+                        s->args.disk_readonly = s->blockdev_readonly;
+                        return 0;
+                }
+        return error_set(error, -ENOENT, "-blockdev node-name=%s: Could not open '/dev/fdset/%d'",
+                         s->blockdev_node, s->blockdev_set);
+}
+
 static int resolve(ArgsState *s, char **error)
 {
         Chardev *c;
@@ -578,7 +686,7 @@ static int resolve(ArgsState *s, char **error)
                 return error_set(error, -EINVAL, "-initrd cannot be used without -kernel");
         if (s->args.append && !s->args.kernel)
                 return error_set(error, -EINVAL, "-append only allowed with -kernel option");
-        return 0;
+        return resolve_disk(s, error);
 }
 
 /* Options that VMM-1 passes without an argument. */
@@ -596,8 +704,9 @@ static int parse_flag_option(ArgsState *s, const char *option, bool *handled, ch
 static bool option_takes_argument(const char *option)
 {
         static const char *const options[] = {
-            "-name", "-machine", "-accel",  "-cpu",    "-smp",    "-m",      "-display", "-chardev",
-            "-mon",  "-device",  "-serial", "-kernel", "-initrd", "-append", "-drive",
+            "-name",    "-machine", "-accel",  "-cpu",      "-smp",    "-m",
+            "-display", "-chardev", "-mon",    "-device",   "-serial", "-kernel",
+            "-initrd",  "-append",  "-add-fd", "-blockdev",
         };
         for (size_t i = 0; i < ELEMENTSOF(options); i++)
                 if (streq(option, options[i]))
@@ -607,7 +716,7 @@ static bool option_takes_argument(const char *option)
 
 int fq_args_parse(int argc, char *const *argv, FqArgs *ret, char **error)
 {
-        _cleanup_(args_state_done) ArgsState s = {0};
+        _cleanup_(args_state_done) ArgsState s = {.args = {.disk_fd = -1}};
         int r;
 
         for (int i = 1; i < argc; i++) {
@@ -636,6 +745,6 @@ int fq_args_parse(int argc, char *const *argv, FqArgs *ret, char **error)
                 return r;
 
         *ret = s.args;
-        s.args = (FqArgs){0};
+        s.args = (FqArgs){.disk_fd = -1};
         return 0;
 }

@@ -423,14 +423,25 @@ static int listen_unix(const char *path, int *ret)
 static const int handled_signals[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGUSR1, SIGUSR2,
                                       SIGPIPE, SIGALRM, SIGTERM, SIGCONT, SIGWINCH};
 
-static int signals_block(int *ret)
+static void handled_set(sigset_t *set)
+{
+        sigemptyset(set);
+        for (size_t i = 0; i < ELEMENTSOF(handled_signals); i++)
+                sigaddset(set, handled_signals[i]);
+}
+
+static int signals_block(void)
 {
         sigset_t set;
-        sigemptyset(&set);
-        for (size_t i = 0; i < ELEMENTSOF(handled_signals); i++)
-                sigaddset(&set, handled_signals[i]);
-        if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
-                return negative_errno();
+        handled_set(&set);
+        return sigprocmask(SIG_BLOCK, &set, NULL) < 0 ? negative_errno() : 0;
+}
+
+/* The signals blocked meanwhile stay pending and are read from here. */
+static int signals_open(int *ret)
+{
+        sigset_t set;
+        handled_set(&set);
         int fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
         if (fd < 0)
                 return negative_errno();
@@ -667,6 +678,26 @@ static int check_readable(const char *what, const char *path)
         return 0;
 }
 
+/*
+ * QEMU opens /dev/fdset/<n> with the access mode the node needs and takes only a descriptor of
+ * that mode from the set: a read-only node needs an O_RDONLY one, a writable node an O_RDWR one.
+ */
+static int check_disk_fd(int fd, bool readonly)
+{
+        if (fd < 0)
+                return 0;
+        int flags = fcntl(fd, F_GETFL);
+        if (flags < 0)
+                return log_error_errno(negative_errno(), LOG_PREFIX "disk fd %d: %m", fd);
+        int want = readonly ? O_RDONLY : O_RDWR;
+        if ((flags & O_ACCMODE) != want)
+                return log_error_errno(-EACCES,
+                                       LOG_PREFIX "Could not dup FD for /dev/fdset of fd %d: its "
+                                                  "access mode does not match read-only=%s",
+                                       fd, readonly ? "on" : "off");
+        return 0;
+}
+
 static int setup(FakeQemu *q)
 {
         int r;
@@ -695,7 +726,7 @@ static int setup(FakeQemu *q)
         if (r >= 0)
                 r = check_readable("initrd", q->args.initrd);
         if (r >= 0)
-                r = check_readable("drive", q->args.disk);
+                r = check_disk_fd(q->args.disk_fd, q->args.disk_readonly);
         if (r < 0)
                 return r;
 
@@ -868,15 +899,22 @@ int main(int argc, char *argv[])
         int r;
 
         /* Blocked first, so that a SIGTERM during set-up is logged and honoured, not fatal. */
-        r = signals_block(&q.signal_fd);
+        r = signals_block();
         if (r < 0) {
-                log_error_errno(r, LOG_PREFIX "set up signalfd: %m");
+                log_error_errno(r, LOG_PREFIX "block signals: %m");
                 return 1;
         }
 
+        /* Before any descriptor of ours is opened: -add-fd checks what was inherited. */
         r = fq_args_parse(argc, argv, &q.args, &error);
         if (r < 0) {
                 log_error_errno(r, LOG_PREFIX "%s", error ? error : strerror(-r));
+                return 1;
+        }
+
+        r = signals_open(&q.signal_fd);
+        if (r < 0) {
+                log_error_errno(r, LOG_PREFIX "set up signalfd: %m");
                 return 1;
         }
 

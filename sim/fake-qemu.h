@@ -54,12 +54,13 @@ typedef struct FqArgs {
         char *agent_socket; /* the socket chardev behind the org.vgpud.agent.0 port */
         char *console_log;  /* the file chardev behind -serial */
         char *sysfsdev;     /* -device vfio-pci,sysfsdev=...; NULL for a GPU-less VM */
-        char *kernel;       /* -kernel, -initrd, -append, -drive file=: NULL when absent */
+        char *kernel;       /* -kernel, -initrd, -append: NULL when absent */
         char *initrd;
         char *append;
-        char *disk;
-        bool accel_kvm; /* -accel kvm given */
-        bool accel_tcg; /* -accel tcg given */
+        int disk_fd;        /* the -add-fd descriptor behind the virtio-blk disk; -1: none */
+        bool disk_readonly; /* its -blockdev says read-only=on */
+        bool accel_kvm;     /* -accel kvm given */
+        bool accel_tcg;     /* -accel tcg given */
         uint32_t vcpus;
         uint64_t memory_mb;
 } FqArgs;

@@ -53,42 +53,66 @@ static int boot_path_failed(char **error, const char *field, const char *path, c
         return error_set(error, -EINVAL, "boot.%s %s: %s", field, shown, why);
 }
 
-static int boot_path_check(const char *field, const char *path, char *const *image_dirs,
-                           char *const *real_dirs, char **error)
+/* The resolved image dir that real lies below, or NULL. */
+static const char *real_dir_of(const char *real, char *const *real_dirs)
+{
+        for (char *const *d = real_dirs; d && *d; d++)
+                if (path_is_below(real, *d))
+                        return *d;
+        return NULL;
+}
+
+/*
+ * Opens one boot file as INST-6 says and returns the descriptor. The typed path must lie under
+ * an image dir as written, and its real path under a resolved one; the file is then opened
+ * beneath that resolved dir by the remainder of the real path with every symlink refused
+ * (openat_beneath), so a link or directory swapped in after realpath() fails the open instead of
+ * redirecting it. Callers hand the descriptor on, never the path.
+ */
+static int boot_file_open(const char *field, const char *path, char *const *image_dirs,
+                          char *const *real_dirs, char **error)
 {
         if (!instance_path_form_is_valid(path))
                 return boot_path_failed(error, field, path,
                                         "must be an absolute path without . or .. components");
+        /*
+         * As written first: a path outside that links in would be resolved once here and again
+         * by whoever opens it later; and a missing file outside reads like any other refusal,
+         * so that an API client cannot probe which host files exist.
+         */
+        if (!below_any(path, image_dirs))
+                return boot_path_failed(error, field, path, "not under image_dirs");
 
         _cleanup_free_ char *real = realpath(path, NULL);
         if (!real) {
                 int r = negative_errno();
                 if (r == -ENOMEM)
                         return error_set_oom(error);
-                /*
-                 * Outside the image dirs, a missing file reads like any other refusal, so that an
-                 * API client cannot probe which host files exist.
-                 */
-                if (!below_any(path, image_dirs) && !below_any(path, real_dirs))
-                        return boot_path_failed(error, field, path, "not under image_dirs");
                 return boot_path_failed(error, field, path, strerror(-r));
         }
-        if (!below_any(real, real_dirs))
+        const char *dir = real_dir_of(real, real_dirs);
+        if (!dir)
                 return boot_path_failed(error, field, path, "not under image_dirs");
+        const char *rel = real + strlen(dir);
+        while (*rel == '/')
+                rel++;
 
-        /* stat() first: opening a device node (even to read) can have effects of its own. */
+        _cleanup_close_ int dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dirfd < 0)
+                return boot_path_failed(error, field, path, strerror(errno));
+
+        /* fstatat() first: opening a device node (even to read) can have effects of its own. */
         struct stat st;
-        if (stat(real, &st) < 0)
+        if (fstatat(dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) < 0)
                 return boot_path_failed(error, field, path, strerror(errno));
         if (!S_ISREG(st.st_mode))
                 return boot_path_failed(error, field, path, "not a regular file");
 
         /* O_NONBLOCK: should a FIFO replace the file meanwhile, the open must not wait. */
-        _cleanup_close_ int fd =
-            openat(AT_FDCWD, real, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
+        _cleanup_close_ int fd = openat_beneath(dirfd, rel, O_RDONLY | O_NOCTTY | O_NONBLOCK);
         if (fd < 0) {
                 _cleanup_free_ char *why = NULL;
-                if (strprintf(&why, "cannot be read: %s", strerror(errno)) < 0)
+                if (strprintf(&why, "cannot be read: %s", strerror(-fd)) < 0)
                         return error_set_oom(error);
                 return boot_path_failed(error, field, path, why);
         }
@@ -96,10 +120,21 @@ static int boot_path_check(const char *field, const char *path, char *const *ima
                 return boot_path_failed(error, field, path, strerror(errno));
         if (!S_ISREG(st.st_mode))
                 return boot_path_failed(error, field, path, "not a regular file");
-        return 0;
+        if (fcntl(fd, F_SETFL, 0) < 0)
+                return boot_path_failed(error, field, path, strerror(errno));
+        return TAKE_FD(fd);
 }
 
-int instance_boot_paths_check(const InstanceBoot *boot, char *const *image_dirs, char **error)
+void instance_boot_files_close(InstanceBootFiles *f)
+{
+        closep(&f->kernel);
+        closep(&f->initrd);
+        closep(&f->disk);
+        *f = INSTANCE_BOOT_FILES_NONE;
+}
+
+int instance_boot_files_open(const InstanceBoot *boot, char *const *image_dirs,
+                             InstanceBootFiles *ret, char **error)
 {
         /* An image dir that does not resolve confines nothing: it is left out. */
         _cleanup_strv_free_ char **real_dirs = NULL;
@@ -114,17 +149,24 @@ int instance_boot_paths_check(const InstanceBoot *boot, char *const *image_dirs,
                         return error_set_oom(error);
         }
 
+        _cleanup_(instance_boot_files_close) InstanceBootFiles files = INSTANCE_BOOT_FILES_NONE;
         const struct {
                 const char *field, *path;
-        } paths[] = {{"kernel", boot->kernel}, {"initrd", boot->initrd}, {"disk", boot->disk}};
+                int *fd;
+        } paths[] = {{"kernel", boot->kernel, &files.kernel},
+                     {"initrd", boot->initrd, &files.initrd},
+                     {"disk", boot->disk, &files.disk}};
         for (size_t i = 0; i < ELEMENTSOF(paths); i++) {
                 if (!paths[i].path)
                         continue;
-                int r =
-                    boot_path_check(paths[i].field, paths[i].path, image_dirs, real_dirs, error);
-                if (r < 0)
-                        return r;
+                int fd =
+                    boot_file_open(paths[i].field, paths[i].path, image_dirs, real_dirs, error);
+                if (fd < 0)
+                        return fd;
+                *paths[i].fd = fd;
         }
+        *ret = files;
+        files = INSTANCE_BOOT_FILES_NONE;
         return 0;
 }
 
@@ -216,7 +258,27 @@ int instance_record_save_at(int instances_dirfd, const InstanceRecord *r, char *
         return 0;
 }
 
-int instance_record_load_at(int instances_dirfd, const char *id, InstanceRecord *ret, char **error)
+/* INST-2a: a recorded socket path is the derived one, or the record is unreadable. */
+static int check_socket_path(const char *id, const char *runtime_instances, const char *field,
+                             const char *name, const char *path, char **error)
+{
+        if (!path)
+                return 0;
+        _cleanup_free_ char *want = NULL;
+        if (strprintf(&want, "%s/%s/%s", runtime_instances, id, name) < 0)
+                return error_set_oom(error);
+        if (streq(path, want))
+                return 0;
+        _cleanup_free_ char *shown = escape_text(path, strlen(path), SIZE_MAX, ESCAPE_UTF8);
+        if (!shown)
+                return error_set_oom(error);
+        return error_set(error, -EBADMSG,
+                         "instances/%s/" INSTANCE_RECORD_FILE ": hypervisor.%s %s is not %s", id,
+                         field, shown, want);
+}
+
+int instance_record_load_at(int instances_dirfd, const char *runtime_instances, const char *id,
+                            InstanceRecord *ret, char **error)
 {
         if (!instance_id_is_valid(id))
                 return invalid_id(id, error);
@@ -236,27 +298,33 @@ int instance_record_load_at(int instances_dirfd, const char *id, InstanceRecord 
 
         _cleanup_free_ char *buf = NULL;
         size_t size;
-        int k = read_file_at(dir, INSTANCE_RECORD_FILE, INSTANCE_RECORD_MAX, &buf, &size);
+        int k = read_own_file_at(dir, INSTANCE_RECORD_FILE, INSTANCE_RECORD_MAX, &buf, &size);
         if (k == -EFBIG)
                 return error_set(error, -EBADMSG,
                                  "instances/%s/" INSTANCE_RECORD_FILE ": larger than %d bytes", id,
                                  INSTANCE_RECORD_MAX);
         if (k < 0)
                 return error_set(error, k, "read instances/%s/" INSTANCE_RECORD_FILE ": %s", id,
-                                 strerror(-k));
+                                 file_strerror(k));
 
-        InstanceRecord rec;
+        _cleanup_(instance_record_done) InstanceRecord rec = {0};
         k = instance_record_from_json(buf, size, &rec, error);
         if (k < 0)
                 return error_prefix(error, k, "instances/%s/" INSTANCE_RECORD_FILE, id);
-        if (!streq(rec.id, id)) {
-                k = error_set(error, -EBADMSG,
-                              "instances/%s/" INSTANCE_RECORD_FILE ": id %s is not its directory's",
-                              id, rec.id);
-                instance_record_done(&rec);
+        if (!streq(rec.id, id))
+                return error_set(error, -EBADMSG,
+                                 "instances/%s/" INSTANCE_RECORD_FILE
+                                 ": id %s is not its directory's",
+                                 id, rec.id);
+        k = check_socket_path(id, runtime_instances, "qmp_socket", INSTANCE_QMP_SOCKET,
+                              rec.hypervisor.qmp_socket, error);
+        if (k >= 0)
+                k = check_socket_path(id, runtime_instances, "agent_socket", INSTANCE_AGENT_SOCKET,
+                                      rec.hypervisor.agent_socket, error);
+        if (k < 0)
                 return k;
-        }
         *ret = rec;
+        rec = (InstanceRecord){0};
         return 0;
 }
 

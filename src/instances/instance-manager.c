@@ -194,6 +194,20 @@ static void on_vmm_forced_kill(Vmm *v, bool in_grace, void *userdata)
                  NULL);
 }
 
+/* VMM-16: every signal vgpud sends to a VMM is logged, VFIO or not. */
+static void on_vmm_signalled(Vmm *v, int sig, bool group, const char *reason, void *userdata)
+{
+        Instance *i = userdata;
+        char pid[16], name[24];
+        snprintf(pid, sizeof pid, "%d", (int)vmm_pid(v));
+        snprintf(name, sizeof name, "SIG%s", sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
+        _cleanup_free_ char *why = NULL;
+        if (group && strprintf(&why, "%s; to its process group", reason) < 0)
+                why = NULL;
+        log_line(LOG_LEVEL_NOTICE, 0, "signalled VMM", "instance_id", i->rec.id, "pid", pid,
+                 "signal", name, "reason", why ? why : reason, NULL);
+}
+
 int instance_attach_vmm(Instance *i, pid_t pid, int pidfd, bool is_child, uint64_t start_time)
 {
         const Config *c = i->m->config;
@@ -208,14 +222,26 @@ int instance_attach_vmm(Instance *i, pid_t pid, int pidfd, bool is_child, uint64
                                      .vfio_init_window = c->gpu.vfio_init_window,
                                      .exited = on_vmm_exited,
                                      .forced_kill = on_vmm_forced_kill,
+                                     .signalled = on_vmm_signalled,
                                      .userdata = i},
                         &v);
         if (r >= 0 && i->m->event)
                 r = vmm_attach_event(v, i->m->event);
         if (r < 0) {
-                /* An unwatched child of ours must not run on (INST-13's rule). */
+                /*
+                 * An unwatched child of ours must not run on (INST-13's rule). Unreaped, its pid
+                 * is still its own when it has no pidfd.
+                 */
                 if (is_child) {
-                        (void)syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+                        char text[16];
+                        snprintf(text, sizeof text, "%d", (int)pid);
+                        if (pidfd >= 0)
+                                (void)syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+                        else
+                                (void)kill(pid, SIGKILL);
+                        log_line(LOG_LEVEL_NOTICE, 0, "signalled VMM", "instance_id", i->rec.id,
+                                 "pid", text, "signal", "SIGKILL", "reason", "cannot watch it",
+                                 NULL);
                         log_line(LOG_LEVEL_ERR, r, "cannot watch the VMM; it was killed",
                                  "instance_id", i->rec.id, NULL);
                 }
@@ -629,6 +655,10 @@ static void classify(InstanceManager *m, Instance *i, const VmmLiveness *l)
         default:
                 break;
         }
+        if (had_hypervisor && gone)
+                /* VMM-16: why a recorded identity names no VMM (another program, another boot). */
+                log_line(LOG_LEVEL_INFO, 0, "recorded VMM is gone", "instance_id", r->id, "state",
+                         instance_state_to_string(was), "reason", l->reason, NULL);
         if (r->state != was || had_hypervisor != has_hypervisor(r))
                 save_now(m, i);
         if (r->state != was)
@@ -644,7 +674,8 @@ static int load_one(InstanceManager *m, const char *id, const VfioScan *scan)
         Instance *i = instance_new(m);
         if (!i)
                 return -ENOMEM;
-        int r = instance_record_load_at(m->cfg.instances_dirfd, id, &i->rec, &err);
+        int r = instance_record_load_at(m->cfg.instances_dirfd, m->runtime_instances, id, &i->rec,
+                                        &err);
         if (r < 0) {
                 free(i);
                 if (r == -ENOMEM)
@@ -663,6 +694,7 @@ static int load_one(InstanceManager *m, const char *id, const VfioScan *scan)
                 r = vmm_liveness_probe(
                     &(VmmLivenessQuery){.proc = m->cfg.proc,
                                         .boot_id = m->boot_id,
+                                        .qemu_binary = m->config->qemu_binary,
                                         .identity = {.pid = i->rec.hypervisor.pid,
                                                      .start_time = i->rec.hypervisor.start_time,
                                                      .boot_id = i->rec.hypervisor.boot_id,
@@ -826,19 +858,17 @@ static int console_job_run(void *data, char **error)
         _cleanup_free_ char *rel = NULL;
         if (strprintf(&rel, "%s/%s", j->id, INSTANCE_CONSOLE_FILE) < 0)
                 return error_set_oom(error);
-        _cleanup_close_ int fd = openat(j->dirfd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0) {
-                if (errno == ENOENT) {
-                        j->data = strdup("");
-                        return j->data ? 0 : error_set_oom(error);
-                }
-                return error_set(error, -errno, "open console log of instance %s: %m", j->id);
+        _cleanup_close_ int fd = open_own_file_at(j->dirfd, rel, O_RDONLY, 0);
+        if (fd == -ENOENT) {
+                j->data = strdup("");
+                return j->data ? 0 : error_set_oom(error);
         }
+        if (fd < 0)
+                return error_set(error, fd, "open console log of instance %s: %s", j->id,
+                                 file_strerror(fd));
         struct stat st;
         if (fstat(fd, &st) < 0)
                 return error_set(error, -errno, "stat console log of instance %s: %m", j->id);
-        if (!S_ISREG(st.st_mode))
-                return error_set(error, -EINVAL, "console log of instance %s is not a file", j->id);
         off_t from = st.st_size > (off_t)j->tail ? st.st_size - (off_t)j->tail : 0;
         size_t want = (size_t)(st.st_size - from);
         j->data = malloc(want + 1);

@@ -66,6 +66,11 @@ struct Op {
         InstanceGpu released;
         char released_vf[PCI_ADDRESS_STRLEN];
         void *spawn; /* the spawn waiting for its sockets' record write */
+        /*
+         * create, start: the boot files, opened by the check (INST-6) and handed to the spawn,
+         * so that a path swapped in between is never opened.
+         */
+        InstanceBootFiles boot_files;
 };
 
 static void spawn_data_free(void *data);
@@ -100,6 +105,7 @@ void instance_op_free(Op *op)
         free(op->release_error);
         if (op->spawn)
                 spawn_data_free(op->spawn);
+        instance_boot_files_close(&op->boot_files);
         free(op->error);
         instance_spec_done(&op->spec);
         free(op);
@@ -173,7 +179,12 @@ static Op *op_new(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc
         Op *op = calloc(1, sizeof *op);
         if (!op)
                 return NULL;
-        *op = (Op){.kind = kind, .i = i, .m = m, .done = done, .userdata = userdata};
+        *op = (Op){.kind = kind,
+                   .i = i,
+                   .m = m,
+                   .done = done,
+                   .userdata = userdata,
+                   .boot_files = INSTANCE_BOOT_FILES_NONE};
         if (i)
                 i->op = op;
         return op;
@@ -626,12 +637,21 @@ void instance_ops_reserved(Instance *i)
 typedef struct PathCheck {
         InstanceBoot boot; /* borrowed from the operation's spec */
         char *const *image_dirs;
+        InstanceBootFiles files;
 } PathCheck;
 
+/* INST-6: the check is the open; the descriptors go on to the spawn. */
 static int path_check_run(void *data, char **error)
 {
         PathCheck *p = data;
-        return instance_boot_paths_check(&p->boot, p->image_dirs, error);
+        return instance_boot_files_open(&p->boot, p->image_dirs, &p->files, error);
+}
+
+static void path_check_free(void *data)
+{
+        PathCheck *p = data;
+        instance_boot_files_close(&p->files);
+        free(p);
 }
 
 /* ---- create and start: claim, spawn, readiness (INST-12, 13, 17) --------------------------- */
@@ -723,6 +743,10 @@ static void paths_checked(Op *op, int r, const char *error)
                 op_fail(op, r, INSTANCE_FAILURE_INVALID_REQUEST, error);
                 return;
         }
+        PathCheck *p = op->job_data;
+        instance_boot_files_close(&op->boot_files);
+        op->boot_files = p->files;
+        p->files = INSTANCE_BOOT_FILES_NONE;
         admit_step(op);
 }
 
@@ -735,13 +759,16 @@ static void check_paths_step(Op *op)
         }
         p->boot = op->i->rec.boot;
         p->image_dirs = op->m->config->image_dirs;
-        job_then(op, path_check_run, p, free, paths_checked);
+        p->files = INSTANCE_BOOT_FILES_NONE;
+        job_then(op, path_check_run, p, path_check_free, paths_checked);
 }
 
 typedef struct SpawnData {
-        char **argv;
-        char *runtime_dir; /* <runtime_dir>/instances */
-        char id[INSTANCE_ID_LEN + 1];
+        InstanceRecord rec;      /* a copy: the worker reads it while the loop goes on */
+        const Config *config;    /* the manager's, as long-lived as it */
+        char *runtime_dir;       /* <runtime_dir>/instances */
+        char *console_log;       /* <data_dir>/instances/<id>/console.log */
+        InstanceBootFiles files; /* the operation's, taken over (INST-6) */
         int instances_dirfd;
         const Root *proc;
         VmmSpawned spawned;
@@ -751,41 +778,81 @@ typedef struct SpawnData {
 static void spawn_data_free(void *data)
 {
         SpawnData *d = data;
-        strv_free(d->argv);
+        instance_record_done(&d->rec);
+        instance_boot_files_close(&d->files);
         free(d->runtime_dir);
+        free(d->console_log);
         if (d->spawned_ok && d->spawned.pidfd >= 0)
                 close(d->spawned.pidfd);
+        free(d->spawned.identity_error);
         free(d);
+}
+
+/*
+ * VMM-1 from the record, with the boot files this operation's check opened (INST-6): QEMU gets
+ * them by descriptor, so that nothing swapped in since the check can be opened by it.
+ */
+static int spawn_vmm(SpawnData *d, int instance_dirfd, char **error)
+{
+        const InstanceRecord *rec = &d->rec;
+        const Config *c = d->config;
+        const InstanceBootFiles files = d->files;
+        int r;
+
+        VmmCommand cmd = {.qemu_binary = c->qemu_binary,
+                          .accel = c->qemu_accel,
+                          .name = rec->name,
+                          .vcpus = rec->vcpus,
+                          .memory_mb = rec->memory_mb,
+                          .qmp_socket = rec->hypervisor.qmp_socket,
+                          .agent_socket = rec->hypervisor.agent_socket,
+                          .console_log = d->console_log,
+                          .kernel_fd = files.kernel,
+                          .initrd_fd = files.initrd,
+                          .cmdline = rec->boot.cmdline,
+                          .disk_fd = files.disk,
+                          .vfio_sysfsdev = rec->gpu.device_path};
+        _cleanup_strv_free_ char **argv = NULL;
+        r = vmm_command_argv(&cmd, &argv, error);
+        if (r < 0)
+                return r;
+        int fds[VMM_PASSED_FDS_MAX];
+        size_t n_fds = vmm_command_passed_fds(&cmd, fds);
+        r = vmm_spawn(&(VmmSpawnRequest){.argv = argv,
+                                         .fds = fds,
+                                         .n_fds = n_fds,
+                                         .log_dirfd = instance_dirfd,
+                                         .log = INSTANCE_QEMU_LOG_FILE,
+                                         .proc = d->proc},
+                      &d->spawned, error);
+        if (r < 0)
+                return r;
+        d->spawned_ok = true;
+        return 0;
 }
 
 static int spawn_run(void *data, char **error)
 {
         SpawnData *d = data;
+        const char *id = d->rec.id;
         if (mkdir(d->runtime_dir, 0755) < 0 && errno != EEXIST)
                 return error_set(error, -errno, "create %s: %m", d->runtime_dir);
         _cleanup_close_ int rfd = open(d->runtime_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (rfd < 0)
                 return error_set(error, -errno, "open %s: %m", d->runtime_dir);
-        if (mkdirat(rfd, d->id, 0700) < 0 && errno != EEXIST)
-                return error_set(error, -errno, "create %s/%s: %m", d->runtime_dir, d->id);
-        _cleanup_close_ int ifd = openat(rfd, d->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (mkdirat(rfd, id, 0700) < 0 && errno != EEXIST)
+                return error_set(error, -errno, "create %s/%s: %m", d->runtime_dir, id);
+        _cleanup_close_ int ifd = openat(rfd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (ifd < 0)
-                return error_set(error, -errno, "open %s/%s: %m", d->runtime_dir, d->id);
+                return error_set(error, -errno, "open %s/%s: %m", d->runtime_dir, id);
         /* Stale sockets of an earlier VMM would make QEMU's bind fail. */
         (void)unlinkat(ifd, INSTANCE_QMP_SOCKET, 0);
         (void)unlinkat(ifd, INSTANCE_AGENT_SOCKET, 0);
         _cleanup_close_ int dfd =
-            openat(d->instances_dirfd, d->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            openat(d->instances_dirfd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0)
-                return error_set(error, -errno, "open instance directory %s: %m", d->id);
-        int r = vmm_spawn(
-            &(VmmSpawnRequest){
-                .argv = d->argv, .log_dirfd = dfd, .log = INSTANCE_QEMU_LOG_FILE, .proc = d->proc},
-            &d->spawned, error);
-        if (r < 0)
-                return r;
-        d->spawned_ok = true;
-        return 0;
+                return error_set(error, -errno, "open instance directory %s: %m", id);
+        return spawn_vmm(d, dfd, error);
 }
 
 static void ready_done(Vmm *v, int r, const char *error, void *userdata);
@@ -886,48 +953,31 @@ static void spawn_step(Op *op)
 {
         Instance *i = op->i;
         InstanceManager *m = op->m;
-        const Config *c = m->config;
         _cleanup_free_ char *qmp = instance_runtime_path(i, INSTANCE_QMP_SOCKET);
         _cleanup_free_ char *agent = instance_runtime_path(i, INSTANCE_AGENT_SOCKET);
-        _cleanup_free_ char *console = NULL, *err = NULL;
-        if (!qmp || !agent ||
-            strprintf(&console, "%s/instances/%s/%s", c->data_dir, i->rec.id,
-                      INSTANCE_CONSOLE_FILE) < 0) {
-                rollback_gone(op, INSTANCE_FAILURE_INTERNAL, "out of memory");
-                return;
-        }
         SpawnData *d = calloc(1, sizeof *d);
-        if (!d) {
+        if (!qmp || !agent || !d) {
+                free(d);
                 rollback_gone(op, INSTANCE_FAILURE_INTERNAL, "out of memory");
                 return;
         }
         d->spawned.pidfd = -1;
-        int r = vmm_command_argv(&(VmmCommand){.qemu_binary = c->qemu_binary,
-                                               .accel = c->qemu_accel,
-                                               .name = i->rec.name,
-                                               .vcpus = i->rec.vcpus,
-                                               .memory_mb = i->rec.memory_mb,
-                                               .qmp_socket = qmp,
-                                               .agent_socket = agent,
-                                               .console_log = console,
-                                               .kernel = i->rec.boot.kernel,
-                                               .initrd = i->rec.boot.initrd,
-                                               .cmdline = i->rec.boot.cmdline,
-                                               .disk = i->rec.boot.disk,
-                                               .vfio_sysfsdev = i->rec.gpu.device_path},
-                                 &d->argv, &err);
-        if (r >= 0 && (r = strprintf(&d->runtime_dir, "%s", m->runtime_instances)) >= 0) {
-                free(i->rec.hypervisor.qmp_socket);
-                free(i->rec.hypervisor.agent_socket);
-                i->rec.hypervisor.qmp_socket = TAKE_PTR(qmp);
-                i->rec.hypervisor.agent_socket = TAKE_PTR(agent);
-        }
-        if (r < 0) {
+        d->files = op->boot_files;
+        op->boot_files = INSTANCE_BOOT_FILES_NONE;
+        free(i->rec.hypervisor.qmp_socket);
+        free(i->rec.hypervisor.agent_socket);
+        i->rec.hypervisor.qmp_socket = TAKE_PTR(qmp);
+        i->rec.hypervisor.agent_socket = TAKE_PTR(agent);
+        if (instance_record_copy(&i->rec, &d->rec) < 0 ||
+            strprintf(&d->runtime_dir, "%s", m->runtime_instances) < 0 ||
+            strprintf(&d->console_log, "%s/instances/%s/%s", m->config->data_dir, i->rec.id,
+                      INSTANCE_CONSOLE_FILE) < 0) {
                 spawn_data_free(d);
-                rollback_gone(op, INSTANCE_FAILURE_INTERNAL, err ? err : "out of memory");
+                instance_record_clear_hypervisor(&i->rec);
+                rollback_gone(op, INSTANCE_FAILURE_INTERNAL, "out of memory");
                 return;
         }
-        snprintf(d->id, sizeof d->id, "%s", i->rec.id);
+        d->config = m->config;
         d->instances_dirfd = m->cfg.instances_dirfd;
         d->proc = m->cfg.proc;
         /*
@@ -955,6 +1005,15 @@ static void spawned(Op *op, int r, const char *error)
         if (r < 0) {
                 /* Killed, but not seen to exit: it may be alive until proven gone. */
                 fail_alive(op, INSTANCE_FAILURE_INTERNAL, "watch VMM: out of memory");
+                return;
+        }
+        if (!d->spawned.identified) {
+                /* VMM-14: a child without an identity goes through the ladder, by pid. */
+                _cleanup_free_ char *e = NULL;
+                (void)strprintf(&e, "spawn VMM: %s",
+                                d->spawned.identity_error ? d->spawned.identity_error
+                                                          : ERROR_OUT_OF_MEMORY);
+                fail_after_spawn(op, INSTANCE_FAILURE_INTERNAL, e ? e : "spawn VMM");
                 return;
         }
         if (instance_set_identity(i, d->spawned.pid, d->spawned.start_time) < 0) {

@@ -27,6 +27,7 @@ typedef struct ProbeJob {
         bool done;
         InstanceProbeDone callback;
         void *userdata;
+        const char *qemu_binary; /* the configuration's, as long-lived as the manager */
 } ProbeJob;
 
 static void probe_job_free(void *data)
@@ -48,6 +49,7 @@ static int probe_job_run(void *data, char **error)
         VmmLivenessQuery q = {
             .proc = j->proc,
             .boot_id = j->boot_id,
+            .qemu_binary = j->qemu_binary,
             .identity = {.pid = j->pid,
                          .start_time = j->start_time,
                          .boot_id = j->recorded_boot_id,
@@ -82,6 +84,7 @@ int instance_probe(Instance *i, DeviceScan *scan, bool steps_1_2, InstanceProbeD
                 return -ENOMEM;
         *j = (ProbeJob){.m = m,
                         .proc = m->cfg.proc,
+                        .qemu_binary = m->config->qemu_binary,
                         .pid = h->pid,
                         .start_time = h->start_time,
                         .scan = scan ? device_scan_ref(scan) : NULL,
@@ -244,11 +247,10 @@ static int truncate_run(void *data, char **error)
                 _cleanup_free_ char *rel = NULL;
                 if (strprintf(&rel, "%s/%s", *id, INSTANCE_CONSOLE_FILE) < 0)
                         return error_set_oom(error);
-                _cleanup_close_ int fd =
-                    openat(j->dirfd, rel, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+                /* INST-2a: a FIFO or a link in its place is skipped at once, never waited on. */
+                _cleanup_close_ int fd = open_own_file_at(j->dirfd, rel, O_WRONLY | O_APPEND, 0);
                 struct stat st;
-                if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-                    (uint64_t)st.st_size <= j->max)
+                if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size <= j->max)
                         continue;
                 /* QEMU appends (append=on), so it carries on after the marker. */
                 if (ftruncate(fd, 0) < 0 ||
@@ -319,7 +321,8 @@ static bool wants_probe(const Instance *i)
 
 typedef struct ListJob {
         int dirfd;
-        char **known; /* ids in memory: not loaded again */
+        const char *runtime_instances; /* the manager's: it outlives the pool's jobs */
+        char **known;                  /* ids in memory: not loaded again */
         InstanceRecord *loaded;
         size_t n_loaded;
         char **unreadable; /* "<id>\n<error>" */
@@ -362,7 +365,7 @@ static int list_job_run(void *data, char **error)
                         continue;
                 InstanceRecord rec = {0};
                 _cleanup_free_ char *e = NULL, *line = NULL;
-                int k = instance_record_load_at(j->dirfd, *id, &rec, &e);
+                int k = instance_record_load_at(j->dirfd, j->runtime_instances, *id, &rec, &e);
                 if (k == -ENOENT)
                         continue; /* removed meanwhile */
                 if (k < 0) {
@@ -442,6 +445,7 @@ static int submit_list(Sweep *s)
         if (!j)
                 return -ENOMEM;
         j->dirfd = m->cfg.instances_dirfd;
+        j->runtime_instances = m->runtime_instances;
         for (size_t k = 0; k < m->n_instances; k++)
                 if (strv_push(&j->known, m->instances[k]->rec.id) < 0) {
                         list_job_free(j);

@@ -149,19 +149,30 @@ void instance_spec_done(InstanceSpec *s);
  * keys, wrong types,
  * malformed or duplicate-key JSON, nesting over 16 are refused), INST-4's name pattern, INST-5's
  * ranges, and INST-6's form of the boot paths (absolute, ≤ 4096 bytes, no "." or ".."
- * components; the file checks are instance_boot_paths_check()'s). "placement" needs both its
+ * components; the file checks are instance_boot_files_open()'s). "placement" needs both its
  * keys, placement.consumer a canonical lowercase UUID, placement.gpu a PCI address in DISC-8's
  * form, and "gpu" beside it. -EINVAL with a message that names the field (INST-7), e.g. `vcpus
  * must be 1..256`, `boot.kernel must be an absolute path without . or .. components`.
  */
 int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, char **error);
 
+/* The open boot files of an instance (INST-6): -1 where a file is not given. */
+typedef struct InstanceBootFiles {
+        int kernel, initrd, disk;
+} InstanceBootFiles;
+
+#define INSTANCE_BOOT_FILES_NONE ((InstanceBootFiles){.kernel = -1, .initrd = -1, .disk = -1})
+
 /*
- * INST-6's file checks, blocking (run on a worker): each given boot path names a readable
- * regular file whose real path (symlinks resolved) lies under one of image_dirs (NULL-
- * terminated, themselves resolved). -EINVAL with `boot.<field> <path>: <why>`.
+ * INST-6, blocking (run on a worker): opens each given boot path read-only. A path must lie,
+ * as written, under one of image_dirs (NULL-terminated) and name a readable regular file whose
+ * real path lies under one of them too (resolved); the file is opened beneath that resolved
+ * dir with every link refused, so nothing swapped in after the check is followed. QEMU gets
+ * these descriptors, never the paths. -EINVAL with `boot.<field> <path>: <why>`.
  */
-int instance_boot_paths_check(const InstanceBoot *boot, char *const *image_dirs, char **error);
+int instance_boot_files_open(const InstanceBoot *boot, char *const *image_dirs,
+                             InstanceBootFiles *ret, char **error);
+void instance_boot_files_close(InstanceBootFiles *f);
 
 /* ---- files (INST-1, INST-20), blocking primitives for workers ------------------------------ */
 
@@ -180,8 +191,15 @@ int instance_boot_paths_check(const InstanceBoot *boot, char *const *image_dirs,
  */
 int instance_record_save_at(int instances_dirfd, const InstanceRecord *r, char **error);
 
-/* Reads and parses <id>/instance.json; -ENOENT when it is missing. A leftover temp is removed. */
-int instance_record_load_at(int instances_dirfd, const char *id, InstanceRecord *ret, char **error);
+/*
+ * Reads and parses <id>/instance.json; -ENOENT when it is missing. A leftover temp is removed.
+ * The file is opened as INST-2a says (a link, FIFO or device fails at once with -EBADFD), and
+ * its socket paths must be the ones vgpud derives under runtime_instances
+ * (<runtime_dir>/instances): a record naming any other socket is -EBADMSG, so that no record can
+ * point liveness (VMM-17, VMM-18) at another process's listener.
+ */
+int instance_record_load_at(int instances_dirfd, const char *runtime_instances, const char *id,
+                            InstanceRecord *ret, char **error);
 
 /*
  * INST-20's removal: renames <id> to .deleted-<id>, fsyncs instances/, deletes the tree.

@@ -5,6 +5,7 @@
  */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <unistd.h>
 
 #include "vmm/vmm.h"
 
@@ -102,15 +103,12 @@ static int check_command(const VmmCommand *c, char **error)
                 return error_set(error, -EINVAL, "%s: memory_mb is missing", prefix);
 
         /* An empty string is as absent as NULL for the optional parts, but then it is a
-         * mistake of the caller: QEMU would get "-kernel ''". */
+         * mistake of the caller: QEMU would get "-append ''". */
         const struct {
                 const char *field;
                 const char *value;
         } optional[] = {
-            {"kernel", c->kernel},
-            {"initrd", c->initrd},
             {"cmdline", c->cmdline},
-            {"disk", c->disk},
             {"vfio_sysfsdev", c->vfio_sysfsdev},
         };
         for (size_t i = 0; i < ELEMENTSOF(optional); i++)
@@ -118,13 +116,47 @@ static int check_command(const VmmCommand *c, char **error)
                         return error_set(error, -EINVAL, "%s: %s is empty", prefix,
                                          optional[i].field);
 
-        if (!c->kernel && c->initrd)
+        /* 0..2 are QEMU's standard streams: a zeroed field is a mistake, not a file. */
+        const struct {
+                const char *field;
+                int fd;
+        } fds[] = {
+            {"kernel_fd", c->kernel_fd}, {"initrd_fd", c->initrd_fd}, {"disk_fd", c->disk_fd}};
+        for (size_t i = 0; i < ELEMENTSOF(fds); i++)
+                if (fds[i].fd >= 0 && fds[i].fd <= STDERR_FILENO)
+                        return error_set(error, -EINVAL, "%s: %s %d is a standard stream", prefix,
+                                         fds[i].field, fds[i].fd);
+
+        bool kernel = c->kernel_fd >= 0;
+        if (!kernel && c->initrd_fd >= 0)
                 return error_set(error, -EINVAL, "%s: initrd is given without a kernel", prefix);
-        if (!c->kernel && c->cmdline)
+        if (!kernel && c->cmdline)
                 return error_set(error, -EINVAL, "%s: cmdline is given without a kernel", prefix);
-        if (!c->kernel && !c->disk)
+        if (!kernel && c->disk_fd < 0)
                 return error_set(error, -EINVAL, "%s: neither kernel nor disk is given", prefix);
         return 0;
+}
+
+/* The passed descriptors in the order of their numbers in QEMU: kernel, initrd, disk. */
+size_t vmm_command_passed_fds(const VmmCommand *c, int fds[static VMM_PASSED_FDS_MAX])
+{
+        size_t n = 0;
+        const int all[] = {c->kernel_fd, c->initrd_fd, c->disk_fd};
+        for (size_t i = 0; i < ELEMENTSOF(all); i++)
+                if (all[i] >= 0)
+                        fds[n++] = all[i];
+        return n;
+}
+
+/* The number QEMU finds fd at: its place among the passed descriptors. */
+static int child_fd(const VmmCommand *c, int fd)
+{
+        int fds[VMM_PASSED_FDS_MAX];
+        size_t n = vmm_command_passed_fds(c, fds);
+        for (size_t i = 0; i < n; i++)
+                if (fds[i] == fd)
+                        return VMM_PASSED_FD_FIRST + (int)i;
+        return -1;
 }
 
 int vmm_command_argv(const VmmCommand *c, char ***ret, char **error)
@@ -177,13 +209,16 @@ int vmm_command_argv(const VmmCommand *c, char ***ret, char **error)
         add(&b, "-serial");
         add(&b, "chardev:console0");
 
-        /* QEMU takes these three values as they are (VMM-2): no escaping. */
-        if (c->kernel) {
+        /*
+         * INST-6: the files vgpud opened, by descriptor; QEMU opens /proc/self/fd/<n>, which is
+         * the file checked whatever happened to its path since. The cmdline is taken raw (VMM-2).
+         */
+        if (c->kernel_fd >= 0) {
                 add(&b, "-kernel");
-                add(&b, c->kernel);
-                if (c->initrd) {
+                addf(&b, "/proc/self/fd/%d", child_fd(c, c->kernel_fd));
+                if (c->initrd_fd >= 0) {
                         add(&b, "-initrd");
-                        add(&b, c->initrd);
+                        addf(&b, "/proc/self/fd/%d", child_fd(c, c->initrd_fd));
                 }
                 if (c->cmdline) {
                         add(&b, "-append");
@@ -191,9 +226,21 @@ int vmm_command_argv(const VmmCommand *c, char ***ret, char **error)
                 }
         }
 
-        if (c->disk) {
-                add(&b, "-drive");
-                add_keyval(&b, "file=", c->disk, ",format=raw,if=virtio");
+        /*
+         * DISK-6: boot.disk read-only, raw (never probed, DISK-9). The descriptor goes into an
+         * fd set named by its own number, so that every passed file has a set of its own.
+         */
+        if (c->disk_fd >= 0) {
+                int n = child_fd(c, c->disk_fd);
+                add(&b, "-add-fd");
+                addf(&b, "fd=%d,set=%d", n, n);
+                add(&b, "-blockdev");
+                addf(&b,
+                     "driver=raw,node-name=bootdisk,read-only=on,file.driver=file,"
+                     "file.filename=/dev/fdset/%d",
+                     n);
+                add(&b, "-device");
+                add(&b, "virtio-blk-pci,drive=bootdisk");
         }
 
         if (c->vfio_sysfsdev) {

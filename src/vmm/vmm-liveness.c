@@ -12,7 +12,9 @@
 
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include "vmm-internal.h"
 
@@ -122,6 +124,63 @@ static bool is_dead_state(char state)
         return state == 'Z' || state == 'X' || state == 'x';
 }
 
+#define DELETED_SUFFIX " (deleted)" /* how the kernel shows an unlinked executable */
+
+/*
+ * VMM-16: is pid's executable qemu_binary, the same file (device and inode)? 0: yes; 1: a
+ * verdict was reached (ambiguous); 2: another program, the pid is discarded; -ENOMEM.
+ */
+static int check_executable(Probe *p, pid_t pid)
+{
+        const VmmLivenessQuery *q = p->q;
+        char rel[32];
+        struct stat want, got;
+        int r;
+
+        snprintf(rel, sizeof rel, "%d/exe", (int)pid);
+        if (stat(q->qemu_binary, &want) < 0) {
+                r = probe_reason(p, "stat qemu_binary %s: %m", q->qemu_binary);
+                return r < 0 ? r : probe_end(p, VMM_AMBIGUOUS, 0, -1, 0);
+        }
+        if (fstatat(q->proc->fd, rel, &got, 0) < 0) {
+                if (errno == ENOENT) /* a kernel thread, or a process exiting */
+                        return probe_reason(p, "pid %d has no executable", (int)pid) < 0 ? -ENOMEM
+                                                                                         : 2;
+                r = probe_reason(p, "stat %s/%s: %m", q->proc->path, rel);
+                return r < 0 ? r : probe_end(p, VMM_AMBIGUOUS, 0, -1, 0);
+        }
+        if (got.st_dev == want.st_dev && got.st_ino == want.st_ino)
+                return 0;
+
+        /*
+         * A package upgrade replaces qemu_binary while its VMMs run on: their executable is the
+         * former file, shown as "<path> (deleted)". Such a process may well be ours; only an
+         * executable that never was qemu_binary discards the pid.
+         */
+        char target[PATH_MAX + sizeof DELETED_SUFFIX];
+        ssize_t n = readlinkat(q->proc->fd, rel, target, sizeof target - 1);
+        if (n < 0) {
+                r = probe_reason(p, "read %s/%s: %m", q->proc->path, rel);
+                return r < 0 ? r : probe_end(p, VMM_AMBIGUOUS, 0, -1, 0);
+        }
+        target[n] = 0;
+        _cleanup_free_ char *shown = escape_text(target, (size_t)n, 256, ESCAPE_UTF8);
+        if (!shown)
+                return -ENOMEM;
+        size_t len = (size_t)n, suffix = strlen(DELETED_SUFFIX);
+        _cleanup_free_ char *binary = realpath(q->qemu_binary, NULL);
+        if (len > suffix && memcmp(target + len - suffix, DELETED_SUFFIX, suffix) == 0 && binary &&
+            len - suffix == strlen(binary) && memcmp(target, binary, len - suffix) == 0) {
+                r = probe_reason(p, "pid %d runs %s, qemu_binary replaced since it started",
+                                 (int)pid, shown);
+                return r < 0 ? r : probe_end(p, VMM_AMBIGUOUS, 0, -1, 0);
+        }
+        return probe_reason(p, "pid %d is another program (%s, not qemu_binary %s)", (int)pid,
+                            shown, q->qemu_binary) < 0
+                   ? -ENOMEM
+                   : 2;
+}
+
 /*
  * Step 1 (VMM-16, VMM-4's order: pidfd, identity, pidfd still live). 1: a verdict; 0: the pid
  * is discarded and the probe goes on; -ENOMEM.
@@ -162,6 +221,13 @@ static int probe_stored_pid(Probe *p)
                 return probe_reason(
                     p, "pid %d is another process (start time %" PRIu64 ", recorded %" PRIu64 ")",
                     (int)pid, st.start_time, q->identity.start_time);
+        if (q->qemu_binary) {
+                r = check_executable(p, pid);
+                if (r < 0 || r == 1)
+                        return r;
+                if (r == 2)
+                        return 0;
+        }
 
         /* The stat was read through the pid; the pidfd proves it was this process's. */
         r = vmm_pidfd_send_signal(pidfd, 0);

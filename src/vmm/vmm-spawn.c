@@ -47,15 +47,6 @@ static int open_above_stdio(int dirfd, const char *path, int flags, mode_t mode)
         return moved;
 }
 
-/* The child is of no use without its identity: it goes, and is reaped, before we fail. */
-static void kill_and_reap(pid_t pid, int pidfd)
-{
-        if (pidfd < 0 || vmm_pidfd_send_signal(pidfd, SIGKILL) < 0)
-                (void)kill(pid, SIGKILL);
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-                ;
-}
-
 typedef struct SpawnSetup {
         posix_spawn_file_actions_t actions;
         posix_spawnattr_t attr;
@@ -84,7 +75,13 @@ static void add_libc_internal_signals(sigset_t *set)
                 set->__val[(size_t)(sig - 1) / bits] |= 1UL << ((size_t)(sig - 1) % bits);
 }
 
-static int spawn_setup(SpawnSetup *s, int null_fd, int log_fd)
+/*
+ * stdin, stdout and stderr first, then each passed descriptor to its number, then everything
+ * else closed. passed[] are copies above every target number, so that no dup2() overwrites a
+ * source still to be duplicated, and none is its own target (dup2() onto itself would keep
+ * close-on-exec).
+ */
+static int spawn_setup(SpawnSetup *s, int null_fd, int log_fd, const int *passed, size_t n)
 {
         sigset_t empty, all;
         int r;
@@ -98,15 +95,19 @@ static int spawn_setup(SpawnSetup *s, int null_fd, int log_fd)
                 return -r;
         s->have_attr = true;
 
-        /* stdin from the null device, stdout and stderr into qemu.log, nothing else inherited
-         * (the daemon's sockets, the lock, other VMs' logs). */
+        /* stdin from the null device, stdout and stderr into qemu.log, the passed files, nothing
+         * else inherited (the daemon's sockets, the lock, other VMs' logs). */
         r = posix_spawn_file_actions_adddup2(&s->actions, null_fd, STDIN_FILENO);
         if (r == 0)
                 r = posix_spawn_file_actions_adddup2(&s->actions, log_fd, STDOUT_FILENO);
         if (r == 0)
                 r = posix_spawn_file_actions_adddup2(&s->actions, log_fd, STDERR_FILENO);
+        for (size_t i = 0; r == 0 && i < n; i++)
+                r = posix_spawn_file_actions_adddup2(&s->actions, passed[i],
+                                                     VMM_PASSED_FD_FIRST + (int)i);
         if (r == 0)
-                r = posix_spawn_file_actions_addclosefrom_np(&s->actions, STDERR_FILENO + 1);
+                r = posix_spawn_file_actions_addclosefrom_np(&s->actions,
+                                                             VMM_PASSED_FD_FIRST + (int)n);
         if (r != 0)
                 return -r;
 
@@ -147,9 +148,48 @@ static int read_start_time(const Root *proc, pid_t pid, uint64_t *ret, char **er
         return 0;
 }
 
+/* The passed descriptors, copied above every number they are to take (spawn_setup()). */
+typedef struct PassedFds {
+        int fd[VMM_PASSED_FDS_MAX];
+        size_t n;
+} PassedFds;
+
+static void passed_fds_done(PassedFds *p)
+{
+        for (size_t i = 0; i < p->n; i++)
+                closep(&p->fd[i]);
+        p->n = 0;
+}
+
+static int passed_fds_copy(const VmmSpawnRequest *request, PassedFds *ret)
+{
+        if (request->n_fds > VMM_PASSED_FDS_MAX)
+                return -E2BIG;
+        for (size_t i = 0; i < request->n_fds; i++) {
+                int fd = fcntl(request->fds[i], F_DUPFD_CLOEXEC,
+                               VMM_PASSED_FD_FIRST + (int)request->n_fds);
+                if (fd < 0)
+                        return negative_errno();
+                ret->fd[ret->n++] = fd;
+        }
+        return 0;
+}
+
+/* CLOCK_BOOTTIME in clock ticks: a just-spawned child's start_time when its stat is unreadable. */
+static uint64_t boottime_ticks(void)
+{
+        struct timespec ts;
+        long hz = sysconf(_SC_CLK_TCK);
+        if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &ts) < 0)
+                return 0;
+        return (uint64_t)ts.tv_sec * (uint64_t)hz +
+               (uint64_t)ts.tv_nsec / (NSEC_PER_SEC / (uint64_t)hz);
+}
+
 int vmm_spawn(const VmmSpawnRequest *request, VmmSpawned *ret, char **error)
 {
         _cleanup_(spawn_setup_done) SpawnSetup setup = {0};
+        _cleanup_(passed_fds_done) PassedFds passed = {0};
         char *const env[] = {(char *)VMM_SPAWN_PATH, NULL};
         const char *binary = request->argv && request->argv[0] ? request->argv[0] : NULL;
         const char *null_device = request->null_device ? request->null_device : "/dev/null";
@@ -161,17 +201,26 @@ int vmm_spawn(const VmmSpawnRequest *request, VmmSpawned *ret, char **error)
         if (!binary)
                 return error_set(error, -EINVAL, "spawn: empty command line");
 
+        /* INST-2a: a FIFO or a link in the log's place fails here, never blocks the worker. */
         _cleanup_close_ int log_fd =
-            open_above_stdio(request->log_dirfd, request->log, O_WRONLY | O_APPEND | O_CREAT, 0600);
+            open_own_file_at(request->log_dirfd, request->log, O_WRONLY | O_APPEND | O_CREAT, 0600);
+        if (log_fd >= 0 && log_fd <= STDERR_FILENO) {
+                int moved = fcntl(log_fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+                closep(&log_fd);
+                log_fd = moved < 0 ? negative_errno() : moved;
+        }
         if (log_fd < 0)
                 return error_set(error, log_fd, "spawn %s: open %s: %s", binary, request->log,
-                                 strerror(-log_fd));
+                                 file_strerror(log_fd));
         _cleanup_close_ int null_fd = open_above_stdio(AT_FDCWD, null_device, O_RDONLY, 0);
         if (null_fd < 0)
                 return error_set(error, null_fd, "spawn %s: open %s: %s", binary, null_device,
                                  strerror(-null_fd));
+        r = passed_fds_copy(request, &passed);
+        if (r < 0)
+                return error_set(error, r, "spawn %s: pass descriptors: %s", binary, strerror(-r));
 
-        r = spawn_setup(&setup, null_fd, log_fd);
+        r = spawn_setup(&setup, null_fd, log_fd, passed.fd, passed.n);
         if (r < 0)
                 return error_set(error, r, "spawn %s: %s", binary, strerror(-r));
 
@@ -180,20 +229,24 @@ int vmm_spawn(const VmmSpawnRequest *request, VmmSpawned *ret, char **error)
         if (r != 0)
                 return error_set(error, -r, "spawn %s: %s", binary, strerror(r));
 
-        int pidfd = vmm_pidfd_open(pid);
-        if (pidfd < 0) {
-                kill_and_reap(pid, -1);
-                return error_set(error, pidfd, "spawn %s: open a pidfd on pid %d: %s", binary,
-                                 (int)pid, strerror(-pidfd));
+        /*
+         * From here the child runs: whatever fails now is the caller's to end through the
+         * ladder (VMM-14), never a bare SIGKILL here. Until it is reaped its pid is its own.
+         */
+        VmmSpawned s = {.pid = pid, .pidfd = vmm_pidfd_open(pid)};
+        if (s.pidfd < 0) {
+                if (strprintf(&s.identity_error, "open a pidfd on pid %d: %s", (int)pid,
+                              strerror(-s.pidfd)) < 0)
+                        s.identity_error = NULL;
+                s.pidfd = -1;
+        } else {
+                r = read_start_time(request->proc, pid, &start_time, &err);
+                if (r < 0)
+                        s.identity_error = TAKE_PTR(err);
         }
-        r = read_start_time(request->proc, pid, &start_time, &err);
-        if (r < 0) {
-                kill_and_reap(pid, pidfd);
-                close(pidfd);
-                return error_set(error, r, "spawn %s: %s", binary, err);
-        }
-
-        *ret = (VmmSpawned){.pid = pid, .pidfd = pidfd, .start_time = start_time};
+        s.identified = s.pidfd >= 0 && r >= 0;
+        s.start_time = s.identified ? start_time : boottime_ticks();
+        *ret = s;
         return 0;
 }
 
@@ -289,22 +342,17 @@ int vmm_log_last_line(int dirfd, const char *name, char **ret, char **error)
         struct stat st;
         int r;
 
-        _cleanup_close_ int fd =
-            openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
-        if (fd < 0) {
-                if (errno == ENOENT) {
-                        *ret = NULL;
-                        return 0;
-                }
-                r = negative_errno();
-                return error_set(error, r, "read %s: %s", name, strerror(-r));
+        _cleanup_close_ int fd = open_own_file_at(dirfd, name, O_RDONLY, 0);
+        if (fd == -ENOENT) {
+                *ret = NULL;
+                return 0;
         }
+        if (fd < 0)
+                return error_set(error, fd, "read %s: %s", name, file_strerror(fd));
         if (fstat(fd, &st) < 0) {
                 r = negative_errno();
                 return error_set(error, r, "read %s: %s", name, strerror(-r));
         }
-        if (!S_ISREG(st.st_mode))
-                return error_set(error, -EBADFD, "read %s: not a regular file", name);
 
         r = find_last_line(fd, st.st_size, tail, sizeof(tail), &len);
         if (r < 0)

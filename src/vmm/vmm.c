@@ -21,6 +21,9 @@
 /* How long a hang-up during readiness waits for the exit that may explain it. */
 #define VMM_EXIT_LINGER (500 * NSEC_PER_MSEC)
 
+/* How often a child without a pidfd (VMM-14) is asked whether it has exited. */
+#define VMM_EXIT_POLL (20 * NSEC_PER_MSEC)
+
 typedef enum VmmPhase {
         PHASE_IDLE,
         PHASE_READY_CONNECT, /* connecting, greeting, qmp_capabilities */
@@ -61,6 +64,7 @@ struct Vmm {
         nsec_t vfio_init_window;
         void (*exited_cb)(Vmm *v, const VmmExit *exit, void *userdata);
         void (*forced_kill)(Vmm *v, bool in_grace, void *userdata);
+        void (*signalled)(Vmm *v, int sig, bool group, const char *reason, void *userdata);
         void *userdata;
 
         sd_event *event;
@@ -78,6 +82,7 @@ struct Vmm {
         bool exit_pending; /* the exited callback is still to run */
         VmmExit exit;
         bool sent_sigkill;
+        const char *ladder_reason; /* why the ladder started: a literal */
 };
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
@@ -119,7 +124,8 @@ Vmm *vmm_free(Vmm *v)
 
 int vmm_new(const VmmConfig *config, Vmm **ret)
 {
-        if (config->pid <= 0 || config->pidfd < 0)
+        /* Without a pidfd only a child can be signalled safely: its pid is not reused. */
+        if (config->pid <= 0 || (config->pidfd < 0 && !config->is_child))
                 return -EINVAL;
 
         Vmm *v = calloc(1, sizeof(*v));
@@ -136,6 +142,7 @@ int vmm_new(const VmmConfig *config, Vmm **ret)
             .vfio_init_window = config->vfio_init_window,
             .exited_cb = config->exited,
             .forced_kill = config->forced_kill,
+            .signalled = config->signalled,
             .userdata = config->userdata,
         };
         if (config->qmp_socket) {
@@ -307,6 +314,26 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata)
         return 0; /* sd-event reaps the child when this returns */
 }
 
+/* A child without a pidfd (VMM-14): waitid() by pid, which also reaps it. */
+static int on_exit_poll(sd_event_source *s, uint64_t usec, void *userdata)
+{
+        Vmm *v = userdata;
+        siginfo_t si = {0};
+        if (waitid(P_PID, (id_t)v->pid, &si, WEXITED | WNOHANG) < 0 || si.si_pid != v->pid) {
+                (void)sd_event_source_set_time_relative(s, VMM_EXIT_POLL / NSEC_PER_USEC);
+                (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+                return 0;
+        }
+        VmmExit e = {.status_known = true};
+        if (si.si_code == CLD_EXITED)
+                e.code = si.si_status;
+        else
+                e.signal = si.si_status;
+        e.killed_by_us = v->sent_sigkill && e.signal == SIGKILL;
+        vmm_exited(v, &e);
+        return 0;
+}
+
 static int on_pidfd(sd_event_source *s, int fd, uint32_t revents, void *userdata)
 {
         Vmm *v = userdata;
@@ -326,7 +353,11 @@ int vmm_attach_event(Vmm *v, sd_event *event)
         if (r >= 0)
                 r = sd_event_source_set_enabled(v->notify, SD_EVENT_OFF);
         if (r >= 0) {
-                if (v->is_child)
+                if (v->pidfd < 0)
+                        r = sd_event_add_time_relative(event, &v->exit_source, CLOCK_MONOTONIC,
+                                                       VMM_EXIT_POLL / NSEC_PER_USEC, 1000,
+                                                       on_exit_poll, v);
+                else if (v->is_child)
                         r = sd_event_add_child_pidfd(event, &v->exit_source, v->pidfd, WEXITED,
                                                      on_child, v);
                 else
@@ -361,17 +392,38 @@ static void ladder_wait(Vmm *v, VmmPhase phase, nsec_t wait)
 }
 
 /*
+ * Through the pidfd; by pid only for a child without one (VMM-14), whose pid cannot be reused
+ * before it is reaped, and the exit poll is what reaps it.
+ */
+static int send_signal(Vmm *v, int sig)
+{
+        if (v->pidfd >= 0)
+                return vmm_pidfd_send_signal(v->pidfd, sig);
+        return kill(v->pid, sig) < 0 ? negative_errno() : 0;
+}
+
+/* VMM-16: every signal sent is told to the owner, with why. */
+static void signalled(Vmm *v, int sig, bool group, const char *reason)
+{
+        if (v->signalled)
+                v->signalled(v, sig, group, reason, v->userdata);
+}
+
+/*
  * A SIGKILL, to the process (through the pidfd) or to its process group (VMM-3 made the
  * process its group's leader). Then the forced_kill callback for a VMM with VFIO (VMM-12);
  * false: the callback freed the Vmm.
  */
-static bool ladder_kill(Vmm *v, bool group)
+static bool ladder_kill(Vmm *v, bool group, const char *reason)
 {
-        if (!group)
-                (void)vmm_pidfd_send_signal(v->pidfd, SIGKILL);
-        else if (vmm_pidfd_send_signal(v->pidfd, 0) >= 0)
+        if (!group) {
+                (void)send_signal(v, SIGKILL);
+                signalled(v, SIGKILL, false, reason);
+        } else if (send_signal(v, 0) >= 0) {
                 /* Only while the leader still runs is its pid surely the group's id. */
                 (void)kill(-v->pid, SIGKILL);
+                signalled(v, SIGKILL, true, reason);
+        }
         v->sent_sigkill = true;
         ladder_wait(v, group ? PHASE_LADDER_GROUP : PHASE_LADDER_KILL, VMM_KILL_WAIT);
 
@@ -382,17 +434,22 @@ static bool ladder_kill(Vmm *v, bool group)
         return true;
 }
 
-/* Starts the ladder; never calls back (a VMM without VFIO gets no forced_kill). */
-static void ladder_start(Vmm *v)
+/*
+ * Starts the ladder for reason (a literal, VMM-16's log line); never calls back but for
+ * signalled (a VMM without VFIO gets no forced_kill).
+ */
+static void ladder_start(Vmm *v, const char *reason)
 {
         v->qmp = vmm_qmp_free(v->qmp);
+        v->ladder_reason = reason;
         if (v->has_vfio) {
                 /* QEMU lets go of the VF cleanly on SIGTERM; a SIGKILL may wedge it. */
-                (void)vmm_pidfd_send_signal(v->pidfd, SIGTERM);
+                (void)send_signal(v, SIGTERM);
+                signalled(v, SIGTERM, false, reason);
                 ladder_wait(v, PHASE_LADDER_TERM, v->vfio_term_grace);
                 return;
         }
-        (void)ladder_kill(v, false);
+        (void)ladder_kill(v, false, reason);
 }
 
 /* ---- readiness (VMM-5) --------------------------------------------------------------------- */
@@ -520,19 +577,19 @@ static void on_stop_quit(VmmQmp *q, int r, json_t *value, const char *error, voi
 {
         Vmm *v = userdata;
         if (r < 0) {
-                ladder_start(v);
+                ladder_start(v, "qmp quit failed");
                 return;
         }
         v->phase = PHASE_STOP_QUIT_WAIT;
         if (arm_timer(v, VMM_QUIT_TIMEOUT) < 0)
-                ladder_start(v);
+                ladder_start(v, "no timer for the wait after quit");
 }
 
 static void stop_quit(Vmm *v)
 {
         v->phase = PHASE_STOP_QUIT;
         if (!vmm_qmp_is_alive(v->qmp) || vmm_qmp_execute(v->qmp, "quit", on_stop_quit, v) < 0)
-                ladder_start(v);
+                ladder_start(v, "QMP lost before quit");
 }
 
 static void on_stop_powerdown(VmmQmp *q, int r, json_t *value, const char *error, void *userdata)
@@ -544,7 +601,7 @@ static void on_stop_powerdown(VmmQmp *q, int r, json_t *value, const char *error
                 return;
         }
         if (r < 0) {
-                ladder_start(v);
+                ladder_start(v, "qmp system_powerdown failed");
                 return;
         }
         v->phase = PHASE_STOP_GRACE;
@@ -557,12 +614,12 @@ static void on_stop_connected(VmmQmp *q, int r, json_t *value, const char *error
         Vmm *v = userdata;
         if (r < 0) {
                 /* VMM-9: an unreachable QMP goes straight to the ladder. */
-                ladder_start(v);
+                ladder_start(v, "QMP unreachable");
                 return;
         }
         v->phase = PHASE_STOP_POWERDOWN;
         if (vmm_qmp_execute(q, "system_powerdown", on_stop_powerdown, v) < 0)
-                ladder_start(v);
+                ladder_start(v, "qmp system_powerdown failed");
 }
 
 int vmm_stop(Vmm *v, nsec_t graceful_timeout, VmmDoneFunc done, void *userdata)
@@ -584,12 +641,13 @@ int vmm_stop(Vmm *v, nsec_t graceful_timeout, VmmDoneFunc done, void *userdata)
 
         v->graceful_timeout = graceful_timeout;
         if (graceful_timeout == 0 || !v->qmp_socket) {
-                ladder_start(v);
+                ladder_start(v, graceful_timeout == 0 ? "termination requested"
+                                                      : "no QMP socket to stop it through");
                 return 0;
         }
         v->phase = PHASE_STOP_CONNECT;
         if (vmm_qmp_connect(v->event, v->qmp_socket, 0, on_stop_connected, v, &v->qmp) < 0)
-                ladder_start(v);
+                ladder_start(v, "QMP unreachable");
         return 0;
 }
 
@@ -613,13 +671,13 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata)
                 stop_quit(v);
                 break;
         case PHASE_STOP_QUIT_WAIT:
-                ladder_start(v);
+                ladder_start(v, "no exit within 5s of quit");
                 break;
         case PHASE_LADDER_TERM:
-                (void)ladder_kill(v, false);
+                (void)ladder_kill(v, false, "no exit within gpu.vfio_term_grace of SIGTERM");
                 break;
         case PHASE_LADDER_KILL:
-                (void)ladder_kill(v, true);
+                (void)ladder_kill(v, true, "no exit within 2s of SIGKILL");
                 break;
         case PHASE_LADDER_GROUP:
                 ladder_fail(v);

@@ -43,6 +43,13 @@
 /* The virtio-serial port name of the agent channel (VMM-1, AGENT-1). */
 #define VMM_AGENT_PORT_NAME "org.vgpud.agent.0"
 
+/*
+ * Descriptors QEMU inherits (VMM-3) sit at consecutive numbers from 3, in the order
+ * vmm_command_passed_fds() gives; the argv names them by those numbers (INST-6).
+ */
+#define VMM_PASSED_FD_FIRST 3
+#define VMM_PASSED_FDS_MAX 8
+
 typedef struct VmmCommand {
         const char *qemu_binary;
         ConfigQemuAccel accel;
@@ -52,20 +59,32 @@ typedef struct VmmCommand {
         const char *qmp_socket;
         const char *agent_socket;
         const char *console_log;
-        const char *kernel; /* NULL when absent; initrd and cmdline only with a kernel */
-        const char *initrd;
+        /*
+         * The boot files, open in vgpud (INST-6): descriptors of this process, -1 when absent;
+         * initrd and cmdline only with a kernel. QEMU gets them at the numbers of VMM-3 and reads
+         * the kernel and initrd as /proc/self/fd/<n>, the disk through an -add-fd set.
+         */
+        int kernel_fd;
+        int initrd_fd;
         const char *cmdline;
-        const char *disk;          /* NULL when absent */
+        int disk_fd;               /* boot.disk: raw, attached read-only (DISK-6) */
         const char *vfio_sysfsdev; /* gpu.device_path (VF or mdev); NULL without a vGPU */
 } VmmCommand;
 
 /*
  * The argv of VMM-1 (NULL-terminated, strv_free() it). Commas are doubled inside keyval values
- * (-name, -chardev, -device, -drive); -kernel, -initrd and -append take their values raw
- * (VMM-2). -EINVAL (and *error names the field) when a required field is missing, an initrd or
- * cmdline comes without a kernel, or neither kernel nor disk is given; -ENOMEM.
+ * (-name, -chardev, -device, -blockdev); -kernel, -initrd and -append take their values raw
+ * (VMM-2). -EINVAL (and *error names the field) when a required field is missing, a descriptor
+ * is one of the standard streams, an initrd or cmdline comes without a kernel, or neither kernel
+ * nor disk is given; -ENOMEM.
  */
 int vmm_command_argv(const VmmCommand *c, char ***ret, char **error);
+
+/*
+ * The descriptors c passes to QEMU, in the order they take from VMM_PASSED_FD_FIRST on (what
+ * the argv names them); returns their number. For VmmSpawnRequest.fds.
+ */
+size_t vmm_command_passed_fds(const VmmCommand *c, int fds[static VMM_PASSED_FDS_MAX]);
 
 /* value with every "," doubled, as QEMU's keyval syntax wants it (VMM-2). NULL on ENOMEM. */
 char *vmm_keyval_escape(const char *value);
@@ -143,6 +162,8 @@ void vmm_qmp_message_done(VmmQmpMessage *m);
 
 typedef struct VmmSpawnRequest {
         char *const *argv;       /* vmm_command_argv()'s; argv[0] is executed as a path */
+        const int *fds;          /* passed at VMM_PASSED_FD_FIRST + i (vmm_command_passed_fds) */
+        size_t n_fds;            /* at most VMM_PASSED_FDS_MAX */
         int log_dirfd;           /* the instance's data directory */
         const char *log;         /* "qemu.log", opened O_APPEND|O_CREAT (0600) below log_dirfd */
         const Root *proc;        /* for start_time */
@@ -151,17 +172,26 @@ typedef struct VmmSpawnRequest {
 
 typedef struct VmmSpawned {
         pid_t pid;
-        int pidfd;           /* owned by the caller */
+        int pidfd;           /* owned by the caller; -1 with identity_error */
         uint64_t start_time; /* field 22 of the child's stat (VMM-16) */
+        /*
+         * false when the pidfd or the stat could not be had right after the spawn: the child
+         * runs without an identity to persist and must be terminated by the ladder (VMM-14), by
+         * pid while it is unreaped; start_time is then the spawn's moment, and identity_error
+         * (owned by the caller; NULL when out of memory) says what failed.
+         */
+        bool identified;
+        char *identity_error;
 } VmmSpawned;
 
 /*
  * posix_spawn as VMM-3 says: environment VMM_SPAWN_PATH only, POSIX_SPAWN_SETSID, an empty
  * signal mask and default dispositions for every signal, stdin /dev/null, stdout and stderr
- * appended to the log, every other descriptor closed; then a pidfd on the child and its
- * start_time (VMM-4). Failures read `spawn <argv[0]>: <err>` (the log cannot be opened, the
- * binary cannot be executed); when the pidfd or the stat cannot be had after the spawn, the
- * child is killed and reaped before the error returns, so no unidentified VMM runs.
+ * appended to the log (opened as INST-2a says: a FIFO or link there fails at once), the
+ * request's descriptors at VMM_PASSED_FD_FIRST on, every other descriptor closed; then a pidfd
+ * on the child and its start_time (VMM-4). Failures read `spawn <argv[0]>: <err>` (the log
+ * cannot be opened, the binary cannot be executed). Once the child runs, the call succeeds:
+ * a pidfd or stat that cannot be had is reported in identity_error, for the caller's ladder.
  */
 int vmm_spawn(const VmmSpawnRequest *request, VmmSpawned *ret, char **error);
 
@@ -187,6 +217,11 @@ typedef struct VmmIdentity {
 typedef struct VmmLivenessQuery {
         const Root *proc;
         const char *boot_id; /* the current boot id (vmm_read_boot_id) */
+        /*
+         * qemu_binary: a stored pid whose <proc>/<pid>/exe is another file (device and inode)
+         * is discarded (VMM-16). NULL skips that comparison (the unit tests of other steps).
+         */
+        const char *qemu_binary;
         VmmIdentity identity;
         /*
          * VMM-18's shared fd scan (REC-9); NULL: the probe walks /proc itself if step 3 is
@@ -207,13 +242,15 @@ typedef struct VmmLiveness {
 } VmmLiveness;
 
 /*
- * VMM-16..19 in order. Step 1, with a stored pid: a pidfd is opened on it, its stat parsed and
- * the pidfd confirmed live with pidfd_send_signal(fd, 0) (VMM-4); a different boot id, a
- * missing process, a zombie or another start_time discards the pid. Step 2, with a qmp_socket:
- * /proc/net/unix's listening entries of that path; none means gone. Step 3: the fd scan finds
- * their owner (alive), or none in a complete scan (gone); an incomplete scan, an unreadable or
- * malformed /proc/net/unix, or an owner that cannot be opened is ambiguous. Step 4: nothing
- * recorded is gone. Only ENOMEM fails; every other trouble is a verdict.
+ * VMM-16..19 in order. Step 1, with a stored pid: a pidfd is opened on it, its stat parsed, its
+ * executable compared with qemu_binary, and the pidfd confirmed live with
+ * pidfd_send_signal(fd, 0) (VMM-4); a different boot id, a missing process, a zombie, another
+ * start_time or another executable discards the pid. An executable that is qemu_binary's
+ * former file, replaced since (a package upgrade), is ambiguous: the VMM may well be ours. Step 2,
+ * with a qmp_socket: /proc/net/unix's listening entries of that path; none means gone. Step 3: the
+ * fd scan finds their owner (alive), or none in a complete scan (gone); an incomplete scan, an
+ * unreadable or malformed /proc/net/unix, or an owner that cannot be opened is ambiguous. Step 4:
+ * nothing recorded is gone. Only ENOMEM fails; every other trouble is a verdict.
  */
 int vmm_liveness_probe(const VmmLivenessQuery *q, VmmLiveness *ret);
 /* Frees reason and closes a pidfd still there: a caller taking the pidfd sets it to -1. */
@@ -238,7 +275,12 @@ typedef struct VmmExit {
 
 typedef struct VmmConfig {
         pid_t pid;
-        int pidfd;           /* taken over by vmm_new() on success */
+        /*
+         * Taken over by vmm_new() on success. -1 only for a child whose pidfd could not be had
+         * (VMM-14): it is signalled by pid, which stays its own until it is reaped, and its exit
+         * is polled for with waitid().
+         */
+        int pidfd;
         bool is_child;       /* spawned by this process: watched with a child source */
         uint64_t start_time; /* field 22: the ladder's in_grace (VMM-13) */
         const char *qmp_socket;
@@ -252,6 +294,11 @@ typedef struct VmmConfig {
         void (*exited)(Vmm *v, const VmmExit *exit, void *userdata);
         /* VMM-12: a SIGKILL is being sent to a VMM with a VFIO device. */
         void (*forced_kill)(Vmm *v, bool in_grace, void *userdata);
+        /*
+         * VMM-16: a signal was sent to the process (group: to its process group), and why. For
+         * the caller's log line; it must not free the Vmm.
+         */
+        void (*signalled)(Vmm *v, int sig, bool group, const char *reason, void *userdata);
         void *userdata;
 } VmmConfig;
 

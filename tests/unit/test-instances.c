@@ -32,6 +32,7 @@ typedef enum FaultCall {
         FAULT_FSYNC,
         FAULT_RENAMEAT,
         FAULT_UNLINKAT,
+        FAULT_OPEN_BENEATH,
 } FaultCall;
 
 /* The wrappers are global by nature; tests arm them and the teardown disarms them. */
@@ -58,6 +59,8 @@ static struct {
 
 int __real_mkdirat(int dirfd, const char *path, mode_t mode);
 int __real_openat64(int dirfd, const char *path, int flags, ...);
+int __real_openat_beneath(int dirfd, const char *path, int flags);
+int __wrap_openat_beneath(int dirfd, const char *path, int flags);
 ssize_t __real_write(int fd, const void *buf, size_t n);
 int __real_fsync(int fd);
 int __real_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
@@ -150,6 +153,21 @@ int __wrap_openat64(int dirfd, const char *path, int flags, ...)
         if (fault_hit(FAULT_OPENAT, path))
                 return -1;
         return __real_openat64(dirfd, path, flags, mode);
+}
+
+/* Runs once, right before the next openat_beneath(): a swap after the check (INST-6). */
+static void (*before_open_beneath)(void);
+
+int __wrap_openat_beneath(int dirfd, const char *path, int flags)
+{
+        if (before_open_beneath) {
+                void (*hook)(void) = before_open_beneath;
+                before_open_beneath = NULL;
+                hook();
+        }
+        if (fault_hit(FAULT_OPEN_BENEATH, path))
+                return -fault.error;
+        return __real_openat_beneath(dirfd, path, flags);
 }
 
 ssize_t __wrap_write(int fd, const void *buf, size_t n)
@@ -1220,12 +1238,27 @@ static void test_record_placement(void **state)
 
 /* ---- boot paths (INST-6) ------------------------------------------------------------------- */
 
+/* INST-6's check: the files open, then closed again. */
+static int check_boot(const InstanceBoot *boot, char *const *image_dirs, char **error)
+{
+        InstanceBootFiles files = INSTANCE_BOOT_FILES_NONE;
+        int r = instance_boot_files_open(boot, image_dirs, &files, error);
+        if (r >= 0) {
+                assert_true((files.kernel >= 0) == !!boot->kernel);
+                assert_true((files.initrd >= 0) == !!boot->initrd);
+                assert_true((files.disk >= 0) == !!boot->disk);
+        } else
+                assert_true(files.kernel == -1 && files.initrd == -1 && files.disk == -1);
+        instance_boot_files_close(&files);
+        return r;
+}
+
 static int check_kernel(const char *path, char *const *image_dirs, char **error)
 {
         InstanceBoot boot = {.kernel = (char *)path};
         free(*error);
         *error = NULL;
-        return instance_boot_paths_check(&boot, image_dirs, error);
+        return check_boot(&boot, image_dirs, error);
 }
 
 static void assert_path_refused(const char *path, char *const *image_dirs, const char *why)
@@ -1267,16 +1300,19 @@ static void test_boot_paths(void **state)
                             *link_in = test_tree_path(t, "images/link-in"), *error = NULL;
         InstanceBoot boot = {
             .kernel = kernel, .initrd = initrd, .cmdline = "console=ttyS0", .disk = disk};
-        int r = instance_boot_paths_check(&boot, dirs, &error);
+        int r = check_boot(&boot, dirs, &error);
         if (r < 0)
                 fail_msg("%s", error);
         assert_int_equal(check_kernel(link_in, dirs, &error), 0);
 
-        /* An image dir that is itself a symlink is resolved: both spellings are below it. */
+        /*
+         * An image dir that is itself a symlink is resolved for the real path; the typed path
+         * must still be below it as written (INST-6, revised).
+         */
         char *linked[] = {images_link, NULL};
         _cleanup_free_ char *via_link = test_tree_path(t, "images-link/vmlinuz");
         assert_int_equal(check_kernel(via_link, linked, &error), 0);
-        assert_int_equal(check_kernel(kernel, linked, &error), 0);
+        assert_path_refused(kernel, linked, "not under image_dirs");
 
         /* Refused. */
         _cleanup_free_ char *link_out = test_tree_path(t, "images/link-out"),
@@ -1314,12 +1350,12 @@ static void test_boot_paths(void **state)
 
         /* The field is named: initrd and disk as well as kernel. */
         InstanceBoot bad = {.kernel = kernel, .initrd = secret};
-        assert_int_equal(instance_boot_paths_check(&bad, dirs, &error), -EINVAL);
+        assert_int_equal(check_boot(&bad, dirs, &error), -EINVAL);
         assert_non_null(startswith(error, "boot.initrd "));
         free(error);
         error = NULL;
         bad = (InstanceBoot){.disk = dir};
-        assert_int_equal(instance_boot_paths_check(&bad, dirs, &error), -EINVAL);
+        assert_int_equal(check_boot(&bad, dirs, &error), -EINVAL);
         assert_non_null(startswith(error, "boot.disk "));
 
         /* A path from outside is shown escaped in the message. */
@@ -1338,14 +1374,112 @@ static void test_boot_path_unreadable(void **state)
         _cleanup_free_ char *images = test_tree_path(fx->tree, "images"),
                             *kernel = test_tree_path(fx->tree, "images/vmlinuz");
         char *dirs[] = {images, NULL};
-        fault_arm(FAULT_OPENAT, "/images/vmlinuz", EACCES, -1);
+        fault_arm(FAULT_OPEN_BENEATH, "vmlinuz", EACCES, -1);
         assert_path_refused(kernel, dirs, "cannot be read: Permission denied");
         assert_true(fault.hits >= 1);
+}
+
+/*
+ * INST-6 (revised): a typed path outside image_dirs that links to a file inside is refused as
+ * written, though its real path would pass.
+ */
+static void test_boot_path_link_from_outside(void **state)
+{
+        Fixture *fx = *state;
+        TestTree *t = fx->tree;
+        assert_int_equal(test_tree_put(t, "kernel", "images/vmlinuz"), 0);
+        assert_int_equal(test_mkdirs_at(t->fd, "tmp/x"), 0);
+        _cleanup_free_ char *images = test_tree_path(t, "images"),
+                            *kernel = test_tree_path(t, "images/vmlinuz"),
+                            *outside = test_tree_path(t, "tmp/x/k");
+        assert_int_equal(symlink(kernel, outside), 0);
+        char *dirs[] = {images, NULL};
+        assert_path_refused(outside, dirs, "not under image_dirs");
+}
+
+static TestTree *swap_tree;
+
+/* The kernel's directory becomes a link to one outside, between realpath() and the open. */
+static void swap_nested_dir(void)
+{
+        assert_int_equal(renameat(swap_tree->fd, "images/nested", swap_tree->fd, "images/was"), 0);
+        assert_int_equal(test_tree_link(swap_tree, "../outside", "images/nested"), 0);
+}
+
+/* The kernel file itself is replaced by a link to a file outside. */
+static void swap_file(void)
+{
+        assert_int_equal(unlinkat(swap_tree->fd, "images/vmlinuz", 0), 0);
+        assert_int_equal(test_tree_link(swap_tree, "../outside/vmlinuz", "images/vmlinuz"), 0);
+}
+
+static char *fd_contents(int fd)
+{
+        char buf[64];
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        assert_true(n >= 0);
+        buf[n] = 0;
+        return strdup(buf);
+}
+
+/*
+ * INST-6: no path is resolved twice. A link or directory swapped in after the check makes the
+ * open fail rather than follow it; a swap after the open changes nothing the descriptor reads.
+ */
+static void test_boot_files_swapped(void **state)
+{
+        Fixture *fx = *state;
+        TestTree *t = swap_tree = fx->tree;
+        assert_int_equal(test_tree_put(t, "kernel", "images/vmlinuz"), 0);
+        assert_int_equal(test_tree_put(t, "nested kernel", "images/nested/vmlinuz"), 0);
+        assert_int_equal(test_tree_put(t, "secret", "outside/vmlinuz"), 0);
+        _cleanup_free_ char *images = test_tree_path(t, "images"),
+                            *kernel = test_tree_path(t, "images/vmlinuz"),
+                            *nested = test_tree_path(t, "images/nested/vmlinuz"), *error = NULL;
+        char *dirs[] = {images, NULL};
+
+        /* Swapped between the check and the open: refused, nothing outside is opened. */
+        before_open_beneath = swap_nested_dir;
+        InstanceBootFiles files = INSTANCE_BOOT_FILES_NONE;
+        assert_int_equal(
+            instance_boot_files_open(&(InstanceBoot){.kernel = nested}, dirs, &files, &error),
+            -EINVAL);
+        assert_null(before_open_beneath);
+        _cleanup_free_ char *want = NULL;
+        assert_int_equal(
+            strprintf(&want, "boot.kernel %s: cannot be read: %s", nested, strerror(ELOOP)), 0);
+        assert_string_equal(error, want);
+        assert_int_equal(files.kernel, -1);
+
+        /* Swapped after the open: the descriptor still reads the file that was checked. */
+        free(error);
+        error = NULL;
+        assert_int_equal(
+            instance_boot_files_open(&(InstanceBoot){.kernel = kernel}, dirs, &files, &error), 0);
+        assert_true(files.kernel >= 0);
+        assert_int_equal(files.initrd, -1);
+        assert_int_equal(files.disk, -1);
+        swap_file();
+        _cleanup_free_ char *read = fd_contents(files.kernel);
+        assert_string_equal(read, "kernel");
+        int flags = fcntl(files.kernel, F_GETFL);
+        assert_int_equal(flags & O_ACCMODE, O_RDONLY);
+        assert_false(flags & O_NONBLOCK);
+        assert_true(fcntl(files.kernel, F_GETFD) & FD_CLOEXEC);
+        instance_boot_files_close(&files);
+        assert_int_equal(files.kernel, -1);
+
+        /* And the link now in place is refused at the next start's open. */
+        assert_int_equal(
+            instance_boot_files_open(&(InstanceBoot){.kernel = kernel}, dirs, &files, &error),
+            -EINVAL);
+        assert_non_null(strstr(error, ": not under image_dirs"));
 }
 
 /* ---- instance.json on disk (INST-1) -------------------------------------------------------- */
 
 #define ID1 "a1b2c3d4e5f6g7h8i9j0"
+#define RUNTIME_INSTANCES "/run/vgpud/instances"
 #define ID2 "zzzzzzzzzzzzzzzzzzz2"
 #define RECORD_PATH ID1 "/instance.json"
 
@@ -1399,7 +1533,8 @@ static void test_save_and_load(void **state)
         assert_string_equal(on_disk, want);
 
         _cleanup_free_ char *error = NULL;
-        assert_int_equal(instance_record_load_at(fx->instances, ID1, &loaded, &error), 0);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &loaded, &error), 0);
         _cleanup_free_ char *again = encode(&loaded);
         assert_string_equal(again, want);
 
@@ -1475,7 +1610,9 @@ static void test_save_step_failures(void **state)
 
                 /* And whatever is there loads. */
                 _cleanup_(instance_record_done) InstanceRecord loaded = {0};
-                assert_int_equal(instance_record_load_at(fx->instances, ID1, &loaded, NULL), 0);
+                assert_int_equal(
+                    instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &loaded, NULL),
+                    0);
 
                 rec.state = INSTANCE_CREATING;
                 save_ok(fx, &rec);
@@ -1528,14 +1665,19 @@ static void test_load(void **state)
         make_record(&rec, ID1);
         _cleanup_free_ char *error = NULL;
 
-        assert_int_equal(instance_record_load_at(fx->instances, ID1, &loaded, &error), -ENOENT);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &loaded, &error),
+            -ENOENT);
         assert_non_null(error);
         assert_int_equal(mkdirat(fx->instances, ID1, 0700), 0);
-        assert_int_equal(instance_record_load_at(fx->instances, ID1, &loaded, &error), -ENOENT);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &loaded, &error),
+            -ENOENT);
 
         save_ok(fx, &rec);
         assert_int_equal(test_put_at(fx->instances, "{\"half", RECORD_PATH ".tmp"), 0);
-        assert_int_equal(instance_record_load_at(fx->instances, ID1, &loaded, &error), 0);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &loaded, &error), 0);
         assert_false(exists_at(fx->instances, RECORD_PATH ".tmp"));
         assert_string_equal(loaded.id, ID1);
         instance_record_done(&loaded);
@@ -1543,7 +1685,9 @@ static void test_load(void **state)
         /* Damage is -EBADMSG, named with the file; ret stays untouched. */
         InstanceRecord untouched = {.name = (char *)"untouched"};
         assert_int_equal(test_put_at(fx->instances, "{\"version\": 1}", RECORD_PATH), 0);
-        assert_int_equal(instance_record_load_at(fx->instances, ID1, &untouched, &error), -EBADMSG);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &untouched, &error),
+            -EBADMSG);
         assert_string_equal(error, "instances/" ID1 "/instance.json: id is required");
         assert_string_equal(untouched.name, "untouched");
 
@@ -1552,7 +1696,9 @@ static void test_load(void **state)
         make_record(&other, ID2);
         _cleanup_free_ char *text = encode(&other);
         assert_int_equal(test_put_at(fx->instances, text, RECORD_PATH), 0);
-        assert_int_equal(instance_record_load_at(fx->instances, ID1, &untouched, &error), -EBADMSG);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &untouched, &error),
+            -EBADMSG);
         assert_string_equal(error,
                             "instances/" ID1 "/instance.json: id " ID2 " is not its directory's");
 
@@ -1561,13 +1707,17 @@ static void test_load(void **state)
         memset(big, ' ', INSTANCE_RECORD_MAX + 1);
         big[INSTANCE_RECORD_MAX + 1] = 0;
         assert_int_equal(test_put_at(fx->instances, big, RECORD_PATH), 0);
-        assert_int_equal(instance_record_load_at(fx->instances, ID1, &untouched, &error), -EBADMSG);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &untouched, &error),
+            -EBADMSG);
         assert_string_equal(error, "instances/" ID1 "/instance.json: larger than 65536 bytes");
 
         /* Not a regular file. */
         assert_int_equal(unlinkat(fx->instances, RECORD_PATH, 0), 0);
         assert_int_equal(mkdirat(fx->instances, RECORD_PATH, 0700), 0);
-        assert_int_equal(instance_record_load_at(fx->instances, ID1, &untouched, &error), -EISDIR);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &untouched, &error),
+            -EISDIR);
         assert_non_null(startswith(error, "read instances/" ID1 "/instance.json: "));
 
         /* INST-3, REL-7: an id that is not one touches no file. */
@@ -1575,9 +1725,9 @@ static void test_load(void **state)
                                               ID1 "/", "A1B2C3D4E5F6G7H8I9J0"};
         for (size_t i = 0; i < ELEMENTSOF(bad_ids); i++) {
                 io_start();
-                assert_int_equal(
-                    instance_record_load_at(fx->instances, bad_ids[i], &untouched, &error),
-                    -EINVAL);
+                assert_int_equal(instance_record_load_at(fx->instances, RUNTIME_INSTANCES,
+                                                         bad_ids[i], &untouched, &error),
+                                 -EINVAL);
                 assert_non_null(startswith(error, "invalid instance id \""));
                 assert_string_equal(io_log, "");
         }
@@ -1585,7 +1735,90 @@ static void test_load(void **state)
 
         /* A symlinked instance directory is not followed. */
         assert_int_equal(symlinkat(ID1, fx->instances, ID2), 0);
-        assert_int_equal(instance_record_load_at(fx->instances, ID2, &untouched, &error), -ENOTDIR);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID2, &untouched, &error),
+            -ENOTDIR);
+}
+
+/*
+ * INST-2a: instance.json as a FIFO, a link or a device fails that one load at once with a
+ * message (a FIFO used to block the disk worker reading it), and ret stays untouched.
+ */
+static void test_record_load_not_regular(void **state)
+{
+        Fixture *fx = *state;
+        _cleanup_(instance_record_done) InstanceRecord rec;
+        make_record(&rec, ID1);
+        save_ok(fx, &rec);
+        _cleanup_free_ char *text = encode(&rec), *error = NULL;
+        assert_int_equal(test_put_at(fx->instances, text, ID1 "/real.json"), 0);
+
+        InstanceRecord untouched = {.name = (char *)"untouched"};
+        assert_int_equal(unlinkat(fx->instances, RECORD_PATH, 0), 0);
+        assert_int_equal(mkfifoat(fx->instances, RECORD_PATH, 0600), 0);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &untouched, &error),
+            -EBADFD);
+        assert_string_equal(error, "read instances/" ID1 "/instance.json: not a regular file");
+        assert_string_equal(untouched.name, "untouched");
+
+        /* A link to a good record is refused too: nothing under data_dir is followed. */
+        assert_int_equal(unlinkat(fx->instances, RECORD_PATH, 0), 0);
+        assert_int_equal(symlinkat("real.json", fx->instances, RECORD_PATH), 0);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &untouched, &error),
+            -EBADFD);
+        assert_string_equal(error, "read instances/" ID1 "/instance.json: not a regular file");
+}
+
+/*
+ * INST-2a: the socket paths of a record are the ones derived for its id under runtime_dir; a
+ * record naming any other listener is unreadable (INST-22), so liveness never looks at it.
+ */
+static void test_record_load_socket_paths(void **state)
+{
+        Fixture *fx = *state;
+        _cleanup_(instance_record_done) InstanceRecord rec, loaded = {0};
+        make_record(&rec, ID1);
+        rec.state = INSTANCE_STOPPED;
+        rec.hypervisor.qmp_socket = strdup(RUNTIME_INSTANCES "/" ID1 "/qmp.sock");
+        rec.hypervisor.agent_socket = strdup(RUNTIME_INSTANCES "/" ID1 "/agent.sock");
+        save_ok(fx, &rec);
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &loaded, &error), 0);
+        assert_string_equal(loaded.hypervisor.qmp_socket, rec.hypervisor.qmp_socket);
+
+        static const struct {
+                const char *qmp, *agent, *want;
+        } cases[] = {
+            {"/tmp/listener.sock", RUNTIME_INSTANCES "/" ID1 "/agent.sock",
+             "hypervisor.qmp_socket /tmp/listener.sock is not " RUNTIME_INSTANCES "/" ID1
+             "/qmp.sock"},
+            /* Another instance's socket is not this one's. */
+            {RUNTIME_INSTANCES "/" ID2 "/qmp.sock", NULL,
+             "hypervisor.qmp_socket " RUNTIME_INSTANCES "/" ID2
+             "/qmp.sock is not " RUNTIME_INSTANCES "/" ID1 "/qmp.sock"},
+            {RUNTIME_INSTANCES "/" ID1 "/qmp.sock", RUNTIME_INSTANCES "/" ID1 "/qmp.sock",
+             "hypervisor.agent_socket " RUNTIME_INSTANCES "/" ID1
+             "/qmp.sock is not " RUNTIME_INSTANCES "/" ID1 "/agent.sock"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                free(rec.hypervisor.qmp_socket);
+                free(rec.hypervisor.agent_socket);
+                rec.hypervisor.qmp_socket = strdup(cases[i].qmp);
+                rec.hypervisor.agent_socket = cases[i].agent ? strdup(cases[i].agent) : NULL;
+                save_ok(fx, &rec);
+                InstanceRecord untouched = {.name = (char *)"untouched"};
+                assert_int_equal(instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1,
+                                                         &untouched, &error),
+                                 -EBADMSG);
+                _cleanup_free_ char *want = NULL;
+                assert_int_equal(
+                    strprintf(&want, "instances/" ID1 "/instance.json: %s", cases[i].want), 0);
+                assert_string_equal(error, want);
+                assert_string_equal(untouched.name, "untouched");
+        }
 }
 
 /* ---- removal and listing (INST-20) --------------------------------------------------------- */
@@ -1853,10 +2086,14 @@ int main(void)
             T(test_record_placement),
             T(test_boot_paths),
             T(test_boot_path_unreadable),
+            T(test_boot_path_link_from_outside),
+            T(test_boot_files_swapped),
             T(test_save_and_load),
             T(test_save_step_failures),
             T(test_save_creation_failures),
             T(test_load),
+            T(test_record_load_not_regular),
+            T(test_record_load_socket_paths),
             T(test_remove),
             T(test_remove_failures),
             T(test_list),

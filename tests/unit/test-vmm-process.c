@@ -13,8 +13,10 @@
  * syscall() and kill() are wrapped so that one test can make SIGKILL vanish: the only way to
  * see the ladder fail (VMM-10's last step) without a process that survives SIGKILL.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,6 +24,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <setjmp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -94,6 +97,7 @@ typedef struct Fixture {
         VmmExit exit;
         int n_kills;
         bool in_grace[8];
+        char signals[512]; /* the signalled callback's, "<SIG>[ group]: <reason>;" each */
         int n_ready;
         unsigned ready_seq;
         int ready_r;
@@ -160,20 +164,35 @@ static int teardown(void **state)
         return 0;
 }
 
-/* Spawns argv with qemu.log in the instance directory; keeps a pidfd of our own for teardown. */
-static void spawn(Fixture *f, char *const *argv, VmmSpawned *ret)
+/*
+ * Spawns argv with qemu.log in the instance directory, passing fds; keeps a pidfd of our own
+ * for teardown.
+ */
+static void spawn_passing(Fixture *f, char *const *argv, const int *fds, size_t n_fds,
+                          VmmSpawned *ret)
 {
         _cleanup_free_ char *error = NULL;
-        VmmSpawnRequest req = {
-            .argv = argv, .log_dirfd = f->instance_fd, .log = "qemu.log", .proc = f->proc};
+        VmmSpawnRequest req = {.argv = argv,
+                               .fds = fds,
+                               .n_fds = n_fds,
+                               .log_dirfd = f->instance_fd,
+                               .log = "qemu.log",
+                               .proc = f->proc};
         int r = vmm_spawn(&req, ret, &error);
         if (r < 0)
                 fail_msg("vmm_spawn: %s", error);
         assert_null(error);
         f->pid = ret->pid;
         f->start_time = ret->start_time;
+        assert_true(ret->identified);
+        assert_null(ret->identity_error);
         f->pidfd = fcntl(ret->pidfd, F_DUPFD_CLOEXEC, 3);
         assert_true(f->pidfd >= 0);
+}
+
+static void spawn(Fixture *f, char *const *argv, VmmSpawned *ret)
+{
+        spawn_passing(f, argv, NULL, 0, ret);
 }
 
 static void spawn_sleep(Fixture *f, VmmSpawned *ret)
@@ -191,6 +210,8 @@ static void spawn_fake_qemu(Fixture *f, const char *flags, VmmSpawned *ret)
                 fail_msg("FAKE_QEMU is not set (tests/unit/meson.build sets it)");
         if (flags)
                 assert_int_equal(test_tree_put(f->tree, flags, ".sim/qemu/" INSTANCE), 0);
+        _cleanup_close_ int disk = open(f->disk, O_RDONLY | O_CLOEXEC);
+        assert_true(disk >= 0);
         VmmCommand c = {
             .qemu_binary = f->fake_qemu,
             .accel = CONFIG_QEMU_ACCEL_TCG,
@@ -200,11 +221,15 @@ static void spawn_fake_qemu(Fixture *f, const char *flags, VmmSpawned *ret)
             .qmp_socket = f->qmp,
             .agent_socket = f->agent,
             .console_log = f->console,
-            .disk = f->disk,
+            .kernel_fd = -1,
+            .initrd_fd = -1,
+            .disk_fd = disk,
         };
         if (vmm_command_argv(&c, &argv, &error) < 0)
                 fail_msg("vmm_command_argv: %s", error);
-        spawn(f, argv, ret);
+        int fds[VMM_PASSED_FDS_MAX];
+        size_t n = vmm_command_passed_fds(&c, fds);
+        spawn_passing(f, argv, fds, n, ret);
 }
 
 static void on_exited(Vmm *v, const VmmExit *e, void *userdata)
@@ -223,6 +248,14 @@ static void on_forced_kill(Vmm *v, bool in_grace, void *userdata)
         if (f->n_kills < (int)ELEMENTSOF(f->in_grace))
                 f->in_grace[f->n_kills] = in_grace;
         f->n_kills++;
+}
+
+static void on_signalled(Vmm *v, int sig, bool group, const char *reason, void *userdata)
+{
+        Fixture *f = userdata;
+        size_t len = strlen(f->signals);
+        snprintf(f->signals + len, sizeof f->signals - len, "SIG%s%s: %s;", sigabbrev_np(sig),
+                 group ? " group" : "", reason);
 }
 
 static void on_ready(Vmm *v, int r, const char *error, void *userdata)
@@ -268,6 +301,7 @@ static void make_vmm(Fixture *f, VmmSpawned *s, VmmOptions o)
             .vfio_init_window = o.init_window,
             .exited = on_exited,
             .forced_kill = on_forced_kill,
+            .signalled = on_signalled,
             .userdata = f,
         };
         assert_int_equal(vmm_new(&c, &f->vmm), 0);
@@ -513,7 +547,11 @@ static void test_spawn_log_unopenable(void **state) /* VMM-3 */
                             "spawn /bin/true: open /nonexistent-null: No such file or directory");
 }
 
-static void test_spawn_unidentified_child_is_killed(void **state) /* VMM-4 */
+/*
+ * VMM-14: a child whose stat cannot be read right after the spawn is not killed on the spot:
+ * the spawn succeeds without an identity, so that the caller's ladder ends it.
+ */
+static void test_spawn_unidentified_stat(void **state)
 {
         Fixture *f = *state;
         _cleanup_root_ Root *empty = NULL;
@@ -521,23 +559,135 @@ static void test_spawn_unidentified_child_is_killed(void **state) /* VMM-4 */
         VmmSpawned s;
         char *argv[] = {"/bin/sleep", "1000", NULL};
 
-        /* A /proc where the child's stat cannot be read: no start_time, no VMM. */
+        /* A /proc where the child's stat cannot be read: no start_time. */
         assert_int_equal(test_mkdirs_at(f->tree->fd, "emptyproc"), 0);
         _cleanup_free_ char *dir = test_tree_path(f->tree, "emptyproc");
         assert_int_equal(root_open(dir, &empty), 0);
         VmmSpawnRequest req = {
             .argv = argv, .log_dirfd = f->instance_fd, .log = "qemu.log", .proc = empty};
-        assert_int_equal(vmm_spawn(&req, &s, &error), -ENOENT);
+        assert_int_equal(vmm_spawn(&req, &s, &error), 0);
+        assert_null(error);
+        f->pid = s.pid;
+        f->pidfd = fcntl(s.pidfd, F_DUPFD_CLOEXEC, 3);
 
-        _cleanup_free_ char *prefix = NULL;
-        assert_int_equal(strprintf(&prefix, "spawn /bin/sleep: read %s/", dir), 0);
-        assert_true(startswith(error, prefix));
-        assert_non_null(strstr(error, "/stat: No such file or directory"));
+        assert_false(s.identified);
+        _cleanup_free_ char *prefix = NULL, *identity_error = s.identity_error;
+        assert_int_equal(strprintf(&prefix, "read %s/", dir), 0);
+        assert_true(startswith(identity_error, prefix));
+        assert_non_null(strstr(identity_error, "/stat: No such file or directory"));
+        assert_true(s.pidfd >= 0);
+        assert_true(s.start_time > 0); /* the spawn's moment, for VMM-13's window */
 
-        /* Killed and reaped before the error came back. */
+        /* Alive, and the ladder ends it. */
+        assert_int_equal(syscall(SYS_pidfd_send_signal, s.pidfd, 0, NULL, 0), 0);
+        make_vmm(f, &s, (VmmOptions){0});
+        assert_int_equal(vmm_terminate(f->vmm, on_stop, f), 0);
+        TEST_WAIT_UNTIL(f->event, f->n_exited == 1);
+        assert_int_equal(f->exit.signal, SIGKILL);
+        assert_string_equal(f->signals, "SIGKILL: termination requested;");
+}
+
+/* The lowest free descriptor from from on. */
+static int free_fd_from(int from)
+{
+        for (int fd = from;; fd++)
+                if (fcntl(fd, F_GETFD) < 0 && errno == EBADF)
+                        return fd;
+}
+
+/*
+ * VMM-14 at the descriptor limit: the child runs but no pidfd can be had. The spawn hands back
+ * its pid; a Vmm without a pidfd signals it by pid (it is unreaped, so the pid is still its
+ * own), runs the whole ladder and reaps it by polling.
+ */
+static void test_spawn_without_pidfd_goes_through_ladder(void **state)
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *error = NULL;
+        VmmSpawned s;
+        char *argv[] = {"/bin/sleep", "1000", NULL};
+        VmmSpawnRequest req = {
+            .argv = argv, .log_dirfd = f->instance_fd, .log = "qemu.log", .proc = f->proc};
+
+        /* Room for qemu.log and the null device, none for the pidfd. */
+        int a = free_fd_from(0), b = free_fd_from(a + 1);
+        struct rlimit old, tight;
+        assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+        tight = (struct rlimit){.rlim_cur = (rlim_t)b + 1, .rlim_max = old.rlim_max};
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &tight), 0);
+        int r = vmm_spawn(&req, &s, &error);
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+        if (r < 0)
+                fail_msg("vmm_spawn: %s", error);
+        f->pid = s.pid;
+        f->pidfd = syscall(SYS_pidfd_open, s.pid, 0); /* the teardown's, should a check fail */
+        assert_true(f->pidfd >= 0);
+
+        assert_false(s.identified);
+        assert_int_equal(s.pidfd, -1);
+        _cleanup_free_ char *want = NULL, *identity_error = s.identity_error;
+        assert_int_equal(
+            strprintf(&want, "open a pidfd on pid %d: %s", (int)s.pid, strerror(EMFILE)), 0);
+        assert_string_equal(identity_error, want);
+
+        /* With VFIO the ladder starts at SIGTERM, by pid; the exit is polled for and reaped. */
+        make_vmm(f, &s,
+                 (VmmOptions){.has_vfio = true,
+                              .term_grace = 5 * NSEC_PER_SEC,
+                              .init_window = 60 * NSEC_PER_SEC});
+        assert_int_equal(vmm_terminate(f->vmm, on_stop, f), 0);
+        TEST_WAIT_UNTIL(f->event, f->n_exited == 1 && f->n_stop == 1);
+        assert_int_equal(f->stop_r, 0);
+        assert_true(f->exit.status_known);
+        assert_int_equal(f->exit.signal, SIGTERM);
+        assert_string_equal(f->signals, "SIGTERM: termination requested;");
+        assert_int_equal(f->n_kills, 0);
         siginfo_t si;
-        assert_int_equal(waitid(P_ALL, 0, &si, WEXITED | WNOHANG), -1);
+        assert_int_equal(waitid(P_PID, (id_t)s.pid, &si, WEXITED | WNOHANG), -1);
         assert_int_equal(errno, ECHILD);
+}
+
+/* VMM-3, INST-6: the passed descriptors sit at 3, 4, ... in the child, and nothing else does. */
+static void test_spawn_passes_descriptors(void **state)
+{
+        Fixture *f = *state;
+        assert_int_equal(test_tree_put(f->tree, "kernel", "kernel"), 0);
+        assert_int_equal(test_tree_put(f->tree, "initrd", "initrd"), 0);
+        _cleanup_free_ char *kpath = test_tree_path(f->tree, "kernel"),
+                            *ipath = test_tree_path(f->tree, "initrd");
+        /* Low numbers on purpose: a source that is another's target must survive the moves. */
+        _cleanup_close_ int initrd = open(ipath, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int kernel = open(kpath, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int stray = open(kpath, O_RDONLY); /* not close-on-exec, not passed */
+        assert_true(kernel >= 0 && initrd >= 0 && stray >= 0);
+        int fds[] = {kernel, initrd};
+        VmmSpawned s;
+        char *argv[] = {"/bin/sleep", "1000", NULL};
+        spawn_passing(f, argv, fds, ELEMENTSOF(fds), &s);
+        close(s.pidfd);
+
+        const struct {
+                int fd;
+                const char *target;
+        } want[] = {{3, kpath}, {4, ipath}};
+        for (size_t i = 0; i < ELEMENTSOF(want); i++) {
+                char link[64], target[PATH_MAX];
+                snprintf(link, sizeof link, "/proc/%d/fd/%d", (int)s.pid, want[i].fd);
+                ssize_t n = readlink(link, target, sizeof target - 1);
+                assert_true(n > 0);
+                target[n] = 0;
+                assert_string_equal(target, want[i].target);
+        }
+        /* 0, 1, 2, 3, 4 and nothing else. */
+        _cleanup_free_ char *fd_dir = NULL;
+        assert_int_equal(strprintf(&fd_dir, "/proc/%d/fd", (int)s.pid), 0);
+        _cleanup_closedir_ DIR *d = opendir(fd_dir);
+        assert_non_null(d);
+        int count = 0;
+        for (struct dirent *de; (de = readdir(d));)
+                if (de->d_name[0] != '.')
+                        count++;
+        assert_int_equal(count, 5);
 }
 
 /* ---- boot id and the last line of qemu.log ------------------------------------------------- */
@@ -647,10 +797,16 @@ static void test_log_last_line(void **state) /* VMM-5 */
         assert_int_equal(strlen(got), VMM_LOG_LINE_MAX);
         assert_true(startswith(got, "\\x01\\x01"));
 
-        /* Not a regular file. */
+        /* Not a regular file (INST-2a): a directory, and a FIFO or a link, at once. */
         assert_int_equal(test_mkdirs_at(f->instance_fd, "dir.log"), 0);
-        assert_int_equal(vmm_log_last_line(f->instance_fd, "dir.log", &line, &error), -EBADFD);
-        assert_string_equal(error, "read dir.log: not a regular file");
+        assert_int_equal(vmm_log_last_line(f->instance_fd, "dir.log", &line, &error), -EISDIR);
+        assert_string_equal(error, "read dir.log: Is a directory");
+        assert_int_equal(mkfifoat(f->instance_fd, "fifo.log", 0600), 0);
+        assert_int_equal(vmm_log_last_line(f->instance_fd, "fifo.log", &line, &error), -EBADFD);
+        assert_string_equal(error, "read fifo.log: not a regular file");
+        assert_int_equal(symlinkat("qemu.log", f->instance_fd, "link.log"), 0);
+        assert_int_equal(vmm_log_last_line(f->instance_fd, "link.log", &line, &error), -EBADFD);
+        assert_string_equal(error, "read link.log: not a regular file");
 }
 
 /* ---- the exit watch (VMM-4) ---------------------------------------------------------------- */
@@ -1531,6 +1687,8 @@ static void test_stop_unreachable_qmp(void **state) /* VMM-9 */
         assert_int_equal(f->exit.signal, SIGKILL);
         assert_true(f->exit.killed_by_us);
         assert_int_equal(f->n_kills, 0); /* no VFIO: no forced-kill warning */
+        /* VMM-16: every signal is told, with why, VFIO or not. */
+        assert_string_equal(f->signals, "SIGKILL: QMP unreachable;");
 }
 
 static void test_stop_after_exit(void **state) /* vmm.h: an exited process completes later */
@@ -1573,6 +1731,8 @@ static void test_ladder_sigterm_ignored(void **state) /* VMM-10, VMM-12, VMM-13 
         assert_true(f->exit.killed_by_us);
         assert_int_equal(f->n_kills, 1);
         assert_true(f->in_grace[0]);
+        assert_string_equal(f->signals, "SIGTERM: termination requested;"
+                                        "SIGKILL: no exit within gpu.vfio_term_grace of SIGTERM;");
 }
 
 static void test_ladder_sigterm_honoured(void **state) /* VMM-10 */
@@ -1670,6 +1830,9 @@ static void test_ladder_fails_after_sigkill(void **state) /* VMM-10, VMM-11, VMM
         assert_string_equal(f->stop_error, want);
         /* The process and then its group: two SIGKILLs, each a forced kill (VMM-12). */
         assert_int_equal(swallowed_sigkills, 2);
+        assert_string_equal(f->signals, "SIGTERM: termination requested;"
+                                        "SIGKILL: no exit within gpu.vfio_term_grace of SIGTERM;"
+                                        "SIGKILL group: no exit within 2s of SIGKILL;");
         assert_int_equal(f->n_kills, 2);
         assert_true(f->in_grace[0] && f->in_grace[1]);
         assert_int_equal(f->n_exited, 0);
@@ -1729,6 +1892,7 @@ static void test_liveness_stored_pid_alive(void **state) /* VMM-16 */
         VmmLivenessQuery q = {
             .proc = f->proc,
             .boot_id = id,
+            .qemu_binary = "/bin/sleep",
             .identity = {.pid = s.pid,
                          .start_time = s.start_time,
                          .boot_id = id,
@@ -1745,6 +1909,85 @@ static void test_liveness_stored_pid_alive(void **state) /* VMM-16 */
         assert_string_equal(vmm_verdict_to_string(l.verdict), "alive");
         vmm_liveness_done(&l);
         assert_int_equal(l.pidfd, -1);
+}
+
+/*
+ * VMM-16 (revised): a record naming an unrelated process with its true start time names no VMM
+ * of ours: its executable is not qemu_binary, so the pid is discarded, never adopted or killed.
+ */
+static void test_liveness_other_executable(void **state)
+{
+        Fixture *f = *state;
+        VmmSpawned s;
+        VmmLiveness l;
+        _cleanup_free_ char *id = boot_id(f);
+        if (!f->fake_qemu)
+                fail_msg("FAKE_QEMU is not set (tests/unit/meson.build sets it)");
+        spawn_sleep(f, &s);
+        close(s.pidfd);
+
+        VmmLivenessQuery q = {
+            .proc = f->proc,
+            .boot_id = id,
+            .qemu_binary = f->fake_qemu,
+            .identity = {.pid = s.pid,
+                         .start_time = s.start_time,
+                         .boot_id = id,
+                         .qmp_socket = f->qmp},
+        };
+        probe(&q, &l);
+        if (l.verdict != VMM_GONE)
+                fail_msg("%s: %s", vmm_verdict_to_string(l.verdict), l.reason);
+        assert_int_equal(l.pidfd, -1);
+        _cleanup_free_ char *want = NULL;
+        assert_int_equal(strprintf(&want, "pid %d is another program (", (int)s.pid), 0);
+        assert_non_null(strstr(l.reason, want));
+        assert_non_null(strstr(l.reason, "nothing listens on"));
+        vmm_liveness_done(&l);
+        /* And the process was not touched. */
+        assert_int_equal(syscall(SYS_pidfd_send_signal, f->pidfd, 0, NULL, 0), 0);
+}
+
+/*
+ * VMM-16: a VMM whose executable was replaced since it started (a QEMU package upgrade) runs
+ * the former file, "<qemu_binary> (deleted)": that may be ours, so the verdict is ambiguous,
+ * neither gone (which would release its VF) nor alive.
+ */
+static void test_liveness_replaced_binary(void **state)
+{
+        Fixture *f = *state;
+        VmmSpawned s;
+        VmmLiveness l;
+        _cleanup_free_ char *id = boot_id(f);
+        char *text = NULL;
+        size_t size;
+        assert_int_equal(read_file_at(AT_FDCWD, "/bin/sleep", 64 * 1024 * 1024, &text, &size), 0);
+        _cleanup_free_ char *bytes = text;
+        _cleanup_free_ char *qemu = test_tree_path(f->tree, "qemu"),
+                            *next = test_tree_path(f->tree, "qemu.new");
+        for (int i = 0; i < 2; i++) {
+                _cleanup_close_ int fd =
+                    open(i == 0 ? qemu : next, O_WRONLY | O_CREAT | O_CLOEXEC, 0755);
+                assert_true(fd >= 0);
+                assert_int_equal(write_all(fd, bytes, size), 0);
+        }
+        char *argv[] = {qemu, "1000", NULL};
+        spawn(f, argv, &s);
+        close(s.pidfd);
+        wait_comm(s.pid, "qemu");
+        assert_int_equal(rename(next, qemu), 0); /* the upgrade */
+
+        VmmLivenessQuery q = {
+            .proc = f->proc,
+            .boot_id = id,
+            .qemu_binary = qemu,
+            .identity = {.pid = s.pid, .start_time = s.start_time, .boot_id = id},
+        };
+        probe(&q, &l);
+        if (l.verdict != VMM_AMBIGUOUS)
+                fail_msg("%s: %s", vmm_verdict_to_string(l.verdict), l.reason);
+        assert_non_null(strstr(l.reason, "qemu_binary replaced since it started"));
+        vmm_liveness_done(&l);
 }
 
 static void test_liveness_other_start_time(void **state) /* VMM-16 */
@@ -2062,7 +2305,9 @@ int main(void)
             T(test_spawn_creates_log_0600),
             T(test_spawn_missing_binary),
             T(test_spawn_log_unopenable),
-            T(test_spawn_unidentified_child_is_killed),
+            T(test_spawn_unidentified_stat),
+            T(test_spawn_without_pidfd_goes_through_ladder),
+            T(test_spawn_passes_descriptors),
             T(test_boot_id),
             T(test_log_last_line),
             T(test_child_exit_status),
@@ -2108,6 +2353,8 @@ int main(void)
             T(test_ladder_fails_after_sigkill),
             T(test_in_init_window),
             T(test_liveness_stored_pid_alive),
+            T(test_liveness_other_executable),
+            T(test_liveness_replaced_binary),
             T(test_liveness_other_start_time),
             T(test_liveness_boot_id_changed),
             T(test_liveness_zombie),

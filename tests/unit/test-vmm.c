@@ -23,7 +23,6 @@
 /* ---- the command line ---------------------------------------------------------------------- */
 
 #define ID "01hzxk3v9q8r7m6n5p4t"
-#define IMAGES "/var/lib/vgpud/images"
 
 /* The fields every golden case shares; each case changes what it is about. */
 static VmmCommand base_command(void)
@@ -37,13 +36,21 @@ static VmmCommand base_command(void)
             .qmp_socket = "/run/vgpud/instances/" ID "/qmp.sock",
             .agent_socket = "/run/vgpud/instances/" ID "/agent.sock",
             .console_log = "/var/lib/vgpud/instances/" ID "/console.log",
+            .kernel_fd = -1,
+            .initrd_fd = -1,
+            .disk_fd = -1,
         };
 }
 
+/* Descriptors of vgpud's own (INST-6): any numbers; QEMU gets them from 3 on (VMM-3). */
+#define KERNEL_FD 17
+#define INITRD_FD 12
+#define DISK_FD 40
+
 static void with_kernel_initrd_cmdline(VmmCommand *c)
 {
-        c->kernel = IMAGES "/vmlinuz";
-        c->initrd = IMAGES "/initrd.img";
+        c->kernel_fd = KERNEL_FD;
+        c->initrd_fd = INITRD_FD;
         c->cmdline = "console=ttyS0 root=/dev/vda rw";
 }
 
@@ -83,8 +90,8 @@ static void assert_golden(const VmmCommand *c, const char *name)
 static void test_argv_no_gpu(void **state)
 {
         VmmCommand c = base_command();
-        c.kernel = IMAGES "/vmlinuz";
-        c.disk = IMAGES "/disk.raw";
+        c.kernel_fd = KERNEL_FD;
+        c.disk_fd = DISK_FD;
         assert_golden(&c, "no-gpu");
 }
 
@@ -93,7 +100,7 @@ static void test_argv_vendor_vfio(void **state)
 {
         VmmCommand c = base_command();
         with_kernel_initrd_cmdline(&c);
-        c.disk = IMAGES "/disk.raw";
+        c.disk_fd = DISK_FD;
         c.vfio_sysfsdev = "/sys/bus/pci/devices/0000:e3:00.6";
         assert_golden(&c, "vendor-vfio");
 }
@@ -111,25 +118,51 @@ static void test_argv_mdev(void **state)
 static void test_argv_kernel_only(void **state)
 {
         VmmCommand c = base_command();
-        c.kernel = IMAGES "/vmlinuz";
+        c.kernel_fd = KERNEL_FD;
         assert_golden(&c, "kernel-only");
 }
 
-/* VMM-1, VMM-2: a disk alone boots */
+/* VMM-1, VMM-2, DISK-6: a disk alone boots, read-only, its descriptor in an -add-fd set */
 static void test_argv_disk_only(void **state)
 {
         VmmCommand c = base_command();
-        c.disk = IMAGES "/disk.raw";
+        c.disk_fd = DISK_FD;
         assert_golden(&c, "disk-only");
 }
 
-/* VMM-1: -kernel, -initrd, -append, then -drive, in this order */
+/* VMM-1: -kernel, -initrd, -append, then the disk, in this order; INST-6: by descriptor */
 static void test_argv_kernel_initrd_cmdline_disk(void **state)
 {
         VmmCommand c = base_command();
         with_kernel_initrd_cmdline(&c);
-        c.disk = IMAGES "/disk.raw";
+        c.disk_fd = DISK_FD;
         assert_golden(&c, "kernel-initrd-cmdline-disk");
+}
+
+/* VMM-3, INST-6: the passed descriptors are numbered from 3 in the order kernel, initrd, disk */
+static void test_passed_fds(void **state)
+{
+        VmmCommand c = base_command();
+        int fds[VMM_PASSED_FDS_MAX];
+        c.disk_fd = DISK_FD;
+        assert_int_equal(vmm_command_passed_fds(&c, fds), 1);
+        assert_int_equal(fds[0], DISK_FD);
+        with_kernel_initrd_cmdline(&c);
+        assert_int_equal(vmm_command_passed_fds(&c, fds), 3);
+        assert_int_equal(fds[0], KERNEL_FD);
+        assert_int_equal(fds[1], INITRD_FD);
+        assert_int_equal(fds[2], DISK_FD);
+
+        _cleanup_strv_free_ char **argv = NULL;
+        assert_int_equal(vmm_command_argv(&c, &argv, NULL), 0);
+        size_t k = 0;
+        while (argv[k] && !streq(argv[k], "-kernel"))
+                k++;
+        assert_string_equal(argv[k + 1], "/proc/self/fd/3");
+        assert_string_equal(argv[k + 3], "/proc/self/fd/4");
+        while (argv[k] && !streq(argv[k], "-add-fd"))
+                k++;
+        assert_string_equal(argv[k + 1], "fd=5,set=5");
 }
 
 /* VMM-1: auto is "-accel kvm -accel tcg", kvm and tcg one -accel each */
@@ -146,14 +179,15 @@ static void test_argv_accel(void **state)
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 VmmCommand c = base_command();
                 c.accel = cases[i].accel;
-                c.kernel = IMAGES "/vmlinuz";
+                c.kernel_fd = KERNEL_FD;
                 assert_golden(&c, cases[i].golden);
         }
 }
 
 /*
- * VMM-2: commas are doubled in the keyval values (sockets, console, disk, device path) and kept
- * as they are in -kernel, -initrd and -append.
+ * VMM-2: commas are doubled in the keyval values (sockets, console, device path) and kept as
+ * they are in -append; the boot files are descriptors now (INST-6), so their paths' commas
+ * never reach QEMU.
  */
 static void test_argv_commas(void **state)
 {
@@ -162,10 +196,10 @@ static void test_argv_commas(void **state)
         c.qmp_socket = "/run/vgpud,a/instances/" ID "/qmp.sock";
         c.agent_socket = "/run/vgpud,a/instances/" ID "/agent.sock";
         c.console_log = "/srv/data,b/instances/" ID "/console.log";
-        c.kernel = "/srv/images,c/vmlinuz,6.1";
-        c.initrd = "/srv/images,c/initrd,1.img";
+        c.kernel_fd = KERNEL_FD;
+        c.initrd_fd = INITRD_FD;
         c.cmdline = "console=ttyS0,115200n8 root=/dev/vda rw vgpud.opts=a,b,,c";
-        c.disk = "/srv/images,c/disk,1.raw";
+        c.disk_fd = DISK_FD;
         c.vfio_sysfsdev = "/srv/sim,1/sys/bus/pci/devices/0000:e3:00.6";
         assert_golden(&c, "commas");
 }
@@ -175,7 +209,7 @@ static void test_argv_name_is_escaped(void **state)
 {
         VmmCommand c = base_command();
         c.name = "a,b";
-        c.disk = IMAGES "/disk.raw";
+        c.disk_fd = DISK_FD;
         _cleanup_strv_free_ char **argv = NULL;
         assert_int_equal(vmm_command_argv(&c, &argv, NULL), 0);
         assert_string_equal(argv[1], "-name");
@@ -223,7 +257,7 @@ static void test_argv_missing_fields(void **state)
 #define REFUSED(field, change)                  \
         do {                                    \
                 c = base_command();             \
-                c.disk = IMAGES "/disk.raw";    \
+                c.disk_fd = DISK_FD;            \
                 change;                         \
                 assert_argv_refused(&c, field); \
         } while (0)
@@ -238,13 +272,14 @@ static void test_argv_missing_fields(void **state)
         REFUSED("agent_socket", c.agent_socket = NULL);
         REFUSED("console_log", c.console_log = "");
         REFUSED("accel", c.accel = (ConfigQemuAccel)7);
-        REFUSED("kernel", c.disk = NULL);
-        REFUSED("kernel", c.kernel = "");
-        REFUSED("disk", c.disk = "");
+        REFUSED("kernel", c.disk_fd = -1);
+        REFUSED("kernel_fd 0 is a standard stream", c.kernel_fd = 0);
+        REFUSED("disk_fd 2 is a standard stream", c.disk_fd = 2);
         REFUSED("vfio_sysfsdev", c.vfio_sysfsdev = "");
-        REFUSED("initrd", c.initrd = IMAGES "/initrd.img");
+        REFUSED("cmdline", (c.kernel_fd = KERNEL_FD, c.cmdline = ""));
+        REFUSED("initrd", c.initrd_fd = INITRD_FD);
         REFUSED("cmdline", c.cmdline = "console=ttyS0");
-        REFUSED("initrd", (c.kernel = IMAGES "/vmlinuz", c.initrd = ""));
+        REFUSED("initrd_fd 1", (c.kernel_fd = KERNEL_FD, c.initrd_fd = 1));
 #undef REFUSED
 
         /* NULL error is allowed */
@@ -1136,6 +1171,7 @@ int main(void)
             cmocka_unit_test(test_argv_kernel_only),
             cmocka_unit_test(test_argv_disk_only),
             cmocka_unit_test(test_argv_kernel_initrd_cmdline_disk),
+            cmocka_unit_test(test_passed_fds),
             cmocka_unit_test(test_argv_accel),
             cmocka_unit_test(test_argv_commas),
             cmocka_unit_test(test_argv_name_is_escaped),

@@ -282,7 +282,15 @@ static char **vmm_argv(const Fixture *f, const char *sysfsdev)
 }
 
 /* As vgpud does (VMM-3): posix_spawn, stdin /dev/null, output appended to qemu.log. */
+static void spawn_passing(Fixture *f, char **argv, int passed);
+
 static void spawn(Fixture *f, char **argv)
+{
+        spawn_passing(f, argv, -1);
+}
+
+/* As vgpud starts QEMU (VMM-3); passed (unless -1) becomes descriptor 3. */
+static void spawn_passing(Fixture *f, char **argv, int passed)
 {
         posix_spawn_file_actions_t fa;
         posix_spawnattr_t attr;
@@ -295,8 +303,10 @@ static void spawn(Fixture *f, char **argv)
                                                           O_WRONLY | O_CREAT | O_APPEND, 0644),
                          0);
         assert_int_equal(posix_spawn_file_actions_adddup2(&fa, 1, 2), 0);
+        if (passed >= 0)
+                assert_int_equal(posix_spawn_file_actions_adddup2(&fa, passed, 3), 0);
         /* Whatever the test runner leaked to us must not look like fake-qemu's own fds. */
-        assert_int_equal(posix_spawn_file_actions_addclosefrom_np(&fa, 3), 0);
+        assert_int_equal(posix_spawn_file_actions_addclosefrom_np(&fa, passed >= 0 ? 4 : 3), 0);
         assert_int_equal(posix_spawnattr_init(&attr), 0);
         sigemptyset(&empty);
         assert_int_equal(posix_spawnattr_setsigmask(&attr, &empty), 0);
@@ -1309,12 +1319,22 @@ static void test_argv_full(void **state)
         pushf(&argv, "%s/images,x/initrd.img", f->dir);
         push(&argv, "-append");
         push(&argv, "console=ttyS0 quiet,x");
-        push(&argv, "-drive");
-        pushf(&argv, "file=%s/images,,x/disk.raw,format=raw,if=virtio", f->dir);
+        /* DISK-6: boot.disk by descriptor, read-only. */
+        push(&argv, "-add-fd");
+        push(&argv, "fd=3,set=3");
+        push(&argv, "-blockdev");
+        push(&argv, "driver=raw,node-name=bootdisk,read-only=on,file.driver=file,"
+                    "file.filename=/dev/fdset/3");
+        push(&argv, "-device");
+        push(&argv, "virtio-blk-pci,drive=bootdisk");
         push(&argv, "-device");
         pushf(&argv, "vfio-pci,sysfsdev=%s/%s", f->dir, VF_SYSFSDEV);
 
-        spawn(f, argv);
+        _cleanup_free_ char *disk_path = NULL;
+        assert_int_equal(strprintf(&disk_path, "%s/images,x/disk.raw", f->dir), 0);
+        _cleanup_close_ int disk = open(disk_path, O_RDONLY | O_CLOEXEC);
+        assert_true(disk >= 0);
+        spawn_passing(f, argv, disk);
 
         _cleanup_client_ Client *c = qmp_open(f);
         client_send(c, "{\"execute\": \"quit\"}\n");
@@ -1427,6 +1447,72 @@ static void test_argv_required_parts(void **state)
         }
 }
 
+/*
+ * The disk as QEMU takes it (VMM-1, DISK-6): -add-fd names an inherited descriptor, -blockdev
+ * an fd set, the device a node; and a read-only node needs a read-only descriptor.
+ */
+static void test_argv_disk(void **state)
+{
+        Fixture *f = *state;
+        write_file(f, "disk.raw", "disk");
+        _cleanup_free_ char *disk_path = NULL;
+        assert_int_equal(strprintf(&disk_path, "%s/disk.raw", f->dir), 0);
+        const char *blockdev_ro = "driver=raw,node-name=bootdisk,read-only=on,file.driver=file,"
+                                  "file.filename=/dev/fdset/3";
+        struct {
+                int mode; /* the passed descriptor's, or -1: none */
+                const char *add_fd, *blockdev, *device;
+                const char *message; /* NULL: starts */
+        } cases[] = {
+            {O_RDONLY, "fd=3,set=3", blockdev_ro, "virtio-blk-pci,drive=bootdisk", NULL},
+            {O_RDWR, "fd=3,set=3", blockdev_ro, "virtio-blk-pci,drive=bootdisk",
+             "access mode does not match read-only=on"},
+            {-1, "fd=3,set=3", blockdev_ro, "virtio-blk-pci,drive=bootdisk", "fd 3 is not open"},
+            {O_RDONLY, "fd=3,set=4", blockdev_ro, "virtio-blk-pci,drive=bootdisk",
+             "Could not open '/dev/fdset/3'"},
+            {O_RDONLY, "fd=3,set=3", blockdev_ro, "virtio-blk-pci,drive=root",
+             "Cannot find device nor node name 'root'"},
+            {O_RDONLY, "fd=3,set=3", blockdev_ro, NULL, "no device uses it"},
+            {O_RDONLY, "fd=3,set=3",
+             "driver=qcow2,node-name=bootdisk,file.driver=file,file.filename=/dev/fdset/3",
+             "virtio-blk-pci,drive=bootdisk", "parameter 'driver' must be 'raw'"},
+            {O_RDONLY, "fd=3,set=3",
+             "driver=raw,node-name=bootdisk,read-only=on,file.driver=file,file.filename=/x.raw",
+             "virtio-blk-pci,drive=bootdisk", "file.filename must be /dev/fdset/<n>"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_strv_free_ char **argv = vmm_argv(f, NULL);
+                push(&argv, "-kernel");
+                pushf(&argv, "%s/disk.raw", f->dir); /* any readable file will do */
+                push(&argv, "-add-fd");
+                push(&argv, cases[i].add_fd);
+                push(&argv, "-blockdev");
+                push(&argv, cases[i].blockdev);
+                if (cases[i].device) {
+                        push(&argv, "-device");
+                        push(&argv, cases[i].device);
+                }
+                _cleanup_close_ int fd =
+                    cases[i].mode < 0 ? -1 : open(disk_path, cases[i].mode | O_CLOEXEC);
+                assert_true(cases[i].mode < 0 || fd >= 0);
+                assert_true(truncate(f->qemu_log, 0) == 0 || errno == ENOENT);
+                spawn_passing(f, argv, fd);
+                if (!cases[i].message) {
+                        _cleanup_client_ Client *c = qmp_open(f);
+                        client_send(c, "{\"execute\": \"quit\"}\n");
+                        json_auto_t *reply = qmp_read(c);
+                        assert_json_equal(reply, "{\"return\": {}}");
+                        assert_exited_with(f, 0);
+                        continue;
+                }
+                assert_exited_with(f, 1);
+                if (!file_contains(f->qemu_log, cases[i].message)) {
+                        _cleanup_free_ char *log = read_text(f->qemu_log);
+                        fail_msg("case %zu: want \"%s\" in:\n%s", i, cases[i].message, log);
+                }
+        }
+}
+
 /* QEMU will not start with a kernel it cannot read. */
 static void test_argv_missing_kernel(void **state)
 {
@@ -1475,6 +1561,7 @@ int main(void)
             T(test_argv_rejected),
             T(test_argv_required_parts),
             T(test_argv_missing_kernel),
+            T(test_argv_disk),
 #undef T
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
