@@ -25,7 +25,8 @@
 #   - mounts proc, sysfs and devtmpfs, then prints "vgpud-guest: init reached" on /dev/ttyS0
 #     (stdout and stderr of everything init starts go there too, hence to QEMU's console.log);
 #   - insmods virtio_ring, virtio, virtio_pci_legacy_dev, virtio_pci_modern_dev, virtio_pci,
-#     virtio_console, evdev, button (those the kernel builds in are skipped at build time), and
+#     virtio_console, virtio_blk, evdev, button (those the kernel builds in are skipped at build
+#     time; virtio_blk gives a boot.disk its /dev/vda), and
 #     prints "vgpud-guest: insmod <name> failed" for one that fails;
 #   - starts busybox acpid; its PWRF (power button) action prints
 #     "vgpud-guest: power button, powering off" and runs `poweroff -f`, so QMP
@@ -48,7 +49,7 @@ set -eu
 
 # The load order matters: each module's dependencies come before it (checked below).
 MODULES="virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_console
-evdev button"
+virtio_blk evdev button"
 META=linux-image-cloud-amd64
 
 say() { echo "build-guest: $*" >&2; }

@@ -9,6 +9,7 @@
 # The TAP helpers (ok, eq, plan, exit_status, poll, run_group) are tests/lib/vgpud_test.py's, one
 # counter for every check of a script; that module reads the simulator's arguments only when a test
 # asks for them, so tests that run without the simulator import it too.
+import fcntl
 import gzip
 import json
 import os
@@ -152,10 +153,11 @@ def keyval(value):
     return value.replace(",", ",,")
 
 
-def qemu_argv(qemu, name, qmp_socket, agent_socket, console_log, kernel=None, initrd=None,
+def qemu_argv(qemu, name, qmp_socket, agent_socket, console_log, kernel=False, initrd=False,
               append=None, vcpus=1, memory_mb=256, accel="tcg"):
     """VMM-1's argv for a VM without a GPU or disk (accel: "tcg" or "kvm"; "auto" is
-    ["kvm", "tcg"] as a list)."""
+    ["kvm", "tcg"] as a list). With kernel (and initrd) true, QEMU reads them from descriptors 3
+    (and 4), as vgpud passes them (INST-6): start it with Qemu(..., passed=[kernel, initrd])."""
     accels = accel if isinstance(accel, list) else [accel]
     argv = [qemu, "-name", "guest=%s,debug-threads=on" % keyval(name), "-machine", "q35"]
     for a in accels:
@@ -170,9 +172,9 @@ def qemu_argv(qemu, name, qmp_socket, agent_socket, console_log, kernel=None, in
              "-chardev", "file,id=console0,path=%s,append=on" % keyval(console_log),
              "-serial", "chardev:console0"]
     if kernel:
-        argv += ["-kernel", kernel]
+        argv += ["-kernel", "/proc/self/fd/3"]
         if initrd:
-            argv += ["-initrd", initrd]
+            argv += ["-initrd", "/proc/self/fd/4"]
         if append:
             argv += ["-append", append]
     return argv
@@ -180,15 +182,34 @@ def qemu_argv(qemu, name, qmp_socket, agent_socket, console_log, kernel=None, in
 
 class Qemu:
     """A QEMU process started as VMM-3 starts it: PATH only, its own session, stdin /dev/null,
-    stdout and stderr appended to qemu_log. kill() signals its process group by id."""
+    stdout and stderr appended to qemu_log, the passed files (paths, opened read-only, or open
+    descriptors) at descriptors 3, 4, ..., nothing else. kill() signals its process group by
+    id."""
 
-    def __init__(self, argv, qemu_log):
+    def __init__(self, argv, qemu_log, passed=()):
         self.argv = argv
         self.qemu_log = qemu_log
-        with open(qemu_log, "ab") as log:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-                                         start_new_session=True, close_fds=True)
+        opened = [os.open(p, os.O_RDONLY | os.O_CLOEXEC) for p in passed if isinstance(p, str)]
+        it = iter(opened)
+        fds = [p if isinstance(p, int) else next(it) for p in passed]
+        targets = tuple(range(3, 3 + len(fds)))
+
+        def place():
+            # Every source above every target first, so that no dup2 overwrites one still due.
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 3 + len(fds)) for fd in fds]
+            for target, fd in zip(targets, high):
+                os.dup2(fd, target)
+
+        try:
+            with open(qemu_log, "ab") as log:
+                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=log,
+                                             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                                             start_new_session=True, close_fds=True,
+                                             pass_fds=targets, preexec_fn=place if fds else None)
+        finally:
+            for fd in opened:
+                os.close(fd)
         self.started = time.monotonic()
 
     @property

@@ -475,13 +475,27 @@ def keyval_join(parts):
     return ",".join(keyval(p) for p in parts)
 
 
+def passed_count(argv):
+    """How many descriptors VMM-3 passed, numbered from 3: one per file the argv names by
+    descriptor (INST-6), -kernel's and -initrd's /proc/self/fd/<n> and each -add-fd."""
+    return sum(1 for prev, a in zip(argv, argv[1:])
+               if (prev in ("-kernel", "-initrd") and a.startswith("/proc/self/fd/")) or
+               prev == "-add-fd")
+
+
+def vmm_pid(iid):
+    """The pid of the QEMU vgpud runs for instance iid, or None."""
+    needle = "/instances/%s/agent.sock" % iid
+    for pid, argv in qemu_processes().items():
+        if any(needle in a for a in argv):
+            return pid
+    return None
+
+
 def vmm_argv(iid):
     """The argv of the QEMU vgpud runs for instance iid, or None."""
-    needle = "/instances/%s/agent.sock" % iid
-    for argv in qemu_processes().values():
-        if any(needle in a for a in argv):
-            return argv
-    return None
+    pid = vmm_pid(iid)
+    return qemu_processes().get(pid) if pid else None
 
 
 class FakeVmm:
@@ -525,7 +539,10 @@ class FakeVmm:
         if wedged:
             out += ["-device", "vfio-pci,sysfsdev=" + keyval(self._wedged_vf())]
         self.argv = out
-        self.proc = Qemu(out, os.path.join(self.dir, "qemu.log"))
+        # INST-6: the boot files vgpud passed that QEMU, passed to fake-qemu at the same numbers.
+        pid = vmm_pid(iid)
+        passed = ["/proc/%d/fd/%d" % (pid, n) for n in range(3, 3 + passed_count(argv))]
+        self.proc = Qemu(out, os.path.join(self.dir, "qemu.log"), passed=passed)
         FAKES.append(self)
 
     def _wedged_vf(self):

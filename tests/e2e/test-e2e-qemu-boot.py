@@ -54,9 +54,9 @@ class Instance:
 
     def start(self, guest, initrd=None):
         argv = qemu_argv(QEMU, self.name, self.qmp_socket, self.agent_socket, self.console_log,
-                         kernel=guest.kernel, initrd=initrd or guest.initrd, append=CMDLINE,
-                         vcpus=1, memory_mb=256, accel="tcg")
-        vm = Qemu(argv, self.qemu_log)
+                         kernel=True, initrd=True, append=CMDLINE, vcpus=1, memory_mb=256,
+                         accel="tcg")
+        vm = Qemu(argv, self.qemu_log, passed=[guest.kernel, initrd or guest.initrd])
         vms.append(vm)
         return vm
 

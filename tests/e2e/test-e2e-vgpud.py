@@ -11,9 +11,11 @@
 # through ACPI without a forced kill (INST-15, VMM-9), start boots it again (INST-17), delete
 # leaves no process, socket or directory (INST-18, INST-20, VMM-15); and a kernel that QEMU
 # cannot load fails the create with QEMU's own last line (VMM-5) and leaves no record
-# (INST-14). The files the API does not show (instance.json's pid, /proc, the directories) are
-# read only to prove that nothing is left. Timings go to TAP comments. Whatever happens, the
-# daemon and any QEMU started under this test's work tree are killed, the tree removed.
+# (INST-14); QEMU gets the kernel and initrd by descriptor (INST-6); two VMs boot at once from
+# one boot.disk, which QEMU holds read-only and neither guest can write (DISK-6). The files the
+# API does not show (instance.json's pid, /proc, the directories) are read only to prove that
+# nothing is left. Timings go to TAP comments. Whatever happens, the daemon and any QEMU started
+# under this test's work tree are killed, the tree removed.
 import json
 import os
 import re
@@ -26,7 +28,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    guest_or_skip, kill_qemus, note, qemu_processes, tail, vgpud_config)
+    guest_or_skip, initrd_with, kill_qemus, note, qemu_processes, tail, vgpud_config)
 from vgpud_test import (  # noqa: E402 (e2e_guest put tests/lib on the path)
     MNT, error_of, eq, exit_status, finish, metric, ok, parse_metrics, poll, run_group, start,
     stop, write_secret)
@@ -169,6 +171,11 @@ def check_lifecycle(c, d, work, images):
     eq(inst["boot"], body["boot"], "API-7: the instance shows its boot paths as given")
     hv = record(iid).get("hypervisor", {})
     pid = hv.get("pid")
+    argv = qemu_processes().get(pid, [])
+    ok(argv[argv.index("-kernel") + 1:][:1] == ["/proc/self/fd/3"] and
+       argv[argv.index("-initrd") + 1:][:1] == ["/proc/self/fd/4"] if "-kernel" in argv and
+       "-initrd" in argv else False,
+       "INST-6: the real QEMU boots the kernel and initrd it got by descriptor", argv)
     st = proc_stat(pid) if pid else None
     ok(st and st[0] != "Z" and st[1] == hv.get("start_time") and
        os.path.basename(qemu_processes().get(pid, ["?"])[0]) == os.path.basename(QEMU),
@@ -234,6 +241,71 @@ def check_lifecycle(c, d, work, images):
     eq(instance_dirs(), [], "INST-20: <data_dir>/instances/ holds nothing (no data directory, "
        "no .deleted-*)")
     eq(forced_kills(c), kills, "VMM-12: no forced kill in the whole lifecycle")
+
+
+DISK_MARKER = "vgpud-e2e-boot-disk"
+# The guest reads its virtio disk and tries to write it (a hook of build-guest.sh's init).
+DISK_HOOK = """i=0
+while [ ! -b /dev/vda ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+echo "vgpud-guest: disk says $(head -c %d /dev/vda)"
+if echo x | dd of=/dev/vda bs=1 count=1 conv=notrunc 2>/dev/null; then
+        echo "vgpud-guest: disk write accepted"
+else
+        echo "vgpud-guest: disk write refused"
+fi
+""" % len(DISK_MARKER)
+
+
+def disk_fds(pid, disk):
+    """{fd: flags} of pid's descriptors of the file disk."""
+    want, out = os.path.realpath(disk), {}
+    for n in os.listdir("/proc/%d/fd" % pid):
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (pid, n)) != want:
+                continue
+            with open("/proc/%d/fdinfo/%s" % (pid, n)) as f:
+                out[int(n)] = next(int(l.split()[1], 8) for l in f if l.startswith("flags:"))
+        except (OSError, StopIteration):
+            pass
+    return out
+
+
+def check_shared_disk(c, d, images, guest):
+    # DISK-6: boot.disk is attached read-only; two VMs boot from one file at once (a writable
+    # disk would fail the second QEMU on its image lock), and neither can change it.
+    disk = os.path.join(images, "shared.raw")
+    with open(disk, "wb") as f:
+        f.write(DISK_MARKER.encode())
+        f.truncate(1 << 20)
+    with open(disk, "rb") as f:
+        before = f.read()
+    initrd = os.path.join(images, "initramfs-disk.cpio.gz")
+    initrd_with(guest.initrd, {"/etc/guest-init.d/disk.sh": DISK_HOOK}, initrd)
+    ids = []
+    for k in range(2):
+        b = {"name": "e2e-disk-%d" % k, "vcpus": 1, "memory_mb": 256,
+             "boot": {"kernel": os.path.join(images, "vmlinuz"), "initrd": initrd,
+                      "cmdline": "console=ttyS0", "disk": disk}}
+        r = c.request("POST", "/instances", b)
+        if not ok(r.status == 201, "DISK-6: VM %d with the shared boot.disk is created" % k,
+                  (error_of(r), tail(d.log_text(), 20))):
+            return
+        ids.append(r.json()["id"])
+    for k, iid in enumerate(ids):
+        n = wait_lines(c, iid, r"vgpud-guest: disk says %s" % DISK_MARKER, 1, BOOT_TIMEOUT)
+        ok(n == 1, "DISK-6: VM %d reads the shared disk" % k, diagnostics(c, d, iid))
+        n = wait_lines(c, iid, r"vgpud-guest: disk write refused", 1, BOOT_TIMEOUT)
+        ok(n == 1, "DISK-6: VM %d cannot write it (the guest sees a read-only disk)" % k,
+           diagnostics(c, d, iid))
+        pid = record(iid).get("hypervisor", {}).get("pid")
+        fds = disk_fds(pid, disk) if pid else {}
+        ok(fds and all(fl & 3 == os.O_RDONLY for fl in fds.values()),
+           "DISK-6: QEMU %d holds boot.disk read-only (/proc/<pid>/fdinfo)" % k,
+           {fd: oct(fl) for fd, fl in fds.items()})
+    with open(disk, "rb") as f:
+        eq(f.read() == before, True, "DISK-6: the file under image_dirs is unchanged")
+    for iid in ids:
+        eq(c.request("DELETE", "/instances/" + iid).status, 204, "INST-18: delete it")
 
 
 def qemu_own_error(kernel, initrd):
@@ -304,6 +376,7 @@ def main():
         if c:
             run_group("lifecycle", lambda: check_lifecycle(c, d, work, images))
             run_group("bad kernel", lambda: check_bad_kernel(c, d, images))
+            run_group("shared boot disk", lambda: check_shared_disk(c, d, images, guest))
             # Anything a failed check left behind goes before the daemon stops.
             for i in c.get("/instances").json():
                 c.request("DELETE", "/instances/" + i["id"])
