@@ -579,18 +579,6 @@ int sim_node_write(SimHost *h, const SimNode *n, const char *buf, size_t size, u
         }
 }
 
-static bool looks_like_uuid(const char *s, size_t n)
-{
-        if (n != SIM_UUID_STRLEN - 1)
-                return false;
-        for (size_t i = 0; i < n; i++) {
-                bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-                if (dash ? s[i] != '-' : !isxdigit((unsigned char)s[i]))
-                        return false;
-        }
-        return true;
-}
-
 int sim_path_aliases(const char *path, char ***ret)
 {
         _cleanup_strv_free_ char **aliases = NULL;
@@ -619,7 +607,7 @@ int sim_path_aliases(const char *path, char ***ret)
                 const char *uuid = *rest ? rest + 1 : "";
                 const char *after = strchr(uuid, '/');
                 size_t uuid_len = after ? (size_t)(after - uuid) : strlen(uuid);
-                if (looks_like_uuid(uuid, uuid_len)) {
+                if (uuid_text_is_valid(uuid, uuid_len, false)) {
                         free(alias);
                         alias = NULL;
                         if ((r = strprintf(&alias, "sys/bus/mdev/devices/%s", uuid)) < 0 ||

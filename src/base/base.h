@@ -322,6 +322,17 @@ int parse_pci_address(const char *s, PciAddress *ret);
 /* Writes the canonical form into buf. */
 char *pci_address_format(const PciAddress *a, char buf[static PCI_ADDRESS_STRLEN]);
 
+/*
+ * A UUID in its 8-4-4-4-12 text form: exactly n bytes of hex digits with dashes at 8, 13, 18 and
+ * 23. lowercase_only refuses A-F, for values compared as strings (what the kernel prints in
+ * sysfs and /proc, and what Placement prints for consumers), where another spelling would be
+ * another name.
+ */
+#define UUID_STRLEN 37 /* 36 characters and the NUL */
+bool uuid_text_is_valid(const char *s, size_t n, bool lowercase_only);
+/* A NUL-terminated lowercase UUID; false for NULL. */
+bool uuid_is_lowercase(const char *s);
+
 /* Durations in nanoseconds. */
 typedef uint64_t nsec_t;
 #define NSEC_PER_USEC ((nsec_t)1000)

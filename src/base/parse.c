@@ -114,6 +114,24 @@ int parse_pci_address(const char *s, PciAddress *ret)
         return 0;
 }
 
+bool uuid_text_is_valid(const char *s, size_t n, bool lowercase_only)
+{
+        if (n != UUID_STRLEN - 1)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+                if (dash ? s[i] != '-'
+                         : (lowercase_only ? hex_value_lower(s[i]) : hex_value(s[i])) < 0)
+                        return false;
+        }
+        return true;
+}
+
+bool uuid_is_lowercase(const char *s)
+{
+        return s && uuid_text_is_valid(s, strlen(s), true);
+}
+
 bool pci_address_is_valid(const char *s)
 {
         PciAddress a;

@@ -56,24 +56,11 @@ static bool next_component(const char **p, char *buf, size_t size)
         return true;
 }
 
-static bool is_lower_uuid(const char *s)
-{
-        static const char shape[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
-
-        if (strlen(s) != sizeof shape - 1)
-                return false;
-        for (size_t i = 0; shape[i]; i++) {
-                if (shape[i] == '-' ? s[i] != '-' : hex_value_lower(s[i]) < 0)
-                        return false;
-        }
-        return true;
-}
-
 bool device_mdev_uuid_is_valid(const char *uuid)
 {
         /* Version nibble 4, variant 10xx: what random generation produces. The shape check
          * makes uuid[19] a hex digit, so strchr() never matches the terminator. */
-        return uuid && is_lower_uuid(uuid) && uuid[14] == '4' && strchr("89ab", uuid[19]);
+        return uuid_is_lowercase(uuid) && uuid[14] == '4' && strchr("89ab", uuid[19]);
 }
 
 static bool ends_with_component(const char *rel, const char *tail)
@@ -104,7 +91,7 @@ static int guard_shape(const char *rel, char vf[static PCI_ADDRESS_STRLEN], char
                 n = 0; /* longer than any allowed path, or a component beyond NAME_MAX */
 
         if (n == 5 && streq(c[0], "bus") && streq(c[1], "mdev") && streq(c[2], "devices") &&
-            is_lower_uuid(c[3]) && streq(c[4], "remove")) {
+            uuid_is_lowercase(c[3]) && streq(c[4], "remove")) {
                 vf[0] = 0;
                 return 0;
         }
@@ -516,7 +503,7 @@ static int mdev_rel(const char *uuid, char **ret)
 static int check_uuid(const char *uuid, char **error)
 {
         /* Removal takes any mdev sysfs shows, not only our v4 ones: a dirty VF may carry one. */
-        if (!uuid || !is_lower_uuid(uuid))
+        if (!uuid_is_lowercase(uuid))
                 return error_set(error, -EINVAL, "invalid mdev UUID \"%s\"", uuid ? uuid : "");
         return 0;
 }

@@ -448,19 +448,6 @@ static int list_mdev_vfs(const Root *sysfs, GpuListing *l, size_t *cap, Builder 
         return 0;
 }
 
-static bool uuid_is_valid(const char *s)
-{
-        if (strlen(s) != 36)
-                return false;
-        for (size_t i = 0; i < 36; i++) {
-                bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-                if (dash ? s[i] != '-'
-                         : !((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-                        return false;
-        }
-        return true;
-}
-
 /* DISC-9: the parent VF is the component just before the UUID in the device link's target. */
 static int mdev_parent_from_target(const char *target, const char *uuid,
                                    char ret[static PCI_ADDRESS_STRLEN])
@@ -490,7 +477,7 @@ static int list_active_mdev(const Root *sysfs, Builder *b, const char *uuid)
         _cleanup_free_ char *path = NULL, *target = NULL, *type = NULL, *id = NULL;
         char vf[PCI_ADDRESS_STRLEN];
 
-        if (!uuid_is_valid(uuid))
+        if (!uuid_is_lowercase(uuid))
                 return warn_entry(b, "skipping mdev with invalid UUID", uuid, NULL);
 
         int r = strprintf(&path, "bus/mdev/devices/%s", uuid);

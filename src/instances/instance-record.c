@@ -448,7 +448,7 @@ static int placement_from_json(json_t *o, int code, InstancePlacement *ret, char
                 return unpack_failed(error, code, "placement", &jerr);
         /* Placement prints consumers in lower case; another spelling would name the same
          * consumer twice and miss it in the audit's comparisons. */
-        if (!instance_uuid_is_valid(consumer))
+        if (!uuid_is_lowercase(consumer))
                 return error_set(error, code,
                                  "placement.consumer must be a lowercase UUID "
                                  "(xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)");
@@ -466,19 +466,6 @@ static int placement_from_json(json_t *o, int code, InstancePlacement *ret, char
 /* ---- instance.json (INST-2) ---------------------------------------------------------------- */
 
 #define RECORD_BAD (-EBADMSG)
-
-bool instance_uuid_is_valid(const char *s)
-{
-        if (!s)
-                return false;
-        for (size_t i = 0; i < 36; i++) {
-                bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-                if (dash ? s[i] != '-'
-                         : !((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-                        return false;
-        }
-        return s[36] == 0;
-}
 
 /*
  * The device path the claim wrote: <sysfs_root>/bus/pci/devices/<VF> or
@@ -560,7 +547,7 @@ static int gpu_from_json(json_t *o, InstanceGpu *ret, char **error)
                         return error_set(error, RECORD_BAD,
                                          "gpu.mdev_uuid must be given exactly when gpu.framework "
                                          "is mdev");
-                if (mdev && !instance_uuid_is_valid(mdev_uuid))
+                if (mdev && !uuid_is_lowercase(mdev_uuid))
                         return error_set(error, RECORD_BAD,
                                          "gpu.mdev_uuid must be a lowercase UUID");
                 if (!device_path_is_valid(device_path, mdev_uuid))

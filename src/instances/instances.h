@@ -82,9 +82,6 @@ typedef struct InstancePlacement {
 
 #define INSTANCE_CONSUMER_STRLEN 37 /* a UUID's 36 characters and the NUL */
 
-/* A canonical lowercase UUID ("8-4-4-4-12" hex digits), as Placement prints consumers. */
-bool instance_uuid_is_valid(const char *s);
-
 typedef struct InstanceHypervisor {
         pid_t pid;                       /* 0: none */
         uint64_t start_time;             /* with pid */

@@ -543,23 +543,10 @@ int vfio_probe_vf(const VfioScan *s, const Root *sysfs, const char *vf, pid_t *r
         return probe_device(s, sysfs, dir, ret_holder, error);
 }
 
-static bool is_uuid(const char *s)
-{
-        static const char shape[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
-
-        if (strlen(s) != sizeof shape - 1)
-                return false;
-        for (size_t i = 0; shape[i]; i++) {
-                if (shape[i] == '-' ? s[i] != '-' : hex_value(s[i]) < 0)
-                        return false;
-        }
-        return true;
-}
-
 int vfio_probe_mdev(const VfioScan *s, const Root *sysfs, const char *uuid, pid_t *ret_holder,
                     char **error)
 {
-        if (!is_uuid(uuid))
+        if (!uuid_text_is_valid(uuid, strlen(uuid), false))
                 return error_set(error, -EINVAL, "invalid mdev UUID \"%s\"", uuid);
 
         char dir[sizeof "bus/mdev/devices/" + 36];

@@ -252,16 +252,6 @@ int vmm_spawn(const VmmSpawnRequest *request, VmmSpawned *ret, char **error)
 
 /* ---- the boot id --------------------------------------------------------------------------- */
 
-static bool is_lowercase_uuid(const char *s)
-{
-        for (size_t i = 0; i < 36; i++) {
-                bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-                if (dash ? s[i] != '-' : hex_value_lower(s[i]) < 0)
-                        return false;
-        }
-        return s[36] == 0;
-}
-
 int vmm_read_boot_id(const Root *proc, char **ret, char **error)
 {
         _cleanup_free_ char *id = NULL;
@@ -269,7 +259,7 @@ int vmm_read_boot_id(const Root *proc, char **ret, char **error)
         if (r < 0)
                 return error_set(error, r, "read %s/%s: %s", proc->path, BOOT_ID_PATH,
                                  strerror(-r));
-        if (strlen(id) != 36 || !is_lowercase_uuid(id)) {
+        if (!uuid_is_lowercase(id)) {
                 _cleanup_free_ char *shown = escape_text(id, strlen(id), 64, ESCAPE_QUOTE);
                 if (!shown)
                         return error_set_oom(error);

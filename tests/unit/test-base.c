@@ -340,6 +340,39 @@ static void test_pci_address_valid(void **state)
         }
 }
 
+/* GEN-5: the one UUID shape check (placement consumers, mdev UUIDs, the boot id). */
+static void test_uuid(void **state)
+{
+        static const char *const lower[] = {
+            "00000000-0000-0000-0000-000000000000",
+            "8f14e45f-ceea-467f-a0e6-0123456789ab",
+        };
+        static const char *const bad[] = {
+            "",
+            "8f14e45f-ceea-467f-a0e6-0123456789a",   /* too short */
+            "8f14e45f-ceea-467f-a0e6-0123456789abc", /* too long */
+            "8f14e45fceea-467f-a0e6-0123456789ab-",  /* dash misplaced */
+            "8f14e45f-ceea-467f-a0e6-0123456789ag",  /* not hex */
+            "{8f14e45f-ceea-467f-a0e6-0123456789a}", /* braces */
+            " 8f14e45f-ceea-467f-a0e6-0123456789a",  /* space */
+        };
+        for (size_t i = 0; i < ELEMENTSOF(lower); i++) {
+                assert_true(uuid_is_lowercase(lower[i]));
+                assert_true(uuid_text_is_valid(lower[i], strlen(lower[i]), false));
+        }
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                assert_false(uuid_is_lowercase(bad[i]));
+                assert_false(uuid_text_is_valid(bad[i], strlen(bad[i]), false));
+        }
+        /* Upper case is a UUID, but not the spelling compared as a string. */
+        const char *upper = "8F14E45F-CEEA-467F-A0E6-0123456789AB";
+        assert_false(uuid_is_lowercase(upper));
+        assert_true(uuid_text_is_valid(upper, strlen(upper), false));
+        /* A length that stops before the terminator is what is checked. */
+        assert_true(uuid_text_is_valid("00000000-0000-0000-0000-000000000000/remove", 36, true));
+        assert_false(uuid_is_lowercase(NULL));
+}
+
 /* GEN-5 */
 static void test_pci_address_invalid(void **state)
 {
@@ -1686,6 +1719,7 @@ int main(void)
             cmocka_unit_test(test_parse_uint32),
             cmocka_unit_test(test_pci_address_valid),
             cmocka_unit_test(test_pci_address_invalid),
+            cmocka_unit_test(test_uuid),
             cmocka_unit_test(test_parse_duration_valid),
             cmocka_unit_test(test_parse_duration_invalid),
             cmocka_unit_test(test_parse_duration_overflow),
