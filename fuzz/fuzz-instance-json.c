@@ -37,6 +37,13 @@ static bool holds_invariants(const InstanceRecord *r)
                 return false;
         if ((h->pid != 0) != !!h->boot_id || h->pid < 0)
                 return false;
+        /* The device fields stay within their bounds (INST-2, DISK-8, NET-1, SEED-1). */
+        if (r->n_volumes > INSTANCE_VOLUMES_MAX || r->network.n_ports > INSTANCE_PORTS_MAX ||
+            strv_length(r->network.dns) > INSTANCE_DNS_MAX ||
+            strv_length(r->cloud_init.ssh_authorized_keys) > INSTANCE_SSH_KEYS_MAX)
+                return false;
+        if (r->disk.image && (r->disk.size_gb < 1 || r->disk.size_gb > INSTANCE_DISK_GB_MAX))
+                return false;
         return true;
 }
 

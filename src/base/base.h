@@ -164,6 +164,9 @@ size_t strv_length(char *const *strv);
 /* Appends a copy of s; *strv may be NULL. */
 int strv_push(char ***strv, const char *s);
 
+/* *ret = a deep copy of strv, or NULL when strv is NULL; -ENOMEM. */
+int strv_copy(char *const *strv, char ***ret);
+
 /* qsort()'s comparison of two char * entries, by strcmp(). */
 int strv_compare(const void *a, const void *b);
 

@@ -78,6 +78,23 @@ int strv_push(char ***strv, const char *s)
         return 0;
 }
 
+int strv_copy(char *const *strv, char ***ret)
+{
+        if (!strv) {
+                *ret = NULL;
+                return 0;
+        }
+        size_t n = strv_length(strv);
+        _cleanup_strv_free_ char **copy = calloc(n + 1, sizeof *copy);
+        if (!copy)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                if (!(copy[i] = strdup(strv[i])))
+                        return -ENOMEM;
+        *ret = TAKE_PTR(copy);
+        return 0;
+}
+
 int strv_compare(const void *a, const void *b)
 {
         return strcmp(*(char *const *)a, *(char *const *)b);

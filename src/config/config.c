@@ -304,19 +304,11 @@ int config_init_defaults(Config *ret)
         return 0;
 }
 
-static int strv_copy(char *const *strv, char ***ret)
+/* An empty list stays a list, so the copy of a loaded Config never reads as unset. */
+static int list_copy(char *const *strv, char ***ret)
 {
-        _cleanup_strv_free_ char **copy = NULL;
-
-        /* An empty list stays a list, so the copy of a loaded Config never reads as unset. */
-        copy = calloc(1, sizeof(char *));
-        if (!copy)
-                return -ENOMEM;
-        for (size_t i = 0; strv && strv[i]; i++)
-                if (strv_push(&copy, strv[i]) < 0)
-                        return -ENOMEM;
-        *ret = TAKE_PTR(copy);
-        return 0;
+        static char *const empty[] = {NULL};
+        return strv_copy(strv ? strv : empty, ret);
 }
 
 int config_copy(const Config *c, Config *ret)
@@ -336,7 +328,7 @@ int config_copy(const Config *c, Config *ret)
                                 return -ENOMEM;
                 } else if (k->kind == KIND_PATH_LIST) {
                         char *const *strv = *(char **const *)key_field_const(c, k);
-                        if (strv && strv_copy(strv, key_field(&t, k)) < 0)
+                        if (strv && list_copy(strv, key_field(&t, k)) < 0)
                                 return -ENOMEM;
                 }
         }

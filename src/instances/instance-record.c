@@ -4,16 +4,14 @@
  * (INST-2) and the create body (API-9, INST-4..7). No I/O here but getrandom(); the files are
  * instance-files.c's.
  *
- * Both parsers are strict in two halves: check_fields() finds the first unknown, missing or
- * mistyped key and names it (INST-7 wants the field named, which jansson's own messages do not
- * do), and json_unpack_ex() with "!" then takes the values out, so that no key can slip past
- * unread even if a table and a format were ever to disagree.
+ * Both parsers read each object by one table of its fields (json_schema_read()), which refuses
+ * an unknown, missing or mistyped key and names it by its path (INST-7 wants the field named,
+ * which jansson's own messages do not do), and takes the values out in the same walk.
  */
 #include <inttypes.h>
 #include <jansson.h>
 #include <sys/random.h>
 
-#include "base/json-util.h"
 #include "instance-record-internal.h"
 
 #define TIMESTAMP_MISSING ((Timestamp){.sec = TIMESTAMP_ZERO_SEC})
@@ -175,6 +173,7 @@ void instance_record_done(InstanceRecord *r)
         instance_record_clear_claim(r);
         placement_done(&r->placement);
         instance_record_clear_hypervisor(r);
+        instance_devices_done(r);
         *r = (InstanceRecord){0};
 }
 
@@ -218,7 +217,8 @@ int instance_record_copy(const InstanceRecord *r, InstanceRecord *ret)
             placement_copy(&r->placement, &c.placement) < 0 ||
             strdup_nullable(r->hypervisor.boot_id, &c.hypervisor.boot_id) < 0 ||
             strdup_nullable(r->hypervisor.qmp_socket, &c.hypervisor.qmp_socket) < 0 ||
-            strdup_nullable(r->hypervisor.agent_socket, &c.hypervisor.agent_socket) < 0)
+            strdup_nullable(r->hypervisor.agent_socket, &c.hypervisor.agent_socket) < 0 ||
+            instance_devices_copy(r, &c) < 0)
                 return -ENOMEM;
         *ret = c;
         c = (InstanceRecord){0};
@@ -235,24 +235,6 @@ void instance_spec_done(InstanceSpec *s)
 }
 
 /* ---- strict JSON helpers ------------------------------------------------------------------- */
-
-typedef enum FieldKind {
-        FIELD_STRING,
-        FIELD_INTEGER,
-        FIELD_OBJECT,
-} FieldKind;
-
-typedef struct Field {
-        const char *key;
-        FieldKind kind;
-        bool required;
-} Field;
-
-static const char *const field_kind_text[] = {
-    [FIELD_STRING] = "a string",
-    [FIELD_INTEGER] = "an integer",
-    [FIELD_OBJECT] = "an object",
-};
 
 /* jansson quotes the input near an error: keep a message one printable line. */
 static void sanitize_jansson_text(char *text)
@@ -281,57 +263,6 @@ static int parse_object(const char *buf, size_t size, int code, json_t **ret, ch
         }
         *ret = root;
         return 0;
-}
-
-static int unknown_key(char **error, int code, const char *scope, const char *key)
-{
-        _cleanup_free_ char *full = NULL;
-        if (strprintf(&full, "%s%s", scope, key) < 0)
-                return error_set_oom(error);
-        /* The key comes from outside: shown escaped, and cut, since it may be long. */
-        _cleanup_free_ char *shown = escape_text(full, strlen(full), 128, ESCAPE_QUOTE);
-        if (!shown)
-                return error_set_oom(error);
-        return error_set(error, code, "unknown key %s", shown);
-}
-
-/* The first unknown, missing or mistyped key of o, named with its scope ("boot."). */
-static int check_fields(json_t *o, const char *scope, const Field *fields, size_t n_fields,
-                        int code, char **error)
-{
-        const char *key;
-        json_t *value;
-
-        json_object_foreach (o, key, value) {
-                size_t i = 0;
-                while (i < n_fields && !streq(fields[i].key, key))
-                        i++;
-                if (i == n_fields)
-                        return unknown_key(error, code, scope, key);
-        }
-        for (size_t i = 0; i < n_fields; i++) {
-                json_t *v = json_object_get(o, fields[i].key);
-                if (!v) {
-                        if (fields[i].required)
-                                return error_set(error, code, "%s%s is required", scope,
-                                                 fields[i].key);
-                        continue;
-                }
-                bool ok = fields[i].kind == FIELD_STRING    ? json_is_string(v)
-                          : fields[i].kind == FIELD_INTEGER ? json_is_integer(v)
-                                                            : json_is_object(v);
-                if (!ok)
-                        return error_set(error, code, "%s%s must be %s", scope, fields[i].key,
-                                         field_kind_text[fields[i].kind]);
-        }
-        return 0;
-}
-
-/* What check_fields() let through and json_unpack_ex() still refused: never expected. */
-static int unpack_failed(char **error, int code, const char *what, json_error_t *jerr)
-{
-        sanitize_jansson_text(jerr->text);
-        return error_set(error, code, "%s: %s", what, jerr->text);
 }
 
 static bool is_printable_ascii(const char *s, size_t max)
@@ -384,25 +315,26 @@ static int check_path(const char *path, const char *key, int code, char **error)
         return 0;
 }
 
-static const Field boot_fields[] = {
-    {"kernel", FIELD_STRING, false},
-    {"initrd", FIELD_STRING, false},
-    {"cmdline", FIELD_STRING, false},
-    {"disk", FIELD_STRING, false},
+typedef struct BootKeys {
+        const char *kernel, *initrd, *cmdline, *disk;
+} BootKeys;
+
+static const JsonField boot_fields[] = {
+    {"kernel", JSON_FIELD_STRING, false, JSON_AT(BootKeys, kernel)},
+    {"initrd", JSON_FIELD_STRING, false, JSON_AT(BootKeys, initrd)},
+    {"cmdline", JSON_FIELD_STRING, false, JSON_AT(BootKeys, cmdline)},
+    {"disk", JSON_FIELD_STRING, false, JSON_AT(BootKeys, disk)},
+    {NULL},
 };
 
 /* boot of a record or a create body: INST-5 and INST-6's form. */
 static int boot_from_json(json_t *o, int code, InstanceBoot *ret, char **error)
 {
-        int r = check_fields(o, "boot.", boot_fields, ELEMENTSOF(boot_fields), code, error);
+        BootKeys v = {0};
+        int r = json_schema_read(o, "boot", boot_fields, &v, code, error);
         if (r < 0)
                 return r;
-
-        const char *kernel = NULL, *initrd = NULL, *cmdline = NULL, *disk = NULL;
-        json_error_t jerr;
-        if (json_unpack_ex(o, &jerr, 0, "{s?s, s?s, s?s, s?s !}", "kernel", &kernel, "initrd",
-                           &initrd, "cmdline", &cmdline, "disk", &disk) < 0)
-                return unpack_failed(error, code, "boot", &jerr);
+        const char *kernel = v.kernel, *initrd = v.initrd, *cmdline = v.cmdline, *disk = v.disk;
 
         if ((kernel && (r = check_path(kernel, "boot.kernel", code, error)) < 0) ||
             (initrd && (r = check_path(initrd, "boot.initrd", code, error)) < 0) ||
@@ -429,23 +361,24 @@ static int boot_from_json(json_t *o, int code, InstanceBoot *ret, char **error)
         return 0;
 }
 
-static const Field placement_fields[] = {
-    {"consumer", FIELD_STRING, true},
-    {"gpu", FIELD_STRING, true},
+typedef struct PlacementKeys {
+        const char *consumer, *gpu;
+} PlacementKeys;
+
+static const JsonField placement_fields[] = {
+    {"consumer", JSON_FIELD_STRING, true, JSON_AT(PlacementKeys, consumer)},
+    {"gpu", JSON_FIELD_STRING, true, JSON_AT(PlacementKeys, gpu)},
+    {NULL},
 };
 
 /* placement of a record or a create body (FLEET-6): both keys, each in its canonical form. */
 static int placement_from_json(json_t *o, int code, InstancePlacement *ret, char **error)
 {
-        int r = check_fields(o, "placement.", placement_fields, ELEMENTSOF(placement_fields), code,
-                             error);
+        PlacementKeys v = {0};
+        int r = json_schema_read(o, "placement", placement_fields, &v, code, error);
         if (r < 0)
                 return r;
-
-        const char *consumer, *gpu;
-        json_error_t jerr;
-        if (json_unpack_ex(o, &jerr, 0, "{s:s, s:s !}", "consumer", &consumer, "gpu", &gpu) < 0)
-                return unpack_failed(error, code, "placement", &jerr);
+        const char *consumer = v.consumer, *gpu = v.gpu;
         /* Placement prints consumers in lower case; another spelling would name the same
          * consumer twice and miss it in the audit's comparisons. */
         if (!uuid_is_lowercase(consumer))
@@ -508,25 +441,27 @@ static int timestamp_from_json(const char *s, const char *key, bool canonical, T
         return 0;
 }
 
-static const Field gpu_fields[] = {
-    {"profile", FIELD_STRING, true},      {"framework", FIELD_STRING, false},
-    {"device_path", FIELD_STRING, false}, {"mdev_uuid", FIELD_STRING, false},
-    {"claimed_at", FIELD_STRING, false},
+typedef struct GpuKeys {
+        const char *profile, *framework, *device_path, *mdev_uuid, *claimed_at;
+} GpuKeys;
+
+static const JsonField gpu_fields[] = {
+    {"profile", JSON_FIELD_STRING, true, JSON_AT(GpuKeys, profile)},
+    {"framework", JSON_FIELD_STRING, false, JSON_AT(GpuKeys, framework)},
+    {"device_path", JSON_FIELD_STRING, false, JSON_AT(GpuKeys, device_path)},
+    {"mdev_uuid", JSON_FIELD_STRING, false, JSON_AT(GpuKeys, mdev_uuid)},
+    {"claimed_at", JSON_FIELD_STRING, false, JSON_AT(GpuKeys, claimed_at)},
+    {NULL},
 };
 
 static int gpu_from_json(json_t *o, InstanceGpu *ret, char **error)
 {
-        int r = check_fields(o, "gpu.", gpu_fields, ELEMENTSOF(gpu_fields), RECORD_BAD, error);
+        GpuKeys v = {0};
+        int r = json_schema_read(o, "gpu", gpu_fields, &v, RECORD_BAD, error);
         if (r < 0)
                 return r;
-
-        const char *profile, *framework = NULL, *device_path = NULL, *mdev_uuid = NULL,
-                             *claimed_at = NULL;
-        json_error_t jerr;
-        if (json_unpack_ex(o, &jerr, 0, "{s:s, s?s, s?s, s?s, s?s !}", "profile", &profile,
-                           "framework", &framework, "device_path", &device_path, "mdev_uuid",
-                           &mdev_uuid, "claimed_at", &claimed_at) < 0)
-                return unpack_failed(error, RECORD_BAD, "gpu", &jerr);
+        const char *profile = v.profile, *framework = v.framework, *device_path = v.device_path,
+                   *mdev_uuid = v.mdev_uuid, *claimed_at = v.claimed_at;
 
         r = check_profile(profile, "gpu.profile", RECORD_BAD, error);
         if (r < 0)
@@ -578,26 +513,28 @@ static int gpu_from_json(json_t *o, InstanceGpu *ret, char **error)
         return 0;
 }
 
-static const Field hypervisor_fields[] = {
-    {"pid", FIELD_INTEGER, false},         {"start_time", FIELD_INTEGER, false},
-    {"boot_id", FIELD_STRING, false},      {"qmp_socket", FIELD_STRING, false},
-    {"agent_socket", FIELD_STRING, false},
+typedef struct HypervisorKeys {
+        json_int_t pid, start_time;
+        const char *boot_id, *qmp_socket, *agent_socket;
+} HypervisorKeys;
+
+static const JsonField hypervisor_fields[] = {
+    {"pid", JSON_FIELD_INTEGER, false, JSON_AT(HypervisorKeys, pid)},
+    {"start_time", JSON_FIELD_INTEGER, false, JSON_AT(HypervisorKeys, start_time)},
+    {"boot_id", JSON_FIELD_STRING, false, JSON_AT(HypervisorKeys, boot_id)},
+    {"qmp_socket", JSON_FIELD_STRING, false, JSON_AT(HypervisorKeys, qmp_socket)},
+    {"agent_socket", JSON_FIELD_STRING, false, JSON_AT(HypervisorKeys, agent_socket)},
+    {NULL},
 };
 
 static int hypervisor_from_json(json_t *o, InstanceHypervisor *ret, char **error)
 {
-        int r = check_fields(o, "hypervisor.", hypervisor_fields, ELEMENTSOF(hypervisor_fields),
-                             RECORD_BAD, error);
+        HypervisorKeys v = {0};
+        int r = json_schema_read(o, "hypervisor", hypervisor_fields, &v, RECORD_BAD, error);
         if (r < 0)
                 return r;
-
-        json_int_t pid = 0, start_time = 0;
-        const char *boot_id = NULL, *qmp = NULL, *agent = NULL;
-        json_error_t jerr;
-        if (json_unpack_ex(o, &jerr, 0, "{s?I, s?I, s?s, s?s, s?s !}", "pid", &pid, "start_time",
-                           &start_time, "boot_id", &boot_id, "qmp_socket", &qmp, "agent_socket",
-                           &agent) < 0)
-                return unpack_failed(error, RECORD_BAD, "hypervisor", &jerr);
+        json_int_t pid = v.pid, start_time = v.start_time;
+        const char *boot_id = v.boot_id, *qmp = v.qmp_socket, *agent = v.agent_socket;
 
         bool has_pid = json_object_get(o, "pid"), has_start = json_object_get(o, "start_time");
         /* The VMM's identity is whole or absent: a pid alone could name another process. */
@@ -628,13 +565,29 @@ static int hypervisor_from_json(json_t *o, InstanceHypervisor *ret, char **error
         return 0;
 }
 
-static const Field record_fields[] = {
-    {"version", FIELD_INTEGER, true},   {"id", FIELD_STRING, true},
-    {"name", FIELD_STRING, true},       {"state", FIELD_STRING, true},
-    {"created_at", FIELD_STRING, true}, {"error", FIELD_STRING, false},
-    {"boot", FIELD_OBJECT, true},       {"vcpus", FIELD_INTEGER, true},
-    {"memory_mb", FIELD_INTEGER, true}, {"gpu", FIELD_OBJECT, false},
-    {"placement", FIELD_OBJECT, false}, {"hypervisor", FIELD_OBJECT, false},
+typedef struct RecordKeys {
+        json_int_t version, vcpus, memory_mb;
+        const char *id, *name, *state, *created_at, *error;
+        json_t *boot, *gpu, *placement, *hypervisor;
+        InstanceDevicesView devices;
+} RecordKeys;
+
+static const JsonField record_fields[] = {
+    {"version", JSON_FIELD_INTEGER, true, JSON_AT(RecordKeys, version)},
+    {"id", JSON_FIELD_STRING, true, JSON_AT(RecordKeys, id)},
+    {"name", JSON_FIELD_STRING, true, JSON_AT(RecordKeys, name)},
+    {"state", JSON_FIELD_STRING, true, JSON_AT(RecordKeys, state)},
+    {"created_at", JSON_FIELD_STRING, true, JSON_AT(RecordKeys, created_at)},
+    {"error", JSON_FIELD_STRING, false, JSON_AT(RecordKeys, error)},
+    {"boot", JSON_FIELD_OBJECT, true, JSON_AT(RecordKeys, boot)},
+    {"vcpus", JSON_FIELD_INTEGER, true, JSON_AT(RecordKeys, vcpus)},
+    {"memory_mb", JSON_FIELD_INTEGER, true, JSON_AT(RecordKeys, memory_mb)},
+    {"gpu", JSON_FIELD_OBJECT, false, JSON_AT(RecordKeys, gpu)},
+    {"placement", JSON_FIELD_OBJECT, false, JSON_AT(RecordKeys, placement)},
+    {"hypervisor", JSON_FIELD_OBJECT, false, JSON_AT(RecordKeys, hypervisor)},
+    /* Added later (INST-2): optional, so that records of every earlier shape load. */
+    INSTANCE_DEVICE_FIELDS(RecordKeys, devices),
+    {NULL},
 };
 
 int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret, char **error)
@@ -646,20 +599,14 @@ int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret,
         int r = parse_object(buf, size, RECORD_BAD, &root, error);
         if (r < 0)
                 return r;
-        r = check_fields(root, "", record_fields, ELEMENTSOF(record_fields), RECORD_BAD, error);
+        RecordKeys v = {0};
+        r = json_schema_read(root, "", record_fields, &v, RECORD_BAD, error);
         if (r < 0)
                 return r;
-
-        json_int_t version, vcpus, memory_mb;
-        const char *id, *name, *state, *created_at, *failure = NULL;
-        json_t *boot, *gpu = NULL, *placement = NULL, *hypervisor = NULL;
-        json_error_t jerr;
-        if (json_unpack_ex(
-                root, &jerr, 0, "{s:I, s:s, s:s, s:s, s:s, s?s, s:o, s:I, s:I, s?o, s?o, s?o !}",
-                "version", &version, "id", &id, "name", &name, "state", &state, "created_at",
-                &created_at, "error", &failure, "boot", &boot, "vcpus", &vcpus, "memory_mb",
-                &memory_mb, "gpu", &gpu, "placement", &placement, "hypervisor", &hypervisor) < 0)
-                return unpack_failed(error, RECORD_BAD, "instance record", &jerr);
+        json_int_t version = v.version, vcpus = v.vcpus, memory_mb = v.memory_mb;
+        const char *id = v.id, *name = v.name, *state = v.state, *created_at = v.created_at,
+                   *failure = v.error;
+        json_t *boot = v.boot, *gpu = v.gpu, *placement = v.placement, *hypervisor = v.hypervisor;
 
         if (version != 1)
                 return error_set(error, RECORD_BAD,
@@ -704,6 +651,9 @@ int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret,
                 return r;
         if (hypervisor && (r = hypervisor_from_json(hypervisor, &rec.hypervisor, error)) < 0)
                 return r;
+        r = instance_devices_from_view(&v.devices, RECORD_BAD, &rec, error);
+        if (r < 0)
+                return r;
         if (strdup_nullable(name, &rec.name) < 0 || strdup_nullable(failure, &rec.error) < 0)
                 return error_set_oom(error);
 
@@ -732,8 +682,7 @@ static bool is_utf8(const char *s)
         return true;
 }
 
-/* Adds value under key unless it is NULL (INST-2: absent values are omitted). */
-static int put_string(json_t *o, const char *key, const char *value)
+int instance_json_put_string(json_t *o, const char *key, const char *value)
 {
         if (!value)
                 return 0;
@@ -749,10 +698,9 @@ static int put_timestamp(json_t *o, const char *key, Timestamp t)
         return json_set(o, key, json_string(format_timestamp(t, buf)));
 }
 
-/* Adds child under key, taking it over; an empty object is omitted (INST-2). */
-static int put_object(json_t *o, const char *key, json_t *child)
+int instance_json_put_child(json_t *o, const char *key, json_t *child)
 {
-        if (json_object_size(child) == 0) {
+        if (child && json_object_size(child) == 0 && json_array_size(child) == 0) {
                 json_decref(child);
                 return 0;
         }
@@ -762,10 +710,10 @@ static int put_object(json_t *o, const char *key, json_t *child)
 static int boot_to_json(json_t *o, const InstanceBoot *b)
 {
         int r;
-        if ((r = put_string(o, "kernel", b->kernel)) < 0 ||
-            (r = put_string(o, "initrd", b->initrd)) < 0 ||
-            (r = put_string(o, "cmdline", b->cmdline)) < 0 ||
-            (r = put_string(o, "disk", b->disk)) < 0)
+        if ((r = instance_json_put_string(o, "kernel", b->kernel)) < 0 ||
+            (r = instance_json_put_string(o, "initrd", b->initrd)) < 0 ||
+            (r = instance_json_put_string(o, "cmdline", b->cmdline)) < 0 ||
+            (r = instance_json_put_string(o, "disk", b->disk)) < 0)
                 return r;
         return 0;
 }
@@ -775,10 +723,10 @@ static int gpu_to_json(json_t *o, const InstanceGpu *g)
         /* A claimed_at of an unclaimed record is no value, whatever it holds. */
         bool claim = g->framework || g->device_path || g->mdev_uuid;
         int r;
-        if ((r = put_string(o, "profile", g->profile)) < 0 ||
-            (r = put_string(o, "framework", g->framework)) < 0 ||
-            (r = put_string(o, "device_path", g->device_path)) < 0 ||
-            (r = put_string(o, "mdev_uuid", g->mdev_uuid)) < 0)
+        if ((r = instance_json_put_string(o, "profile", g->profile)) < 0 ||
+            (r = instance_json_put_string(o, "framework", g->framework)) < 0 ||
+            (r = instance_json_put_string(o, "device_path", g->device_path)) < 0 ||
+            (r = instance_json_put_string(o, "mdev_uuid", g->mdev_uuid)) < 0)
                 return r;
         if (claim && !timestamp_is_zero(g->claimed_at))
                 return put_timestamp(o, "claimed_at", g->claimed_at);
@@ -788,8 +736,8 @@ static int gpu_to_json(json_t *o, const InstanceGpu *g)
 static int placement_to_json(json_t *o, const InstancePlacement *p)
 {
         int r;
-        if ((r = put_string(o, "consumer", p->consumer)) < 0 ||
-            (r = put_string(o, "gpu", p->gpu)) < 0)
+        if ((r = instance_json_put_string(o, "consumer", p->consumer)) < 0 ||
+            (r = instance_json_put_string(o, "gpu", p->gpu)) < 0)
                 return r;
         return 0;
 }
@@ -801,9 +749,9 @@ static int hypervisor_to_json(json_t *o, const InstanceHypervisor *h)
         if (h->pid != 0 && ((r = json_set(o, "pid", json_integer(h->pid))) < 0 ||
                             (r = json_set(o, "start_time", json_u64(h->start_time))) < 0))
                 return r;
-        if ((r = put_string(o, "boot_id", h->boot_id)) < 0 ||
-            (r = put_string(o, "qmp_socket", h->qmp_socket)) < 0 ||
-            (r = put_string(o, "agent_socket", h->agent_socket)) < 0)
+        if ((r = instance_json_put_string(o, "boot_id", h->boot_id)) < 0 ||
+            (r = instance_json_put_string(o, "qmp_socket", h->qmp_socket)) < 0 ||
+            (r = instance_json_put_string(o, "agent_socket", h->agent_socket)) < 0)
                 return r;
         return 0;
 }
@@ -825,20 +773,23 @@ static int record_dump(const InstanceRecord *r, char **ret, size_t *ret_size)
 
         int k;
         if ((k = json_set(root, "version", json_integer(1))) < 0 ||
-            (k = put_string(root, "id", id)) < 0 || (k = put_string(root, "name", r->name)) < 0 ||
-            (k = put_string(root, "state", state)) < 0 ||
+            (k = instance_json_put_string(root, "id", id)) < 0 ||
+            (k = instance_json_put_string(root, "name", r->name)) < 0 ||
+            (k = instance_json_put_string(root, "state", state)) < 0 ||
             (k = put_timestamp(root, "created_at", r->created_at)) < 0 ||
-            (k = put_string(root, "error", r->error && r->error[0] ? r->error : NULL)) < 0 ||
+            (k = instance_json_put_string(root, "error",
+                                          r->error && r->error[0] ? r->error : NULL)) < 0 ||
             (k = boot_to_json(boot, &r->boot)) < 0 ||
-            (k = put_object(root, "boot", TAKE_PTR(boot))) < 0 ||
+            (k = instance_json_put_child(root, "boot", TAKE_PTR(boot))) < 0 ||
             (k = json_set(root, "vcpus", json_u64(r->vcpus))) < 0 ||
             (k = json_set(root, "memory_mb", json_u64(r->memory_mb))) < 0 ||
             (k = gpu_to_json(gpu, &r->gpu)) < 0 ||
-            (k = put_object(root, "gpu", TAKE_PTR(gpu))) < 0 ||
+            (k = instance_json_put_child(root, "gpu", TAKE_PTR(gpu))) < 0 ||
             (k = placement_to_json(placement, &r->placement)) < 0 ||
-            (k = put_object(root, "placement", TAKE_PTR(placement))) < 0 ||
+            (k = instance_json_put_child(root, "placement", TAKE_PTR(placement))) < 0 ||
             (k = hypervisor_to_json(hypervisor, &r->hypervisor)) < 0 ||
-            (k = put_object(root, "hypervisor", TAKE_PTR(hypervisor))) < 0)
+            (k = instance_json_put_child(root, "hypervisor", TAKE_PTR(hypervisor))) < 0 ||
+            (k = instance_devices_to_json(root, r)) < 0)
                 return k;
 
         /* Indent 0 keeps the record on one line, with ", " and ": " as INST-2 shows it. */
@@ -882,14 +833,25 @@ int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_siz
 
 #define SPEC_BAD (-EINVAL)
 
-static const Field spec_fields[] = {
-    {"name", FIELD_STRING, true},       {"vcpus", FIELD_INTEGER, true},
-    {"memory_mb", FIELD_INTEGER, true}, {"boot", FIELD_OBJECT, true},
-    {"gpu", FIELD_OBJECT, false},       {"placement", FIELD_OBJECT, false},
+typedef struct SpecKeys {
+        const char *name;
+        json_int_t vcpus, memory_mb;
+        json_t *boot, *gpu, *placement;
+} SpecKeys;
+
+static const JsonField spec_fields[] = {
+    {"name", JSON_FIELD_STRING, true, JSON_AT(SpecKeys, name)},
+    {"vcpus", JSON_FIELD_INTEGER, true, JSON_AT(SpecKeys, vcpus)},
+    {"memory_mb", JSON_FIELD_INTEGER, true, JSON_AT(SpecKeys, memory_mb)},
+    {"boot", JSON_FIELD_OBJECT, true, JSON_AT(SpecKeys, boot)},
+    {"gpu", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, gpu)},
+    {"placement", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, placement)},
+    {NULL},
 };
 
-static const Field spec_gpu_fields[] = {
-    {"profile", FIELD_STRING, true},
+static const JsonField spec_gpu_fields[] = {
+    {"profile", JSON_FIELD_STRING, true, 0},
+    {NULL},
 };
 
 int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, char **error)
@@ -898,18 +860,13 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
         int r = parse_object(body, size, SPEC_BAD, &root, error);
         if (r < 0)
                 return r;
-        r = check_fields(root, "", spec_fields, ELEMENTSOF(spec_fields), SPEC_BAD, error);
+        SpecKeys v = {0};
+        r = json_schema_read(root, "", spec_fields, &v, SPEC_BAD, error);
         if (r < 0)
                 return r;
-
-        const char *name, *profile = NULL;
-        json_int_t vcpus, memory_mb;
-        json_t *boot, *gpu = NULL, *placement = NULL;
-        json_error_t jerr;
-        if (json_unpack_ex(root, &jerr, 0, "{s:s, s:I, s:I, s:o, s?o, s?o !}", "name", &name,
-                           "vcpus", &vcpus, "memory_mb", &memory_mb, "boot", &boot, "gpu", &gpu,
-                           "placement", &placement) < 0)
-                return unpack_failed(error, SPEC_BAD, "create body", &jerr);
+        const char *name = v.name, *profile = NULL;
+        json_int_t vcpus = v.vcpus, memory_mb = v.memory_mb;
+        json_t *boot = v.boot, *gpu = v.gpu, *placement = v.placement;
 
         r = check_name(name, SPEC_BAD, error);
         if (r < 0)
@@ -926,12 +883,10 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
         if (r < 0)
                 return r;
         if (gpu) {
-                r = check_fields(gpu, "gpu.", spec_gpu_fields, ELEMENTSOF(spec_gpu_fields),
-                                 SPEC_BAD, error);
+                /* The view of an object with one string field is that string. */
+                r = json_schema_read(gpu, "gpu", spec_gpu_fields, &profile, SPEC_BAD, error);
                 if (r < 0)
                         return r;
-                if (json_unpack_ex(gpu, &jerr, 0, "{s:s !}", "profile", &profile) < 0)
-                        return unpack_failed(error, SPEC_BAD, "gpu", &jerr);
                 r = check_profile(profile, "gpu.profile", SPEC_BAD, error);
                 if (r < 0)
                         return r;

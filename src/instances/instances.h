@@ -32,7 +32,18 @@
 #define INSTANCE_MEMORY_MB_MAX UINT64_C(1048576)
 #define INSTANCE_CMDLINE_MAX 4096
 #define INSTANCE_PATH_MAX 4096
-#define INSTANCE_RECORD_MAX (64 * 1024) /* instance.json is far smaller; larger is refused */
+/*
+ * instance.json is refused above this (GEN-5). The worst case a record can reach, as JSON text
+ * (a string byte written escaped takes at most 2 bytes where control bytes are refused, and 6
+ * for a control byte written as \u00XX):
+ *   64 SSH keys of 16 KiB, no control bytes:   64 * (2 * 16384 + 4)  = 2,097,408
+ *   user_data of 64 KiB, control bytes allowed:      6 * 65536 + 16  =   393,232
+ *   8 volumes of ~70 bytes, the network (16 ports of ~50 bytes, 8 name servers of ~20),
+ *   disk and hostname:                                               <     4,096
+ *   every field records held before (their old cap):                      65,536
+ * which is 2,560,272 bytes: 3 MiB leaves about a fifth of margin.
+ */
+#define INSTANCE_RECORD_MAX (3 * 1024 * 1024)
 
 /* INST-3: 20 characters of [a-z0-9] from getrandom(). */
 int instance_id_generate(char ret[static INSTANCE_ID_LEN + 1]);
@@ -82,6 +93,69 @@ typedef struct InstancePlacement {
 
 #define INSTANCE_CONSUMER_STRLEN 37 /* a UUID's 36 characters and the NUL */
 
+/*
+ * The parts later issues give behaviour (INST-2): parsed, checked for shape and kept, so that a
+ * record holding them loads and saves unchanged. All optional: a record of an earlier shape has
+ * none of them.
+ */
+#define INSTANCE_VOLUMES_MAX 8                 /* DISK-8 */
+#define INSTANCE_PORTS_MAX 16                  /* NET-1 */
+#define INSTANCE_DNS_MAX 8                     /* resolv.conf reads 3; room beyond, and a bound */
+#define INSTANCE_SSH_KEYS_MAX 64               /* SEED-1 */
+#define INSTANCE_SSH_KEY_MAX 16384             /* SEED-1: bytes of one key line */
+#define INSTANCE_USER_DATA_MAX 65536           /* SEED-1 */
+#define INSTANCE_DISK_GB_MAX UINT64_C(1048576) /* 1 PiB: any storage.max_disk_gb fits below */
+
+/* DISK-5: the root disk. image NULL: none. */
+typedef struct InstanceDisk {
+        char *image; /* an image name (INST-4's pattern) */
+        uint64_t size_gb;
+} InstanceDisk;
+
+typedef enum InstanceVolumeState {
+        INSTANCE_VOLUME_ATTACHED,
+        INSTANCE_VOLUME_ATTACHING,
+        INSTANCE_VOLUME_DETACHING,
+        _INSTANCE_VOLUME_STATE_MAX,
+} InstanceVolumeState;
+
+/* DISK-8: one attached volume. */
+typedef struct InstanceVolume {
+        char id[INSTANCE_ID_LEN + 1];
+        bool readonly;
+        InstanceVolumeState state;
+} InstanceVolume;
+
+typedef enum InstanceNetworkMode {
+        INSTANCE_NETWORK_ABSENT, /* no "network" in the record */
+        INSTANCE_NETWORK_NAT,
+        INSTANCE_NETWORK_BRIDGE,
+        INSTANCE_NETWORK_NONE,
+        _INSTANCE_NETWORK_MODE_MAX,
+} InstanceNetworkMode;
+
+/* NET-1: a port forward. */
+typedef struct InstancePort {
+        uint16_t host, guest;
+        bool udp; /* "udp", else "tcp" */
+} InstancePort;
+
+/* NET-1, NET-2, NET-5: the NIC. Strings NULL when absent; prefix 0 when absent. */
+typedef struct InstanceNetwork {
+        InstanceNetworkMode mode;
+        char *bridge, *mac, *ip, *gateway;
+        uint32_t prefix;
+        char **dns; /* IPv4 addresses, NULL-terminated; NULL when none */
+        InstancePort *ports;
+        size_t n_ports;
+} InstanceNetwork;
+
+/* SEED-1: the seed's input, as given. */
+typedef struct InstanceCloudInit {
+        char **ssh_authorized_keys; /* NULL-terminated; NULL when none */
+        char *user_data, *hostname;
+} InstanceCloudInit;
+
 typedef struct InstanceHypervisor {
         pid_t pid;                       /* 0: none */
         uint64_t start_time;             /* with pid */
@@ -101,6 +175,11 @@ typedef struct InstanceRecord {
         InstanceGpu gpu;
         InstancePlacement placement; /* FLEET-6; absent (NULLs) without a Placement consumer */
         InstanceHypervisor hypervisor;
+        InstanceDisk disk;
+        InstanceVolume *volumes;
+        size_t n_volumes;
+        InstanceNetwork network;
+        InstanceCloudInit cloud_init;
 } InstanceRecord;
 
 /* Frees the members (not r itself) and zeroes r. */

@@ -671,11 +671,271 @@ static void test_record_oversize(void **state)
 {
         _cleanup_free_ char *over = padded_record(INSTANCE_RECORD_MAX + 1),
                             *at = padded_record(INSTANCE_RECORD_MAX);
-        assert_record_refused(over, strlen(over), "larger than 65536 bytes");
+        assert_record_refused(over, strlen(over), "larger than 3145728 bytes");
 
         _cleanup_(instance_record_done) InstanceRecord rec = {0};
         _cleanup_free_ char *error = NULL;
         assert_int_equal(instance_record_from_json(at, strlen(at), &rec, &error), 0);
+}
+
+/* The text of a file under tests/data, malloc'd. */
+static char *data_file(const char *rel)
+{
+        const char *data = getenv("VGPUD_TEST_DATA");
+        _cleanup_free_ char *path = NULL;
+        char *text = NULL;
+        assert_non_null(data);
+        assert_int_equal(strprintf(&path, "%s/%s", data, rel), 0);
+        assert_int_equal(read_file_at(AT_FDCWD, path, INSTANCE_RECORD_MAX, &text, NULL), 0);
+        return text;
+}
+
+/* Loads text, encodes it, and checks that the encoding loads and encodes to the same bytes,
+ * and that a copy does too; returns the first encoding. */
+static char *round_trip(const char *text)
+{
+        _cleanup_(instance_record_done) InstanceRecord rec = {0}, again = {0}, copy = {0};
+        parse_ok(text, &rec);
+        char *out = encode(&rec);
+        parse_ok(out, &again);
+        _cleanup_free_ char *out2 = encode(&again);
+        assert_string_equal(out2, out);
+        assert_int_equal(instance_record_copy(&rec, &copy), 0);
+        _cleanup_free_ char *out3 = encode(&copy);
+        assert_string_equal(out3, out);
+        return out;
+}
+
+/*
+ * INST-2: records of every earlier shape load unchanged. tests/data/records holds one written
+ * by the record code as it stood before the device fields (every field it knew), and the shapes
+ * the daemon tests write by hand (test-hostile.py, test-liveness-ambiguous.py, test-chaos.py);
+ * the fuzz corpus's records that loaded then load now.
+ */
+static void test_earlier_shapes_load(void **state)
+{
+        static const char *const files[] = {
+            "records/written-by-v1.json",
+            "records/hostile-shape.json",
+            "records/liveness-shape.json",
+            "records/chaos-shape.json",
+            "../../fuzz/corpus/instance-json/disk-only-offset.json",
+            "../../fuzz/corpus/instance-json/mdev-failed.json",
+            "../../fuzz/corpus/instance-json/placement.json",
+            "../../fuzz/corpus/instance-json/spec-example-one-line.json",
+            "../../fuzz/corpus/instance-json/spec-example.json",
+            "../../fuzz/corpus/instance-json/unclaimed-compact.json",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+                _cleanup_free_ char *text = data_file(files[i]);
+                _cleanup_free_ char *out = round_trip(text);
+                /* INST-2: a record vgpud wrote is written again byte for byte. */
+                if (i == 0)
+                        assert_string_equal(out, text);
+        }
+}
+
+/* INST-2, DISK-5, DISK-8, NET-1, NET-2, NET-5, SEED-1: the device fields are kept as written. */
+static void test_device_fields_round_trip(void **state)
+{
+        static const char *const files[] = {
+            "records/devices.json",
+            "records/devices-user-data.json",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+                _cleanup_free_ char *text = data_file(files[i]);
+                _cleanup_free_ char *out = round_trip(text);
+                assert_string_equal(out, text);
+        }
+
+        _cleanup_(instance_record_done) InstanceRecord rec = {0};
+        _cleanup_free_ char *text = data_file("records/devices.json");
+        parse_ok(text, &rec);
+        assert_string_equal(rec.disk.image, "debian-12");
+        assert_int_equal(rec.disk.size_gb, 20);
+        assert_int_equal(rec.n_volumes, 3);
+        assert_string_equal(rec.volumes[1].id, "v0lume0000000000000b");
+        assert_true(rec.volumes[1].readonly);
+        assert_int_equal(rec.volumes[2].state, INSTANCE_VOLUME_DETACHING);
+        assert_int_equal(rec.network.mode, INSTANCE_NETWORK_NAT);
+        assert_int_equal(rec.network.prefix, 24);
+        assert_int_equal(strv_length(rec.network.dns), 2);
+        assert_int_equal(rec.network.n_ports, 2);
+        assert_true(rec.network.ports[1].udp);
+        assert_int_equal(rec.network.ports[1].guest, 53);
+        assert_int_equal(strv_length(rec.cloud_init.ssh_authorized_keys), 2);
+        assert_string_equal(rec.cloud_init.hostname, "render-01");
+
+        /* INST-2: a record without them has none, and writes none. */
+        _cleanup_(instance_record_done) InstanceRecord plain = {0};
+        parse_ok(example, &plain);
+        assert_null(plain.disk.image);
+        assert_int_equal(plain.n_volumes, 0);
+        assert_int_equal(plain.network.mode, INSTANCE_NETWORK_ABSENT);
+        assert_null(plain.cloud_init.ssh_authorized_keys);
+        /* An empty array or object is no value (INST-2), and is not written. */
+        _cleanup_free_ char *one = example_one_line();
+        _cleanup_free_ char *empty =
+            mutate(one, "\"vcpus\": 4", "\"vcpus\": 4, \"volumes\": [], \"cloud_init\": {}");
+        _cleanup_free_ char *out = round_trip(empty);
+        _cleanup_free_ char *expected = NULL;
+        assert_int_equal(strprintf(&expected, "%s\n", one), 0);
+        assert_string_equal(out, expected);
+}
+
+/* A cloud_init of n keys of key_size bytes each, in the base record. */
+static char *with_keys(size_t n, size_t key_size)
+{
+        _cleanup_free_ char *key = malloc(key_size + 1), *list = NULL, *one = example_one_line();
+        assert_non_null(key);
+        memset(key, 'A', key_size);
+        key[key_size] = 0;
+        for (size_t i = 0; i < n; i++)
+                assert_int_equal(strextend(&list, "%s\"%s\"", i ? ", " : "", key), 0);
+        _cleanup_free_ char *to = NULL;
+        assert_int_equal(strprintf(&to,
+                                   "\"vcpus\": 4, \"cloud_init\": {\"ssh_authorized_keys\": [%s]}",
+                                   list ? list : ""),
+                         0);
+        return mutate(one, "\"vcpus\": 4", to);
+}
+
+/* INST-2, DISK-8, NET-1, SEED-1, GEN-5: the device fields' shapes, each refusal naming its path. */
+static void test_device_fields_refused(void **state)
+{
+        static const Refusal cases[] = {
+            /* types and required keys, by path */
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"volumes\": {}", "volumes must be an array"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"volumes\": [1]", "volumes[0] must be an object"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"volumes\": [{\"id\": \"aaaaaaaaaaaaaaaaaaaa\", \"readonly\": true, "
+             "\"state\": \"attached\"}, {\"readonly\": true, \"state\": \"attached\"}]",
+             "volumes[1].id is required"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"volumes\": [{\"id\": \"aaaaaaaaaaaaaaaaaaaa\", \"readonly\": 0, "
+             "\"state\": \"attached\"}]",
+             "volumes[0].readonly must be a boolean"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"volumes\": [{\"id\": \"aaaaaaaaaaaaaaaaaaaa\", \"readonly\": true, "
+             "\"state\": \"attached\", \"colour\": 1}]",
+             "unknown key \"volumes[0].colour\""},
+            /* enumerations and forms */
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"volumes\": [{\"id\": \"aaaaaaaaaaaaaaaaaaaa\", \"readonly\": true, "
+             "\"state\": \"gone\"}]",
+             "volumes[0].state must be attached, attaching or detaching"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"volumes\": [{\"id\": \"AAAA\", \"readonly\": true, "
+             "\"state\": \"attached\"}]",
+             "volumes[0].id must be 20 characters of [a-z0-9]"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"volumes\": [{\"id\": \"aaaaaaaaaaaaaaaaaaaa\", \"readonly\": true, "
+             "\"state\": \"attached\"}, {\"id\": \"aaaaaaaaaaaaaaaaaaaa\", \"readonly\": false, "
+             "\"state\": \"attached\"}]",
+             "volumes[1].id repeats volumes[0]"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"disk\": {\"image\": \"debian-12\"}",
+             "disk.size_gb is required"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"disk\": {\"image\": \"Debian\", \"size_gb\": 2}",
+             "disk.image must match"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"disk\": {\"image\": \"debian\", \"size_gb\": 0}",
+             "disk.size_gb must be 1..1048576"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"network\": {\"bridge\": \"br0\"}",
+             "network.mode is required"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"network\": {\"mode\": \"host\"}",
+             "network.mode must be nat, bridge or none"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"network\": {\"mode\": \"bridge\", \"bridge\": \"a/b\"}",
+             "network.bridge must be an interface name"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"network\": {\"mode\": \"bridge\", \"bridge\": \"sixteen-bytes-xx\"}",
+             "network.bridge must be at most 15 bytes"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"network\": {\"mode\": \"nat\", \"mac\": \"52:54:00:AA:00:01\"}",
+             "network.mac must be six lowercase hex pairs"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"network\": {\"mode\": \"nat\", \"ip\": \"10.0.0.01\"}",
+             "network.ip must be an IPv4 address"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"network\": {\"mode\": \"nat\", \"prefix\": 33}",
+             "network.prefix must be 1..32"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"network\": {\"mode\": \"nat\", \"dns\": [\"::1\"]}",
+             "network.dns[0] must be an IPv4 address"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"network\": {\"mode\": \"nat\", \"ports\": [{\"host\": 20022, "
+             "\"guest\": 22, \"protocol\": \"sctp\"}]}",
+             "network.ports[0].protocol must be tcp or udp"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"network\": {\"mode\": \"nat\", \"ports\": [{\"host\": 65536, "
+             "\"guest\": 22, \"protocol\": \"tcp\"}]}",
+             "network.ports[0].host must be 1..65535"},
+            {"\"vcpus\": 4",
+             "\"vcpus\": 4, \"cloud_init\": {\"ssh_authorized_keys\": \"ssh-ed25519 A\"}",
+             "cloud_init.ssh_authorized_keys must be an array"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"cloud_init\": {\"ssh_authorized_keys\": [\"a\\nb\"]}",
+             "cloud_init.ssh_authorized_keys[0] must not contain control characters"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"cloud_init\": {\"ssh_authorized_keys\": [\"\"]}",
+             "cloud_init.ssh_authorized_keys[0] must not be empty"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"cloud_init\": {\"hostname\": \"-x\"}",
+             "cloud_init.hostname must match"},
+            {"\"vcpus\": 4", "\"vcpus\": 4, \"cloud_init\": {\"vendor_data\": \"x\"}",
+             "unknown key \"cloud_init.vendor_data\""},
+        };
+        _cleanup_free_ char *base = example_one_line();
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *text = mutate(base, cases[i].from, cases[i].to);
+                assert_record_refused(text, strlen(text), cases[i].message);
+        }
+
+        /* Counts (DISK-8: 8 volumes; NET-1: 16 ports; SEED-1: 64 keys of 16 KiB). */
+        _cleanup_free_ char *vols = NULL;
+        for (size_t i = 0; i < INSTANCE_VOLUMES_MAX + 1; i++)
+                assert_int_equal(strextend(&vols,
+                                           "%s{\"id\": \"aaaaaaaaaaaaaaaaaa%02zu\", \"readonly\": "
+                                           "true, \"state\": \"attached\"}",
+                                           i ? ", " : "", i),
+                                 0);
+        _cleanup_free_ char *to = NULL;
+        assert_int_equal(strprintf(&to, "\"vcpus\": 4, \"volumes\": [%s]", vols), 0);
+        _cleanup_free_ char *nine = mutate(base, "\"vcpus\": 4", to);
+        assert_record_refused(nine, strlen(nine), "volumes must hold at most 8 entries");
+
+        _cleanup_free_ char *too_many = with_keys(INSTANCE_SSH_KEYS_MAX + 1, 16);
+        assert_record_refused(too_many, strlen(too_many),
+                              "cloud_init.ssh_authorized_keys must hold at most 64 entries");
+        _cleanup_free_ char *too_long = with_keys(1, INSTANCE_SSH_KEY_MAX + 1);
+        assert_record_refused(too_long, strlen(too_long),
+                              "cloud_init.ssh_authorized_keys[0] must be at most 16384 bytes");
+}
+
+/* GEN-5: the largest record the device fields allow fits INSTANCE_RECORD_MAX, with room. */
+static void test_record_max_fits(void **state)
+{
+        /* Keys whose every byte is written escaped: the worst a key can cost as JSON. */
+        _cleanup_free_ char *key = malloc(INSTANCE_SSH_KEY_MAX + 1), *list = NULL;
+        assert_non_null(key);
+        memset(key, '"', INSTANCE_SSH_KEY_MAX);
+        key[INSTANCE_SSH_KEY_MAX] = 0;
+        _cleanup_(instance_record_done) InstanceRecord rec = {0};
+        parse_ok(example, &rec);
+        for (size_t i = 0; i < INSTANCE_SSH_KEYS_MAX; i++)
+                assert_int_equal(strv_push(&rec.cloud_init.ssh_authorized_keys, key), 0);
+        /* user_data of control bytes, each written as \u00XX. */
+        rec.cloud_init.user_data = malloc(INSTANCE_USER_DATA_MAX + 1);
+        assert_non_null(rec.cloud_init.user_data);
+        memset(rec.cloud_init.user_data, 0x01, INSTANCE_USER_DATA_MAX);
+        rec.cloud_init.user_data[INSTANCE_USER_DATA_MAX] = 0;
+        rec.volumes = calloc(INSTANCE_VOLUMES_MAX, sizeof *rec.volumes);
+        assert_non_null(rec.volumes);
+        for (size_t i = 0; i < INSTANCE_VOLUMES_MAX; i++) {
+                snprintf(rec.volumes[i].id, sizeof rec.volumes[i].id, "aaaaaaaaaaaaaaaaaa%02zu", i);
+                rec.volumes[i].state = INSTANCE_VOLUME_DETACHING;
+        }
+        rec.n_volumes = INSTANCE_VOLUMES_MAX;
+
+        _cleanup_free_ char *out = encode(&rec);
+        size_t n = strlen(out);
+        assert_true(n <= INSTANCE_RECORD_MAX);
+        /* The margin the cap's comment promises: more than a tenth is left. */
+        assert_true(n < INSTANCE_RECORD_MAX - INSTANCE_RECORD_MAX / 10);
 }
 
 typedef enum BadRecord {
@@ -1710,7 +1970,7 @@ static void test_load(void **state)
         assert_int_equal(
             instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &untouched, &error),
             -EBADMSG);
-        assert_string_equal(error, "instances/" ID1 "/instance.json: larger than 65536 bytes");
+        assert_string_equal(error, "instances/" ID1 "/instance.json: larger than 3145728 bytes");
 
         /* Not a regular file. */
         assert_int_equal(unlinkat(fx->instances, RECORD_PATH, 0), 0);
@@ -2074,6 +2334,10 @@ int main(void)
             T(test_other_records_round_trip),
             T(test_record_refusals),
             T(test_record_oversize),
+            T(test_earlier_shapes_load),
+            T(test_device_fields_round_trip),
+            T(test_device_fields_refused),
+            T(test_record_max_fits),
             T(test_to_json_refuses_bad_records),
             T(test_copy_and_clear),
             T(test_id_generate),
