@@ -3,6 +3,7 @@
 
 #include <jansson.h>
 
+#include "base/json-util.h"
 #include "config.h"
 
 _Static_assert(PROTOCOL_LINE_MAX == 65536, "AGENT-17's text names the limit");
@@ -77,16 +78,14 @@ static json_t *answer_command(const char *command, const GpuState *gpu)
 /* AGENT-14: the keys a request may have; the format is ours, so anything else is refused. */
 static json_t *check_request(json_t *req)
 {
-        const char *key;
-        json_t *value;
-
-        json_object_foreach (req, key, value)
-                if (!streq(key, "execute") && !streq(key, "arguments") && !streq(key, "id")) {
-                        _cleanup_free_ char *k = shown(key);
-                        if (!k)
-                                return NULL;
-                        return protocol_error_replyf("GenericError", "unknown key \"%s\"", k);
-                }
+        static const char *const keys[] = {"execute", "arguments", "id", NULL};
+        const char *key = json_first_unknown_key(req, keys);
+        if (key) {
+                _cleanup_free_ char *k = shown(key);
+                if (!k)
+                        return NULL;
+                return protocol_error_replyf("GenericError", "unknown key \"%s\"", k);
+        }
 
         json_t *execute = json_object_get(req, "execute");
         if (!execute)

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 
+#include "base/json-util.h"
 #include "health-internal.h"
 
 static const Timestamp timestamp_zero = {.sec = TIMESTAMP_ZERO_SEC};
@@ -348,23 +349,6 @@ static bool string_or_absent(json_t *o, const char *key)
         return !v || json_is_string(v);
 }
 
-/* The first key of o that is not in keys, or NULL. */
-static const char *first_unknown_key(json_t *o, const char *const *keys, size_t n_keys)
-{
-        const char *key;
-        json_t *value;
-
-        json_object_foreach (o, key, value) {
-                size_t i;
-                for (i = 0; i < n_keys; i++)
-                        if (streq(key, keys[i]))
-                                break;
-                if (i == n_keys)
-                        return key;
-        }
-        return NULL;
-}
-
 /* A valid, non-zero timestamp (GEN-9). */
 static bool json_timestamp(json_t *v, Timestamp *ret)
 {
@@ -485,9 +469,9 @@ static size_t first_repeat(KeyRef *keys, size_t n)
 
 static int validate_top(json_t *root, HealthState *s, char **error)
 {
-        static const char *const top_keys[] = {"version", "records",        "drains",
-                                               "breaker", "driver_version", "driver_changed_at"};
-        static const char *const breaker_keys[] = {"opened_at", "reason"};
+        static const char *const top_keys[] = {
+            "version", "records", "drains", "breaker", "driver_version", "driver_changed_at", NULL};
+        static const char *const breaker_keys[] = {"opened_at", "reason", NULL};
 
         json_t *v = json_object_get(root, "version");
         json_int_t version = v ? json_integer_value(v) : 0;
@@ -497,13 +481,13 @@ static int validate_top(json_t *root, HealthState *s, char **error)
                                  version);
         if (!json_is_array(json_object_get(root, "records")))
                 return error_set(error, -EINVAL, VALIDATE_PREFIX ": expected a records array");
-        const char *unknown = first_unknown_key(root, top_keys, ELEMENTSOF(top_keys));
+        const char *unknown = json_first_unknown_key(root, top_keys);
         if (unknown)
                 return unknown_key_error(error, VALIDATE_PREFIX, "", unknown);
 
         json_t *breaker = json_object_get(root, "breaker");
         if (breaker) {
-                unknown = first_unknown_key(breaker, breaker_keys, ELEMENTSOF(breaker_keys));
+                unknown = json_first_unknown_key(breaker, breaker_keys);
                 if (unknown)
                         return unknown_key_error(error, VALIDATE_PREFIX, "breaker.", unknown);
                 if (!json_timestamp(json_object_get(breaker, "opened_at"), &s->breaker_opened_at))
@@ -550,7 +534,7 @@ static int drain_compare(const void *a, const void *b)
 /* HEALTH-3, HEALTH-26: the optional "drains" list; a file without it has none. */
 static int validate_drains(json_t *drains, HealthState *s, char **error)
 {
-        static const char *const drain_keys[] = {"gpu", "reason", "drained_at"};
+        static const char *const drain_keys[] = {"gpu", "reason", "drained_at", NULL};
         size_t n = json_array_size(drains);
         if (n == 0)
                 return 0;
@@ -561,7 +545,7 @@ static int validate_drains(json_t *drains, HealthState *s, char **error)
         json_t *d;
         size_t i;
         json_array_foreach (drains, i, d) {
-                const char *unknown = first_unknown_key(d, drain_keys, ELEMENTSOF(drain_keys));
+                const char *unknown = json_first_unknown_key(d, drain_keys);
                 if (unknown)
                         return error_set(error, -EINVAL,
                                          VALIDATE_PREFIX " drain %zu: unknown key \"%s\"", i,
@@ -599,7 +583,8 @@ static int validate_drains(json_t *drains, HealthState *s, char **error)
 
 static int validate_failures(json_t *failures, size_t i, HealthRecord *out, char **error)
 {
-        static const char *const failure_keys[] = {"instance_id", "assigned_at", "reported_at"};
+        static const char *const failure_keys[] = {"instance_id", "assigned_at", "reported_at",
+                                                   NULL};
         size_t n = json_array_size(failures);
         if (n == 0)
                 return 0;
@@ -621,7 +606,7 @@ static int validate_failures(json_t *failures, size_t i, HealthRecord *out, char
                 if (strprintf(&prefix, VALIDATE_PREFIX " record %zu failure %zu", i, j) < 0)
                         return error_set_oom(error);
 
-                const char *unknown = first_unknown_key(f, failure_keys, ELEMENTSOF(failure_keys));
+                const char *unknown = json_first_unknown_key(f, failure_keys);
                 if (unknown)
                         return unknown_key_error(error, prefix, "", unknown);
 
@@ -657,12 +642,12 @@ static int validate_record(json_t *rec, size_t i, size_t repeated_address, Healt
                            char **error)
 {
         static const char *const record_keys[] = {"vf_address", "failures", "quarantined_at",
-                                                  "reason", "source"};
+                                                  "reason",     "source",   NULL};
         _cleanup_free_ char *prefix = NULL;
         if (strprintf(&prefix, VALIDATE_PREFIX " record %zu", i) < 0)
                 return error_set_oom(error);
 
-        const char *unknown = first_unknown_key(rec, record_keys, ELEMENTSOF(record_keys));
+        const char *unknown = json_first_unknown_key(rec, record_keys);
         if (unknown)
                 return unknown_key_error(error, prefix, "", unknown);
 

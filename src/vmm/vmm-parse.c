@@ -7,6 +7,7 @@
  */
 #include <limits.h>
 
+#include "base/json-util.h"
 #include "vmm/vmm.h"
 
 /* ---- numbers ------------------------------------------------------------------------------- */
@@ -355,21 +356,13 @@ static int qmp_error(char **error, const char *fmt, ...)
 /* Every key of o is one of the NULL-terminated allowed; else the first other one is named. */
 static int only_keys(json_t *o, const char *const *allowed, const char *where, char **error)
 {
-        const char *key;
-        json_t *v;
-        json_object_foreach (o, key, v) {
-                bool known = false;
-                for (const char *const *a = allowed; *a && !known; a++)
-                        known = streq(key, *a);
-                if (!known) {
-                        _cleanup_free_ char *quoted =
-                            escape_text(key, strlen(key), QMP_QUOTE_MAX, ESCAPE_QUOTE);
-                        if (!quoted)
-                                return error_set_oom(error);
-                        return qmp_error(error, "unknown key %s in %s", quoted, where);
-                }
-        }
-        return 0;
+        const char *key = json_first_unknown_key(o, allowed);
+        if (!key)
+                return 0;
+        _cleanup_free_ char *quoted = escape_text(key, strlen(key), QMP_QUOTE_MAX, ESCAPE_QUOTE);
+        if (!quoted)
+                return error_set_oom(error);
+        return qmp_error(error, "unknown key %s in %s", quoted, where);
 }
 
 static char *dup_string(json_t *s)

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "base/base.h"
+#include "base/json-util.h"
 #include "testlib.h"
 
 /* ---- syscall fault injection ----------------------------------------------------------------- */
@@ -371,6 +372,149 @@ static void test_uuid(void **state)
         /* A length that stops before the terminator is what is checked. */
         assert_true(uuid_text_is_valid("00000000-0000-0000-0000-000000000000/remove", 36, true));
         assert_false(uuid_is_lowercase(NULL));
+}
+
+/* ---- json_schema_read (STYLE.md rule 9) ---- */
+
+typedef struct Inner {
+        const char *name;
+        bool on;
+} Inner;
+
+typedef struct Outer {
+        json_int_t count;
+        const char *label;
+        json_t *inner, *items, *tags;
+        Inner inner_v;
+        size_t n_items, n_tags;
+} Outer;
+
+static const JsonField inner_fields[] = {
+    {"name", JSON_FIELD_STRING, true, JSON_AT(Inner, name)},
+    {"on", JSON_FIELD_BOOLEAN, false, JSON_AT(Inner, on)},
+    {NULL},
+};
+
+static int count_item(const void *element, const char *path, void *view, int code, char **error)
+{
+        const Inner *item = element;
+        Outer *o = view;
+        if (streq(item->name, "bad"))
+                return error_set(error, code, "%s.name is bad", path);
+        o->n_items++;
+        return 0;
+}
+
+static int count_tag(const void *element, const char *path, void *view, int code, char **error)
+{
+        ((Outer *)view)->n_tags += strlen(*(const char *const *)element) > 0;
+        return 0;
+}
+
+static const JsonField outer_fields[] = {
+    {"count", JSON_FIELD_INTEGER, true, JSON_AT(Outer, count)},
+    {"label", JSON_FIELD_STRING, false, JSON_AT(Outer, label), .max = 5},
+    {"inner", JSON_FIELD_OBJECT, false, JSON_AT(Outer, inner), .fields = inner_fields,
+     .nested_offset = JSON_AT(Outer, inner_v)},
+    {"items", JSON_FIELD_ARRAY, false, JSON_AT(Outer, items), .max = 3,
+     .element_type = JSON_FIELD_OBJECT, .element_fields = inner_fields,
+     .element_size = sizeof(Inner), .each = count_item},
+    {"tags", JSON_FIELD_ARRAY, false, JSON_AT(Outer, tags), .element_type = JSON_FIELD_STRING,
+     .element_max = 3, .each = count_tag},
+    {NULL},
+};
+
+static int read_outer(const char *text, Outer *view, char **error)
+{
+        json_auto_t *o = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+        assert_non_null(o);
+        *view = (Outer){0};
+        int r = json_schema_read(o, "", outer_fields, view, -EBADMSG, error);
+        /* The view borrows from o: keep only what the test compares after it is gone. */
+        view->label = view->label ? "set" : NULL;
+        view->inner_v.name = view->inner_v.name ? "set" : NULL;
+        view->inner = view->items = view->tags = NULL;
+        return r;
+}
+
+static void test_json_schema_read(void **state)
+{
+        Outer v;
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(read_outer("{\"count\": 3, \"label\": \"abc\", \"inner\": {\"name\": "
+                                    "\"x\", \"on\": true}, \"items\": [{\"name\": \"a\"}, "
+                                    "{\"name\": \"b\"}], \"tags\": [\"t\", \"\"]}",
+                                    &v, &error),
+                         0);
+        assert_null(error);
+        assert_int_equal(v.count, 3);
+        assert_string_equal(v.label, "set");
+        assert_string_equal(v.inner_v.name, "set");
+        assert_true(v.inner_v.on);
+        assert_int_equal(v.n_items, 2);
+        assert_int_equal(v.n_tags, 1);
+
+        /* Optional fields absent: the view keeps what it held. */
+        assert_int_equal(read_outer("{\"count\": -1}", &v, &error), 0);
+        assert_null(v.label);
+        assert_int_equal(v.n_items, 0);
+
+        /* Each refusal names the field by its path from the root. */
+        static const struct {
+                const char *text, *message;
+        } refused[] = {
+            {"{}", "count is required"},
+            {"{\"count\": 1, \"colour\": 2}", "unknown key \"colour\""},
+            {"{\"count\": 1, \"\\u001b[2J\": 2}", "unknown key \"\\x1b[2J\""},
+            {"{\"count\": \"1\"}", "count must be an integer"},
+            {"{\"count\": 1.0}", "count must be an integer"},
+            {"{\"count\": 1, \"label\": \"abcdef\"}", "label must be at most 5 bytes"},
+            {"{\"count\": 1, \"inner\": []}", "inner must be an object"},
+            {"{\"count\": 1, \"inner\": {}}", "inner.name is required"},
+            {"{\"count\": 1, \"inner\": {\"name\": \"x\", \"on\": 1}}",
+             "inner.on must be a boolean"},
+            {"{\"count\": 1, \"inner\": {\"name\": \"x\", \"off\": 1}}",
+             "unknown key \"inner.off\""},
+            {"{\"count\": 1, \"items\": {}}", "items must be an array"},
+            {"{\"count\": 1, \"items\": [{\"name\": \"a\"}, 7]}", "items[1] must be an object"},
+            {"{\"count\": 1, \"items\": [{\"name\": \"a\"}, {}, {}]}", "items[1].name is required"},
+            {"{\"count\": 1, \"items\": [{\"name\": \"a\"}, {\"name\": \"b\", \"x\": 0}]}",
+             "unknown key \"items[1].x\""},
+            {"{\"count\": 1, \"items\": [{\"name\": \"bad\"}]}", "items[0].name is bad"},
+            {"{\"count\": 1, \"items\": [{\"name\": \"a\"}, {\"name\": \"a\"}, {\"name\": \"a\"}, "
+             "{\"name\": \"a\"}]}",
+             "items must hold at most 3 entries"},
+            {"{\"count\": 1, \"tags\": [\"abcd\"]}", "tags[0] must be at most 3 bytes"},
+            {"{\"count\": 1, \"tags\": [null]}", "tags[0] must be a string"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(refused); i++) {
+                _cleanup_free_ char *why = NULL;
+                assert_int_equal(read_outer(refused[i].text, &v, &why), -EBADMSG);
+                if (!why || !streq(why, refused[i].message))
+                        fail_msg("%s: \"%s\", expected \"%s\"", refused[i].text,
+                                 why ? why : "(none)", refused[i].message);
+        }
+
+        /* A nested object's path: the caller's path comes first. */
+        json_auto_t *o = json_loads("{\"name\": 1}", 0, NULL);
+        Inner inner = {0};
+        _cleanup_free_ char *why = NULL;
+        assert_int_equal(json_schema_read(o, "boot", inner_fields, &inner, -EINVAL, &why), -EINVAL);
+        assert_string_equal(why, "boot.name must be a string");
+}
+
+/* The one unknown-key walk, over a table or a plain list of names. */
+static void test_json_first_unknown_key(void **state)
+{
+        static const char *const names[] = {"a", "b", NULL};
+        json_auto_t *ok = json_loads("{\"b\": 1, \"a\": 2}", 0, NULL);
+        json_auto_t *bad = json_loads("{\"a\": 1, \"c\": 2, \"d\": 3}", 0, NULL);
+        json_auto_t *empty = json_object();
+        assert_null(json_first_unknown_key(ok, names));
+        assert_string_equal(json_first_unknown_key(bad, names), "c");
+        assert_null(json_first_unknown_key(empty, names));
+        assert_string_equal(json_first_unknown_key_in(bad, inner_fields, sizeof *inner_fields),
+                            "a");
 }
 
 /* GEN-5 */
@@ -1720,6 +1864,8 @@ int main(void)
             cmocka_unit_test(test_pci_address_valid),
             cmocka_unit_test(test_pci_address_invalid),
             cmocka_unit_test(test_uuid),
+            cmocka_unit_test(test_json_schema_read),
+            cmocka_unit_test(test_json_first_unknown_key),
             cmocka_unit_test(test_parse_duration_valid),
             cmocka_unit_test(test_parse_duration_invalid),
             cmocka_unit_test(test_parse_duration_overflow),
