@@ -200,8 +200,10 @@ void instance_record_clear_hypervisor(InstanceRecord *r);
  * says so and strings elsewhere, empty objects and absent values omitted, timestamps per GEN-8
  * and GEN-9 (claimed_at is compared as a string, so it must be GEN-8's exact rendering). Load
  * also re-checks INST-3..5 and that a claim is whole (framework, device_path and claimed_at
- * together; mdev_uuid exactly for mdev) so a damaged file never yields a half claim.
- * Failures: -EBADMSG with a message naming the key.
+ * together; mdev_uuid exactly for mdev) so a damaged file never yields a half claim. The
+ * device fields are optional, so that records of every earlier shape load: their counts are
+ * integers (disk.size_gb, network.prefix, ports' host and guest), volumes' readonly a boolean.
+ * Failures: -EBADMSG with a message naming the key by its path ("volumes[2].id").
  */
 int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_size);
 int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret, char **error);

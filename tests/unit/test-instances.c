@@ -910,7 +910,7 @@ static void test_device_fields_refused(void **state)
 static void test_record_max_fits(void **state)
 {
         /* Keys whose every byte is written escaped: the worst a key can cost as JSON. */
-        _cleanup_free_ char *key = malloc(INSTANCE_SSH_KEY_MAX + 1), *list = NULL;
+        _cleanup_free_ char *key = malloc(INSTANCE_SSH_KEY_MAX + 1);
         assert_non_null(key);
         memset(key, '"', INSTANCE_SSH_KEY_MAX);
         key[INSTANCE_SSH_KEY_MAX] = 0;
