@@ -56,7 +56,7 @@ _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 
 def duration_seconds(text, what="a log line"):
-    """A duration in format_duration()'s form as logged (OPS-4 quotes µs as \\xc2\\xb5), in
+    """A duration in format_duration()'s form as logged (GEN-12: "us", once "\\xc2\\xb5s"), in
     seconds."""
     t = text.strip('"').replace("\\xc2\\xb5", "u").replace("\u00b5", "u")
     if t == "0s":

@@ -228,9 +228,13 @@ char *format_duration(nsec_t d, char buf[static DURATION_STRLEN])
                         prec = 0;
                         tmp[--w] = 'n';
                 } else if (u < NSEC_PER_MSEC) {
+                        /*
+                         * Go writes the micro sign; logfmt escapes every byte above ASCII, so
+                         * log lines would read "\xc2\xb5s". "us", which Go also parses, reads
+                         * the same in the log, the API and the journal (GEN-12).
+                         */
                         prec = 3;
-                        tmp[--w] = (char)0xb5; /* U+00B5 MICRO SIGN in UTF-8 */
-                        tmp[--w] = (char)0xc2;
+                        tmp[--w] = 'u';
                 } else {
                         prec = 6;
                         tmp[--w] = 'm';
