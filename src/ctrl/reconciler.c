@@ -318,7 +318,10 @@ static void on_instances_done(const InstanceReconcileResult *res, void *userdata
         if (res->unreadable > 0) {
                 /* REC-3: a record that may hold a claim cannot be read: the pass stops. */
                 stage_failed(rc, RECONCILE_STAGE_LIST_INSTANCES, res->unreadable_id,
-                             "instance record unreadable; the rest of the pass is skipped");
+                             res->unreadable_transient
+                                 ? "instance record not loaded for want of descriptors; the rest "
+                                   "of the pass is skipped and the next pass retries"
+                                 : "instance record unreadable; the rest of the pass is skipped");
                 p->aborted = true;
         }
         p->released += res->released;

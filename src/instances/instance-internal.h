@@ -127,3 +127,27 @@ void instance_ops_reserved(Instance *i);
  */
 const char *instance_ops_unrecorded_release(const Instance *i);
 void instance_op_free(Op *op);
+
+/*
+ * A record that could not be loaded for want of descriptors (EMFILE, ENFILE) says nothing about
+ * the record: it is not loaded yet, and the next reconcile pass tries again (INST-22, REC-3).
+ * Placement stays disabled meanwhile, as for an unreadable record, since it may hold a claim.
+ */
+static inline bool instance_load_failure_is_transient(int r)
+{
+        return r == -EMFILE || r == -ENFILE;
+}
+
+/* The log line and the disabled reason's wording for a record that did not load. */
+static inline const char *instance_load_failure_event(int r)
+{
+        return instance_load_failure_is_transient(r)
+                   ? "instance record not loaded for want of descriptors; retried on the next pass"
+                   : "instance record unreadable";
+}
+
+static inline const char *instance_load_failure_reason(int r)
+{
+        return instance_load_failure_is_transient(r) ? "not loaded, retried on the next pass"
+                                                     : "unreadable";
+}

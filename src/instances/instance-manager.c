@@ -680,11 +680,11 @@ static int load_one(InstanceManager *m, const char *id, const VfioScan *scan)
                 free(i);
                 if (r == -ENOMEM)
                         return r;
-                log_line(LOG_LEVEL_ERR, r, "instance record unreadable", "instance_id", id, "error",
-                         err, NULL);
+                log_line(instance_load_failure_is_transient(r) ? LOG_LEVEL_WARNING : LOG_LEVEL_ERR,
+                         r, instance_load_failure_event(r), "instance_id", id, "error", err, NULL);
                 if (!m->disabled_reason &&
-                    strprintf(&m->disabled_reason, "instance record %s/instances/%s unreadable: %s",
-                              m->config->data_dir, id, err) < 0)
+                    strprintf(&m->disabled_reason, "instance record %s/instances/%s %s: %s",
+                              m->config->data_dir, id, instance_load_failure_reason(r), err) < 0)
                         return -ENOMEM;
                 return 0;
         }

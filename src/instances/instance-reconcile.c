@@ -319,13 +319,21 @@ static bool wants_probe(const Instance *i)
 
 /* ---- list_instances (REC-3) and the .deleted-* retries (REC-10) ---------------------------- */
 
+/* A record the listing could not load: its id, the load's result and text. */
+typedef struct Unloadable {
+        char id[INSTANCE_ID_LEN + 1];
+        int r;
+        char *error;
+} Unloadable;
+
 typedef struct ListJob {
         int dirfd;
         const char *runtime_instances; /* the manager's: it outlives the pool's jobs */
         char **known;                  /* ids in memory: not loaded again */
         InstanceRecord *loaded;
         size_t n_loaded;
-        char **unreadable; /* "<id>\n<error>" */
+        Unloadable *unreadable; /* records that did not load, in listing order */
+        size_t n_unreadable;
 } ListJob;
 
 static void list_job_free(void *data)
@@ -335,7 +343,9 @@ static void list_job_free(void *data)
                 instance_record_done(&j->loaded[k]);
         free(j->loaded);
         strv_free(j->known);
-        strv_free(j->unreadable);
+        for (size_t k = 0; k < j->n_unreadable; k++)
+                free(j->unreadable[k].error);
+        free(j->unreadable);
         free(j);
 }
 
@@ -345,6 +355,21 @@ static bool strv_has(char *const *v, const char *s)
                 if (streq(*v, s))
                         return true;
         return false;
+}
+
+static int unloadable_push(ListJob *j, const char *id, int r, const char *error)
+{
+        Unloadable *n = reallocarray(j->unreadable, j->n_unreadable + 1, sizeof *n);
+        if (!n)
+                return -ENOMEM;
+        j->unreadable = n;
+        Unloadable *u = &n[j->n_unreadable];
+        *u = (Unloadable){.r = r, .error = strdup(error ? error : strerror(-r))};
+        if (!u->error)
+                return -ENOMEM;
+        snprintf(u->id, sizeof u->id, "%s", id);
+        j->n_unreadable++;
+        return 0;
 }
 
 static int list_job_run(void *data, char **error)
@@ -364,13 +389,12 @@ static int list_job_run(void *data, char **error)
                 if (strv_has(j->known, *id))
                         continue;
                 InstanceRecord rec = {0};
-                _cleanup_free_ char *e = NULL, *line = NULL;
+                _cleanup_free_ char *e = NULL;
                 int k = instance_record_load_at(j->dirfd, j->runtime_instances, *id, &rec, &e);
                 if (k == -ENOENT)
                         continue; /* removed meanwhile */
                 if (k < 0) {
-                        if (strprintf(&line, "%s\n%s", *id, e ? e : strerror(-k)) < 0 ||
-                            strv_push(&j->unreadable, line) < 0)
+                        if (unloadable_push(j, *id, k, e) < 0)
                                 r = error_set_oom(error);
                         continue;
                 }
@@ -421,17 +445,22 @@ static void list_job_done(int r, void *data, const char *error, void *userdata)
         /* INST-22: the reason follows what is unreadable now. */
         free(m->disabled_reason);
         m->disabled_reason = NULL;
-        for (char **u = j->unreadable; u && *u; u++) {
-                char *nl = strchr(*u, '\n');
-                *nl = 0;
-                if (s->result.unreadable++ == 0)
-                        snprintf(s->result.unreadable_id, sizeof s->result.unreadable_id, "%s", *u);
-                log_line(LOG_LEVEL_ERR, 0, "instance record unreadable", "instance_id", *u, "error",
-                         nl + 1, NULL);
+        for (size_t k = 0; k < j->n_unreadable; k++) {
+                const Unloadable *u = &j->unreadable[k];
+                if (s->result.unreadable++ == 0) {
+                        snprintf(s->result.unreadable_id, sizeof s->result.unreadable_id, "%s",
+                                 u->id);
+                        s->result.unreadable_transient = instance_load_failure_is_transient(u->r);
+                }
+                log_line(instance_load_failure_is_transient(u->r) ? LOG_LEVEL_WARNING
+                                                                  : LOG_LEVEL_ERR,
+                         u->r, instance_load_failure_event(u->r), "instance_id", u->id, "error",
+                         u->error, NULL);
                 if (!m->disabled_reason)
                         (void)strprintf(&m->disabled_reason,
-                                        "instance record %s/instances/%s unreadable: %s",
-                                        m->config->data_dir, *u, nl + 1);
+                                        "instance record %s/instances/%s %s: %s",
+                                        m->config->data_dir, u->id,
+                                        instance_load_failure_reason(u->r), u->error);
         }
         if (s->result.unreadable == 0)
                 start_probes(s);

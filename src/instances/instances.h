@@ -403,7 +403,11 @@ void instance_manager_start_recovery(InstanceManager *m);
 
 Claimer *instance_manager_get_claimer(InstanceManager *m);
 
-/* INST-22's `instance record <dir> unreadable: <err>`, NULL when every record loaded. */
+/*
+ * INST-22's `instance record <dir> unreadable: <err>`, or `instance record <dir> not loaded,
+ * retried on the next pass: <err>` when the process ran out of descriptors (a resource
+ * failure, not a bad record); NULL when every record loaded.
+ */
 const char *instance_manager_disabled_reason(const InstanceManager *m);
 
 /*
@@ -474,6 +478,7 @@ typedef struct InstanceReconcileResult {
          */
         unsigned unreadable;
         char unreadable_id[INSTANCE_ID_LEN + 1];
+        bool unreadable_transient;   /* the first failed for want of descriptors, not its content */
         unsigned loaded;             /* records found on disk and taken in (REC-3) */
         unsigned checked;            /* claims and Deleting records whose liveness was resolved */
         unsigned released;           /* stale claims released (REC-4) */

@@ -22,6 +22,7 @@
 # Run by tests/integration/run-with-sim.sh (a private PID namespace with the simulator mounted,
 # SIM-21). One daemon (and its restart), rows in sequence; every fault and NVML setting is
 # cleared, whatever happens. Output is TAP; each check names the SPEC requirements it covers.
+import errno
 import json
 import os
 import re
@@ -691,6 +692,37 @@ def check_restart(work, config, secret, daemons, c, d):
     g = get(c, keep["id"])
     eq(g and g["state"], "Stopped", "INST-21: the stopped record is loaded as Stopped")
     nothing_lost(c, "after the restart")
+
+    # INST-22, REC-3: out of descriptors is no bad record: it is said so, and a later pass loads
+    # the record. The fault fails two opens: the start-up load's and the start-up pass's, both
+    # before readiness (REC-1).
+    daemons.remove(d)
+    stop(d, " (before the second restart)")
+    emfile = "fault open data/instances/%s/instance.json EMFILE count=2" % keep["id"]
+    sim_ctl(emfile)
+    try:
+        d, c = start(work, "restarted-emfile", config, secret, sock)
+        daemons.append(d)
+        if not c:
+            return
+        want = ("instance record %s/instances/%s not loaded, retried on the next pass: read "
+                "instances/%s/instance.json: %s" % (
+                    os.path.join(os.environ["VGPU_SIM_MOUNT"], "data"), keep["id"], keep["id"],
+                    os.strerror(errno.EMFILE)))
+        eq(gpu_body(c).get("placement_disabled_reason"), want,
+           "INST-22 (%s): a record not loaded for want of descriptors says so: '%s'"
+           % (emfile, want))
+        ok(log_count(d, r"<4>instance record not loaded for want of descriptors; retried on the "
+                        r"next pass .*instance_id=%s .*" % keep["id"]) == 2 and
+           log_count(d, r"<3>instance record unreadable .*") == 0,
+           "INST-22 (%s): logged as a resource failure, not as an unreadable record" % emfile)
+    finally:
+        sim_ctl("clear-faults")
+    ok(poll(lambda: "placement_disabled_reason" not in gpu_body(c), 20, 0.2),
+       "INST-22, REC-3 (%s): the next pass loads the record and placement comes back" % emfile,
+       gpu_body(c))
+    g = get(c, keep["id"])
+    eq(g and g["state"], "Stopped", "INST-22: the retried record is loaded as Stopped")
     eq(delete(c, keep["id"])[0], 204, "rs-01 is deleted")
     daemons.remove(d)
     stop(d, " (restarted)")
