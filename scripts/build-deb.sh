@@ -79,10 +79,9 @@ mkdir -p "$work/debian"
 cp "$pkgdir/control" "$pkgdir/changelog" "$work/debian/"
 meson install -C "$build" --no-rebuild --destdir "$root" >/dev/null
 
-# vgpu-agent goes into guest images (OPS-5, docs/AGENT.md), never onto the host; src/agent
-# installs it because `meson install` serves guest-image builders too. Its man page goes with
-# it.
-find "$root" -name 'vgpu-agent*' -exec rm -f {} +
+# vgpu-agent goes into guest images (OPS-5, docs/AGENT.md), never onto the host: without
+# -Dagent=true meson installs neither it nor its man page. Checked, since a package that
+# carried it would put a guest binary on every host.
 if [ -n "$(find "$root" -name '*vgpu-agent*')" ]; then
         echo "build-deb: vgpu-agent is still in the staging root" >&2
         exit 1

@@ -11,7 +11,8 @@
 #    parser, which the test learns from the daemon itself (vgpud --check-config prints every key
 #    the parser's table holds, and --set of each of them is accepted while an unknown key is
 #    refused), and every key entry it has is a key the parser accepts;
-#  - meson install puts the four pages under <mandir>/man{1,5,8}/.
+#  - meson install puts the pages under <mandir>/man{1,5,8}/, vgpu-agent's (and the agent) only
+#    with -Dagent=true.
 #
 # Usage: test-man.py SOURCE_ROOT BUILD_ROOT VGPUD VGPUCTL VGPU_AGENT MESON [MANDOC]
 import json
@@ -334,6 +335,7 @@ def test_install():
         rc, out, err = run([MESON, "install", "-C", BUILD_ROOT, "--no-rebuild", "--quiet",
                             "--tags", "man", "--destdir", dest], timeout=120)
         ok(rc == 0, "OPS-5: meson install --destdir --tags man", "rc=%d\n%s%s" % (rc, out, err))
+        agent = options.get("agent") is True
         for page in PAGES:
             section = page.rsplit(".", 1)[1]
             path = os.path.join(dest, mandir.lstrip("/"), "man" + section, page)
@@ -343,9 +345,22 @@ def test_install():
             if os.path.exists(path):
                 with open(path, "rb") as f:
                     got = f.read()
+            if page == "vgpu-agent.8" and not agent:
+                # OPS-5: the guest agent's page goes with the agent, which -Dagent=true installs.
+                ok(got is None, "OPS-5: vgpu-agent.8 is not installed without -Dagent=true")
+                continue
             ok(got == want, "OPS-5: %s installed as %s" % (page, os.path.relpath(path, dest)),
                "installed: %s" % sorted(os.path.relpath(os.path.join(d, n), dest)
                                         for d, _, ns in os.walk(dest) for n in ns))
+
+        # OPS-5: vgpu-agent is a guest artefact; a host's meson install leaves it out unless
+        # -Dagent=true asks for it (guest-image builders).
+        rc, out, err = run([MESON, "install", "-C", BUILD_ROOT, "--no-rebuild", "--quiet",
+                            "--tags", "runtime", "--destdir", dest], timeout=120)
+        installed = [n for _, _, ns in os.walk(dest) for n in ns]
+        ok(rc == 0 and ("vgpud" in installed) and (("vgpu-agent" in installed) == agent),
+           "OPS-5: meson install puts vgpu-agent in only with -Dagent=true (agent=%s)" % agent,
+           "rc=%d %s\n%s" % (rc, sorted(installed), err))
     finally:
         shutil.rmtree(dest, ignore_errors=True)
 
