@@ -288,6 +288,16 @@ int log_line(int level, int error, const char *message, ...) _sentinel_;
  */
 void logfmt_append(char *buf, size_t size, const char *key, const char *value);
 
+/*
+ * OPS-13: when JOURNAL_STREAM names the stream stderr is (systemd started the process with its
+ * output to the journal), log lines go to the journal through its native protocol instead, with
+ * PRIORITY, SYSLOG_IDENTIFIER (identifier), ERRNO and the fields VGPUD_INSTANCE, VGPUD_VF and
+ * VGPUD_GPU from the pairs instance_id, vf and gpu; a datagram that cannot be sent at once (the
+ * socket never blocks) falls back to stderr. 1: the journal is used; 0: stderr stays; -errno:
+ * the socket cannot be had.
+ */
+int log_open_journal(const char *identifier);
+
 #define log_full_errno(level, error, ...) log_kv(level, error, __VA_ARGS__)
 #define log_error_errno(error, ...) log_kv(LOG_LEVEL_ERR, error, __VA_ARGS__)
 #define log_warning_errno(error, ...) log_kv(LOG_LEVEL_WARNING, error, __VA_ARGS__)

@@ -134,6 +134,11 @@ int cmd_daemon(int argc, char **argv)
         }
 
         raise_fd_limit();
+        /* OPS-13: under systemd, lines go to the journal with their VF, GPU and instance. */
+        r = log_open_journal("vgpud");
+        if (r < 0)
+                log_line(LOG_LEVEL_WARNING, r, "journal socket unavailable; logging to stderr",
+                         NULL);
         _cleanup_manager_ Manager *m = NULL;
         r = manager_new(&m);
         if (r < 0) {
