@@ -2,6 +2,13 @@
 /*
  * The command line of VMM-1, read the way QEMU reads it, but refusing everything vgpud does not
  * generate: a fake that tolerated more than the daemon emits could not catch a daemon bug.
+ *
+ * The grammar is generic where QEMU's is: any number of -chardev, -add-fd, -blockdev (keyval or
+ * JSON, flattened to the same dotted keys), -netdev and -device, each checked against a table of
+ * the drivers and keys fake-qemu knows how to check; an unknown driver or key is refused by
+ * name. Then the cross-references are resolved as QEMU resolves them at start: a device's
+ * drive= names a node, a node's file an fd set holding a descriptor of the access mode the node
+ * needs, a netdev's fd= an open descriptor, and every node, netdev and chardev has its one user.
  */
 #include "fake-qemu.h"
 
@@ -10,9 +17,13 @@
 
 #include <sys/un.h>
 
-/* No option of VMM-1 has more than five elements; a few more leave room for error messages. */
-#define OPT_ELEMENTS_MAX 8
+/* No option of VMM-1 has more than ten elements; a few more leave room for error messages. */
+#define OPT_ELEMENTS_MAX 16
 #define CHARDEVS_MAX 8
+#define NODES_MAX 16
+#define NETDEVS_MAX 4
+#define DRIVE_USERS_MAX 16
+#define NETDEV_USERS_MAX 4
 
 typedef struct OptElements {
         const char *option; /* "-chardev", for messages */
@@ -137,13 +148,111 @@ static int opt_take_fixed(OptElements *o, const char *key, const char *want, con
         return 0;
 }
 
+/* Every key left is one fake-qemu does not know how to check: named, never ignored. */
 static int opt_check_all_taken(const OptElements *o, const char *arg, char **error)
 {
         for (size_t i = 0; i < o->n; i++)
                 if (!o->taken[i])
-                        return error_set(error, -EINVAL, "%s %s: unexpected parameter '%s'",
-                                         o->option, arg, o->key[i] ? o->key[i] : o->value[i]);
+                        return error_set(error, -EINVAL, "%s %s: unknown key '%s'", o->option, arg,
+                                         o->key[i] ? o->key[i] : o->value[i]);
         return 0;
+}
+
+/* An optional key whose value must be one of choices ("on|off"); *ret NULL when absent. */
+static int opt_take_choice(OptElements *o, const char *key, const char *choices, const char *arg,
+                           const char **ret, char **error)
+{
+        const char *v = opt_take(o, key);
+        *ret = v;
+        if (!v)
+                return 0;
+        size_t n = strlen(v);
+        for (const char *c = choices; *c;) {
+                const char *end = strchrnul(c, '|');
+                if ((size_t)(end - c) == n && strncmp(c, v, n) == 0)
+                        return 0;
+                c = *end ? end + 1 : end;
+        }
+        return error_set(error, -EINVAL, "%s %s: key '%s' must be one of %s, got '%s'", o->option,
+                         arg, key, choices, v);
+}
+
+/*
+ * A JSON option value ({"driver": "raw", "file": {"driver": "file", ...}}) as the dotted keys
+ * QEMU's keyval form would give (file.driver=file): both forms then meet the same checks.
+ * Booleans read on/off, integers decimal; arrays and null are nothing vgpud passes.
+ */
+static int opt_flatten_json(OptElements *o, const char *prefix, json_t *obj, const char *arg,
+                            char **error)
+{
+        const char *key;
+        json_t *v;
+        json_object_foreach (obj, key, v) {
+                _cleanup_free_ char *name = NULL, *value = NULL;
+                if (strprintf(&name, "%s%s", prefix, key) < 0)
+                        return -ENOMEM;
+                if (json_is_object(v)) {
+                        _cleanup_free_ char *sub = NULL;
+                        if (strprintf(&sub, "%s.", name) < 0)
+                                return -ENOMEM;
+                        int r = opt_flatten_json(o, sub, v, arg, error);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                if (json_is_string(v))
+                        value = strdup(json_string_value(v));
+                else if (json_is_boolean(v))
+                        value = strdup(json_is_true(v) ? "on" : "off");
+                else if (json_is_integer(v)) {
+                        if (strprintf(&value, "%" JSON_INTEGER_FORMAT, json_integer_value(v)) < 0)
+                                value = NULL;
+                } else
+                        return error_set(error, -EINVAL,
+                                         "%s %s: key '%s' has a value of a type "
+                                         "vgpud never passes",
+                                         o->option, arg, name);
+                if (!value)
+                        return -ENOMEM;
+                if (o->n == OPT_ELEMENTS_MAX)
+                        return error_set(error, -E2BIG, "%s %s: too many parameters", o->option,
+                                         arg);
+                o->key[o->n] = TAKE_PTR(name);
+                o->value[o->n] = TAKE_PTR(value);
+                o->n++;
+        }
+        return 0;
+}
+
+/* QEMU's JSON option syntax: one object, duplicate keys refused as QEMU refuses them. */
+static int opt_elements_parse_json(const char *option, const char *arg, OptElements *ret,
+                                   char **error)
+{
+        _cleanup_(opt_elements_done) OptElements o = {.option = option};
+        json_error_t jerr;
+        json_auto_t *obj = json_loads(arg, JSON_REJECT_DUPLICATES, &jerr);
+        if (!obj || !json_is_object(obj))
+                return error_set(error, -EINVAL, "%s %s: invalid JSON: %s", option, arg,
+                                 obj ? "not an object" : jerr.text);
+        int r = opt_flatten_json(&o, "", obj, arg, error);
+        if (r < 0)
+                return r;
+        *ret = o;
+        o.n = 0;
+        return 0;
+}
+
+/* QEMU's node-name and id rule: a letter, then letters, digits, '-', '.', '_', under 32. */
+static bool qemu_id_is_valid(const char *id)
+{
+        size_t n = strlen(id);
+        if (n == 0 || n > 31 || !((id[0] >= 'a' && id[0] <= 'z') || (id[0] >= 'A' && id[0] <= 'Z')))
+                return false;
+        for (const char *p = id; *p; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                      (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_'))
+                        return false;
+        return true;
 }
 
 typedef enum ChardevKind {
@@ -163,7 +272,27 @@ typedef struct FdSet {
         int fd, id;
 } FdSet;
 
-#define FDSETS_MAX 8
+#define FDSETS_MAX 16
+
+/* A -blockdev node: its file is /dev/fdset/<set>. */
+typedef struct Node {
+        char *name;
+        int set;
+        bool read_only;
+        bool used;
+} Node;
+
+/* A -netdev tap on inherited descriptors. */
+typedef struct Netdev {
+        char *id;
+        bool used;
+} Netdev;
+
+/* A device's reference to a node or netdev, resolved once everything is parsed. */
+typedef struct Use {
+        char *device; /* "virtio-blk-pci", for messages */
+        char *name;
+} Use;
 
 /* Everything the loop collects before the cross-references can be resolved. */
 typedef struct ArgsState {
@@ -177,14 +306,27 @@ typedef struct ArgsState {
         char *port_chardev;
         FdSet fdsets[FDSETS_MAX]; /* -add-fd */
         size_t n_fdsets;
-        char *blockdev_node; /* -blockdev node-name= */
-        int blockdev_set;    /* the fd set its file.filename=/dev/fdset/<n> names */
-        bool blockdev_readonly;
-        char *blk_drive; /* -device virtio-blk-pci,drive= */
+        Node nodes[NODES_MAX]; /* -blockdev */
+        size_t n_nodes;
+        Netdev netdevs[NETDEVS_MAX]; /* -netdev */
+        size_t n_netdevs;
+        Use drive_users[DRIVE_USERS_MAX]; /* -device ...,drive= */
+        size_t n_drive_users;
+        Use netdev_users[NETDEV_USERS_MAX]; /* -device virtio-net-pci,netdev= */
+        size_t n_netdev_users;
+        uint64_t bootindexes; /* bit n: bootindex n is taken */
         size_t n_accel;
         bool seen_machine, seen_cpu, seen_smp, seen_m, seen_nodefaults, seen_no_user_config,
             seen_display, seen_port;
 } ArgsState;
+
+static void uses_done(Use *u, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                free(u[i].device);
+                free(u[i].name);
+        }
+}
 
 static void args_state_done(ArgsState *s)
 {
@@ -199,8 +341,12 @@ static void args_state_done(ArgsState *s)
         free(s->vser_id);
         free(s->port_bus);
         free(s->port_chardev);
-        free(s->blockdev_node);
-        free(s->blk_drive);
+        for (size_t i = 0; i < s->n_nodes; i++)
+                free(s->nodes[i].name);
+        for (size_t i = 0; i < s->n_netdevs; i++)
+                free(s->netdevs[i].id);
+        uses_done(s->drive_users, s->n_drive_users);
+        uses_done(s->netdev_users, s->n_netdev_users);
 }
 
 void fq_args_done(FqArgs *a)
@@ -213,7 +359,7 @@ void fq_args_done(FqArgs *a)
         free(a->kernel);
         free(a->initrd);
         free(a->append);
-        *a = (FqArgs){.disk_fd = -1};
+        *a = (FqArgs){0};
 }
 
 static int set_once(char **slot, const char *option, const char *value, char **error)
@@ -315,6 +461,16 @@ static int parse_chardev(ArgsState *s, const char *arg, char **error)
                 r = opt_take_fixed(&o, "wait", "off", arg, error);
                 if (r < 0)
                         return r;
+                /* CONS-1's console socket keeps a copy of the output in a log file. */
+                const char *logfile = opt_take(&o, "logfile"), *logappend = NULL;
+                r = opt_take_choice(&o, "logappend", "on|off", arg, &logappend, error);
+                if (r < 0)
+                        return r;
+                if (logfile && !logfile[0])
+                        return error_set(error, -EINVAL, "-chardev %s: logfile is empty", arg);
+                if (logappend && !logfile)
+                        return error_set(error, -EINVAL, "-chardev %s: logappend without logfile",
+                                         arg);
         } else if (streq_ptr(backend, "file")) {
                 kind = CHARDEV_FILE;
                 r = opt_take_fixed(&o, "append", "on", arg, error);
@@ -420,41 +576,171 @@ static int parse_add_fd(ArgsState *s, const char *arg, char **error)
         return 0;
 }
 
+/* A use of name by device, for resolve(). */
+static int add_use(Use *uses, size_t *n, size_t max, const char *device, const char *name,
+                   char **error)
+{
+        if (*n == max)
+                return error_set(error, -E2BIG, "-device %s: too many devices", device);
+        Use *u = &uses[(*n)++]; /* counted at once, so cleanup frees a half-made entry */
+        u->device = strdup(device);
+        u->name = strdup(name);
+        return u->device && u->name ? 0 : -ENOMEM;
+}
+
 /*
- * -blockdev driver=raw,node-name=<n>,read-only=on,file.driver=file,file.filename=/dev/fdset/<n>:
- * the one shape VMM-1 gives boot.disk (DISK-6, DISK-9: the driver is always named).
+ * -blockdev: a format node (raw or qcow2, always named: DISK-9 never lets QEMU probe) over a
+ * file node on /dev/fdset/<n> (vgpud passes every disk by descriptor), with DISK-9's options.
  */
 static int parse_blockdev(ArgsState *s, const char *arg, char **error)
 {
         _cleanup_(opt_elements_done) OptElements o = {0};
-        int r = opt_elements_parse("-blockdev", arg, false, &o, error);
+        int r = arg[0] == '{' ? opt_elements_parse_json("-blockdev", arg, &o, error)
+                              : opt_elements_parse("-blockdev", arg, false, &o, error);
         if (r < 0)
                 return r;
-        const char *node = NULL, *file = NULL, *ro = opt_take(&o, "read-only");
-        r = opt_take_fixed(&o, "driver", "raw", arg, error);
+        const char *driver = NULL, *node = NULL, *file = NULL, *ro = NULL, *direct = NULL,
+                   *discard = NULL, *zeroes = NULL;
+        r = opt_take_required(&o, "driver", arg, &driver, error);
+        if (r < 0)
+                return r;
+        if (!streq(driver, "raw") && !streq(driver, "qcow2"))
+                return error_set(error, -EINVAL, "-blockdev %s: unknown driver '%s'", arg, driver);
+        r = opt_take_required(&o, "node-name", arg, &node, error);
         if (r >= 0)
-                r = opt_take_required(&o, "node-name", arg, &node, error);
+                r = opt_take_choice(&o, "read-only", "on|off", arg, &ro, error);
         if (r >= 0)
-                r = opt_take_fixed(&o, "file.driver", "file", arg, error);
+                r = opt_take_choice(&o, "cache.direct", "on|off", arg, &direct, error);
+        if (r >= 0)
+                r = opt_take_choice(&o, "discard", "ignore|unmap", arg, &discard, error);
+        if (r >= 0)
+                r = opt_take_choice(&o, "detect-zeroes", "off|on|unmap", arg, &zeroes, error);
+        if (r >= 0)
+                r = opt_take_required(&o, "file.driver", arg, &driver, error);
+        if (r >= 0 && !streq(driver, "file"))
+                r = error_set(error, -EINVAL, "-blockdev %s: unknown driver '%s' for file", arg,
+                              driver);
         if (r >= 0)
                 r = opt_take_required(&o, "file.filename", arg, &file, error);
         if (r >= 0)
                 r = opt_check_all_taken(&o, arg, error);
         if (r < 0)
                 return r;
-        if (ro && !streq(ro, "on") && !streq(ro, "off"))
-                return error_set(error, -EINVAL, "-blockdev %s: read-only must be on or off", arg);
+        if (!qemu_id_is_valid(node))
+                return error_set(error, -EINVAL, "-blockdev %s: invalid node name '%s'", arg, node);
+        if (streq_ptr(zeroes, "unmap") && !streq_ptr(discard, "unmap"))
+                return error_set(error, -EINVAL,
+                                 "-blockdev %s: setting detect-zeroes to unmap is not allowed "
+                                 "without setting discard operation to unmap",
+                                 arg);
         const char *set = startswith(file, "/dev/fdset/");
         if (!set)
                 return error_set(error, -EINVAL,
                                  "-blockdev %s: file.filename must be /dev/fdset/<n> (vgpud passes "
                                  "disks by descriptor)",
                                  arg);
-        r = parse_int("-blockdev", arg, "file.filename", set, &s->blockdev_set, error);
+        Node n = {.read_only = streq_ptr(ro, "on")};
+        r = parse_int("-blockdev", arg, "file.filename", set, &n.set, error);
         if (r < 0)
                 return r;
-        s->blockdev_readonly = ro && streq(ro, "on");
-        return set_once(&s->blockdev_node, "-blockdev", node, error);
+        for (size_t i = 0; i < s->n_nodes; i++)
+                if (streq(s->nodes[i].name, node))
+                        return error_set(error, -EEXIST, "-blockdev %s: duplicate node name '%s'",
+                                         arg, node);
+        if (s->n_nodes == NODES_MAX)
+                return error_set(error, -E2BIG, "-blockdev %s: too many nodes", arg);
+        n.name = strdup(node);
+        if (!n.name)
+                return -ENOMEM;
+        s->nodes[s->n_nodes++] = n;
+        return 0;
+}
+
+/* An inherited descriptor that is not a standard stream: QEMU would fail on anything else. */
+static int parse_open_fd(const char *option, const char *arg, const char *key, const char *v,
+                         int *ret, char **error)
+{
+        int r = parse_int(option, arg, key, v, ret, error);
+        if (r < 0)
+                return r;
+        if (*ret <= STDERR_FILENO)
+                return error_set(error, -EINVAL, "%s %s: %s cannot be stdin, stdout or stderr",
+                                 option, arg, key);
+        if (fcntl(*ret, F_GETFD) < 0)
+                return error_set(error, -EBADF, "%s %s: %s %d is not open", option, arg, key, *ret);
+        return 0;
+}
+
+/* -netdev tap,id=<id>,fd=<n>[,vhost=on,vhostfd=<n>] (NET-3): the TAP vgpud opened. */
+static int parse_netdev(ArgsState *s, const char *arg, char **error)
+{
+        _cleanup_(opt_elements_done) OptElements o = {0};
+        int r = opt_elements_parse("-netdev", arg, true, &o, error);
+        if (r < 0)
+                return r;
+        const char *type = opt_take(&o, NULL), *id = NULL, *fd = NULL, *vhost = NULL,
+                   *vhostfd = opt_take(&o, "vhostfd");
+        if (!streq_ptr(type, "tap"))
+                return error_set(error, -EINVAL, "-netdev %s: unknown type '%s'", arg,
+                                 type ? type : "");
+        r = opt_take_required(&o, "id", arg, &id, error);
+        if (r >= 0)
+                r = opt_take_required(&o, "fd", arg, &fd, error);
+        if (r >= 0)
+                r = opt_take_choice(&o, "vhost", "on|off", arg, &vhost, error);
+        if (r >= 0)
+                r = opt_check_all_taken(&o, arg, error);
+        int n = 0;
+        if (r >= 0)
+                r = parse_open_fd("-netdev", arg, "fd", fd, &n, error);
+        if (r >= 0 && vhostfd)
+                r = parse_open_fd("-netdev", arg, "vhostfd", vhostfd, &n, error);
+        if (r < 0)
+                return r;
+        if (!!vhostfd != streq_ptr(vhost, "on"))
+                return error_set(error, -EINVAL, "-netdev %s: vhostfd goes with vhost=on", arg);
+        if (!qemu_id_is_valid(id))
+                return error_set(error, -EINVAL, "-netdev %s: invalid id '%s'", arg, id);
+        for (size_t i = 0; i < s->n_netdevs; i++)
+                if (streq(s->netdevs[i].id, id))
+                        return error_set(error, -EEXIST, "-netdev %s: duplicate id '%s'", arg, id);
+        if (s->n_netdevs == NETDEVS_MAX)
+                return error_set(error, -E2BIG, "-netdev %s: too many netdevs", arg);
+        s->netdevs[s->n_netdevs].id = strdup(id);
+        if (!s->netdevs[s->n_netdevs].id)
+                return -ENOMEM;
+        s->n_netdevs++;
+        return 0;
+}
+
+static bool mac_is_valid(const char *mac)
+{
+        if (strlen(mac) != 17)
+                return false;
+        for (size_t i = 0; i < 17; i++)
+                if (i % 3 == 2 ? mac[i] != ':' : hex_value_lower(mac[i]) < 0)
+                        return false;
+        return true;
+}
+
+/* bootindex=<n>: QEMU refuses one taken twice. */
+static int take_bootindex(ArgsState *s, OptElements *o, const char *arg, char **error)
+{
+        const char *v = opt_take(o, "bootindex");
+        int n = 0;
+        if (!v)
+                return 0;
+        int r = parse_int("-device", arg, "bootindex", v, &n, error);
+        if (r < 0)
+                return r;
+        if (n >= 64)
+                return error_set(error, -EINVAL, "-device %s: bootindex %d is out of range", arg,
+                                 n);
+        if (s->bootindexes & (UINT64_C(1) << n))
+                return error_set(error, -EEXIST, "-device %s: bootindex %d is already used", arg,
+                                 n);
+        s->bootindexes |= UINT64_C(1) << n;
+        return 0;
 }
 
 static int parse_device(ArgsState *s, const char *arg, char **error)
@@ -498,12 +784,51 @@ static int parse_device(ArgsState *s, const char *arg, char **error)
         }
 
         if (streq_ptr(driver, "virtio-blk-pci")) {
+                const char *serial = opt_take(&o, "serial");
                 r = opt_take_required(&o, "drive", arg, &v, error);
+                if (r >= 0)
+                        r = take_bootindex(s, &o, arg, error);
                 if (r >= 0)
                         r = opt_check_all_taken(&o, arg, error);
                 if (r < 0)
                         return r;
-                return set_once(&s->blk_drive, "-device virtio-blk-pci", v, error);
+                if (serial && !serial[0])
+                        return error_set(error, -EINVAL, "-device %s: serial is empty", arg);
+                return add_use(s->drive_users, &s->n_drive_users, DRIVE_USERS_MAX, driver, v,
+                               error);
+        }
+
+        /* q35's AHCI controller has six ports, ide.0 to ide.5. */
+        if (streq_ptr(driver, "ide-cd")) {
+                const char *bus = NULL;
+                r = opt_take_required(&o, "drive", arg, &v, error);
+                if (r >= 0)
+                        r = opt_take_choice(&o, "bus", "ide.0|ide.1|ide.2|ide.3|ide.4|ide.5", arg,
+                                            &bus, error);
+                if (r >= 0 && !bus)
+                        r = error_set(error, -EINVAL, "-device %s: parameter 'bus' is required",
+                                      arg);
+                if (r >= 0)
+                        r = opt_check_all_taken(&o, arg, error);
+                if (r < 0)
+                        return r;
+                return add_use(s->drive_users, &s->n_drive_users, DRIVE_USERS_MAX, driver, v,
+                               error);
+        }
+
+        if (streq_ptr(driver, "virtio-net-pci")) {
+                const char *mac = NULL;
+                r = opt_take_required(&o, "netdev", arg, &v, error);
+                if (r >= 0)
+                        r = opt_take_required(&o, "mac", arg, &mac, error);
+                if (r >= 0)
+                        r = opt_check_all_taken(&o, arg, error);
+                if (r < 0)
+                        return r;
+                if (!mac_is_valid(mac))
+                        return error_set(error, -EINVAL, "-device %s: invalid mac '%s'", arg, mac);
+                return add_use(s->netdev_users, &s->n_netdev_users, NETDEV_USERS_MAX, driver, v,
+                               error);
         }
 
         if (streq_ptr(driver, "vfio-pci")) {
@@ -582,6 +907,8 @@ static int parse_one(ArgsState *s, const char *option, const char *arg, char **e
                 return parse_add_fd(s, arg, error);
         if (streq(option, "-blockdev"))
                 return parse_blockdev(s, arg, error);
+        if (streq(option, "-netdev"))
+                return parse_netdev(s, arg, error);
 
         /* option_takes_argument() lists exactly the options above. */
         return error_set(error, -EINVAL, "unknown option '%s'", option);
@@ -607,28 +934,94 @@ static int find_chardev(ArgsState *s, const char *id, ChardevKind kind, const ch
         return error_set(error, -ENOENT, "%s: chardev '%s' not found", user, id);
 }
 
-/* Ties -mon, -serial and the virtio-serial port to their chardevs, as QEMU does at start. */
-/* The disk: device, node and fd set must name each other, as QEMU would insist. */
-static int resolve_disk(ArgsState *s, char **error)
+/*
+ * QEMU opens /dev/fdset/<n> with the access mode the node needs and takes only a descriptor of
+ * that mode from the set: a read-only node needs an O_RDONLY one, a writable node an O_RDWR one.
+ */
+static int resolve_node_file(ArgsState *s, const Node *n, char **error)
 {
-        if (!s->blk_drive && !s->blockdev_node)
-                return 0;
-        if (!s->blk_drive)
-                return error_set(error, -EINVAL, "-blockdev node-name=%s: no device uses it",
-                                 s->blockdev_node);
-        if (!s->blockdev_node || !streq(s->blk_drive, s->blockdev_node))
-                return error_set(error, -EINVAL,
-                                 "-device virtio-blk-pci,drive=%s: Cannot find device nor node "
-                                 "name '%s'",
-                                 s->blk_drive, s->blk_drive);
-        for (size_t i = 0; i < s->n_fdsets; i++)
-                if (s->fdsets[i].id == s->blockdev_set) {
-                        s->args.disk_fd = s->fdsets[i].fd;
-                        s->args.disk_readonly = s->blockdev_readonly;
+        bool set_exists = false;
+        int want = n->read_only ? O_RDONLY : O_RDWR;
+        for (size_t i = 0; i < s->n_fdsets; i++) {
+                if (s->fdsets[i].id != n->set)
+                        continue;
+                set_exists = true;
+                int flags = fcntl(s->fdsets[i].fd, F_GETFL);
+                if (flags >= 0 && (flags & O_ACCMODE) == want)
                         return 0;
-                }
-        return error_set(error, -ENOENT, "-blockdev node-name=%s: Could not open '/dev/fdset/%d'",
-                         s->blockdev_node, s->blockdev_set);
+        }
+        if (!set_exists)
+                return error_set(error, -ENOENT,
+                                 "-blockdev node-name=%s: Could not open '/dev/fdset/%d'", n->name,
+                                 n->set);
+        return error_set(error, -EACCES,
+                         "-blockdev node-name=%s: Could not dup FD for /dev/fdset/%d: its access "
+                         "mode does not match read-only=%s",
+                         n->name, n->set, n->read_only ? "on" : "off");
+}
+
+/* Devices, nodes and fd sets must name each other, as QEMU would insist; each node one user. */
+static int resolve_drives(ArgsState *s, char **error)
+{
+        for (size_t i = 0; i < s->n_drive_users; i++) {
+                const Use *u = &s->drive_users[i];
+                Node *n = NULL;
+                for (size_t k = 0; k < s->n_nodes && !n; k++)
+                        if (streq(s->nodes[k].name, u->name))
+                                n = &s->nodes[k];
+                if (!n)
+                        return error_set(error, -EINVAL,
+                                         "-device %s,drive=%s: Cannot find device nor node name "
+                                         "'%s'",
+                                         u->device, u->name, u->name);
+                if (n->used)
+                        return error_set(error, -EBUSY,
+                                         "-device %s,drive=%s: node is already in use", u->device,
+                                         u->name);
+                n->used = true;
+        }
+        for (size_t k = 0; k < s->n_nodes; k++) {
+                const Node *n = &s->nodes[k];
+                if (!n->used)
+                        return error_set(error, -EINVAL,
+                                         "-blockdev node-name=%s: no device uses it", n->name);
+                int r = resolve_node_file(s, n, error);
+                if (r < 0)
+                        return r;
+                if (n->read_only)
+                        s->args.n_readonly_drives++;
+                else
+                        s->args.n_writable_drives++;
+        }
+        return 0;
+}
+
+/* A tap netdev and its virtio-net-pci name each other, one to one. */
+static int resolve_nics(ArgsState *s, char **error)
+{
+        for (size_t i = 0; i < s->n_netdev_users; i++) {
+                const Use *u = &s->netdev_users[i];
+                Netdev *n = NULL;
+                for (size_t k = 0; k < s->n_netdevs && !n; k++)
+                        if (streq(s->netdevs[k].id, u->name))
+                                n = &s->netdevs[k];
+                if (!n)
+                        return error_set(error, -EINVAL,
+                                         "-device %s,netdev=%s: netdev '%s' not found", u->device,
+                                         u->name, u->name);
+                if (n->used)
+                        return error_set(error, -EBUSY,
+                                         "-device %s,netdev=%s: netdev is already in use",
+                                         u->device, u->name);
+                n->used = true;
+        }
+        for (size_t k = 0; k < s->n_netdevs; k++)
+                if (!s->netdevs[k].used)
+                        return error_set(error, -EINVAL,
+                                         "-netdev id=%s: no virtio-net-pci device uses it",
+                                         s->netdevs[k].id);
+        s->args.n_nics = s->n_netdevs;
+        return 0;
 }
 
 static int resolve(ArgsState *s, char **error)
@@ -686,7 +1079,8 @@ static int resolve(ArgsState *s, char **error)
                 return error_set(error, -EINVAL, "-initrd cannot be used without -kernel");
         if (s->args.append && !s->args.kernel)
                 return error_set(error, -EINVAL, "-append only allowed with -kernel option");
-        return resolve_disk(s, error);
+        r = resolve_drives(s, error);
+        return r < 0 ? r : resolve_nics(s, error);
 }
 
 /* Options that VMM-1 passes without an argument. */
@@ -706,7 +1100,7 @@ static bool option_takes_argument(const char *option)
         static const char *const options[] = {
             "-name",    "-machine", "-accel",  "-cpu",      "-smp",    "-m",
             "-display", "-chardev", "-mon",    "-device",   "-serial", "-kernel",
-            "-initrd",  "-append",  "-add-fd", "-blockdev",
+            "-initrd",  "-append",  "-add-fd", "-blockdev", "-netdev",
         };
         for (size_t i = 0; i < ELEMENTSOF(options); i++)
                 if (streq(option, options[i]))
@@ -716,7 +1110,7 @@ static bool option_takes_argument(const char *option)
 
 int fq_args_parse(int argc, char *const *argv, FqArgs *ret, char **error)
 {
-        _cleanup_(args_state_done) ArgsState s = {.args = {.disk_fd = -1}};
+        _cleanup_(args_state_done) ArgsState s = {0};
         int r;
 
         for (int i = 1; i < argc; i++) {
@@ -745,6 +1139,6 @@ int fq_args_parse(int argc, char *const *argv, FqArgs *ret, char **error)
                 return r;
 
         *ret = s.args;
-        s.args = (FqArgs){.disk_fd = -1};
+        s.args = (FqArgs){0};
         return 0;
 }

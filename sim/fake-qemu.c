@@ -678,26 +678,6 @@ static int check_readable(const char *what, const char *path)
         return 0;
 }
 
-/*
- * QEMU opens /dev/fdset/<n> with the access mode the node needs and takes only a descriptor of
- * that mode from the set: a read-only node needs an O_RDONLY one, a writable node an O_RDWR one.
- */
-static int check_disk_fd(int fd, bool readonly)
-{
-        if (fd < 0)
-                return 0;
-        int flags = fcntl(fd, F_GETFL);
-        if (flags < 0)
-                return log_error_errno(negative_errno(), LOG_PREFIX "disk fd %d: %m", fd);
-        int want = readonly ? O_RDONLY : O_RDWR;
-        if ((flags & O_ACCMODE) != want)
-                return log_error_errno(-EACCES,
-                                       LOG_PREFIX "Could not dup FD for /dev/fdset of fd %d: its "
-                                                  "access mode does not match read-only=%s",
-                                       fd, readonly ? "on" : "off");
-        return 0;
-}
-
 static int setup(FakeQemu *q)
 {
         int r;
@@ -725,8 +705,6 @@ static int setup(FakeQemu *q)
         r = check_readable("kernel", q->args.kernel);
         if (r >= 0)
                 r = check_readable("initrd", q->args.initrd);
-        if (r >= 0)
-                r = check_disk_fd(q->args.disk_fd, q->args.disk_readonly);
         if (r < 0)
                 return r;
 

@@ -57,10 +57,11 @@ typedef struct FqArgs {
         char *kernel;       /* -kernel, -initrd, -append: NULL when absent */
         char *initrd;
         char *append;
-        int disk_fd;        /* the -add-fd descriptor behind the virtio-blk disk; -1: none */
-        bool disk_readonly; /* its -blockdev says read-only=on */
-        bool accel_kvm;     /* -accel kvm given */
-        bool accel_tcg;     /* -accel tcg given */
+        /* -blockdev nodes, each resolved to a device and an fd set of the right access mode */
+        size_t n_readonly_drives, n_writable_drives;
+        size_t n_nics;  /* tap netdevs, each on an open descriptor and used by a virtio-net-pci */
+        bool accel_kvm; /* -accel kvm given */
+        bool accel_tcg; /* -accel tcg given */
         uint32_t vcpus;
         uint64_t memory_mb;
 } FqArgs;

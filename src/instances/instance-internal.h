@@ -92,6 +92,25 @@ int instance_manager_reread_host(InstanceManager *m, const char *vf, GpuTrackerD
 /* Whether the instance passes a VFIO device to its VMM (VMM-10's ladder). */
 bool instance_has_vfio(const Instance *i);
 
+/* ---- instance-command.c (VMM-1, decision 12) ----------------------------------------------- */
+
+/* Where the VMM's channels live: the runtime directory's sockets and the data directory's log. */
+typedef struct InstanceCommandPaths {
+        const char *qmp_socket;
+        const char *agent_socket;
+        const char *console_socket; /* NULL: the console goes to console_log as a file */
+        const char *console_log;
+} InstanceCommandPaths;
+
+/*
+ * The QEMU command of rec under config, pure: the boot files are files' descriptors (INST-6),
+ * which must be exactly those the record names (-EINVAL otherwise), and every string of *ret is
+ * borrowed from rec, config and paths. Render it with vmm_command_argv().
+ */
+int instance_command_build(const InstanceRecord *rec, const Config *config,
+                           const InstanceCommandPaths *paths, const InstanceBootFiles *files,
+                           VmmCommand *ret, char **error);
+
 /* ---- instance-ops.c ------------------------------------------------------------------------ */
 
 /* A VMM exited while no operation ran (INST-19). */

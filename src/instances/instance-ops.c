@@ -795,23 +795,13 @@ static void spawn_data_free(void *data)
 static int spawn_vmm(SpawnData *d, int instance_dirfd, char **error)
 {
         const InstanceRecord *rec = &d->rec;
-        const Config *c = d->config;
-        const InstanceBootFiles files = d->files;
-        int r;
-
-        VmmCommand cmd = {.qemu_binary = c->qemu_binary,
-                          .accel = c->qemu_accel,
-                          .name = rec->name,
-                          .vcpus = rec->vcpus,
-                          .memory_mb = rec->memory_mb,
-                          .qmp_socket = rec->hypervisor.qmp_socket,
-                          .agent_socket = rec->hypervisor.agent_socket,
-                          .console_log = d->console_log,
-                          .kernel_fd = files.kernel,
-                          .initrd_fd = files.initrd,
-                          .cmdline = rec->boot.cmdline,
-                          .disk_fd = files.disk,
-                          .vfio_sysfsdev = rec->gpu.device_path};
+        const InstanceCommandPaths paths = {.qmp_socket = rec->hypervisor.qmp_socket,
+                                            .agent_socket = rec->hypervisor.agent_socket,
+                                            .console_log = d->console_log};
+        VmmCommand cmd;
+        int r = instance_command_build(rec, d->config, &paths, &d->files, &cmd, error);
+        if (r < 0)
+                return r;
         _cleanup_strv_free_ char **argv = NULL;
         r = vmm_command_argv(&cmd, &argv, error);
         if (r < 0)

@@ -44,39 +44,136 @@
 #define VMM_AGENT_PORT_NAME "org.vgpud.agent.0"
 
 /*
- * Descriptors QEMU inherits (VMM-3) sit at consecutive numbers from 3, in the order
- * vmm_command_passed_fds() gives; the argv names them by those numbers (INST-6).
+ * The command as data (decision 12). VmmCommand names every part of VMM-1's command line; one
+ * renderer, vmm_command_argv(), writes it in VMM-1's order whatever order the parts were added
+ * in, so a new part (a volume, a NIC) is a new entry here, never a new string in a caller.
+ * Strings are borrowed: they must outlive the rendering. Descriptors are vgpud's own; QEMU gets
+ * them at fixed numbers (VMM-3): every NIC's TAP and vhost-net first (3 and 4 for the one NIC of
+ * NET-3), then the kernel, the initrd and the drives in their order. vmm_command_passed_fds()
+ * lists them in that order and the argv names them by those numbers.
  */
 #define VMM_PASSED_FD_FIRST 3
-#define VMM_PASSED_FDS_MAX 8
+#define VMM_CHARDEVS_MAX 8
+#define VMM_DRIVES_MAX 16 /* root, 8 volumes (DISK-1), boot.disk, seed, with room to spare */
+#define VMM_NICS_MAX 2
+#define VMM_PASSED_FDS_MAX (2 * VMM_NICS_MAX + 2 + VMM_DRIVES_MAX)
+
+/* The ids VMM-1 gives its fixed parts. */
+#define VMM_CHARDEV_QMP "qmp"
+#define VMM_CHARDEV_AGENT "agent0"
+#define VMM_CHARDEV_CONSOLE "console0"
+
+typedef enum VmmChardevKind {
+        VMM_CHARDEV_SOCKET,
+        VMM_CHARDEV_FILE,
+} VmmChardevKind;
+
+typedef struct VmmChardev {
+        const char *id;
+        VmmChardevKind kind;
+        const char *path;
+        /* socket: listen (server=on) and never block the start on a client (wait=off). */
+        bool server;
+        /* socket: a copy of what the guest writes, appended to this file (CONS-1); or NULL. */
+        const char *logfile;
+        /* file: append=on, so a restart keeps what the last boot wrote. */
+        bool append;
+} VmmChardev;
+
+typedef enum VmmDriveFormat {
+        VMM_DRIVE_RAW,
+        VMM_DRIVE_QCOW2,
+} VmmDriveFormat;
+
+typedef enum VmmDriveDevice {
+        VMM_DRIVE_VIRTIO_BLK, /* virtio-blk-pci */
+        VMM_DRIVE_IDE_CD,     /* ide-cd (the cloud-init seed, SEED-2) */
+} VmmDriveDevice;
+
+/*
+ * One -add-fd/-blockdev/-device triple. The file is a passed descriptor in an fd set of its own
+ * (numbered like the descriptor), opened read-only or read-write to match read_only: QEMU takes
+ * from a set only a descriptor of the access mode the node asks for. The format is always named,
+ * never probed (DISK-9).
+ */
+typedef struct VmmDrive {
+        const char *node_name; /* QEMU's node-name rules: a letter, then [A-Za-z0-9._-], < 32 */
+        VmmDriveFormat format;
+        bool read_only;
+        int fd;
+        bool cache_direct;        /* DISK-9: cache.direct=on where the file system has O_DIRECT */
+        bool discard_unmap;       /* DISK-9: discard=unmap */
+        bool detect_zeroes_unmap; /* DISK-9: detect-zeroes=unmap (needs discard_unmap) */
+        VmmDriveDevice device;
+        uint32_t bootindex; /* virtio-blk: 0 for none */
+        const char *serial; /* virtio-blk: the guest-visible serial, or NULL */
+        const char *bus;    /* ide-cd: the IDE bus ("ide.1"); required there, refused elsewhere */
+} VmmDrive;
+
+/* -netdev tap on a TAP vgpud opened (NET-3), with vhost-net when it opened too. */
+typedef struct VmmNic {
+        const char *id; /* the netdev's id */
+        int tap_fd;
+        int vhost_fd;    /* -1: no vhost */
+        const char *mac; /* "52:54:00:xx:xx:xx", lowercase */
+} VmmNic;
 
 typedef struct VmmCommand {
         const char *qemu_binary;
-        ConfigQemuAccel accel;
         const char *name; /* the instance name (INST-4) */
+        const char *machine;
+        ConfigQemuAccel accel;
+        const char *cpu;
         uint32_t vcpus;
         uint64_t memory_mb;
-        const char *qmp_socket;
-        const char *agent_socket;
-        const char *console_log;
-        /*
-         * The boot files, open in vgpud (INST-6): descriptors of this process, -1 when absent;
-         * initrd and cmdline only with a kernel. QEMU gets them at the numbers of VMM-3 and reads
-         * the kernel and initrd as /proc/self/fd/<n>, the disk through an -add-fd set.
-         */
+
+        VmmChardev chardevs[VMM_CHARDEVS_MAX];
+        size_t n_chardevs;
+        /* The consumers of the chardevs, by id; each chardev has exactly one consumer. */
+        const char *monitor_chardev; /* -mon chardev=<id>,mode=control */
+        const char *agent_chardev;   /* the virtio-serial port VMM_AGENT_PORT_NAME (AGENT-1) */
+        const char *serial_chardev;  /* -serial chardev:<id> */
+
+        /* Direct kernel boot (INST-6): -1 when absent; initrd and cmdline only with a kernel. */
         int kernel_fd;
         int initrd_fd;
         const char *cmdline;
-        int disk_fd;               /* boot.disk: raw, attached read-only (DISK-6) */
+
+        VmmDrive
+            drives[VMM_DRIVES_MAX]; /* rendered in this order: root, volumes, boot.disk, seed */
+        size_t n_drives;
+        VmmNic nics[VMM_NICS_MAX];
+        size_t n_nics;
         const char *vfio_sysfsdev; /* gpu.device_path (VF or mdev); NULL without a vGPU */
 } VmmCommand;
 
 /*
+ * An empty command with VMM-1's fixed choices (q35, cpu max) and no descriptors; the caller
+ * fills in the binary, name, accel, size and parts.
+ */
+VmmCommand vmm_command_init(void);
+
+/*
+ * VMM-1's three channels: the QMP socket under -mon, the agent socket behind the virtio-serial
+ * port, and the console. console_log is a file chardev appended to; a console socket
+ * (CONS-1) is a socket chardev with that file as its logfile, for when console_socket is given.
+ * -E2BIG when the chardev table is full.
+ */
+int vmm_command_set_channels(VmmCommand *c, const char *qmp_socket, const char *agent_socket,
+                             const char *console_socket, const char *console_log);
+
+/* Append one part; -E2BIG when its table is full. */
+int vmm_command_add_chardev(VmmCommand *c, const VmmChardev *chardev);
+int vmm_command_add_drive(VmmCommand *c, const VmmDrive *drive);
+int vmm_command_add_nic(VmmCommand *c, const VmmNic *nic);
+
+/*
  * The argv of VMM-1 (NULL-terminated, strv_free() it). Commas are doubled inside keyval values
- * (-name, -chardev, -device, -blockdev); -kernel, -initrd and -append take their values raw
- * (VMM-2). -EINVAL (and *error names the field) when a required field is missing, a descriptor
- * is one of the standard streams, an initrd or cmdline comes without a kernel, or neither kernel
- * nor disk is given; -ENOMEM.
+ * (-name, -chardev, -device, -netdev); -kernel, -initrd and -append take their values raw
+ * (VMM-2); -blockdev is QEMU's JSON syntax, where no value needs doubling. -EINVAL (and *error
+ * names the part) when a required field is missing, a chardev is unknown or has no consumer, a
+ * name or id breaks QEMU's rules or is used twice, a descriptor is one of the standard streams,
+ * an initrd or cmdline comes without a kernel, or there is nothing to boot from; -ENOMEM.
  */
 int vmm_command_argv(const VmmCommand *c, char ***ret, char **error);
 

@@ -150,7 +150,12 @@ def check_disk_read_only(c, work):
        {k: oct(fd_flags(pid, k)) for k in n})
     with open("/proc/%d/cmdline" % pid, "rb") as f:
         argv = [a.decode() for a in f.read().split(b"\0")]
-    ok("-add-fd" in argv and any("read-only=on" in a and "/dev/fdset/" in a for a in argv),
+    # The -blockdev is QEMU's JSON form; its file is the fd set -add-fd fills.
+    nodes = [json.loads(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a == "-blockdev"]
+    sets = ["/dev/fdset/" + argv[i + 1].split("set=")[1] for i, a in enumerate(argv[:-1])
+            if a == "-add-fd"]
+    ok(len(nodes) == 1 and nodes[0].get("read-only") is True
+       and nodes[0].get("file", {}).get("filename") in sets,
        "DISK-6, VMM-1: an -add-fd set and a read-only -blockdev", argv)
     eq(delete(c, b["id"])[0], 204, "INST-18: delete it")
 

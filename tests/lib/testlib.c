@@ -520,3 +520,40 @@ void test_holder_end(TestHolder *h)
                 (void)waitpid(h->pid, NULL, 0);
         h->pid = 0;
 }
+
+int test_golden_check(const char *rel, const char *got, char **ret_want)
+{
+        const char *data = getenv("VGPUD_TEST_DATA");
+        _cleanup_free_ char *path = NULL, *want = NULL;
+        size_t size;
+        if (!data)
+                return -ENOENT;
+        if (strprintf(&path, "%s/%s", data, rel) < 0)
+                return -ENOMEM;
+        const char *update = getenv("VGPUD_UPDATE_GOLDEN");
+        if (update && streq(update, "1"))
+                return write_file_atomic_at(AT_FDCWD, path, got, strlen(got), 0644, NULL);
+        int r = read_file_at(AT_FDCWD, path, 1024 * 1024, &want, &size);
+        if (r < 0)
+                return r;
+        if (streq(got, want))
+                return 0;
+        if (ret_want)
+                *ret_want = TAKE_PTR(want);
+        return 1;
+}
+
+int test_argv_lines(char *const *argv, char **ret)
+{
+        _cleanup_free_ char *text = strdup("");
+        if (!text)
+                return -ENOMEM;
+        for (char *const *a = argv; *a; a++) {
+                if (strchr(*a, '\n'))
+                        return -EINVAL;
+                if (strextend(&text, "%s\n", *a) < 0)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(text);
+        return 0;
+}

@@ -164,6 +164,17 @@ static inline void test_sim_freep(TestSim **s)
 char *test_sim_vpath(const TestSim *s, const char *fmt, va_list ap) _printf_(2, 0);
 char *test_sim_path(const TestSim *s, const char *fmt, ...) _printf_(2, 3);
 
+/*
+ * Golden files (tests/data/golden/...). test_golden_check() compares got with
+ * $VGPUD_TEST_DATA/<rel>: 0 when equal, 1 when not (*ret_want, when given, is the file's text),
+ * -errno when the file cannot be read. With VGPUD_UPDATE_GOLDEN=1 in the environment it writes
+ * got there instead and returns 0: regenerate, then review the change with git diff.
+ */
+int test_golden_check(const char *rel, const char *got, char **ret_want);
+/* argv one argument per line; -EINVAL when an argument holds a newline (it could not round-trip).
+ */
+int test_argv_lines(char *const *argv, char **ret);
+
 /* One write() of value on an O_WRONLY descriptor, as vgpud writes sysfs: 0 or -errno. */
 int test_write_once(const char *path, const char *value);
 /* A whole file, bounded (4 MiB). */

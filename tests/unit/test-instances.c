@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "instances/instance-internal.h"
 #include "instances/instances.h"
 #include "testlib.h"
 
@@ -2326,6 +2327,159 @@ static void test_tree_delete(void **state)
         /* (teardown removes it with the test tree) */
 }
 
+/* ---- record -> QEMU command (VMM-1, VMM-2; instance-command.c) ----------------------------- */
+
+/*
+ * Golden pairs: tests/data/golden/vmm/<case>.json is an instance record, <case>.txt the argv its
+ * start renders, one argument per line. VGPUD_UPDATE_GOLDEN=1 in the environment rewrites the
+ * .txt files from what the code renders now; review the change with git diff before committing.
+ */
+
+/* Descriptors of vgpud's own (INST-6): any numbers; QEMU gets them from 3 on (VMM-3). */
+#define KERNEL_FD 17
+#define INITRD_FD 12
+#define DISK_FD 40
+
+static void load_golden_record(const char *name, InstanceRecord *ret)
+{
+        _cleanup_free_ char *path = NULL, *text = NULL, *error = NULL;
+        size_t size;
+        assert_int_equal(strprintf(&path, "%s/golden/vmm/%s.json", getenv("VGPUD_TEST_DATA"), name),
+                         0);
+        assert_int_equal(read_file_at(AT_FDCWD, path, INSTANCE_RECORD_MAX, &text, &size), 0);
+        if (instance_record_from_json(text, size, ret, &error) < 0)
+                fail_msg("%s: %s", path, error);
+}
+
+/* The boot files a start of rec would have opened: one descriptor per path it names. */
+static InstanceBootFiles golden_boot_files(const InstanceRecord *rec)
+{
+        InstanceBootFiles f = INSTANCE_BOOT_FILES_NONE;
+        if (rec->boot.kernel)
+                f.kernel = KERNEL_FD;
+        if (rec->boot.initrd)
+                f.initrd = INITRD_FD;
+        if (rec->boot.disk)
+                f.disk = DISK_FD;
+        return f;
+}
+
+static void assert_record_golden(const char *name, ConfigQemuAccel accel, const char *data_dir)
+{
+        _cleanup_(instance_record_done) InstanceRecord rec = {0};
+        _cleanup_free_ char *console = NULL, *error = NULL, *got = NULL, *want = NULL, *rel = NULL;
+        _cleanup_strv_free_ char **argv = NULL;
+        load_golden_record(name, &rec);
+        assert_int_equal(strprintf(&console, "%s/instances/%s/console.log", data_dir, rec.id), 0);
+        const Config config = {.qemu_binary = (char *)"/usr/bin/qemu-system-x86_64",
+                               .qemu_accel = accel,
+                               .data_dir = (char *)data_dir};
+        const InstanceCommandPaths paths = {.qmp_socket = rec.hypervisor.qmp_socket,
+                                            .agent_socket = rec.hypervisor.agent_socket,
+                                            .console_log = console};
+        const InstanceBootFiles files = golden_boot_files(&rec);
+        VmmCommand cmd;
+        if (instance_command_build(&rec, &config, &paths, &files, &cmd, &error) < 0 ||
+            vmm_command_argv(&cmd, &argv, &error) < 0)
+                fail_msg("%s: %s", name, error);
+        assert_int_equal(test_argv_lines(argv, &got), 0);
+        assert_int_equal(strprintf(&rel, "golden/vmm/%s.txt", name), 0);
+        int r = test_golden_check(rel, got, &want);
+        if (r < 0)
+                fail_msg("%s: %s", rel, strerror(-r));
+        if (r > 0)
+                fail_msg("%s: argv differs\n--- got ---\n%s--- want ---\n%s", rel, got, want);
+}
+
+#define DATA_DIR "/var/lib/vgpud"
+
+/* VMM-1, VMM-2: a VM without a vGPU */
+static void test_command_no_gpu(void **state)
+{
+        assert_record_golden("no-gpu", CONFIG_QEMU_ACCEL_AUTO, DATA_DIR);
+}
+
+/* VMM-1, VMM-2: vendor-VFIO passes the whole VF by its sysfs device */
+static void test_command_vendor_vfio(void **state)
+{
+        assert_record_golden("vendor-vfio", CONFIG_QEMU_ACCEL_AUTO, DATA_DIR);
+}
+
+/* VMM-1, VMM-2: an mdev is passed by its sysfs device under the mdev bus */
+static void test_command_mdev(void **state)
+{
+        assert_record_golden("mdev", CONFIG_QEMU_ACCEL_AUTO, DATA_DIR);
+}
+
+/* VMM-1, VMM-2: a kernel alone boots */
+static void test_command_kernel_only(void **state)
+{
+        assert_record_golden("kernel-only", CONFIG_QEMU_ACCEL_AUTO, DATA_DIR);
+}
+
+/* VMM-1, VMM-2, DISK-6: a disk alone boots, read-only, its descriptor in an -add-fd set */
+static void test_command_disk_only(void **state)
+{
+        assert_record_golden("disk-only", CONFIG_QEMU_ACCEL_AUTO, DATA_DIR);
+}
+
+/* VMM-1, INST-6: -kernel, -initrd, -append, then the disk, in this order, by descriptor */
+static void test_command_kernel_initrd_cmdline_disk(void **state)
+{
+        assert_record_golden("kernel-initrd-cmdline-disk", CONFIG_QEMU_ACCEL_AUTO, DATA_DIR);
+}
+
+/* VMM-1, VMM-2: auto is "-accel kvm -accel tcg", kvm and tcg one -accel each */
+static void test_command_accel(void **state)
+{
+        assert_record_golden("accel-auto", CONFIG_QEMU_ACCEL_AUTO, DATA_DIR);
+        assert_record_golden("accel-kvm", CONFIG_QEMU_ACCEL_KVM, DATA_DIR);
+        assert_record_golden("accel-tcg", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/*
+ * VMM-2: commas are doubled in the keyval values (sockets, console, device path) and kept as
+ * they are in -append; the boot files are descriptors (INST-6), so their paths' commas never
+ * reach QEMU.
+ */
+static void test_command_commas(void **state)
+{
+        assert_record_golden("commas", CONFIG_QEMU_ACCEL_TCG, "/srv/data,b");
+}
+
+/* INST-6: the descriptors must be exactly the files the record names */
+static void test_command_boot_files_match(void **state)
+{
+        _cleanup_(instance_record_done) InstanceRecord rec = {0};
+        load_golden_record("kernel-initrd-cmdline-disk", &rec);
+        const Config config = {.qemu_binary = (char *)"/usr/bin/qemu-system-x86_64"};
+        const InstanceCommandPaths paths = {.qmp_socket = rec.hypervisor.qmp_socket,
+                                            .agent_socket = rec.hypervisor.agent_socket,
+                                            .console_log = "/c.log"};
+        static const char *const missing[] = {"boot.kernel is not open", "boot.initrd is not open",
+                                              "boot.disk is not open"};
+        for (size_t i = 0; i < ELEMENTSOF(missing); i++) {
+                InstanceBootFiles files = golden_boot_files(&rec);
+                int *fd = i == 0 ? &files.kernel : i == 1 ? &files.initrd : &files.disk;
+                *fd = -1;
+                _cleanup_free_ char *error = NULL;
+                VmmCommand cmd;
+                assert_int_equal(
+                    instance_command_build(&rec, &config, &paths, &files, &cmd, &error), -EINVAL);
+                if (!strstr(error, missing[i]))
+                        fail_msg("\"%s\" does not say \"%s\"", error, missing[i]);
+        }
+        free(rec.boot.disk);
+        rec.boot.disk = NULL;
+        InstanceBootFiles files = golden_boot_files(&rec);
+        files.disk = DISK_FD;
+        _cleanup_free_ char *error = NULL;
+        VmmCommand cmd;
+        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, &cmd, &error),
+                         -EINVAL);
+        assert_non_null(strstr(error, "boot.disk is open but not in the record"));
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -2362,6 +2516,15 @@ int main(void)
             T(test_remove_failures),
             T(test_list),
             T(test_tree_delete),
+            T(test_command_no_gpu),
+            T(test_command_vendor_vfio),
+            T(test_command_mdev),
+            T(test_command_kernel_only),
+            T(test_command_disk_only),
+            T(test_command_kernel_initrd_cmdline_disk),
+            T(test_command_accel),
+            T(test_command_commas),
+            T(test_command_boot_files_match),
 #undef T
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -212,19 +212,18 @@ static void spawn_fake_qemu(Fixture *f, const char *flags, VmmSpawned *ret)
                 assert_int_equal(test_tree_put(f->tree, flags, ".sim/qemu/" INSTANCE), 0);
         _cleanup_close_ int disk = open(f->disk, O_RDONLY | O_CLOEXEC);
         assert_true(disk >= 0);
-        VmmCommand c = {
-            .qemu_binary = f->fake_qemu,
-            .accel = CONFIG_QEMU_ACCEL_TCG,
-            .name = INSTANCE,
-            .vcpus = 1,
-            .memory_mb = 64,
-            .qmp_socket = f->qmp,
-            .agent_socket = f->agent,
-            .console_log = f->console,
-            .kernel_fd = -1,
-            .initrd_fd = -1,
-            .disk_fd = disk,
-        };
+        VmmCommand c = vmm_command_init();
+        c.qemu_binary = f->fake_qemu;
+        c.accel = CONFIG_QEMU_ACCEL_TCG;
+        c.name = INSTANCE;
+        c.vcpus = 1;
+        c.memory_mb = 64;
+        assert_int_equal(vmm_command_set_channels(&c, f->qmp, f->agent, NULL, f->console), 0);
+        assert_int_equal(vmm_command_add_drive(&c, &(VmmDrive){.node_name = "bootdisk",
+                                                               .read_only = true,
+                                                               .fd = disk,
+                                                               .device = VMM_DRIVE_VIRTIO_BLK}),
+                         0);
         if (vmm_command_argv(&c, &argv, &error) < 0)
                 fail_msg("vmm_command_argv: %s", error);
         int fds[VMM_PASSED_FDS_MAX];

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * Unit tests for src/vmm, the pure part: the QEMU command line (VMM-1, VMM-2) against golden
- * files in tests/data/golden/vmm/ (one argument per line), and the strict parsers of
+ * files in tests/data/golden/vmm/ (one argument per line; VGPUD_UPDATE_GOLDEN=1 in the
+ * environment rewrites them), and the strict parsers of
  * /proc/<pid>/stat (VMM-16), /proc/net/unix (VMM-17, VMM-18) and QMP messages (VMM-5, VMM-6,
  * VMM-20; GEN-5, GEN-6). The real-kernel tests read this process's own /proc/self/stat and
  * /proc/net/unix with a listening socket the test binds in a temporary directory.
@@ -22,186 +23,223 @@
 
 /* ---- the command line ---------------------------------------------------------------------- */
 
-#define ID "01hzxk3v9q8r7m6n5p4t"
+/*
+ * The renderer from hand-built commands: the parts no record makes yet (NICs, a cdrom seed, DISK-9
+ * drives), the descriptor numbering and the refusals. The record -> argv goldens of VMM-2's cases
+ * are in test-instances.c, since instances/ builds those commands. VGPUD_UPDATE_GOLDEN=1 in the
+ * environment rewrites the golden files from what the code renders now (review with git diff).
+ */
 
-/* The fields every golden case shares; each case changes what it is about. */
-static VmmCommand base_command(void)
-{
-        return (VmmCommand){
-            .qemu_binary = "/usr/bin/qemu-system-x86_64",
-            .accel = CONFIG_QEMU_ACCEL_AUTO,
-            .name = "vm-1",
-            .vcpus = 2,
-            .memory_mb = 2048,
-            .qmp_socket = "/run/vgpud/instances/" ID "/qmp.sock",
-            .agent_socket = "/run/vgpud/instances/" ID "/agent.sock",
-            .console_log = "/var/lib/vgpud/instances/" ID "/console.log",
-            .kernel_fd = -1,
-            .initrd_fd = -1,
-            .disk_fd = -1,
-        };
-}
+#define ID "01hzxk3v9q8r7m6n5p4t"
 
 /* Descriptors of vgpud's own (INST-6): any numbers; QEMU gets them from 3 on (VMM-3). */
 #define KERNEL_FD 17
 #define INITRD_FD 12
 #define DISK_FD 40
+#define TAP_FD 21
+#define VHOST_FD 22
+#define ROOT_FD 30
+#define VOLUME_FD 31
+#define SEED_FD 32
 
-static void with_kernel_initrd_cmdline(VmmCommand *c)
+/* The fields every case shares: a kernel to boot and VMM-1's three channels. */
+static VmmCommand base_command(void)
 {
-        c->kernel_fd = KERNEL_FD;
-        c->initrd_fd = INITRD_FD;
-        c->cmdline = "console=ttyS0 root=/dev/vda rw";
+        VmmCommand c = vmm_command_init();
+        c.qemu_binary = "/usr/bin/qemu-system-x86_64";
+        c.accel = CONFIG_QEMU_ACCEL_TCG;
+        c.name = "vm-1";
+        c.vcpus = 2;
+        c.memory_mb = 2048;
+        c.kernel_fd = KERNEL_FD;
+        assert_int_equal(vmm_command_set_channels(&c, "/run/vgpud/instances/" ID "/qmp.sock",
+                                                  "/run/vgpud/instances/" ID "/agent.sock", NULL,
+                                                  "/var/lib/vgpud/instances/" ID "/console.log"),
+                         0);
+        return c;
 }
 
-static char *golden_path(const char *name)
+static const VmmNic nic = {
+    .id = "net0", .tap_fd = TAP_FD, .vhost_fd = VHOST_FD, .mac = "52:54:00:12:ab:cd"};
+
+/* DISK-9's writable drives and SEED-2's cdrom. */
+static const VmmDrive root_drive = {.node_name = "root",
+                                    .format = VMM_DRIVE_QCOW2,
+                                    .fd = ROOT_FD,
+                                    .cache_direct = true,
+                                    .discard_unmap = true,
+                                    .detect_zeroes_unmap = true,
+                                    .device = VMM_DRIVE_VIRTIO_BLK,
+                                    .bootindex = 1};
+static const VmmDrive volume_drive = {.node_name = "vol-v0a1b2c3",
+                                      .format = VMM_DRIVE_QCOW2,
+                                      .fd = VOLUME_FD,
+                                      .discard_unmap = true,
+                                      .detect_zeroes_unmap = true,
+                                      .device = VMM_DRIVE_VIRTIO_BLK,
+                                      .serial = "v0a1b2c3"};
+static const VmmDrive seed_drive = {.node_name = "seed",
+                                    .format = VMM_DRIVE_RAW,
+                                    .read_only = true,
+                                    .fd = SEED_FD,
+                                    .device = VMM_DRIVE_IDE_CD,
+                                    .bus = "ide.1"};
+
+static char **render(const VmmCommand *c)
 {
-        const char *data = getenv("VGPUD_TEST_DATA");
-        assert_non_null(data);
-        char *path = NULL;
-        assert_int_equal(strprintf(&path, "%s/golden/vmm/%s.txt", data, name), 0);
-        return path;
+        _cleanup_free_ char *error = NULL;
+        char **argv = NULL;
+        if (vmm_command_argv(c, &argv, &error) < 0)
+                fail_msg("vmm_command_argv: %s", error);
+        assert_null(error);
+        return argv;
 }
 
-/* The argv of c equals the golden file, one argument per line. */
+/* The argv of c equals tests/data/golden/vmm/<name>.txt, one argument per line. */
 static void assert_golden(const VmmCommand *c, const char *name)
 {
-        _cleanup_free_ char *path = golden_path(name), *want = NULL, *error = NULL;
-        _cleanup_free_ char *got = NULL;
-        _cleanup_strv_free_ char **argv = NULL;
-        size_t size;
-
-        assert_int_equal(read_file_at(AT_FDCWD, path, 64 * 1024, &want, &size), 0);
-        int r = vmm_command_argv(c, &argv, &error);
+        _cleanup_strv_free_ char **argv = render(c);
+        _cleanup_free_ char *got = NULL, *want = NULL, *rel = NULL;
+        assert_int_equal(test_argv_lines(argv, &got), 0);
+        assert_int_equal(strprintf(&rel, "golden/vmm/%s.txt", name), 0);
+        int r = test_golden_check(rel, got, &want);
         if (r < 0)
-                fail_msg("%s: %s", name, error);
-        assert_null(error);
-        for (char **a = argv; *a; a++) {
-                /* One argument per line only works while no argument has a newline. */
-                assert_null(strchr(*a, '\n'));
-                assert_int_equal(strextend(&got, "%s\n", *a), 0);
-        }
-        if (!streq(got, want))
-                fail_msg("%s: argv differs from %s\n--- got ---\n%s--- want ---\n%s", name, path,
-                         got, want);
+                fail_msg("%s: %s", rel, strerror(-r));
+        if (r > 0)
+                fail_msg("%s: argv differs\n--- got ---\n%s--- want ---\n%s", rel, got, want);
 }
 
-/* VMM-1, VMM-2: a VM without a vGPU */
-static void test_argv_no_gpu(void **state)
+/* The index of the first argument equal to s at or after from. */
+static size_t find_arg(char **argv, size_t from, const char *s)
+{
+        for (size_t i = from; argv[i]; i++)
+                if (streq(argv[i], s))
+                        return i;
+        fail_msg("%s not in argv", s);
+        return 0;
+}
+
+/* VMM-1, VMM-3, NET-3: the TAP at 3, vhost-net at 4, before every file */
+static void test_argv_nic(void **state)
 {
         VmmCommand c = base_command();
-        c.kernel_fd = KERNEL_FD;
-        c.disk_fd = DISK_FD;
-        assert_golden(&c, "no-gpu");
+        assert_int_equal(vmm_command_add_nic(&c, &nic), 0);
+        assert_golden(&c, "nic-tap-vhost");
+
+        int fds[VMM_PASSED_FDS_MAX];
+        assert_int_equal(vmm_command_passed_fds(&c, fds), 3);
+        assert_int_equal(fds[0], TAP_FD);
+        assert_int_equal(fds[1], VHOST_FD);
+        assert_int_equal(fds[2], KERNEL_FD);
 }
 
-/* VMM-1, VMM-2: vendor-VFIO passes the whole VF by its sysfs device */
-static void test_argv_vendor_vfio(void **state)
+/* NET-3: without vhost-net the netdev names the TAP alone */
+static void test_argv_nic_without_vhost(void **state)
 {
         VmmCommand c = base_command();
-        with_kernel_initrd_cmdline(&c);
-        c.disk_fd = DISK_FD;
-        c.vfio_sysfsdev = "/sys/bus/pci/devices/0000:e3:00.6";
-        assert_golden(&c, "vendor-vfio");
+        VmmNic n = nic;
+        n.vhost_fd = -1;
+        assert_int_equal(vmm_command_add_nic(&c, &n), 0);
+        _cleanup_strv_free_ char **argv = render(&c);
+        size_t k = find_arg(argv, 0, "-netdev");
+        assert_string_equal(argv[k + 1], "tap,id=net0,fd=3");
+        assert_string_equal(argv[k + 3], "virtio-net-pci,netdev=net0,mac=52:54:00:12:ab:cd");
+        k = find_arg(argv, 0, "-kernel");
+        assert_string_equal(argv[k + 1], "/proc/self/fd/4");
 }
 
-/* VMM-1, VMM-2: an mdev is passed by its sysfs device under the mdev bus */
-static void test_argv_mdev(void **state)
+/* VMM-1, DISK-9, SEED-2: root, a volume and the seed cdrom as -blockdev JSON, in list order */
+static void test_argv_cdrom_seed(void **state)
 {
         VmmCommand c = base_command();
-        with_kernel_initrd_cmdline(&c);
-        c.vfio_sysfsdev = "/sys/bus/mdev/devices/4b1f7a6e-2f0c-4d0e-9a52-4c3b1a5d6e7f";
-        assert_golden(&c, "mdev");
+        assert_int_equal(vmm_command_add_drive(&c, &root_drive), 0);
+        assert_int_equal(vmm_command_add_drive(&c, &volume_drive), 0);
+        assert_int_equal(vmm_command_add_drive(&c, &seed_drive), 0);
+        assert_golden(&c, "cdrom-seed");
 }
 
-/* VMM-1, VMM-2: a kernel alone boots */
-static void test_argv_kernel_only(void **state)
+/* VMM-1, DISK-9: every -blockdev is one JSON object naming its drivers, its file an fd set */
+static void test_argv_blockdev_json(void **state)
 {
         VmmCommand c = base_command();
-        c.kernel_fd = KERNEL_FD;
-        assert_golden(&c, "kernel-only");
+        assert_int_equal(vmm_command_add_drive(&c, &root_drive), 0);
+        _cleanup_strv_free_ char **argv = render(&c);
+        size_t k = find_arg(argv, 0, "-add-fd");
+        assert_string_equal(argv[k + 1], "fd=4,set=4");
+        assert_string_equal(argv[k + 2], "-blockdev");
+        json_error_t jerr;
+        json_auto_t *node = json_loads(argv[k + 3], JSON_REJECT_DUPLICATES, &jerr);
+        if (!node)
+                fail_msg("-blockdev %s: %s", argv[k + 3], jerr.text);
+        json_auto_t *want =
+            json_pack("{s:s, s:s, s:{s:b}, s:s, s:s, s:{s:s, s:s}}", "driver", "qcow2", "node-name",
+                      "root", "cache", "direct", 1, "discard", "unmap", "detect-zeroes", "unmap",
+                      "file", "driver", "file", "filename", "/dev/fdset/4");
+        assert_true(json_equal(node, want));
+        assert_string_equal(argv[k + 5], "virtio-blk-pci,drive=root,bootindex=1");
 }
 
-/* VMM-1, VMM-2, DISK-6: a disk alone boots, read-only, its descriptor in an -add-fd set */
-static void test_argv_disk_only(void **state)
-{
-        VmmCommand c = base_command();
-        c.disk_fd = DISK_FD;
-        assert_golden(&c, "disk-only");
-}
-
-/* VMM-1: -kernel, -initrd, -append, then the disk, in this order; INST-6: by descriptor */
-static void test_argv_kernel_initrd_cmdline_disk(void **state)
-{
-        VmmCommand c = base_command();
-        with_kernel_initrd_cmdline(&c);
-        c.disk_fd = DISK_FD;
-        assert_golden(&c, "kernel-initrd-cmdline-disk");
-}
-
-/* VMM-3, INST-6: the passed descriptors are numbered from 3 in the order kernel, initrd, disk */
+/* VMM-3, INST-6: NICs, then kernel, initrd and the drives in order, numbered from 3 */
 static void test_passed_fds(void **state)
 {
         VmmCommand c = base_command();
+        c.initrd_fd = INITRD_FD;
+        c.cmdline = "console=ttyS0";
+        assert_int_equal(vmm_command_add_drive(&c, &root_drive), 0);
+        assert_int_equal(vmm_command_add_drive(&c, &seed_drive), 0);
+        assert_int_equal(vmm_command_add_nic(&c, &nic), 0);
+
         int fds[VMM_PASSED_FDS_MAX];
-        c.disk_fd = DISK_FD;
-        assert_int_equal(vmm_command_passed_fds(&c, fds), 1);
-        assert_int_equal(fds[0], DISK_FD);
-        with_kernel_initrd_cmdline(&c);
-        assert_int_equal(vmm_command_passed_fds(&c, fds), 3);
-        assert_int_equal(fds[0], KERNEL_FD);
-        assert_int_equal(fds[1], INITRD_FD);
-        assert_int_equal(fds[2], DISK_FD);
+        const int want[] = {TAP_FD, VHOST_FD, KERNEL_FD, INITRD_FD, ROOT_FD, SEED_FD};
+        assert_int_equal(vmm_command_passed_fds(&c, fds), ELEMENTSOF(want));
+        for (size_t i = 0; i < ELEMENTSOF(want); i++)
+                assert_int_equal(fds[i], want[i]);
 
-        _cleanup_strv_free_ char **argv = NULL;
-        assert_int_equal(vmm_command_argv(&c, &argv, NULL), 0);
-        size_t k = 0;
-        while (argv[k] && !streq(argv[k], "-kernel"))
-                k++;
-        assert_string_equal(argv[k + 1], "/proc/self/fd/3");
-        assert_string_equal(argv[k + 3], "/proc/self/fd/4");
-        while (argv[k] && !streq(argv[k], "-add-fd"))
-                k++;
-        assert_string_equal(argv[k + 1], "fd=5,set=5");
+        _cleanup_strv_free_ char **argv = render(&c);
+        size_t k = find_arg(argv, 0, "-kernel");
+        assert_string_equal(argv[k + 1], "/proc/self/fd/5");
+        assert_string_equal(argv[k + 3], "/proc/self/fd/6");
+        k = find_arg(argv, k, "-add-fd");
+        assert_string_equal(argv[k + 1], "fd=7,set=7");
+        k = find_arg(argv, k + 1, "-add-fd");
+        assert_string_equal(argv[k + 1], "fd=8,set=8");
+        k = find_arg(argv, k, "-netdev");
+        assert_string_equal(argv[k + 1], "tap,id=net0,fd=3,vhost=on,vhostfd=4");
 }
 
-/* VMM-1: auto is "-accel kvm -accel tcg", kvm and tcg one -accel each */
-static void test_argv_accel(void **state)
-{
-        static const struct {
-                ConfigQemuAccel accel;
-                const char *golden;
-        } cases[] = {
-            {CONFIG_QEMU_ACCEL_AUTO, "accel-auto"},
-            {CONFIG_QEMU_ACCEL_KVM, "accel-kvm"},
-            {CONFIG_QEMU_ACCEL_TCG, "accel-tcg"},
-        };
-        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
-                VmmCommand c = base_command();
-                c.accel = cases[i].accel;
-                c.kernel_fd = KERNEL_FD;
-                assert_golden(&c, cases[i].golden);
-        }
-}
-
-/*
- * VMM-2: commas are doubled in the keyval values (sockets, console, device path) and kept as
- * they are in -append; the boot files are descriptors now (INST-6), so their paths' commas
- * never reach QEMU.
- */
-static void test_argv_commas(void **state)
+/* VMM-1: each chardev lands right before its consumer, whatever order it was added in */
+static void test_argv_chardev_order(void **state)
 {
         VmmCommand c = base_command();
-        c.accel = CONFIG_QEMU_ACCEL_TCG;
-        c.qmp_socket = "/run/vgpud,a/instances/" ID "/qmp.sock";
-        c.agent_socket = "/run/vgpud,a/instances/" ID "/agent.sock";
-        c.console_log = "/srv/data,b/instances/" ID "/console.log";
+        VmmChardev reversed[VMM_CHARDEVS_MAX];
+        size_t n = c.n_chardevs;
+        for (size_t i = 0; i < n; i++)
+                reversed[i] = c.chardevs[n - 1 - i];
+        memcpy(c.chardevs, reversed, n * sizeof(reversed[0]));
+        VmmCommand plain = base_command();
+        _cleanup_strv_free_ char **want = render(&plain), **got = render(&c);
+        assert_int_equal(strv_length(got), strv_length(want));
+        for (size_t i = 0; want[i]; i++)
+                assert_string_equal(got[i], want[i]);
+}
+
+/* VMM-1, CONS-1: a console socket keeps console.log as its logfile */
+static void test_argv_console_socket(void **state)
+{
+        VmmCommand c = vmm_command_init();
+        c.qemu_binary = "/usr/bin/qemu-system-x86_64";
+        c.name = "vm-1";
+        c.vcpus = 1;
+        c.memory_mb = 512;
         c.kernel_fd = KERNEL_FD;
-        c.initrd_fd = INITRD_FD;
-        c.cmdline = "console=ttyS0,115200n8 root=/dev/vda rw vgpud.opts=a,b,,c";
-        c.disk_fd = DISK_FD;
-        c.vfio_sysfsdev = "/srv/sim,1/sys/bus/pci/devices/0000:e3:00.6";
-        assert_golden(&c, "commas");
+        assert_int_equal(vmm_command_set_channels(&c, "/run/q,mp.sock", "/run/agent.sock",
+                                                  "/run/con,sole.sock", "/var/con,sole.log"),
+                         0);
+        _cleanup_strv_free_ char **argv = render(&c);
+        size_t k = find_arg(argv, 0, "-serial");
+        assert_string_equal(argv[k - 1], "socket,id=console0,path=/run/con,,sole.sock,server=on,"
+                                         "wait=off,logfile=/var/con,,sole.log,logappend=on");
+        assert_string_equal(argv[k + 1], "chardev:console0");
 }
 
 /* VMM-2: -name is a keyval option too, although INST-4 keeps commas out of names */
@@ -209,11 +247,21 @@ static void test_argv_name_is_escaped(void **state)
 {
         VmmCommand c = base_command();
         c.name = "a,b";
-        c.disk_fd = DISK_FD;
-        _cleanup_strv_free_ char **argv = NULL;
-        assert_int_equal(vmm_command_argv(&c, &argv, NULL), 0);
+        _cleanup_strv_free_ char **argv = render(&c);
         assert_string_equal(argv[1], "-name");
         assert_string_equal(argv[2], "guest=a,,b,debug-threads=on");
+}
+
+/* VMM-2: a serial with a comma is doubled; JSON -blockdev values are not */
+static void test_argv_serial_is_escaped(void **state)
+{
+        VmmCommand c = base_command();
+        VmmDrive d = volume_drive;
+        d.serial = "a,b";
+        assert_int_equal(vmm_command_add_drive(&c, &d), 0);
+        _cleanup_strv_free_ char **argv = render(&c);
+        size_t k = find_arg(argv, 0, "-add-fd");
+        assert_string_equal(argv[k + 5], "virtio-blk-pci,drive=vol-v0a1b2c3,serial=a,,b");
 }
 
 /* VMM-2 */
@@ -249,7 +297,7 @@ static void assert_argv_refused(const VmmCommand *c, const char *field)
                 fail_msg("error \"%s\" does not name %s", error, field);
 }
 
-/* VMM-1: a command line without its required parts is refused, naming the field */
+/* VMM-1: a command line without its required parts, or with parts QEMU would refuse */
 static void test_argv_missing_fields(void **state)
 {
         VmmCommand c;
@@ -257,7 +305,6 @@ static void test_argv_missing_fields(void **state)
 #define REFUSED(field, change)                  \
         do {                                    \
                 c = base_command();             \
-                c.disk_fd = DISK_FD;            \
                 change;                         \
                 assert_argv_refused(&c, field); \
         } while (0)
@@ -266,27 +313,69 @@ static void test_argv_missing_fields(void **state)
         REFUSED("qemu_binary", c.qemu_binary = "");
         REFUSED("name", c.name = NULL);
         REFUSED("name", c.name = "");
+        REFUSED("machine", c.machine = NULL);
         REFUSED("vcpus", c.vcpus = 0);
         REFUSED("memory_mb", c.memory_mb = 0);
-        REFUSED("qmp_socket", c.qmp_socket = NULL);
-        REFUSED("agent_socket", c.agent_socket = NULL);
-        REFUSED("console_log", c.console_log = "");
+        REFUSED("chardev qmp: path", c.chardevs[0].path = NULL);
+        REFUSED("chardev agent0: path", c.chardevs[1].path = "");
+        REFUSED("monitor chardev", c.monitor_chardev = NULL);
+        REFUSED("monitor's chardev nope", c.monitor_chardev = "nope");
+        REFUSED("chardev qmp has 0 consumers", c.monitor_chardev = "console0");
+        REFUSED("chardev qmp must be a listening socket", c.chardevs[0].server = false);
+        REFUSED("chardev qmp is given twice", vmm_command_add_chardev(&c, &c.chardevs[0]));
+        REFUSED("chardev 1 has an invalid id", c.chardevs[1].id = c.agent_chardev = "a,b");
         REFUSED("accel", c.accel = (ConfigQemuAccel)7);
-        REFUSED("kernel", c.disk_fd = -1);
+        REFUSED("kernel", c.kernel_fd = -1);
         REFUSED("kernel_fd 0 is a standard stream", c.kernel_fd = 0);
-        REFUSED("disk_fd 2 is a standard stream", c.disk_fd = 2);
         REFUSED("vfio_sysfsdev", c.vfio_sysfsdev = "");
-        REFUSED("cmdline", (c.kernel_fd = KERNEL_FD, c.cmdline = ""));
-        REFUSED("initrd", c.initrd_fd = INITRD_FD);
-        REFUSED("cmdline", c.cmdline = "console=ttyS0");
-        REFUSED("initrd_fd 1", (c.kernel_fd = KERNEL_FD, c.initrd_fd = 1));
+        REFUSED("cmdline", c.cmdline = "");
+        REFUSED("initrd", (c.kernel_fd = -1, c.initrd_fd = INITRD_FD));
+        REFUSED("cmdline", (c.kernel_fd = -1, c.cmdline = "console=ttyS0"));
+        REFUSED("initrd_fd 1", c.initrd_fd = 1);
+        REFUSED("drive 0 has no descriptor",
+                (vmm_command_add_drive(&c, &root_drive), c.drives[0].fd = -1));
+        REFUSED("drive 2 is a standard stream",
+                (vmm_command_add_drive(&c, &root_drive), c.drives[0].fd = 2));
+        REFUSED("drive 0 has an invalid node name",
+                (vmm_command_add_drive(&c, &root_drive), c.drives[0].node_name = "0root"));
+        REFUSED("drive root is given twice",
+                (vmm_command_add_drive(&c, &root_drive), vmm_command_add_drive(&c, &root_drive)));
+        REFUSED("detect-zeroes unmap needs discard unmap",
+                (vmm_command_add_drive(&c, &root_drive), c.drives[0].discard_unmap = false));
+        REFUSED("a cdrom is read-only",
+                (vmm_command_add_drive(&c, &seed_drive), c.drives[0].read_only = false));
+        REFUSED("a cdrom is read-only",
+                (vmm_command_add_drive(&c, &seed_drive), c.drives[0].bus = NULL));
+        REFUSED("virtio-blk takes no bus",
+                (vmm_command_add_drive(&c, &root_drive), c.drives[0].bus = "ide.1"));
+        REFUSED("mac must be",
+                (vmm_command_add_nic(&c, &nic), c.nics[0].mac = "52:54:00:12:AB:CD"));
+        REFUSED("nic 0 has no descriptor", (vmm_command_add_nic(&c, &nic), c.nics[0].tap_fd = -1));
+        REFUSED("nic 0 has an invalid id", (vmm_command_add_nic(&c, &nic), c.nics[0].id = ""));
 #undef REFUSED
 
         /* NULL error is allowed */
         c = base_command();
+        c.kernel_fd = -1;
         char **argv = NULL;
         assert_int_equal(vmm_command_argv(&c, &argv, NULL), -EINVAL);
         assert_null(argv);
+}
+
+/* The tables are bounded: the one past the end is refused, not written. */
+static void test_command_tables_full(void **state)
+{
+        VmmCommand c = base_command();
+        for (size_t i = 0; i < VMM_DRIVES_MAX; i++)
+                assert_int_equal(vmm_command_add_drive(&c, &seed_drive), 0);
+        assert_int_equal(vmm_command_add_drive(&c, &seed_drive), -E2BIG);
+        for (size_t i = 0; i < VMM_NICS_MAX; i++)
+                assert_int_equal(vmm_command_add_nic(&c, &nic), 0);
+        assert_int_equal(vmm_command_add_nic(&c, &nic), -E2BIG);
+        while (c.n_chardevs < VMM_CHARDEVS_MAX)
+                assert_int_equal(vmm_command_add_chardev(&c, &c.chardevs[0]), 0);
+        assert_int_equal(vmm_command_add_chardev(&c, &c.chardevs[0]), -E2BIG);
+        assert_int_equal(vmm_command_set_channels(&c, "/q", "/a", NULL, "/c"), -E2BIG);
 }
 
 /* ---- /proc/<pid>/stat ---------------------------------------------------------------------- */
@@ -1165,18 +1254,18 @@ static void test_qmp_done(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_argv_no_gpu),
-            cmocka_unit_test(test_argv_vendor_vfio),
-            cmocka_unit_test(test_argv_mdev),
-            cmocka_unit_test(test_argv_kernel_only),
-            cmocka_unit_test(test_argv_disk_only),
-            cmocka_unit_test(test_argv_kernel_initrd_cmdline_disk),
+            cmocka_unit_test(test_argv_nic),
+            cmocka_unit_test(test_argv_nic_without_vhost),
+            cmocka_unit_test(test_argv_cdrom_seed),
+            cmocka_unit_test(test_argv_blockdev_json),
             cmocka_unit_test(test_passed_fds),
-            cmocka_unit_test(test_argv_accel),
-            cmocka_unit_test(test_argv_commas),
+            cmocka_unit_test(test_argv_chardev_order),
+            cmocka_unit_test(test_argv_console_socket),
             cmocka_unit_test(test_argv_name_is_escaped),
+            cmocka_unit_test(test_argv_serial_is_escaped),
             cmocka_unit_test(test_keyval_escape),
             cmocka_unit_test(test_argv_missing_fields),
+            cmocka_unit_test(test_command_tables_full),
             cmocka_unit_test(test_stat_parse),
             cmocka_unit_test(test_stat_comm),
             cmocka_unit_test(test_stat_truncated),

@@ -282,31 +282,48 @@ static char **vmm_argv(const Fixture *f, const char *sysfsdev)
 }
 
 /* As vgpud does (VMM-3): posix_spawn, stdin /dev/null, output appended to qemu.log. */
-static void spawn_passing(Fixture *f, char **argv, int passed);
+static void spawn_passing_fds(Fixture *f, char **argv, const int *fds, size_t n);
 
 static void spawn(Fixture *f, char **argv)
 {
-        spawn_passing(f, argv, -1);
+        spawn_passing_fds(f, argv, NULL, 0);
 }
 
 /* As vgpud starts QEMU (VMM-3); passed (unless -1) becomes descriptor 3. */
 static void spawn_passing(Fixture *f, char **argv, int passed)
 {
+        spawn_passing_fds(f, argv, &passed, passed >= 0 ? 1 : 0);
+}
+
+/* fds[i] becomes descriptor 3 + i; -1 leaves that number closed. */
+static void spawn_passing_fds(Fixture *f, char **argv, const int *fds, size_t n)
+{
         posix_spawn_file_actions_t fa;
         posix_spawnattr_t attr;
         sigset_t empty;
         char *env[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+        int copies[8];
 
+        /* Copies above every target, so that no dup2() overwrites a source still to come. */
+        assert_true(n <= ELEMENTSOF(copies));
+        for (size_t i = 0; i < n; i++) {
+                copies[i] = fds[i] < 0 ? -1 : fcntl(fds[i], F_DUPFD_CLOEXEC, 64);
+                assert_true(fds[i] < 0 || copies[i] >= 0);
+        }
         assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
         assert_int_equal(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
         assert_int_equal(posix_spawn_file_actions_addopen(&fa, 1, f->qemu_log,
                                                           O_WRONLY | O_CREAT | O_APPEND, 0644),
                          0);
         assert_int_equal(posix_spawn_file_actions_adddup2(&fa, 1, 2), 0);
-        if (passed >= 0)
-                assert_int_equal(posix_spawn_file_actions_adddup2(&fa, passed, 3), 0);
+        for (size_t i = 0; i < n; i++)
+                if (copies[i] >= 0)
+                        assert_int_equal(
+                            posix_spawn_file_actions_adddup2(&fa, copies[i], 3 + (int)i), 0);
+                else /* glibc's child ignores a close of a number that is not open */
+                        assert_int_equal(posix_spawn_file_actions_addclose(&fa, 3 + (int)i), 0);
         /* Whatever the test runner leaked to us must not look like fake-qemu's own fds. */
-        assert_int_equal(posix_spawn_file_actions_addclosefrom_np(&fa, passed >= 0 ? 4 : 3), 0);
+        assert_int_equal(posix_spawn_file_actions_addclosefrom_np(&fa, 3 + (int)n), 0);
         assert_int_equal(posix_spawnattr_init(&attr), 0);
         sigemptyset(&empty);
         assert_int_equal(posix_spawnattr_setsigmask(&attr, &empty), 0);
@@ -315,6 +332,9 @@ static void spawn_passing(Fixture *f, char **argv, int passed)
         int r = posix_spawn(&f->pid, argv[0], &fa, &attr, argv, env);
         posix_spawn_file_actions_destroy(&fa);
         posix_spawnattr_destroy(&attr);
+        for (size_t i = 0; i < n; i++)
+                if (copies[i] >= 0)
+                        close(copies[i]);
         assert_int_equal(r, 0);
 }
 
@@ -1323,8 +1343,8 @@ static void test_argv_full(void **state)
         push(&argv, "-add-fd");
         push(&argv, "fd=3,set=3");
         push(&argv, "-blockdev");
-        push(&argv, "driver=raw,node-name=bootdisk,read-only=on,file.driver=file,"
-                    "file.filename=/dev/fdset/3");
+        push(&argv, "{\"driver\":\"raw\",\"node-name\":\"bootdisk\",\"read-only\":true,"
+                    "\"file\":{\"driver\":\"file\",\"filename\":\"/dev/fdset/3\"}}");
         push(&argv, "-device");
         push(&argv, "virtio-blk-pci,drive=bootdisk");
         push(&argv, "-device");
@@ -1474,8 +1494,35 @@ static void test_argv_disk(void **state)
              "Cannot find device nor node name 'root'"},
             {O_RDONLY, "fd=3,set=3", blockdev_ro, NULL, "no device uses it"},
             {O_RDONLY, "fd=3,set=3",
-             "driver=qcow2,node-name=bootdisk,file.driver=file,file.filename=/dev/fdset/3",
-             "virtio-blk-pci,drive=bootdisk", "parameter 'driver' must be 'raw'"},
+             "driver=vmdk,node-name=bootdisk,file.driver=file,file.filename=/dev/fdset/3",
+             "virtio-blk-pci,drive=bootdisk", "unknown driver 'vmdk'"},
+            {O_RDONLY, "fd=3,set=3",
+             "driver=raw,node-name=bootdisk,read-only=on,aio=native,file.driver=file,"
+             "file.filename=/dev/fdset/3",
+             "virtio-blk-pci,drive=bootdisk", "unknown key 'aio'"},
+            /* The JSON form meets the same checks, key by dotted key. */
+            {O_RDONLY, "fd=3,set=3",
+             "{\"driver\":\"raw\",\"node-name\":\"bootdisk\",\"read-only\":true,\"file\":"
+             "{\"driver\":\"file\",\"filename\":\"/dev/fdset/3\"}}",
+             "virtio-blk-pci,drive=bootdisk", NULL},
+            {O_RDWR, "fd=3,set=3",
+             "{\"driver\":\"raw\",\"node-name\":\"bootdisk\",\"read-only\":true,\"file\":"
+             "{\"driver\":\"file\",\"filename\":\"/dev/fdset/3\"}}",
+             "virtio-blk-pci,drive=bootdisk", "access mode does not match read-only=on"},
+            {O_RDONLY, "fd=3,set=3",
+             "{\"driver\":\"raw\",\"node-name\":\"bootdisk\",\"read-only\":true,\"file\":"
+             "{\"driver\":\"file\",\"filename\":\"/dev/fdset/3\",\"locking\":\"off\"}}",
+             "virtio-blk-pci,drive=bootdisk", "unknown key 'file.locking'"},
+            {O_RDONLY, "fd=3,set=3",
+             "{\"driver\":\"nbd\",\"node-name\":\"bootdisk\",\"file\":"
+             "{\"driver\":\"file\",\"filename\":\"/dev/fdset/3\"}}",
+             "virtio-blk-pci,drive=bootdisk", "unknown driver 'nbd'"},
+            {O_RDONLY, "fd=3,set=3", "{\"driver\":\"raw\",\"driver\":\"raw\"}",
+             "virtio-blk-pci,drive=bootdisk", "invalid JSON"},
+            {O_RDWR, "fd=3,set=3",
+             "{\"driver\":\"raw\",\"node-name\":\"bootdisk\",\"detect-zeroes\":\"unmap\","
+             "\"file\":{\"driver\":\"file\",\"filename\":\"/dev/fdset/3\"}}",
+             "virtio-blk-pci,drive=bootdisk", "without setting discard operation to unmap"},
             {O_RDONLY, "fd=3,set=3",
              "driver=raw,node-name=bootdisk,read-only=on,file.driver=file,file.filename=/x.raw",
              "virtio-blk-pci,drive=bootdisk", "file.filename must be /dev/fdset/<n>"},
@@ -1497,6 +1544,110 @@ static void test_argv_disk(void **state)
                 assert_true(cases[i].mode < 0 || fd >= 0);
                 assert_true(truncate(f->qemu_log, 0) == 0 || errno == ENOENT);
                 spawn_passing(f, argv, fd);
+                if (!cases[i].message) {
+                        _cleanup_client_ Client *c = qmp_open(f);
+                        client_send(c, "{\"execute\": \"quit\"}\n");
+                        json_auto_t *reply = qmp_read(c);
+                        assert_json_equal(reply, "{\"return\": {}}");
+                        assert_exited_with(f, 0);
+                        continue;
+                }
+                assert_exited_with(f, 1);
+                if (!file_contains(f->qemu_log, cases[i].message)) {
+                        _cleanup_free_ char *log = read_text(f->qemu_log);
+                        fail_msg("case %zu: want \"%s\" in:\n%s", i, cases[i].message, log);
+                }
+        }
+}
+
+/*
+ * VMM-1's future parts as the renderer writes them (DISK-9, SEED-2, NET-3): a writable root,
+ * a volume, the seed cdrom and a TAP with vhost-net, each cross-reference resolved; then the
+ * refusals of each reference that does not hold.
+ */
+static void test_argv_drives_and_nic(void **state)
+{
+        Fixture *f = *state;
+        write_file(f, "disk.raw", "disk");
+        _cleanup_free_ char *disk_path = NULL;
+        assert_int_equal(strprintf(&disk_path, "%s/disk.raw", f->dir), 0);
+        const char *root = "{\"driver\":\"qcow2\",\"node-name\":\"root\",\"cache\":{\"direct\":"
+                           "true},\"discard\":\"unmap\",\"detect-zeroes\":\"unmap\",\"file\":{"
+                           "\"driver\":\"file\",\"filename\":\"/dev/fdset/5\"}}";
+        const char *volume = "{\"driver\":\"qcow2\",\"node-name\":\"vol-v1\",\"discard\":"
+                             "\"unmap\",\"file\":{\"driver\":\"file\",\"filename\":"
+                             "\"/dev/fdset/6\"}}";
+        const char *seed = "{\"driver\":\"raw\",\"node-name\":\"seed\",\"read-only\":true,\"file\""
+                           ":{\"driver\":\"file\",\"filename\":\"/dev/fdset/7\"}}";
+        struct {
+                const char *from, *to; /* an argument replaced in the good command line */
+                bool drop_tap;         /* descriptor 3 left closed */
+                const char *message;   /* NULL: starts */
+        } cases[] = {
+            {NULL, NULL, false, NULL},
+            {"tap,id=net0,fd=3,vhost=on,vhostfd=4", "tap,id=net0,fd=3,vhostfd=4", false,
+             "vhostfd goes"},
+            {"tap,id=net0,fd=3,vhost=on,vhostfd=4", "tap,id=net0,fd=3", false, NULL},
+            {"tap,id=net0,fd=3,vhost=on,vhostfd=4", "tap,id=net0,fd=3,vhost=off", false, NULL},
+            {NULL, NULL, true, "fd 3 is not open"},
+            {"tap,id=net0,fd=3,vhost=on,vhostfd=4", "user,id=net0", false, "unknown type 'user'"},
+            {"tap,id=net0,fd=3,vhost=on,vhostfd=4", "tap,id=net0,fd=3,vhost=on,vhostfd=4,queues=2",
+             false, "unknown key 'queues'"},
+            {"virtio-net-pci,netdev=net0,mac=52:54:00:aa:bb:cc",
+             "virtio-net-pci,netdev=net1,mac=52:54:00:aa:bb:cc", false, "netdev 'net1' not found"},
+            {"virtio-net-pci,netdev=net0,mac=52:54:00:aa:bb:cc",
+             "virtio-net-pci,netdev=net0,mac=52:54:00:AA:BB:CC", false, "invalid mac"},
+            {"virtio-net-pci,netdev=net0,mac=52:54:00:aa:bb:cc", "vfio-pci,sysfsdev=/none", false,
+             "no virtio-net-pci device uses it"},
+            {"virtio-blk-pci,drive=vol-v1,serial=v1", "virtio-blk-pci,drive=vol-v1,bootindex=1",
+             false, "bootindex 1 is already used"},
+            {"virtio-blk-pci,drive=vol-v1,serial=v1", "virtio-blk-pci,drive=root", false,
+             "node is already in use"},
+            {"ide-cd,bus=ide.1,drive=seed", "ide-cd,drive=seed", false,
+             "parameter 'bus' is required"},
+            {"ide-cd,bus=ide.1,drive=seed", "ide-cd,bus=ide.9,drive=seed", false,
+             "key 'bus' must be one of"},
+            {"ide-cd,bus=ide.1,drive=seed", "ide-cd,bus=ide.1,drive=seed,serial=x", false,
+             "unknown key 'serial'"},
+            /* A writable node needs a read-write descriptor (fd 7 is read-only). */
+            {seed,
+             "{\"driver\":\"raw\",\"node-name\":\"seed\",\"file\":{\"driver\":\"file\","
+             "\"filename\":\"/dev/fdset/7\"}}",
+             false, "access mode does not match read-only=off"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_strv_free_ char **argv = vmm_argv(f, NULL);
+                const char *tail[] = {
+                    "-add-fd",   "fd=5,set=5",
+                    "-blockdev", root,
+                    "-device",   "virtio-blk-pci,drive=root,bootindex=1",
+                    "-add-fd",   "fd=6,set=6",
+                    "-blockdev", volume,
+                    "-device",   "virtio-blk-pci,drive=vol-v1,serial=v1",
+                    "-add-fd",   "fd=7,set=7",
+                    "-blockdev", seed,
+                    "-device",   "ide-cd,bus=ide.1,drive=seed",
+                    "-netdev",   "tap,id=net0,fd=3,vhost=on,vhostfd=4",
+                    "-device",   "virtio-net-pci,netdev=net0,mac=52:54:00:aa:bb:cc"};
+                bool replaced = !cases[i].from;
+                for (size_t k = 0; k < ELEMENTSOF(tail); k++) {
+                        bool hit = cases[i].from && streq(tail[k], cases[i].from);
+                        replaced = replaced || hit;
+                        push(&argv, hit ? cases[i].to : tail[k]);
+                }
+                assert_true(replaced);
+                push(&argv, "-kernel");
+                push(&argv, disk_path); /* any readable file will do */
+
+                /* The TAP and vhost-net stand-ins: any open descriptors (fake-qemu checks that). */
+                _cleanup_close_ int tap = open("/dev/null", O_RDWR | O_CLOEXEC),
+                                    vhost = open("/dev/null", O_RDWR | O_CLOEXEC),
+                                    rw1 = open(disk_path, O_RDWR | O_CLOEXEC),
+                                    rw2 = open(disk_path, O_RDWR | O_CLOEXEC),
+                                    ro = open(disk_path, O_RDONLY | O_CLOEXEC);
+                const int fds[] = {cases[i].drop_tap ? -1 : tap, vhost, rw1, rw2, ro};
+                assert_true(truncate(f->qemu_log, 0) == 0 || errno == ENOENT);
+                spawn_passing_fds(f, argv, fds, ELEMENTSOF(fds));
                 if (!cases[i].message) {
                         _cleanup_client_ Client *c = qmp_open(f);
                         client_send(c, "{\"execute\": \"quit\"}\n");
@@ -1562,6 +1713,7 @@ int main(void)
             T(test_argv_required_parts),
             T(test_argv_missing_kernel),
             T(test_argv_disk),
+            T(test_argv_drives_and_nic),
 #undef T
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * From an instance record to the QEMU command as data (decision 12, VMM-1). Pure: no file is
+ * opened and nothing is allocated, so the golden tests (tests/data/golden/vmm/<case>.json ->
+ * <case>.txt) pin exactly what a start spawns. The storage, network and seed steps of later
+ * issues add their drives and NIC here, from what the record says the instance owns.
+ */
+#include "instances/instance-internal.h"
+
+/* The boot file a record names must be the one this operation opened (INST-6), and only it. */
+static int check_boot_file(const char *field, const char *path, int fd, char **error)
+{
+        if (path && fd < 0)
+                return error_set(error, -EINVAL, "QEMU command line: %s is not open", field);
+        if (!path && fd >= 0)
+                return error_set(error, -EINVAL,
+                                 "QEMU command line: %s is open but not in the record", field);
+        return 0;
+}
+
+int instance_command_build(const InstanceRecord *rec, const Config *config,
+                           const InstanceCommandPaths *paths, const InstanceBootFiles *files,
+                           VmmCommand *ret, char **error)
+{
+        int r = check_boot_file("boot.kernel", rec->boot.kernel, files->kernel, error);
+        if (r >= 0)
+                r = check_boot_file("boot.initrd", rec->boot.initrd, files->initrd, error);
+        if (r >= 0)
+                r = check_boot_file("boot.disk", rec->boot.disk, files->disk, error);
+        if (r < 0)
+                return r;
+
+        VmmCommand c = vmm_command_init();
+        c.qemu_binary = config->qemu_binary;
+        c.accel = config->qemu_accel;
+        c.name = rec->name;
+        c.vcpus = rec->vcpus;
+        c.memory_mb = rec->memory_mb;
+        r = vmm_command_set_channels(&c, paths->qmp_socket, paths->agent_socket,
+                                     paths->console_socket, paths->console_log);
+        if (r < 0)
+                return error_set(error, r, "QEMU command line: %s", strerror(-r));
+
+        c.kernel_fd = files->kernel;
+        c.initrd_fd = files->initrd;
+        c.cmdline = rec->boot.cmdline;
+
+        /* DISK-6: boot.disk raw and read-only, shared by every VM that names it. */
+        if (files->disk >= 0) {
+                r = vmm_command_add_drive(&c, &(VmmDrive){.node_name = "bootdisk",
+                                                          .format = VMM_DRIVE_RAW,
+                                                          .read_only = true,
+                                                          .fd = files->disk,
+                                                          .device = VMM_DRIVE_VIRTIO_BLK});
+                if (r < 0)
+                        return error_set(error, r, "QEMU command line: %s", strerror(-r));
+        }
+
+        c.vfio_sysfsdev = rec->gpu.device_path;
+        *ret = c;
+        return 0;
+}
