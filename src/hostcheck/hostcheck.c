@@ -20,6 +20,7 @@
 #include "jwt/jwt.h"
 #include "nvml/nvml.h"
 #include "sysfs/sysfs.h"
+#include "worker/worker.h"
 
 #define CPUINFO_MAX ((size_t)16 * 1024 * 1024) /* about 1.5 KiB a CPU */
 #define LOCKS_MAX ((size_t)4 * 1024 * 1024)
@@ -666,7 +667,9 @@ static int check_qemu(HostCheck *hc, HostCheckResult *r)
         nsec_t deadline = now_monotonic() + QEMU_TIMEOUT;
         if (deadline > hc->setup->deadline)
                 deadline = hc->setup->deadline;
-        int k = host_check_spawn(argv, deadline, QEMU_HELP_MAX, &output, &status, &error);
+        SpawnRequest helper = SPAWN_REQUEST_INIT;
+        helper.argv = argv;
+        int k = spawn_run_helper(&helper, deadline, QEMU_HELP_MAX, &output, &status, &error);
         if (k == -ENOMEM)
                 return k;
         if (k < 0)

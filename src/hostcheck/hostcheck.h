@@ -100,15 +100,3 @@ bool host_check_qemu_lists_device(const char *help, const char *device);
  * as that /proc shows it (0 when it is outside its PID namespace); 0 when none is.
  */
 int host_check_find_flock(const char *locks, dev_t dev, ino_t ino, pid_t *ret_pid);
-
-/* ---- running a helper ---------------------------------------------------------------------- */
-
-/*
- * Runs argv[0] (a path, not searched) with argv, an environment of PATH only, stdin at EOF and
- * stdout and stderr into one pipe, in a process group of its own. Collects at most max_output
- * bytes of its output (the rest is drained and dropped). A child still running at deadline
- * (CLOCK_MONOTONIC) is killed with its group and the call fails with -ETIME. On success *ret_output
- * holds the output and *ret_status the wait status.
- */
-int host_check_spawn(char *const argv[], nsec_t deadline, size_t max_output, char **ret_output,
-                     int *ret_status, char **error);

@@ -1,18 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Starting QEMU (VMM-3, VMM-4), the boot id, and the last line of qemu.log (VMM-5). All of it
- * blocks on the file system or on the kernel, so it runs on worker threads (GEN-2).
+ * Starting QEMU (VMM-3, VMM-4) through the one spawn primitive (worker/), the boot id, and the last
+ * line of qemu.log (VMM-5). All of it blocks on the file system or on the kernel, so it runs on
+ * worker threads (GEN-2).
  */
 #include "vmm.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "vmm-internal.h"
+#include "worker/worker.h"
 
 /* The part of qemu.log searched backwards for its last line: QEMU's reason is at the end. */
 #define LOG_TAIL_MAX (1024u * 1024u)
@@ -28,101 +29,6 @@ const char *vmm_signal_name(int sig, char buf[static 16])
         else
                 snprintf(buf, 16, "SIG%d", sig);
         return buf;
-}
-
-/*
- * O_CLOEXEC descriptors at 3 or above: a descriptor the spawn duplicates onto 0, 1 or 2 must
- * not already be that number, since dup2() onto itself would keep its close-on-exec flag.
- */
-static int open_above_stdio(int dirfd, const char *path, int flags, mode_t mode)
-{
-        _cleanup_close_ int fd = openat(dirfd, path, flags | O_CLOEXEC | O_NOCTTY, mode);
-        if (fd < 0)
-                return negative_errno();
-        if (fd > STDERR_FILENO)
-                return TAKE_FD(fd);
-        int moved = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
-        if (moved < 0)
-                return negative_errno();
-        return moved;
-}
-
-typedef struct SpawnSetup {
-        posix_spawn_file_actions_t actions;
-        posix_spawnattr_t attr;
-        bool have_actions, have_attr;
-} SpawnSetup;
-
-static void spawn_setup_done(SpawnSetup *s)
-{
-        if (s->have_actions)
-                posix_spawn_file_actions_destroy(&s->actions);
-        if (s->have_attr)
-                posix_spawnattr_destroy(&s->attr);
-}
-
-/*
- * glibc keeps the signals below SIGRTMIN for itself, and sigfillset() leaves them out. Its
- * posix_spawn child then sets every such signal to SIG_IGN (they are blocked while it runs),
- * and an ignored signal stays ignored across execve: QEMU would start with two ignored
- * signals. Named in the default set, they get SIG_DFL like the rest. sigaddset() refuses them,
- * so the bits are set by hand.
- */
-static void add_libc_internal_signals(sigset_t *set)
-{
-        const size_t bits = 8 * sizeof(set->__val[0]);
-        for (int sig = __SIGRTMIN; sig < SIGRTMIN; sig++)
-                set->__val[(size_t)(sig - 1) / bits] |= 1UL << ((size_t)(sig - 1) % bits);
-}
-
-/*
- * stdin, stdout and stderr first, then each passed descriptor to its number, then everything
- * else closed. passed[] are copies above every target number, so that no dup2() overwrites a
- * source still to be duplicated, and none is its own target (dup2() onto itself would keep
- * close-on-exec).
- */
-static int spawn_setup(SpawnSetup *s, int null_fd, int log_fd, const int *passed, size_t n)
-{
-        sigset_t empty, all;
-        int r;
-
-        r = posix_spawn_file_actions_init(&s->actions);
-        if (r != 0)
-                return -r;
-        s->have_actions = true;
-        r = posix_spawnattr_init(&s->attr);
-        if (r != 0)
-                return -r;
-        s->have_attr = true;
-
-        /* stdin from the null device, stdout and stderr into qemu.log, the passed files, nothing
-         * else inherited (the daemon's sockets, the lock, other VMs' logs). */
-        r = posix_spawn_file_actions_adddup2(&s->actions, null_fd, STDIN_FILENO);
-        if (r == 0)
-                r = posix_spawn_file_actions_adddup2(&s->actions, log_fd, STDOUT_FILENO);
-        if (r == 0)
-                r = posix_spawn_file_actions_adddup2(&s->actions, log_fd, STDERR_FILENO);
-        for (size_t i = 0; r == 0 && i < n; i++)
-                r = posix_spawn_file_actions_adddup2(&s->actions, passed[i],
-                                                     VMM_PASSED_FD_FIRST + (int)i);
-        if (r == 0)
-                r = posix_spawn_file_actions_addclosefrom_np(&s->actions,
-                                                             VMM_PASSED_FD_FIRST + (int)n);
-        if (r != 0)
-                return -r;
-
-        /* The daemon blocks SIGCHLD, SIGTERM, SIGINT and SIGHUP (VMM-4); QEMU must not inherit
-         * that, nor any ignored signal, or its own shutdown on SIGTERM would not work. */
-        sigemptyset(&empty);
-        sigfillset(&all);
-        add_libc_internal_signals(&all);
-        r = posix_spawnattr_setsigmask(&s->attr, &empty);
-        if (r == 0)
-                r = posix_spawnattr_setsigdefault(&s->attr, &all);
-        if (r == 0)
-                r = posix_spawnattr_setflags(&s->attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                                           POSIX_SPAWN_SETSIGDEF);
-        return -r;
 }
 
 static int read_start_time(const Root *proc, pid_t pid, uint64_t *ret, char **error)
@@ -148,33 +54,6 @@ static int read_start_time(const Root *proc, pid_t pid, uint64_t *ret, char **er
         return 0;
 }
 
-/* The passed descriptors, copied above every number they are to take (spawn_setup()). */
-typedef struct PassedFds {
-        int fd[VMM_PASSED_FDS_MAX];
-        size_t n;
-} PassedFds;
-
-static void passed_fds_done(PassedFds *p)
-{
-        for (size_t i = 0; i < p->n; i++)
-                closep(&p->fd[i]);
-        p->n = 0;
-}
-
-static int passed_fds_copy(const VmmSpawnRequest *request, PassedFds *ret)
-{
-        if (request->n_fds > VMM_PASSED_FDS_MAX)
-                return -E2BIG;
-        for (size_t i = 0; i < request->n_fds; i++) {
-                int fd = fcntl(request->fds[i], F_DUPFD_CLOEXEC,
-                               VMM_PASSED_FD_FIRST + (int)request->n_fds);
-                if (fd < 0)
-                        return negative_errno();
-                ret->fd[ret->n++] = fd;
-        }
-        return 0;
-}
-
 /* CLOCK_BOOTTIME in clock ticks: a just-spawned child's start_time when its stat is unreadable. */
 static uint64_t boottime_ticks(void)
 {
@@ -186,61 +65,54 @@ static uint64_t boottime_ticks(void)
                (uint64_t)ts.tv_nsec / (NSEC_PER_SEC / (uint64_t)hz);
 }
 
+/* The argv names the passed descriptors by the numbers the primitive gives them. */
+_Static_assert(VMM_PASSED_FD_FIRST == SPAWN_PASSED_FD_FIRST, "descriptor numbers differ");
+_Static_assert(VMM_PASSED_FDS_MAX <= SPAWN_PASSED_FDS_MAX, "too many descriptors to pass");
+
 int vmm_spawn(const VmmSpawnRequest *request, VmmSpawned *ret, char **error)
 {
-        _cleanup_(spawn_setup_done) SpawnSetup setup = {0};
-        _cleanup_(passed_fds_done) PassedFds passed = {0};
-        char *const env[] = {(char *)VMM_SPAWN_PATH, NULL};
         const char *binary = request->argv && request->argv[0] ? request->argv[0] : NULL;
-        const char *null_device = request->null_device ? request->null_device : "/dev/null";
         _cleanup_free_ char *err = NULL;
         uint64_t start_time = 0;
-        pid_t pid;
+        SpawnedChild child;
         int r;
 
         if (!binary)
                 return error_set(error, -EINVAL, "spawn: empty command line");
+        if (request->n_fds > VMM_PASSED_FDS_MAX)
+                return error_set(error, -E2BIG, "spawn %s: pass descriptors: %s", binary,
+                                 strerror(E2BIG));
 
         /* INST-2a: a FIFO or a link in the log's place fails here, never blocks the worker. */
         _cleanup_close_ int log_fd =
             open_own_file_at(request->log_dirfd, request->log, O_WRONLY | O_APPEND | O_CREAT, 0600);
-        if (log_fd >= 0 && log_fd <= STDERR_FILENO) {
-                int moved = fcntl(log_fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
-                closep(&log_fd);
-                log_fd = moved < 0 ? negative_errno() : moved;
-        }
         if (log_fd < 0)
                 return error_set(error, log_fd, "spawn %s: open %s: %s", binary, request->log,
                                  file_strerror(log_fd));
-        _cleanup_close_ int null_fd = open_above_stdio(AT_FDCWD, null_device, O_RDONLY, 0);
-        if (null_fd < 0)
-                return error_set(error, null_fd, "spawn %s: open %s: %s", binary, null_device,
-                                 strerror(-null_fd));
-        r = passed_fds_copy(request, &passed);
-        if (r < 0)
-                return error_set(error, r, "spawn %s: pass descriptors: %s", binary, strerror(-r));
 
-        r = spawn_setup(&setup, null_fd, log_fd, passed.fd, passed.n);
+        SpawnRequest spawn = SPAWN_REQUEST_INIT;
+        spawn.argv = request->argv;
+        spawn.envp = (char *const[]){(char *)VMM_SPAWN_PATH, NULL};
+        spawn.stdout_fd = log_fd;
+        spawn.stderr_fd = log_fd;
+        spawn.fds = request->fds;
+        spawn.n_fds = request->n_fds;
+        spawn.null_device = request->null_device;
+        r = spawn_start(&spawn, &child, error);
         if (r < 0)
-                return error_set(error, r, "spawn %s: %s", binary, strerror(-r));
-
-        /* argv[0] is a path from configuration: posix_spawn, not posix_spawnp. */
-        r = posix_spawn(&pid, binary, &setup.actions, &setup.attr, request->argv, env);
-        if (r != 0)
-                return error_set(error, -r, "spawn %s: %s", binary, strerror(r));
+                return r;
 
         /*
          * From here the child runs: whatever fails now is the caller's to end through the
          * ladder (VMM-14), never a bare SIGKILL here. Until it is reaped its pid is its own.
          */
-        VmmSpawned s = {.pid = pid, .pidfd = vmm_pidfd_open(pid)};
+        VmmSpawned s = {.pid = child.pid, .pidfd = child.pidfd};
         if (s.pidfd < 0) {
-                if (strprintf(&s.identity_error, "open a pidfd on pid %d: %s", (int)pid,
-                              strerror(-s.pidfd)) < 0)
+                if (strprintf(&s.identity_error, "open a pidfd on pid %d: %s", (int)child.pid,
+                              strerror(-child.pidfd_error)) < 0)
                         s.identity_error = NULL;
-                s.pidfd = -1;
         } else {
-                r = read_start_time(request->proc, pid, &start_time, &err);
+                r = read_start_time(request->proc, child.pid, &start_time, &err);
                 if (r < 0)
                         s.identity_error = TAKE_PTR(err);
         }

@@ -35,6 +35,8 @@
  */
 
 #include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
 #include <systemd/sd-event.h>
 
 #include "base/base.h"
@@ -207,3 +209,68 @@ int worker_pool_check_accepting(WorkerPool *p, char **error);
  * calls it.
  */
 int worker_pool_wait_idle(WorkerPool *p, nsec_t timeout);
+
+/* ---- the spawn primitive (decision 13; worker-spawn.c) ------------------------------------- */
+
+/*
+ * Every child of the daemon starts here: QEMU (vmm_spawn(), VMM-3) and helper programs (`qemu
+ * -device help`, and next qemu-img and dnsmasq). It lives in worker/ because ARCHITECTURE.md puts
+ * the helpers' spawn here, because its calls block and so run on worker threads, and because
+ * worker/ sits below both vmm/ and hostcheck/, which share it. Both calls block: run them on a
+ * worker (the helper pool for helpers, GEN-2).
+ */
+
+/* The environment a child gets unless the request names another (VMM-3). */
+#define SPAWN_PATH_ENV "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+/* Passed descriptors sit at consecutive numbers from here (VMM-3: the TAP at 3, vhost at 4). */
+#define SPAWN_PASSED_FD_FIRST 3
+#define SPAWN_PASSED_FDS_MAX 32
+
+/* Resource limits set on the child (hard and soft); 0 leaves the daemon's own. */
+typedef struct SpawnLimits {
+        uint64_t as_bytes;    /* RLIMIT_AS */
+        uint64_t cpu_seconds; /* RLIMIT_CPU */
+        uint64_t nofile;      /* RLIMIT_NOFILE */
+} SpawnLimits;
+
+typedef struct SpawnRequest {
+        char *const *argv; /* argv[0] is executed as a path, never looked up in PATH */
+        char *const *envp; /* the child's whole environment; NULL: SPAWN_PATH_ENV alone */
+        /* The standard streams, descriptors of this process: -1 is the null device for stdin and
+         * stdout, stdout's descriptor for stderr. spawn_run_helper() sets all three itself. */
+        int stdin_fd, stdout_fd, stderr_fd;
+        const int *fds;          /* fds[i] becomes SPAWN_PASSED_FD_FIRST + i in the child */
+        size_t n_fds;            /* at most SPAWN_PASSED_FDS_MAX */
+        const char *null_device; /* "/dev/null" (GEN-1's one literal) when NULL */
+        SpawnLimits limits;
+} SpawnRequest;
+
+/* A request with no descriptors set yet (-1 is not a valid zero value). */
+#define SPAWN_REQUEST_INIT ((SpawnRequest){.stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1})
+
+typedef struct SpawnedChild {
+        pid_t pid;
+        int pidfd;       /* owned by the caller; -1 when none could be opened */
+        int pidfd_error; /* -errno why not; 0 with a pidfd */
+} SpawnedChild;
+
+/*
+ * posix_spawn of argv[0] with exactly the request's environment, standard streams and passed
+ * descriptors (every other descriptor closed), in a session of its own (POSIX_SPAWN_SETSID), with
+ * an empty signal mask and every signal at its default; its resource limits set; then a pidfd.
+ * Fails (`spawn <argv[0]>: <why>`) only when no child runs. A pidfd that cannot be opened is not
+ * a failure: the child runs, unreaped, so its pid is still its own, and the caller decides how
+ * to end it (VMM-14).
+ */
+int spawn_start(const SpawnRequest *request, SpawnedChild *ret, char **error);
+
+/*
+ * A helper program to its end: spawn_start() with stdin at EOF and stdout and stderr into one
+ * pipe, of which at most max_output bytes are kept (the rest is drained and dropped, so the
+ * helper never blocks on it). A helper still running at deadline (CLOCK_MONOTONIC) is killed
+ * with its process group and the call fails with -ETIME (`<argv[0]> did not finish in time`);
+ * other failures read `run <argv[0]>: <why>`. On success *ret_output holds the output (NUL-
+ * terminated) and *ret_status the wait status; the helper has been reaped either way.
+ */
+int spawn_run_helper(const SpawnRequest *request, nsec_t deadline, size_t max_output,
+                     char **ret_output, int *ret_status, char **error);

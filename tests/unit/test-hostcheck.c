@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The readers and the helper runner of `vgpud host-check` (HOSTCHK-2): /proc/cpuinfo, the
- * driver branch (GEN-11), QEMU's device list, /proc/locks (CFG-9 without taking the lock), and a
- * spawned helper's output, exit status and deadline. The checks themselves run against the
+ * The readers of `vgpud host-check` (HOSTCHK-2): /proc/cpuinfo, the driver branch (GEN-11),
+ * QEMU's device list and /proc/locks (CFG-9 without taking the lock). The helper runner it uses
+ * is worker/'s spawn primitive, tested in test-worker.c. The checks themselves run against the
  * simulator in tests/integration/test-host-check.py.
  */
 #include <stdarg.h>
@@ -146,59 +146,6 @@ static void test_locks_live(void **state)
         assert_int_equal(pid, getpid());
 }
 
-static nsec_t now(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (nsec_t)ts.tv_sec * NSEC_PER_SEC + (nsec_t)ts.tv_nsec;
-}
-
-static void test_spawn(void **state)
-{
-        _cleanup_free_ char *out = NULL, *error = NULL;
-        int status = -1;
-
-        /* stdout and stderr together; stdin at EOF; only PATH in the environment. */
-        char *echo[] = {(char *)"/bin/sh", (char *)"-c",
-                        (char *)"echo out; echo err >&2; cat; env | grep -v '^PWD=' | "
-                                "grep -vc '^PATH=' ; exit 3",
-                        NULL};
-        assert_int_equal(
-            host_check_spawn(echo, now() + 5 * NSEC_PER_SEC, 1024, &out, &status, &error), 0);
-        assert_string_equal(out, "out\nerr\n0\n");
-        assert_true(WIFEXITED(status));
-        assert_int_equal(WEXITSTATUS(status), 3);
-
-        /* Output beyond the cap is read and dropped, so the child finishes. */
-        free(out);
-        out = NULL;
-        char *big[] = {(char *)"/bin/sh", (char *)"-c",
-                       (char *)"head -c 100000 /dev/zero | tr '\\0' x", NULL};
-        assert_int_equal(host_check_spawn(big, now() + 5 * NSEC_PER_SEC, 10, &out, &status, &error),
-                         0);
-        assert_string_equal(out, "xxxxxxxxxx");
-        assert_int_equal(WEXITSTATUS(status), 0);
-
-        /* A child past the deadline is killed, with its group. */
-        free(out);
-        out = NULL;
-        char *slow[] = {(char *)"/bin/sh", (char *)"-c", (char *)"sleep 30 & sleep 30", NULL};
-        nsec_t begun = now();
-        assert_int_equal(
-            host_check_spawn(slow, begun + 200 * NSEC_PER_MSEC, 1024, &out, &status, &error),
-            -ETIME);
-        assert_true(now() - begun < 5 * NSEC_PER_SEC);
-        assert_non_null(strstr(error, "did not finish in time"));
-        assert_null(out);
-
-        free(error);
-        error = NULL;
-        char *missing[] = {(char *)"/nonexistent/qemu", NULL};
-        assert_int_equal(
-            host_check_spawn(missing, now() + NSEC_PER_SEC, 1024, &out, &status, &error), -ENOENT);
-        assert_string_equal(error, "run /nonexistent/qemu: No such file or directory");
-}
-
 static void test_names(void **state)
 {
         /* One name a check, unique, and the status words of HOSTCHK-1. */
@@ -217,8 +164,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_cpuinfo),      cmocka_unit_test(test_driver_branch),
             cmocka_unit_test(test_qemu_devices), cmocka_unit_test(test_locks),
-            cmocka_unit_test(test_locks_live),   cmocka_unit_test(test_spawn),
-            cmocka_unit_test(test_names),
+            cmocka_unit_test(test_locks_live),   cmocka_unit_test(test_names),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

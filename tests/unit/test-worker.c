@@ -6,12 +6,19 @@
  * the test's sd-event loop, which the test runs until what it waits for has happened; with an
  * injected clock the test dispatches by hand right after moving the clock, and checks how many
  * completions that ran.
+ *
+ * The spawn primitive (decision 13, VMM-3) runs real children: /bin/sh reporting what it got
+ * (descriptors, environment, session, signal state, limits), and helpers past their deadline.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <setjmp.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmocka.h>
 
 #include "testlib.h"
@@ -630,6 +637,186 @@ static void test_invalid(void **state)
         worker_pool_free(NULL);
 }
 
+/* ---- the spawn primitive ------------------------------------------------------------------ */
+
+/* Runs sh -c script as a helper with req's other fields; its output, and exit status 0. */
+static char *run_sh(SpawnRequest req, const char *script)
+{
+        char *argv[] = {(char *)"/bin/sh", (char *)"-c", (char *)script, NULL};
+        _cleanup_free_ char *error = NULL;
+        char *out = NULL;
+        int status = -1;
+        req.argv = argv;
+        if (spawn_run_helper(&req, test_now() + 10 * NSEC_PER_SEC, 4096, &out, &status, &error) < 0)
+                fail_msg("%s: %s", script, error);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                fail_msg("%s: status %d, output %s", script, status, out);
+        return out;
+}
+
+/* Helpers: one pipe for stdout and stderr, stdin at EOF, PATH only; the cap; the deadline */
+static void test_helper_output_and_deadline(void **state)
+{
+        _cleanup_free_ char *out = NULL, *error = NULL;
+        int status = -1;
+        SpawnRequest req = SPAWN_REQUEST_INIT;
+
+        char *echo[] = {(char *)"/bin/sh", (char *)"-c",
+                        (char *)"echo out; echo err >&2; cat; env | grep -v '^PWD=' | "
+                                "grep -vc '^PATH=' ; exit 3",
+                        NULL};
+        req.argv = echo;
+        assert_int_equal(
+            spawn_run_helper(&req, test_now() + 5 * NSEC_PER_SEC, 1024, &out, &status, &error), 0);
+        assert_string_equal(out, "out\nerr\n0\n");
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 3);
+
+        /* Output beyond the cap is read and dropped, so the child finishes. */
+        free(out);
+        out = NULL;
+        char *big[] = {(char *)"/bin/sh", (char *)"-c",
+                       (char *)"head -c 100000 /dev/zero | tr '\\0' x", NULL};
+        req.argv = big;
+        assert_int_equal(
+            spawn_run_helper(&req, test_now() + 5 * NSEC_PER_SEC, 10, &out, &status, &error), 0);
+        assert_string_equal(out, "xxxxxxxxxx");
+        assert_int_equal(WEXITSTATUS(status), 0);
+
+        /* A child past the deadline is killed, with its group. */
+        free(out);
+        out = NULL;
+        char *slow[] = {(char *)"/bin/sh", (char *)"-c", (char *)"sleep 30 & sleep 30", NULL};
+        req.argv = slow;
+        nsec_t begun = test_now();
+        assert_int_equal(
+            spawn_run_helper(&req, begun + 200 * NSEC_PER_MSEC, 1024, &out, &status, &error),
+            -ETIME);
+        assert_true(test_now() - begun < 5 * NSEC_PER_SEC);
+        assert_non_null(strstr(error, "did not finish in time"));
+        assert_null(out);
+
+        free(error);
+        error = NULL;
+        char *missing[] = {(char *)"/nonexistent/qemu", NULL};
+        req.argv = missing;
+        assert_int_equal(
+            spawn_run_helper(&req, test_now() + NSEC_PER_SEC, 1024, &out, &status, &error),
+            -ENOENT);
+        assert_string_equal(error, "run /nonexistent/qemu: No such file or directory");
+}
+
+/* VMM-3: passed descriptors at 3.. in order, every other one closed, whatever their numbers here */
+static void test_spawn_passed_fds(void **state)
+{
+        int p1[2], p2[2];
+        assert_int_equal(pipe2(p1, O_CLOEXEC), 0);
+        assert_int_equal(pipe2(p2, O_CLOEXEC), 0);
+        /* A descriptor this process leaks without close-on-exec must not reach the child. */
+        int leaked = dup(p1[0]);
+        assert_true(leaked >= 0);
+        assert_int_equal(write(p1[1], "one", 3), 3);
+        assert_int_equal(write(p2[1], "two", 3), 3);
+        closep(&p1[1]);
+        closep(&p2[1]);
+
+        /* Reversed on purpose: p2's read end goes to 3 and p1's to 4. */
+        const int fds[] = {p2[0], p1[0]};
+        SpawnRequest req = SPAWN_REQUEST_INIT;
+        req.fds = fds;
+        req.n_fds = ELEMENTSOF(fds);
+        _cleanup_free_ char *out =
+            run_sh(req, "cat <&3; echo; cat <&4; echo; ls /proc/self/fd | sort -n | tr '\\n' ' '");
+        /* ls's own directory descriptor shows up as the next free number. */
+        assert_string_equal(out, "two\none\n0 1 2 3 4 5 ");
+        close(leaked);
+        close(p1[0]);
+        close(p2[0]);
+}
+
+/* VMM-3: the environment is exactly the request's, or PATH alone */
+static void test_spawn_environment(void **state)
+{
+        SpawnRequest req = SPAWN_REQUEST_INIT;
+        assert_int_equal(setenv("VGPUD_TEST_SECRET", "x", 1), 0);
+        _cleanup_free_ char *plain = run_sh(req, "env | grep -v '^PWD=' | sort | tr '\\n' ' '");
+        assert_string_equal(plain, SPAWN_PATH_ENV " ");
+
+        char *const env[] = {(char *)"A=1", (char *)"PATH=/bin", NULL};
+        req.envp = env;
+        _cleanup_free_ char *given = run_sh(req, "env | grep -v '^PWD=' | sort | tr '\\n' ' '");
+        assert_string_equal(given, "A=1 PATH=/bin ");
+        unsetenv("VGPUD_TEST_SECRET");
+}
+
+/* VMM-3: its own session, an empty signal mask, no ignored signal */
+static void test_spawn_session_and_signals(void **state)
+{
+        sigset_t block, old;
+        sigemptyset(&block);
+        sigaddset(&block, SIGTERM);
+        sigaddset(&block, SIGHUP);
+        assert_int_equal(pthread_sigmask(SIG_BLOCK, &block, &old), 0);
+        struct sigaction ign = {.sa_handler = SIG_IGN}, old_int;
+        assert_int_equal(sigaction(SIGINT, &ign, &old_int), 0);
+
+        SpawnRequest req = SPAWN_REQUEST_INIT;
+        /* Field 6 of stat is the session; sh's own pid is $$. */
+        _cleanup_free_ char *out = run_sh(
+            req, "set -- $(cut -d')' -f2 /proc/$$/stat); [ \"$4\" = $$ ] && echo own-session; "
+                 "grep -E '^Sig(Blk|Ign):' /proc/$$/status | tr -s '\\t' ' '");
+        assert_string_equal(out, "own-session\nSigBlk: 0000000000000000\n"
+                                 "SigIgn: 0000000000000000\n");
+
+        assert_int_equal(sigaction(SIGINT, &old_int, NULL), 0);
+        assert_int_equal(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
+}
+
+/* Helpers run under the limits the request names; the rest stay the daemon's */
+static void test_spawn_limits(void **state)
+{
+        SpawnRequest req = SPAWN_REQUEST_INIT;
+        req.limits = (SpawnLimits){.as_bytes = UINT64_C(1) << 30, .cpu_seconds = 7, .nofile = 64};
+        _cleanup_free_ char *out = run_sh(req, "ulimit -v; ulimit -t; ulimit -n");
+        assert_string_equal(out, "1048576\n7\n64\n");
+
+        /* A helper that outgrows its address space fails, not the daemon. */
+        _cleanup_free_ char *error = NULL, *big = NULL;
+        char *argv[] = {(char *)"/bin/sh", (char *)"-c",
+                        (char *)"sleep 0.1; head -c 64000000 /dev/zero | tr '\\0' x > /dev/null; "
+                                "x=$(head -c 64000000 /dev/zero | tr '\\0' x); echo survived",
+                        NULL};
+        int status;
+        req.argv = argv;
+        req.limits = (SpawnLimits){.as_bytes = UINT64_C(32) << 20};
+        assert_int_equal(
+            spawn_run_helper(&req, test_now() + 10 * NSEC_PER_SEC, 4096, &big, &status, &error), 0);
+        assert_null(strstr(big, "survived"));
+}
+
+/* VMM-4: a pidfd on the started child, which stays unreaped until its owner waits */
+static void test_spawn_start_pidfd(void **state)
+{
+        char *argv[] = {(char *)"/bin/sh", (char *)"-c", (char *)"exit 5", NULL};
+        SpawnRequest req = SPAWN_REQUEST_INIT;
+        req.argv = argv;
+        SpawnedChild c;
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(spawn_start(&req, &c, &error), 0);
+        assert_true(c.pidfd >= 0);
+        assert_int_equal(c.pidfd_error, 0);
+        siginfo_t si = {0};
+        assert_int_equal(waitid(P_PIDFD, (id_t)c.pidfd, &si, WEXITED), 0);
+        assert_int_equal(si.si_pid, c.pid);
+        assert_int_equal(si.si_status, 5);
+        close(c.pidfd);
+
+        char *none[] = {NULL};
+        req.argv = none;
+        assert_int_equal(spawn_start(&req, &c, &error), -EINVAL);
+        assert_string_equal(error, "spawn: empty command line");
+}
+
 int main(void)
 {
 #define T(t) cmocka_unit_test_setup_teardown(t, setup, teardown)
@@ -645,6 +832,12 @@ int main(void)
             T(test_descriptor_timer),
             T(test_attach_event),
             cmocka_unit_test(test_invalid),
+            cmocka_unit_test(test_helper_output_and_deadline),
+            cmocka_unit_test(test_spawn_passed_fds),
+            cmocka_unit_test(test_spawn_environment),
+            cmocka_unit_test(test_spawn_session_and_signals),
+            cmocka_unit_test(test_spawn_limits),
+            cmocka_unit_test(test_spawn_start_pidfd),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
