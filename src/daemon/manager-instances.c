@@ -55,13 +55,26 @@ static void vf_changed(void *userdata, const char *vf)
 
 int manager_instances_setup(Manager *m, char **error)
 {
-        /* GEN-4: record writes never queue behind stuck sysfs calls. */
-        WorkerPoolConfig wc = {.threads = 2};
-        int r = worker_pool_new(&wc, &m->disk_pool);
-        if (r >= 0)
-                r = worker_pool_attach_event(m->disk_pool, m->event);
-        if (r < 0)
-                return error_set(error, r, "set up the disk worker pool: %s", strerror(-r));
+        /*
+         * Pools by kind (GEN-2, GEN-4): record writes never queue behind stuck sysfs calls, nor
+         * behind a slow helper program or file copy, which get a bounded pool of their own.
+         */
+        const struct {
+                WorkerPoolConfig config;
+                WorkerPool **pool;
+        } pools[] = {
+            {WORKER_POOL_CONFIG_DISK, &m->disk_pool},
+            {WORKER_POOL_CONFIG_HELPER, &m->helper_pool},
+        };
+        int r = 0;
+        for (size_t i = 0; i < ELEMENTSOF(pools); i++) {
+                r = worker_pool_new(&pools[i].config, pools[i].pool);
+                if (r >= 0)
+                        r = worker_pool_attach_event(*pools[i].pool, m->event);
+                if (r < 0)
+                        return error_set(error, r, "set up the %s worker pool: %s",
+                                         pools[i].config.name, strerror(-r));
+        }
 
         m->instances_dirfd =
             openat(m->data_dir_fd, "instances", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -93,6 +106,7 @@ int manager_instances_setup(Manager *m, char **error)
             .dev_root = m->config.dev_root,
             .sysfs_path = m->config.sysfs_root,
             .disk_pool = m->disk_pool,
+            .helper_pool = m->helper_pool,
             .ops = m->device_ops,
             .claimer = {.sysfs = m->sysfs,
                         .tracker = m->tracker,

@@ -506,6 +506,8 @@ Manager *manager_free(Manager *m)
                 worker_pool_free(m->workers);
         if (m->disk_pool)
                 worker_pool_free(m->disk_pool);
+        if (m->helper_pool)
+                worker_pool_free(m->helper_pool);
         /* Before the instance manager: its checks read the records. */
         m->sentinel = sentinel_free(m->sentinel);
         manager_fleet_free(m);

@@ -72,7 +72,8 @@ typedef struct Manager {
         sd_event_source *health_write_defer, *repair_defer; /* health_write_defer: any I/O */
 
         WorkerPool *workers;
-        WorkerPool *disk_pool; /* instance records, spawns, console reads (GEN-4: apart) */
+        WorkerPool *disk_pool;   /* instance records, spawns, console reads (GEN-4: apart) */
+        WorkerPool *helper_pool; /* helper programs and file copies, with deadlines (GEN-4) */
         NvmlClient *nvml;
         GpuTracker *tracker;    /* the host's one picture (ARCHITECTURE.md decision 3) */
         Reconciler *reconciler; /* the passes (ctrl/) */

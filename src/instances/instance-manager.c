@@ -420,8 +420,8 @@ static void owner_reserved(void *userdata, const char *instance_id)
 
 int instance_manager_new(const InstanceManagerConfig *config, InstanceManager **ret, char **error)
 {
-        if (!config || !config->config || !config->disk_pool || !config->ops ||
-            config->instances_dirfd < 0)
+        if (!config || !config->config || !config->disk_pool || !config->helper_pool ||
+            !config->ops || config->instances_dirfd < 0)
                 return error_set(error, -EINVAL, "instance manager: incomplete configuration");
         _cleanup_(instance_manager_freep) InstanceManager *m = calloc(1, sizeof *m);
         if (!m)

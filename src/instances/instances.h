@@ -358,7 +358,10 @@ typedef struct InstanceManagerConfig {
         const char *dev_root;   /* dev_root, absolute */
         const char *sysfs_path; /* sysfs_root, for device paths */
         WorkerPool *disk_pool;  /* record I/O, spawns, path checks, console reads, liveness */
-        DeviceOps *ops;         /* releases (borrowed) */
+        /* Helper programs (qemu-img, dnsmasq) and file copies: every job with a deadline, apart
+         * from the disk pool so that none of them delays a record write (GEN-4; borrowed). */
+        WorkerPool *helper_pool;
+        DeviceOps *ops; /* releases (borrowed) */
         /* The claim flow's configuration; the manager fills in its owner (borrowed parts). */
         ClaimerConfig claimer;
         /*

@@ -484,8 +484,8 @@ static int refusal_locked(const WorkerPool *p, char **error)
         if (p->config.single_slot && p->stuck > 0)
                 return error_set(error, -EBUSY, "%s", WORKER_STUCK_MESSAGE);
         if (!p->config.single_slot && p->stuck > 0 && p->stuck >= p->config.max_extra)
-                return error_set(error, -EAGAIN, "sysfs worker pool exhausted (%u calls stuck)",
-                                 p->config.max_extra);
+                return error_set(error, -EAGAIN, "%s worker pool exhausted (%u calls stuck)",
+                                 p->config.name ? p->config.name : "sysfs", p->config.max_extra);
         return 0;
 }
 
@@ -501,6 +501,9 @@ int worker_pool_submit(WorkerPool *p, const WorkerJob *job, char **error)
 {
         if (!job || !job->run)
                 return error_set(error, -EINVAL, "worker job without a function");
+        if (p->config.require_timeout && job->timeout == 0)
+                return error_set(error, -EINVAL, "%s worker job without a deadline",
+                                 p->config.name ? p->config.name : "worker");
 
         _cleanup_free_ Job *j = calloc(1, sizeof *j);
         if (!j)

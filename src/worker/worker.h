@@ -27,8 +27,18 @@
  *    with -EBUSY, and until the call returns so does every new one; the late result is
  *    discarded.
  *
- * In both, a job's deadline counts from its submission, so time spent queued counts, and a job
- * whose deadline passes while it waits fails with -ETIMEDOUT without ever running.
+ *  - the disk pool (GEN-2): 2 threads for record writes, spawns, path checks and console
+ *    reads. It runs nothing that can hang on hardware or on a helper program, so a record write
+ *    waits for nothing but other short file work.
+ *
+ *  - the helper pool (GEN-2, GEN-4, decision 13): 2 threads, at most 2 extra, for helper
+ *    programs (spawn_run_helper(): qemu-img, dnsmasq) and file copies. Every job has a deadline;
+ *    one past it is abandoned like a stuck sysfs call, so a slow helper holds a helper thread,
+ *    never a disk thread. With 2 calls stuck, new work fails at once with -EAGAIN and
+ *    `helper worker pool exhausted (2 calls stuck)`.
+ *
+ * In all of them, a job's deadline counts from its submission, so time spent queued counts, and a
+ * job whose deadline passes while it waits fails with -ETIMEDOUT without ever running.
  *
  * Jobs that share a key (a VF address) never overlap: a later one waits until the earlier one
  * has returned, even when the earlier one was abandoned (DEV-11).
@@ -94,7 +104,9 @@ typedef struct WorkerJob {
 typedef void (*WorkerRecoveredFunc)(const char *key, int r, void *userdata);
 
 typedef struct WorkerPoolConfig {
+        const char *name;       /* for messages: `<name> worker pool exhausted`; NULL: "sysfs" */
         unsigned threads;       /* threads that always run (>= 1) */
+        bool require_timeout;   /* a job without a deadline is refused (-EINVAL) */
         unsigned max_extra;     /* one thread added per stuck call, at most this many */
         bool single_slot;       /* the NVML slot: a stuck call fails every job until it returns */
         const MonoClock *clock; /* NULL for mono_clock_system */
@@ -108,6 +120,14 @@ typedef struct WorkerPoolConfig {
 #define WORKER_POOL_CONFIG_SYSFS \
         ((WorkerPoolConfig){.threads = WORKER_POOL_THREADS, .max_extra = WORKER_POOL_MAX_EXTRA})
 #define WORKER_POOL_CONFIG_NVML ((WorkerPoolConfig){.threads = 1, .single_slot = true})
+#define WORKER_POOL_CONFIG_DISK ((WorkerPoolConfig){.name = "disk", .threads = 2})
+#define WORKER_POOL_HELPER_THREADS 2
+#define WORKER_POOL_HELPER_MAX_EXTRA 2
+#define WORKER_POOL_CONFIG_HELPER                                      \
+        ((WorkerPoolConfig){.name = "helper",                          \
+                            .threads = WORKER_POOL_HELPER_THREADS,     \
+                            .max_extra = WORKER_POOL_HELPER_MAX_EXTRA, \
+                            .require_timeout = true})
 
 typedef struct WorkerPool WorkerPool;
 

@@ -637,6 +637,59 @@ static void test_invalid(void **state)
         worker_pool_free(NULL);
 }
 
+/*
+ * GEN-2, GEN-4: pools by kind, with the daemon's own configurations. Helper jobs that hang hold
+ * only helper threads: a record write on the disk pool completes while they hang, and again
+ * once they are abandoned and the helper pool refuses new work. A helper job needs a deadline.
+ */
+static void test_helper_pool_never_delays_a_write(void **state)
+{
+        Fixture *f = *state;
+        Board *b = &f->b;
+        WorkerPool *helpers = start_pool(f, WORKER_POOL_CONFIG_HELPER, false, false);
+        _cleanup_worker_pool_ WorkerPool *disk = NULL;
+        WorkerPoolConfig dc = WORKER_POOL_CONFIG_DISK;
+        assert_int_equal(worker_pool_new(&dc, &disk), 0);
+        assert_int_equal(worker_pool_attach_event(disk, f->event), 0);
+
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(submit(helpers, b, NULL, 1, -1, 0, 0, NULL, NULL, &error), -EINVAL);
+        assert_string_equal(error, "helper worker job without a deadline");
+
+        /* Every helper thread hangs in a call, and one more job waits behind them. */
+        for (int id = 1; id <= WORKER_POOL_HELPER_THREADS + 1; id++)
+                assert_int_equal(
+                    submit(helpers, b, &f->g[0], id, -1, 2 * NSEC_PER_SEC, 0, NULL, NULL, NULL), 0);
+        wait_entered(&b->entered, WORKER_POOL_HELPER_THREADS);
+
+        /* The write completes first, while the helpers still hang. */
+        assert_int_equal(submit(disk, b, NULL, 10, -1, 0, 0, NULL, NULL, NULL), 0);
+        WAIT_UNTIL(f, b->n_done >= 1);
+        assert_int_equal(b->done_id[0], 10);
+        assert_int_equal(b->done_r[0], 0);
+
+        /* The helpers are abandoned at their deadline; the pool is exhausted with 2 stuck. */
+        WAIT_UNTIL(f, worker_pool_get_stuck_count(helpers) == WORKER_POOL_HELPER_MAX_EXTRA &&
+                          b->n_done == 1 + WORKER_POOL_HELPER_THREADS + 1);
+        for (int i = 1; i < b->n_done; i++)
+                assert_int_equal(b->done_r[i], -ETIMEDOUT);
+        free(error);
+        error = NULL;
+        assert_int_equal(submit(helpers, b, NULL, 20, -1, NSEC_PER_SEC, 0, NULL, NULL, &error),
+                         -EAGAIN);
+        assert_string_equal(error, "helper worker pool exhausted (2 calls stuck)");
+
+        /* Writes still go through at once. */
+        assert_int_equal(submit(disk, b, NULL, 11, -1, 0, 0, NULL, NULL, NULL), 0);
+        int before = b->n_done;
+        WAIT_UNTIL(f, b->n_done == before + 1);
+        assert_int_equal(b->done_id[before], 11);
+
+        gate_open(&f->g[0]);
+        WAIT_UNTIL(f, worker_pool_get_stuck_count(helpers) == 0);
+        assert_int_equal(worker_pool_wait_idle(helpers, 10 * NSEC_PER_SEC), 0);
+}
+
 /* ---- the spawn primitive ------------------------------------------------------------------ */
 
 /* Runs sh -c script as a helper with req's other fields; its output, and exit status 0. */
@@ -832,6 +885,7 @@ int main(void)
             T(test_descriptor_timer),
             T(test_attach_event),
             cmocka_unit_test(test_invalid),
+            T(test_helper_pool_never_delays_a_write),
             cmocka_unit_test(test_helper_output_and_deadline),
             cmocka_unit_test(test_spawn_passed_fds),
             cmocka_unit_test(test_spawn_environment),
