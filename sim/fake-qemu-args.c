@@ -242,19 +242,6 @@ static int opt_elements_parse_json(const char *option, const char *arg, OptEleme
         return 0;
 }
 
-/* QEMU's node-name and id rule: a letter, then letters, digits, '-', '.', '_', under 32. */
-static bool qemu_id_is_valid(const char *id)
-{
-        size_t n = strlen(id);
-        if (n == 0 || n > 31 || !((id[0] >= 'a' && id[0] <= 'z') || (id[0] >= 'A' && id[0] <= 'Z')))
-                return false;
-        for (const char *p = id; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                      (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_'))
-                        return false;
-        return true;
-}
-
 typedef enum ChardevKind {
         CHARDEV_SOCKET,
         CHARDEV_FILE,
@@ -713,16 +700,6 @@ static int parse_netdev(ArgsState *s, const char *arg, char **error)
         return 0;
 }
 
-static bool mac_is_valid(const char *mac)
-{
-        if (strlen(mac) != 17)
-                return false;
-        for (size_t i = 0; i < 17; i++)
-                if (i % 3 == 2 ? mac[i] != ':' : hex_value_lower(mac[i]) < 0)
-                        return false;
-        return true;
-}
-
 /* bootindex=<n>: QEMU refuses one taken twice. */
 static int take_bootindex(ArgsState *s, OptElements *o, const char *arg, char **error)
 {
@@ -825,7 +802,7 @@ static int parse_device(ArgsState *s, const char *arg, char **error)
                         r = opt_check_all_taken(&o, arg, error);
                 if (r < 0)
                         return r;
-                if (!mac_is_valid(mac))
+                if (!mac_address_is_valid(mac))
                         return error_set(error, -EINVAL, "-device %s: invalid mac '%s'", arg, mac);
                 return add_use(s->netdev_users, &s->n_netdev_users, NETDEV_USERS_MAX, driver, v,
                                error);

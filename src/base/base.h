@@ -345,6 +345,14 @@ char *pci_address_format(const PciAddress *a, char buf[static PCI_ADDRESS_STRLEN
 bool uuid_text_is_valid(const char *s, size_t n, bool lowercase_only);
 /* A NUL-terminated lowercase UUID; false for NULL. */
 bool uuid_is_lowercase(const char *s);
+/* A MAC address as vgpud writes and QEMU reads it: six lowercase hex pairs joined by ':'. */
+bool mac_address_is_valid(const char *s);
+/*
+ * QEMU's rule for ids and node names (-chardev id=, -blockdev node-name=, -netdev id=): a letter,
+ * then letters, digits, '-', '.' and '_', at most 31 in all. Such a name needs no escaping in a
+ * keyval option (VMM-2).
+ */
+bool qemu_id_is_valid(const char *s);
 
 /* Durations in nanoseconds. */
 typedef uint64_t nsec_t;

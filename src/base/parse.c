@@ -138,6 +138,33 @@ bool pci_address_is_valid(const char *s)
         return parse_pci_address(s, &a) >= 0;
 }
 
+bool mac_address_is_valid(const char *s)
+{
+        if (!s || strlen(s) != 17)
+                return false;
+        for (size_t i = 0; i < 17; i++)
+                if (i % 3 == 2 ? s[i] != ':' : hex_value_lower(s[i]) < 0)
+                        return false;
+        return true;
+}
+
+static bool is_ascii_letter(char c)
+{
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+bool qemu_id_is_valid(const char *s)
+{
+        size_t n = s ? strlen(s) : 0;
+        if (n == 0 || n > 31 || !is_ascii_letter(s[0]))
+                return false;
+        for (const char *p = s; *p; p++)
+                if (!is_ascii_letter(*p) && !(*p >= '0' && *p <= '9') && *p != '-' && *p != '.' &&
+                    *p != '_')
+                        return false;
+        return true;
+}
+
 char *pci_address_format(const PciAddress *a, char buf[static PCI_ADDRESS_STRLEN])
 {
         snprintf(buf, PCI_ADDRESS_STRLEN, "%04x:%02x:%02x.%u", a->domain, a->bus, a->device,

@@ -189,29 +189,6 @@ size_t vmm_command_passed_fds(const VmmCommand *c, int fds[static VMM_PASSED_FDS
 
 #define PREFIX "QEMU command line"
 
-/* QEMU's rule for node names and ids: a letter first, then letters, digits, '-', '.', '_'. */
-static bool qemu_id_is_valid(const char *id)
-{
-        size_t n = id ? strlen(id) : 0;
-        if (n == 0 || n > 31 || !((id[0] >= 'a' && id[0] <= 'z') || (id[0] >= 'A' && id[0] <= 'Z')))
-                return false;
-        for (const char *p = id; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                      (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_'))
-                        return false;
-        return true;
-}
-
-static bool mac_is_valid(const char *mac)
-{
-        if (!mac || strlen(mac) != 17)
-                return false;
-        for (size_t i = 0; i < 17; i++)
-                if (i % 3 == 2 ? mac[i] != ':' : hex_value_lower(mac[i]) < 0)
-                        return false;
-        return true;
-}
-
 /* 0..2 are QEMU's standard streams: a zeroed field is a mistake, not a file. */
 static int check_fd(int fd, bool required, const char *what, size_t index, char **error)
 {
@@ -391,7 +368,7 @@ static int check_nics(const VmmCommand *c, char **error)
                         if (streq(c->nics[k].id, n->id))
                                 return error_set(error, -EINVAL, PREFIX ": nic %s is given twice",
                                                  n->id);
-                if (!mac_is_valid(n->mac))
+                if (!mac_address_is_valid(n->mac))
                         return error_set(error, -EINVAL,
                                          PREFIX ": nic %s: mac must be 6 lowercase hex pairs",
                                          n->id);

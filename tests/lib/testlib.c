@@ -557,3 +557,20 @@ int test_argv_lines(char *const *argv, char **ret)
         *ret = TAKE_PTR(text);
         return 0;
 }
+
+char *test_golden_argv_mismatch(const char *rel, char *const *argv)
+{
+        _cleanup_free_ char *got = NULL, *want = NULL;
+        char *msg = NULL;
+        int r = test_argv_lines(argv, &got);
+        if (r >= 0)
+                r = test_golden_check(rel, got, &want);
+        if (r == 0)
+                return NULL;
+        if (r < 0)
+                (void)strprintf(&msg, "%s: %s", rel, strerror(-r));
+        else
+                (void)strprintf(&msg, "%s: argv differs\n--- got ---\n%s--- want ---\n%s", rel, got,
+                                want);
+        return msg ? msg : strdup("out of memory");
+}

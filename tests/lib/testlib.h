@@ -171,9 +171,13 @@ char *test_sim_path(const TestSim *s, const char *fmt, ...) _printf_(2, 3);
  * got there instead and returns 0: regenerate, then review the change with git diff.
  */
 int test_golden_check(const char *rel, const char *got, char **ret_want);
-/* argv one argument per line; -EINVAL when an argument holds a newline (it could not round-trip).
- */
+/* argv one argument per line; -EINVAL when an argument holds a newline (no round trip). */
 int test_argv_lines(char *const *argv, char **ret);
+/*
+ * argv, one argument per line, against the golden file rel (test_golden_check()): NULL when they
+ * match, else a malloc'd text saying what differs, for the test's failure message.
+ */
+char *test_golden_argv_mismatch(const char *rel, char *const *argv);
 
 /* One write() of value on an O_WRONLY descriptor, as vgpud writes sysfs: 0 or -errno. */
 int test_write_once(const char *path, const char *value);

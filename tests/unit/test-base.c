@@ -562,6 +562,36 @@ static void test_pci_address_invalid(void **state)
         assert_false(pci_address_is_valid(NULL));
 }
 
+/* NET-3, VMM-1: the MAC vgpud gives a NIC is six lowercase pairs */
+static void test_mac_address(void **state)
+{
+        assert_true(mac_address_is_valid("52:54:00:12:ab:cd"));
+        static const char *const bad[] = {"",
+                                          "52:54:00:12:AB:CD",
+                                          "52:54:00:12:ab",
+                                          "52:54:00:12:ab:cd:",
+                                          "52-54-00-12-ab-cd",
+                                          "52:54:00:12:ab:cg",
+                                          "5:254:00:12:ab:cd"};
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+                assert_false(mac_address_is_valid(bad[i]));
+        assert_false(mac_address_is_valid(NULL));
+}
+
+/* VMM-1, VMM-2: ids and node names QEMU accepts, which need no comma doubling */
+static void test_qemu_id(void **state)
+{
+        static const char *const good[] = {"bootdisk", "vol-v0a1b2c3", "net0", "a.b_c-d",
+                                           "abcdefghijklmnopqrstuvwxyz01234"};
+        for (size_t i = 0; i < ELEMENTSOF(good); i++)
+                assert_true(qemu_id_is_valid(good[i]));
+        static const char *const bad[] = {"",    "0root", "-x", "a,b",
+                                          "a b", "a/b",   "é",  "abcdefghijklmnopqrstuvwxyz012345"};
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+                assert_false(qemu_id_is_valid(bad[i]));
+        assert_false(qemu_id_is_valid(NULL));
+}
+
 /* ---- durations (CFG-3, GEN-12) --------------------------------------------------------------- */
 
 /* CFG-3 */
@@ -1875,6 +1905,8 @@ int main(void)
             cmocka_unit_test(test_uuid),
             cmocka_unit_test(test_json_schema_read),
             cmocka_unit_test(test_json_first_unknown_key),
+            cmocka_unit_test(test_mac_address),
+            cmocka_unit_test(test_qemu_id),
             cmocka_unit_test(test_parse_duration_valid),
             cmocka_unit_test(test_parse_duration_invalid),
             cmocka_unit_test(test_parse_duration_overflow),

@@ -99,14 +99,11 @@ static char **render(const VmmCommand *c)
 static void assert_golden(const VmmCommand *c, const char *name)
 {
         _cleanup_strv_free_ char **argv = render(c);
-        _cleanup_free_ char *got = NULL, *want = NULL, *rel = NULL;
-        assert_int_equal(test_argv_lines(argv, &got), 0);
+        _cleanup_free_ char *rel = NULL, *mismatch = NULL;
         assert_int_equal(strprintf(&rel, "golden/vmm/%s.txt", name), 0);
-        int r = test_golden_check(rel, got, &want);
-        if (r < 0)
-                fail_msg("%s: %s", rel, strerror(-r));
-        if (r > 0)
-                fail_msg("%s: argv differs\n--- got ---\n%s--- want ---\n%s", rel, got, want);
+        mismatch = test_golden_argv_mismatch(rel, argv);
+        if (mismatch)
+                fail_msg("%s", mismatch);
 }
 
 /* The index of the first argument equal to s at or after from. */

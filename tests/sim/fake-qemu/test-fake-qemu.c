@@ -1468,6 +1468,27 @@ static void test_argv_required_parts(void **state)
 }
 
 /*
+ * Case i of a command-line table: with no message fake-qemu started (it answers QMP and quits
+ * cleanly); with one it refused to start, exit 1, saying message in qemu.log.
+ */
+static void assert_case_outcome(Fixture *f, size_t i, const char *message)
+{
+        if (!message) {
+                _cleanup_client_ Client *c = qmp_open(f);
+                client_send(c, "{\"execute\": \"quit\"}\n");
+                json_auto_t *reply = qmp_read(c);
+                assert_json_equal(reply, "{\"return\": {}}");
+                assert_exited_with(f, 0);
+                return;
+        }
+        assert_exited_with(f, 1);
+        if (!file_contains(f->qemu_log, message)) {
+                _cleanup_free_ char *log = read_text(f->qemu_log);
+                fail_msg("case %zu: want \"%s\" in:\n%s", i, message, log);
+        }
+}
+
+/*
  * The disk as QEMU takes it (VMM-1, DISK-6): -add-fd names an inherited descriptor, -blockdev
  * an fd set, the device a node; and a read-only node needs a read-only descriptor.
  */
@@ -1544,19 +1565,7 @@ static void test_argv_disk(void **state)
                 assert_true(cases[i].mode < 0 || fd >= 0);
                 assert_true(truncate(f->qemu_log, 0) == 0 || errno == ENOENT);
                 spawn_passing(f, argv, fd);
-                if (!cases[i].message) {
-                        _cleanup_client_ Client *c = qmp_open(f);
-                        client_send(c, "{\"execute\": \"quit\"}\n");
-                        json_auto_t *reply = qmp_read(c);
-                        assert_json_equal(reply, "{\"return\": {}}");
-                        assert_exited_with(f, 0);
-                        continue;
-                }
-                assert_exited_with(f, 1);
-                if (!file_contains(f->qemu_log, cases[i].message)) {
-                        _cleanup_free_ char *log = read_text(f->qemu_log);
-                        fail_msg("case %zu: want \"%s\" in:\n%s", i, cases[i].message, log);
-                }
+                assert_case_outcome(f, i, cases[i].message);
         }
 }
 
@@ -1648,19 +1657,7 @@ static void test_argv_drives_and_nic(void **state)
                 const int fds[] = {cases[i].drop_tap ? -1 : tap, vhost, rw1, rw2, ro};
                 assert_true(truncate(f->qemu_log, 0) == 0 || errno == ENOENT);
                 spawn_passing_fds(f, argv, fds, ELEMENTSOF(fds));
-                if (!cases[i].message) {
-                        _cleanup_client_ Client *c = qmp_open(f);
-                        client_send(c, "{\"execute\": \"quit\"}\n");
-                        json_auto_t *reply = qmp_read(c);
-                        assert_json_equal(reply, "{\"return\": {}}");
-                        assert_exited_with(f, 0);
-                        continue;
-                }
-                assert_exited_with(f, 1);
-                if (!file_contains(f->qemu_log, cases[i].message)) {
-                        _cleanup_free_ char *log = read_text(f->qemu_log);
-                        fail_msg("case %zu: want \"%s\" in:\n%s", i, cases[i].message, log);
-                }
+                assert_case_outcome(f, i, cases[i].message);
         }
 }
 
