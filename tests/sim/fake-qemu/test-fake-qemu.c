@@ -1467,6 +1467,15 @@ static void test_argv_required_parts(void **state)
         }
 }
 
+/* A small file to stand for a disk (and, readable, for a kernel); its path. */
+static char *make_disk(Fixture *f)
+{
+        char *path = NULL;
+        write_file(f, "disk.raw", "disk");
+        assert_int_equal(strprintf(&path, "%s/disk.raw", f->dir), 0);
+        return path;
+}
+
 /*
  * Case i of a command-line table: with no message fake-qemu started (it answers QMP and quits
  * cleanly); with one it refused to start, exit 1, saying message in qemu.log.
@@ -1495,9 +1504,7 @@ static void assert_case_outcome(Fixture *f, size_t i, const char *message)
 static void test_argv_disk(void **state)
 {
         Fixture *f = *state;
-        write_file(f, "disk.raw", "disk");
-        _cleanup_free_ char *disk_path = NULL;
-        assert_int_equal(strprintf(&disk_path, "%s/disk.raw", f->dir), 0);
+        _cleanup_free_ char *disk_path = make_disk(f);
         const char *blockdev_ro = "driver=raw,node-name=bootdisk,read-only=on,file.driver=file,"
                                   "file.filename=/dev/fdset/3";
         struct {
@@ -1577,9 +1584,7 @@ static void test_argv_disk(void **state)
 static void test_argv_drives_and_nic(void **state)
 {
         Fixture *f = *state;
-        write_file(f, "disk.raw", "disk");
-        _cleanup_free_ char *disk_path = NULL;
-        assert_int_equal(strprintf(&disk_path, "%s/disk.raw", f->dir), 0);
+        _cleanup_free_ char *disk_path = make_disk(f);
         const char *root = "{\"driver\":\"qcow2\",\"node-name\":\"root\",\"cache\":{\"direct\":"
                            "true},\"discard\":\"unmap\",\"detect-zeroes\":\"unmap\",\"file\":{"
                            "\"driver\":\"file\",\"filename\":\"/dev/fdset/5\"}}";
