@@ -6,13 +6,15 @@
  *
  * Three layers, bottom up.
  *
- * Pure functions (vmm-argv.c, vmm-parse.c): the VMM-1 command line with VMM-2's comma rule, and
- * the strict parsers of what the kernel and QEMU tell vgpud: /proc/<pid>/stat, /proc/net/unix
- * and QMP messages (GEN-5, REL-5: each has a fuzz target).
+ * Pure functions (vmm-argv.c, vmm-parse.c): the QEMU command as data and its one renderer to
+ * VMM-1's argv with VMM-2's comma rule and JSON -blockdev nodes, and the strict parsers of what the
+ * kernel and QEMU tell vgpud: /proc/<pid>/stat, /proc/net/unix and QMP messages (GEN-5, REL-5: each
+ * has a fuzz target).
  *
- * Blocking primitives for worker threads (vmm-spawn.c, vmm-liveness.c): posix_spawn with
- * VMM-3's exact environment, session, signal state and descriptors, a pidfd opened at once
- * (VMM-4); the boot id; the liveness verdict of VMM-16..19 from a stored identity.
+ * Blocking primitives for worker threads (vmm-spawn.c, vmm-liveness.c): QEMU started through
+ * worker/'s spawn primitive with VMM-3's exact environment, session, signal state and
+ * descriptors, a pidfd opened at once (VMM-4); the boot id; the liveness verdict of VMM-16..19 from
+ * a stored identity.
  *
  * A running VMM on the event loop (vmm.c, vmm-qmp.c): a Vmm watches its process through the
  * pidfd (a child with sd_event_add_child_pidfd, which reaps it; an adopted VMM with an EPOLLIN
@@ -282,8 +284,8 @@ typedef struct VmmSpawned {
 } VmmSpawned;
 
 /*
- * posix_spawn as VMM-3 says: environment VMM_SPAWN_PATH only, POSIX_SPAWN_SETSID, an empty
- * signal mask and default dispositions for every signal, stdin /dev/null, stdout and stderr
+ * spawn_start() (worker/) as VMM-3 says: environment VMM_SPAWN_PATH only, POSIX_SPAWN_SETSID, an
+ * empty signal mask and default dispositions for every signal, stdin /dev/null, stdout and stderr
  * appended to the log (opened as INST-2a says: a FIFO or link there fails at once), the
  * request's descriptors at VMM_PASSED_FD_FIRST on, every other descriptor closed; then a pidfd
  * on the child and its start_time (VMM-4). Failures read `spawn <argv[0]>: <err>` (the log
