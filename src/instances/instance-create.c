@@ -692,10 +692,9 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
                                 "create instance: %s", strerror(-r));
                 return r;
         }
-        Op *op = op_new(m, i, OP_CREATE, done, userdata);
+        Op *op = op_begin(m, i, OP_CREATE, done, userdata, ret_failure, ret_error);
         if (!op) {
                 instance_drop(m, i);
-                instance_refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
                 return -ENOMEM;
         }
         /*
@@ -724,11 +723,9 @@ int instance_manager_start(InstanceManager *m, const char *id, InstanceDoneFunc 
         }
         if (i->rec.gpu.profile && admit(m, ret_failure, ret_error) < 0)
                 return -ENOSPC;
-        Op *op = op_new(m, i, OP_START, done, userdata);
-        if (!op) {
-                instance_refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
+        Op *op = op_begin(m, i, OP_START, done, userdata, ret_failure, ret_error);
+        if (!op)
                 return -ENOMEM;
-        }
         op_run(op, start_steps);
         return 0;
 }

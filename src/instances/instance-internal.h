@@ -175,7 +175,7 @@ struct Op {
         char *error;       /* the failing step's, kept for the operation's answer */
         bool admitted;     /* counted in admitted_unreserved (INST-10) */
         bool vmm_started;  /* a VMM was spawned by this operation */
-        InstanceState was; /* delete: the state to return to if Deleting cannot be written */
+        InstanceState was; /* the state to return to if a stop or delete cannot be written */
         nsec_t graceful;   /* stop: VMM-9's wait before the ladder (0: the ladder only) */
         InstanceSpec spec; /* create, start: what to boot */
         OpStep next;       /* the continuation of a record write, job or release */
@@ -200,10 +200,15 @@ struct Op {
 
 /* A new operation, the instance's one (INST-9); NULL without memory. */
 Op *op_new(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc done, void *userdata);
+/* op_new() for an entry point: without memory, the refusal. */
+Op *op_begin(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc done, void *userdata,
+             InstanceFailure *ret_failure, char **ret_error);
 /* Runs steps (NULL-terminated) from the first; the operation succeeds after the last. */
 void op_run(Op *op, const Step *const *steps);
 /* The end of a step's run: r >= 0 goes on, r < 0 undoes and ends with failure and error. */
 void step_done(Op *op, int r, InstanceFailure failure, const char *error);
+/* An OpStep that goes on to the next step whatever the write, job or release did. */
+void step_next_anyway(Op *op, int r, const char *error);
 /* step_done() with the error as "<prefix>: <error>". */
 void step_failed(Op *op, int r, InstanceFailure failure, const char *error, const char *prefix);
 /* The end of an undo: the next one back runs. */
@@ -249,8 +254,10 @@ Instance *instance_find_idle(InstanceManager *m, const char *id, InstanceFailure
 extern const Step step_release_gone;  /* the VMM is gone: runtime files, Vmm and claim go */
 extern const Step step_write_cleared; /* the hypervisor fields cleared, the record written */
 extern const Step step_write_running; /* Running written */
-extern const Step *const stop_resume_steps[];   /* a stop from its VMM stop on */
-extern const Step *const delete_resume_steps[]; /* a delete from its VMM stop on */
+/* A stop's and a delete's lists; from STEPS_RESUME on, they resume at the VMM stop (INST-21). */
+extern const Step *const stop_steps[];
+extern const Step *const delete_steps[];
+#define STEPS_RESUME 1
 
 /* ---- instance-create.c --------------------------------------------------------------------- */
 

@@ -78,17 +78,10 @@ static const Step step_terminate = {.name = "terminate", .run = terminate_run};
 
 static const Step *const terminate_steps[] = {&step_terminate, &step_write_cleared, NULL};
 
-static void gone_written(Op *op, int r, const char *error)
-{
-        (void)r;
-        (void)error;
-        step_done(op, 0, INSTANCE_FAILURE_NONE, NULL);
-}
-
 /* The state INST-21 gives a gone VMM is written once; the VMM is gone either way. */
 static void write_gone_run(Op *op)
 {
-        op_write_then(op, gone_written);
+        op_write_then(op, step_next_anyway);
 }
 
 static const Step step_write_gone = {.name = "write_gone", .run = write_gone_run};
@@ -122,8 +115,8 @@ void instance_ops_recover(Instance *i)
                                        [RECOVERY_DELETE] = OP_DELETE,
                                        [RECOVERY_TERMINATE] = OP_TERMINATE};
         static const Step *const *const lists[] = {[RECOVERY_READY] = recover_ready_steps,
-                                                   [RECOVERY_STOP] = stop_resume_steps,
-                                                   [RECOVERY_DELETE] = delete_resume_steps,
+                                                   [RECOVERY_STOP] = stop_steps + STEPS_RESUME,
+                                                   [RECOVERY_DELETE] = delete_steps + STEPS_RESUME,
                                                    [RECOVERY_TERMINATE] = terminate_steps};
         Op *op = op_new(i->m, i, kinds[what], NULL, NULL);
         if (!op)

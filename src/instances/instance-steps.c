@@ -122,6 +122,15 @@ int instance_manager_refuse(InstanceManager *m, const char *id, const char *oper
 
 /* ---- starting and ending an operation ------------------------------------------------------ */
 
+Op *op_begin(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc done, void *userdata,
+             InstanceFailure *ret_failure, char **ret_error)
+{
+        Op *op = op_new(m, i, kind, done, userdata);
+        if (!op)
+                instance_refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
+        return op;
+}
+
 Op *op_new(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc done, void *userdata)
 {
         Op *op = calloc(1, sizeof *op);
@@ -526,11 +535,10 @@ void op_drop_releasing_consumer(Op *op)
 
 /* ---- shared steps -------------------------------------------------------------------------- */
 
-static void release_gone_released(Op *op, int r, const char *error)
+void step_next_anyway(Op *op, int r, const char *error)
 {
         (void)r;
         (void)error;
-        /* A failed release keeps the claim (visible as gpu.device_path); REC-4 retries it. */
         step_done(op, 0, INSTANCE_FAILURE_NONE, NULL);
 }
 
@@ -541,7 +549,8 @@ static void release_gone_run(Op *op)
         bool had_vmm = i->vmm != NULL;
         instance_remove_runtime(i);
         instance_forget_vmm(i);
-        op_release_then(op, had_vmm, release_gone_released);
+        /* A failed release keeps the claim (visible as gpu.device_path); REC-4 retries it. */
+        op_release_then(op, had_vmm, step_next_anyway);
 }
 
 const Step step_release_gone = {.name = "release", .run = release_gone_run};

@@ -12,18 +12,25 @@
 
 /* ---- stop (INST-15, INST-16, INST-25) ------------------------------------------------------ */
 
-static void stopping_written(Op *op, int r, const char *error)
+static void announced(Op *op, int r, const char *error)
 {
-        /* INST-8: the stop was not announced, so it did not happen. */
+        /* INST-8: the operation was not announced, so it did not happen. */
         if (r < 0)
-                op->i->rec.state = INSTANCE_RUNNING;
+                op->i->rec.state = op->was;
         step_written(op, r, error);
+}
+
+/* The operation's state written before it acts; the state from before comes back on failure. */
+static void announce(Op *op, InstanceState state)
+{
+        op->was = op->i->rec.state;
+        op->i->rec.state = state;
+        op_write_then(op, announced);
 }
 
 static void write_stopping_run(Op *op)
 {
-        op->i->rec.state = INSTANCE_STOPPING;
-        op_write_then(op, stopping_written);
+        announce(op, INSTANCE_STOPPING);
 }
 
 static const Step step_write_stopping = {.name = "write_stopping", .run = write_stopping_run};
@@ -61,15 +68,8 @@ static void stop_vmm_run(Op *op)
 static const Step step_stop_vmm = {.name = "stop_vmm", .run = stop_vmm_run};
 
 /* A failed release keeps the claim (visible as gpu.device_path) and the stop still answers 200. */
-static const Step *const stop_steps[] = {
+const Step *const stop_steps[] = {
     &step_write_stopping, &step_stop_vmm, &step_release_gone, &step_write_cleared, NULL,
-};
-
-const Step *const stop_resume_steps[] = {
-    &step_stop_vmm,
-    &step_release_gone,
-    &step_write_cleared,
-    NULL,
 };
 
 int instance_manager_stop(InstanceManager *m, const char *id, InstanceDoneFunc done, void *userdata,
@@ -89,15 +89,13 @@ int instance_manager_stop(InstanceManager *m, const char *id, InstanceDoneFunc d
                                 "instance %s is %s", id, instance_state_to_string(i->rec.state));
                 return -EBUSY;
         }
-        Op *op = op_new(m, i, OP_STOP, done, userdata);
-        if (!op) {
-                instance_refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
+        Op *op = op_begin(m, i, OP_STOP, done, userdata, ret_failure, ret_error);
+        if (!op)
                 return -ENOMEM;
-        }
         if (i->rec.state == INSTANCE_FAILED) {
                 /* INST-25: termination and release only. */
                 op->graceful = 0;
-                op_run(op, stop_resume_steps);
+                op_run(op, stop_steps + STEPS_RESUME);
                 return 0;
         }
         op->graceful = m->config->vmm.stop_timeout;
@@ -107,19 +105,9 @@ int instance_manager_stop(InstanceManager *m, const char *id, InstanceDoneFunc d
 
 /* ---- delete (INST-18) ---------------------------------------------------------------------- */
 
-static void deleting_written(Op *op, int r, const char *error)
-{
-        /* INST-8: the delete was not announced, so it did not happen. */
-        if (r < 0)
-                op->i->rec.state = op->was;
-        step_written(op, r, error);
-}
-
 static void write_deleting_run(Op *op)
 {
-        op->was = op->i->rec.state;
-        op->i->rec.state = INSTANCE_DELETING;
-        op_write_then(op, deleting_written);
+        announce(op, INSTANCE_DELETING);
 }
 
 static const Step step_write_deleting = {.name = "write_deleting", .run = write_deleting_run};
@@ -176,15 +164,8 @@ static void remove_run(Op *op)
 
 static const Step step_remove = {.name = "remove", .run = remove_run};
 
-static const Step *const delete_steps[] = {
+const Step *const delete_steps[] = {
     &step_write_deleting, &step_delete_vmm, &step_release_gone, &step_remove, NULL,
-};
-
-const Step *const delete_resume_steps[] = {
-    &step_delete_vmm,
-    &step_release_gone,
-    &step_remove,
-    NULL,
 };
 
 int instance_manager_delete(InstanceManager *m, const char *id, InstanceDoneFunc done,
@@ -193,11 +174,9 @@ int instance_manager_delete(InstanceManager *m, const char *id, InstanceDoneFunc
         Instance *i = instance_find_idle(m, id, ret_failure, ret_error);
         if (!i)
                 return -EBUSY;
-        Op *op = op_new(m, i, OP_DELETE, done, userdata);
-        if (!op) {
-                instance_refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
+        Op *op = op_begin(m, i, OP_DELETE, done, userdata, ret_failure, ret_error);
+        if (!op)
                 return -ENOMEM;
-        }
         op_run(op, delete_steps);
         return 0;
 }
@@ -210,18 +189,11 @@ int instance_ops_resume_delete(Instance *i, InstanceDoneFunc done, void *userdat
         if (!op)
                 return -ENOMEM;
         i->ambiguous = false; /* the pass proved the VMM gone */
-        op_run(op, delete_resume_steps);
+        op_run(op, delete_steps + STEPS_RESUME);
         return 0;
 }
 
 /* ---- unrequested exits (INST-19) ----------------------------------------------------------- */
-
-static void exit_written(Op *op, int r, const char *error)
-{
-        (void)r;
-        (void)error;
-        step_done(op, 0, INSTANCE_FAILURE_NONE, NULL);
-}
 
 /*
  * The exit's state is on disk before the release it announces (INST-8); a failed write still
@@ -240,7 +212,7 @@ static void write_exit_run(Op *op)
         (void)instance_set_error(&i->rec, why);
         log_line(why ? LOG_LEVEL_WARNING : LOG_LEVEL_INFO, 0, "VMM exited", "instance_id",
                  i->rec.id, "state", instance_state_to_string(i->rec.state), "error", why, NULL);
-        op_write_then(op, exit_written);
+        op_write_then(op, step_next_anyway);
 }
 
 static const Step step_write_exit = {.name = "write_exit", .run = write_exit_run};
