@@ -107,10 +107,9 @@ static const Step step_insert = {.name = "insert", .run = insert_run, .undo = in
 static void last_claim_released(Op *op, int r, const char *error)
 {
         if (r < 0) {
-                _cleanup_free_ char *e = NULL;
-                (void)strprintf(&e, "instance %s still holds VF %s: %s", op->i->rec.id,
-                                op->i->vf[0] ? op->i->vf : op->i->rec.gpu.device_path, error);
-                step_done(op, r, INSTANCE_FAILURE_INVALID_STATE, e ? e : error);
+                step_failed(op, r, INSTANCE_FAILURE_INVALID_STATE, error,
+                            "instance %s still holds VF %s", op->i->rec.id,
+                            op->i->vf[0] ? op->i->vf : op->i->rec.gpu.device_path);
                 return;
         }
         done_ok(op);

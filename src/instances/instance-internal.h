@@ -209,8 +209,9 @@ void op_run(Op *op, const Step *const *steps);
 void step_done(Op *op, int r, InstanceFailure failure, const char *error);
 /* An OpStep that goes on to the next step whatever the write, job or release did. */
 void step_next_anyway(Op *op, int r, const char *error);
-/* step_done() with the error as "<prefix>: <error>". */
-void step_failed(Op *op, int r, InstanceFailure failure, const char *error, const char *prefix);
+/* step_done() with the error as "<prefix>: <error>" (error_prefix()). */
+void step_failed(Op *op, int r, InstanceFailure failure, const char *error, const char *fmt, ...)
+    _printf_(5, 6);
 /* The end of an undo: the next one back runs. */
 void step_undone(Op *op);
 /*

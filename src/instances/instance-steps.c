@@ -237,9 +237,13 @@ void step_done(Op *op, int r, InstanceFailure failure, const char *error)
         step_undone(op);
 }
 
-void step_failed(Op *op, int r, InstanceFailure failure, const char *error, const char *prefix)
+void step_failed(Op *op, int r, InstanceFailure failure, const char *error, const char *fmt, ...)
 {
-        _cleanup_free_ char *e = dup_error(error);
+        _cleanup_free_ char *prefix = NULL, *e = dup_error(error);
+        va_list ap;
+        va_start(ap, fmt);
+        (void)error_setv(&prefix, r, fmt, ap);
+        va_end(ap);
         (void)error_prefix(&e, r, "%s", prefix);
         step_done(op, r, failure, e);
 }
