@@ -149,7 +149,9 @@ typedef enum OpKind {
  * undo (NULL: nothing to take back) ends with step_undone(). When a step fails, the undos of
  * the steps before it run in reverse, and the operation ends with the failing step's error.
  * undo_failed: the step can fail half done (a record write whose directory was made, a claim
- * saved before its configure failed), so its own undo runs first.
+ * saved before its configure failed), so its own undo runs first. An undo that cannot take
+ * its step back (a VMM the ladder did not end) calls step_fail_alive() instead, which ends the
+ * operation there.
  */
 typedef struct Step {
         const char *name;
