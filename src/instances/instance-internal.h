@@ -3,8 +3,11 @@
 
 /*
  * Between the instance manager's files: instance-manager.c (the table of instances, records on
- * the disk pool, the Claimer's owner, start-up recovery, reads) and instance-ops.c (the
- * operations' state machines).
+ * the disk pool, the Claimer's owner, start-up recovery, reads), instance-steps.c (the engine
+ * that runs an operation's list of steps, and the steps several operations share),
+ * instance-create.c (create and start), instance-stop.c (stop, delete, unrequested exits),
+ * instance-recover.c (INST-21's recovery, REC-4's stale releases) and instance-console.c
+ * (API-2's console read).
  */
 
 #include "instances/instances.h"
@@ -111,7 +114,7 @@ int instance_command_build(const InstanceRecord *rec, const Config *config,
                            const InstanceCommandPaths *paths, const InstanceBootFiles *files,
                            VmmCommand *ret, char **error);
 
-/* ---- instance-ops.c ------------------------------------------------------------------------ */
+/* ---- the operations (instance-steps.c, instance-create.c, instance-stop.c, ...) ------------- */
 
 /* A VMM exited while no operation ran (INST-19). */
 void instance_ops_vmm_exited(Instance *i);
@@ -170,3 +173,138 @@ static inline const char *instance_load_failure_reason(int r)
         return instance_load_failure_is_transient(r) ? "not loaded, retried on the next pass"
                                                      : "unreadable";
 }
+
+/* ---- the step engine (instance-steps.c) ---------------------------------------------------- */
+
+typedef enum OpKind {
+        OP_CREATE,
+        OP_START,
+        OP_STOP,
+        OP_DELETE,
+        OP_EXIT,      /* INST-19: a VMM exited unrequested */
+        OP_RECOVER,   /* INST-21: QMP readiness of an adopted Creating VMM */
+        OP_TERMINATE, /* INST-21: a live VMM behind a Stopped or Failed record */
+        OP_RELEASE,   /* REC-4: a stale claim, its VMM provably gone */
+} OpKind;
+
+/*
+ * One step of an operation. run starts the step and ends, now or later, with step_done();
+ * undo (NULL: nothing to take back) ends with step_undone(). When a step fails, the undos of
+ * the steps before it run in reverse, and the operation ends with the failing step's error.
+ * undo_failed: the step can fail half done (a record write whose directory was made, a claim
+ * saved before its configure failed), so its own undo runs first. An undo that cannot take
+ * its step back (a VMM the ladder did not end) calls step_fail_alive() instead, which ends the
+ * operation there.
+ */
+typedef struct Step {
+        const char *name;
+        void (*run)(Op *op);
+        void (*undo)(Op *op);
+        bool undo_failed;
+} Step;
+
+/* A step's continuation after a record write, a job on the disk pool or a release. */
+typedef void (*OpStep)(Op *op, int r, const char *error);
+
+struct Op {
+        OpKind kind;
+        Instance *i; /* NULL once the instance has left the table */
+        InstanceManager *m;
+        InstanceDoneFunc done;
+        void *userdata;
+        const Step *const *steps; /* the operation's list, NULL-terminated */
+        size_t at;                /* the step running, or while undoing, the undos left */
+        bool undoing;
+        int r; /* the failing step's */
+        InstanceFailure failure;
+        char *error;       /* the failing step's, kept for the operation's answer */
+        bool admitted;     /* counted in admitted_unreserved (INST-10) */
+        bool vmm_started;  /* a VMM was spawned by this operation */
+        InstanceState was; /* the state to return to if a stop or delete cannot be written */
+        nsec_t graceful;   /* stop: VMM-9's wait before the ladder (0: the ladder only) */
+        InstanceSpec spec; /* create, start: what to boot */
+        OpStep next;       /* the continuation of a record write, job or release */
+        void *job_data;    /* during a job's continuation: the job's data */
+        int release_r;     /* a release waiting for the host's re-read */
+        char *release_error;
+        bool release_after_exit;  /* a release waiting at the PLACE-9 gate: DEV-10's retries */
+        DeviceScan *release_scan; /* a pass's scan for the release's first probe (DEV-15) */
+        /*
+         * A claim released in hardware whose clearing no record write has carried yet: a failed
+         * write puts it back, so that memory never hands out a VF the disk still claims.
+         */
+        InstanceGpu released;
+        char released_vf[PCI_ADDRESS_STRLEN];
+        void *spawn; /* the spawn waiting for its sockets' record write */
+        /*
+         * create, start: the boot files, opened by the check (INST-6) and handed to the spawn,
+         * so that a path swapped in between is never opened.
+         */
+        InstanceBootFiles boot_files;
+};
+
+/* A new operation, the instance's one (INST-9); NULL without memory. */
+Op *op_new(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc done, void *userdata);
+/* op_new() for an entry point: without memory, the refusal. */
+Op *op_begin(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc done, void *userdata,
+             InstanceFailure *ret_failure, char **ret_error);
+/* Runs steps (NULL-terminated) from the first; the operation succeeds after the last. */
+void op_run(Op *op, const Step *const *steps);
+/* The end of a step's run: r >= 0 goes on, r < 0 undoes and ends with failure and error. */
+void step_done(Op *op, int r, InstanceFailure failure, const char *error);
+/* An OpStep that goes on to the next step whatever the write, job or release did. */
+void step_next_anyway(Op *op, int r, const char *error);
+/* step_done() with the error as "<prefix>: <error>" (error_prefix()). */
+void step_failed(Op *op, int r, InstanceFailure failure, const char *error, const char *fmt, ...)
+    _printf_(5, 6);
+/* The end of an undo: the next one back runs. */
+void step_undone(Op *op);
+/*
+ * The VMM may be alive (INST-14, INST-16, VMM-11): record and claim stay, in Failed, and no
+ * further undo runs. From a run or an undo.
+ */
+void step_fail_alive(Op *op, InstanceFailure failure, const char *error);
+/* Ends the operation at once, outside the step list. */
+void op_succeed(Op *op);
+void op_fail(Op *op, int r, InstanceFailure failure, const char *error);
+/* error may be op->error itself. */
+void op_set_error(Op *op, const char *error);
+
+/* Writes the record; next gets the write's result. */
+void op_write_then(Op *op, OpStep next);
+/* The end of a step whose run is a record write: a failure reads "save instance record: ...". */
+void step_written(Op *op, int r, const char *error);
+typedef int (*JobFunc)(void *data, char **error);
+/* Runs run(data) on the disk pool; next gets its result. data is freed with free_data. */
+void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpStep next);
+/* Releases the claim if there is one through the PLACE-9 gate; next gets the result. */
+void op_release_then(Op *op, bool after_vmm_exit, OpStep next);
+/* Removes the instance's directory (INST-18) on the disk pool. */
+void op_remove_then(Op *op, OpStep next);
+/* The instance leaves the table; the operation answers without a record. */
+void op_drop_instance(Op *op);
+/* op_drop_instance(), then FLEET-6's release of the instance's Placement consumer. */
+void op_drop_releasing_consumer(Op *op);
+/* VMM-15: the socket files go with the VMM; the runtime directory with them. */
+void instance_remove_runtime(Instance *i);
+/* rec->error = a copy of text (NULL: none). */
+int instance_set_error(InstanceRecord *rec, const char *text);
+
+void instance_refuse(InstanceFailure f, InstanceFailure *ret_failure, char **ret_error,
+                     const char *fmt, ...) _printf_(4, 5);
+/* The instance if it exists and runs no operation (INST-9), else the refusal. */
+Instance *instance_find_idle(InstanceManager *m, const char *id, InstanceFailure *ret_failure,
+                             char **ret_error);
+
+/* Steps several operations share. */
+extern const Step step_release_gone;  /* the VMM is gone: runtime files, Vmm and claim go */
+extern const Step step_write_cleared; /* the hypervisor fields cleared, the record written */
+extern const Step step_write_running; /* Running written */
+/* A stop's and a delete's lists; from STEPS_RESUME on, they resume at the VMM stop (INST-21). */
+extern const Step *const stop_steps[];
+extern const Step *const delete_steps[];
+#define STEPS_RESUME 1
+
+/* ---- instance-create.c --------------------------------------------------------------------- */
+
+void spawn_data_free(void *data);

@@ -302,7 +302,7 @@ int instance_dir_list_at(int instances_dirfd, InstanceDirList *ret, char **error
 /* Deletes the tree name below dirfd (never following links): .deleted-* and orphans. */
 int instance_tree_delete_at(int dirfd, const char *name, char **error);
 
-/* ---- the instance manager (INST-8..25; instance-manager.c, instance-ops.c) ----------------- */
+/* ---- the instance manager (INST-8..25; instance-manager.c, instance-steps.c and the rest) ---- */
 
 /*
  * An InstanceManager owns every instance on the event loop: the records in memory (written

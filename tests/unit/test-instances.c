@@ -2477,6 +2477,88 @@ static void test_command_boot_files_match(void **state)
         assert_non_null(strstr(error, "boot.disk is open but not in the record"));
 }
 
+/* ---- the step engine (INST-14) ------------------------------------------------------------- */
+
+/* What the fake steps did, as "run <name>;" and "undo <name>;", in order. */
+static char step_trace[256];
+static const char *step_failing; /* the name of the step whose run fails, or NULL */
+static InstanceOutcome step_outcome;
+static char step_outcome_error[64];
+static unsigned step_outcomes;
+
+static void trace_step(const char *what, const char *name)
+{
+        size_t n = strlen(step_trace);
+        snprintf(step_trace + n, sizeof step_trace - n, "%s %s;", what, name);
+}
+
+static void fake_run(Op *op)
+{
+        const char *name = op->steps[op->at]->name;
+        trace_step("run", name);
+        if (step_failing && streq(name, step_failing))
+                step_done(op, -EIO, INSTANCE_FAILURE_INVALID_REQUEST, "the step's own text");
+        else
+                step_done(op, 0, INSTANCE_FAILURE_NONE, NULL);
+}
+
+static void fake_undo(Op *op)
+{
+        trace_step("undo", op->steps[op->at]->name);
+        step_undone(op);
+}
+
+static void fake_done(const InstanceOutcome *o, void *userdata)
+{
+        (void)userdata;
+        step_outcome = *o;
+        snprintf(step_outcome_error, sizeof step_outcome_error, "%s", o->error ? o->error : "");
+        step_outcomes++;
+}
+
+static const Step fake_a = {.name = "a", .run = fake_run, .undo = fake_undo};
+static const Step fake_b = {.name = "b", .run = fake_run}; /* nothing to take back */
+static const Step fake_c = {.name = "c", .run = fake_run, .undo = fake_undo};
+static const Step fake_d = {.name = "d", .run = fake_run, .undo = fake_undo, .undo_failed = true};
+static const Step *const fake_steps[] = {&fake_a, &fake_b, &fake_c, &fake_d, NULL};
+
+/* Runs fake_steps on a bare instance with step failing (NULL: none) and returns the trace. */
+static const char *run_fake_steps(const char *failing)
+{
+        InstanceManager m = {0};
+        Instance i = {.m = &m};
+        snprintf(i.rec.id, sizeof i.rec.id, "%s", "abcdefghijklmnopqrst");
+        step_trace[0] = 0;
+        step_failing = failing;
+        step_outcomes = 0;
+        Op *op = op_new(&m, &i, OP_CREATE, fake_done, NULL);
+        assert_non_null(op);
+        op_run(op, fake_steps);
+        assert_int_equal(step_outcomes, 1);
+        assert_null(i.op);
+        return step_trace;
+}
+
+/* INST-14: the steps run in order, and a failure takes back the completed ones in reverse. */
+static void test_steps_order_and_undo(void **state)
+{
+        (void)state;
+        assert_string_equal(run_fake_steps(NULL), "run a;run b;run c;run d;");
+        assert_int_equal(step_outcome.r, 0);
+        assert_int_equal(step_outcome.failure, INSTANCE_FAILURE_NONE);
+
+        /* The failing step's own undo does not run; b has none; the answer is c's text. */
+        assert_string_equal(run_fake_steps("c"), "run a;run b;run c;undo a;");
+        assert_true(step_outcome.r < 0);
+        assert_int_equal(step_outcome.failure, INSTANCE_FAILURE_INVALID_REQUEST);
+        assert_string_equal(step_outcome_error, "the step's own text");
+
+        /* A step that can fail half done undoes itself first (a record write, a claim). */
+        assert_string_equal(run_fake_steps("d"), "run a;run b;run c;run d;undo d;undo c;undo a;");
+        assert_string_equal(run_fake_steps("a"), "run a;");
+        assert_string_equal(step_outcome_error, "the step's own text");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -2522,6 +2604,7 @@ int main(void)
             T(test_command_accel),
             T(test_command_commas),
             T(test_command_boot_files_match),
+            T(test_steps_order_and_undo),
 #undef T
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
