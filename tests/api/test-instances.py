@@ -20,8 +20,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    MNT, error_of, eq, exit_status, gpu_body, metric, ok, parse_metrics, poll, run_group, sim_ctl,
-    start, stop, write_config, write_secret)
+    MNT, error_of, eq, exit_status, gpu_body, log_count, metric, ok, parse_metrics, poll,
+    run_group, sim_ctl, start, stop, write_config, write_secret)
 from vgpud_instances import (  # noqa: E402
     FAKE_QEMU, IMAGES, INSTANCES, PROFILE, alive, body, console_text, current_type, delete,
     delete_when_idle, finish_run, make_images, pid_of, post, runtime_dir, unless_busy, vf_of)
@@ -187,7 +187,7 @@ def check_vgpu(c, work):
        "API-5: used_slots is back")
 
 
-def check_failures(c, work):
+def check_failures(c, d, work):
     # VMM-5: a VMM that exits before QMP is ready fails the create with QEMU's last line, and
     # INST-14 rolls back: no record, the VF released.
     sim_ctl("qemu early-01 exit-early:0")
@@ -212,6 +212,10 @@ def check_failures(c, work):
     # ladder before the rollback; the kill inside the init window counts in_grace=true.
     sim_ctl("qemu stubborn-01 ignore-sigterm")
     sim_ctl("qemu stubborn-01 hang-qmp")
+    signalled = r'<5>signalled VMM instance_id=\S+ pid=\d+ signal=%s reason="%s"'
+    term = signalled % ("SIGTERM", "termination requested")
+    kill = signalled % ("SIGKILL", "no exit within gpu.vfio_term_grace of SIGTERM")
+    before = (log_count(d, term), log_count(d, kill))
     r = c.request("POST", "/instances", body("stubborn-01", PROFILE))
     e = error_of(r)
     ok(r.status == 500 and "QMP" in e[1].get("message", ""),
@@ -219,6 +223,8 @@ def check_failures(c, work):
     fams = parse_metrics(c.get("/metrics").body.decode())
     eq(metric(fams, "vgpud_instances_vmm_forced_kills_total", in_grace="true"), 1,
        "VMM-12, VMM-13: the SIGKILL inside the init window counts in_grace=true")
+    eq((log_count(d, term) - before[0], log_count(d, kill) - before[1]), (1, 1),
+       "VMM-16: the ladder's SIGTERM and SIGKILL are each logged with why (notice)")
     ok(not [i for i in c.get("/instances").json() if i["name"] == "stubborn-01"],
        "INST-14: the VMM provably gone after SIGKILL, the record is removed")
     ok(poll(lambda: gpu_body(c)["used_slots"] == 0, 10), "INST-14: and its VF released")
@@ -431,7 +437,7 @@ vmm:
             run_group("validation", lambda: check_validation(c))
             run_group("gpu-less", lambda: check_gpu_less(c, work))
             run_group("vgpu", lambda: check_vgpu(c, work))
-            run_group("failures", lambda: check_failures(c, work))
+            run_group("failures", lambda: check_failures(c, d, work))
             run_group("exit", lambda: check_unrequested_exit(c, work))
             run_group("concurrent", lambda: check_concurrent(c, work))
             run_group("operator", lambda: check_operator_routes(c))
