@@ -31,7 +31,6 @@
 
 #define KMSG_BUFFER_SIZE 16384 /* AGENT-8: a kmsg record is at most 8 KiB */
 #define KMSG_ERROR_REOPEN_AFTER (5 * NSEC_PER_SEC)
-#define NSEC_INFINITY UINT64_MAX
 
 /*
  * One record's first line, without its newline (n bytes, need not be NUL-terminated). 1 with

@@ -361,6 +361,8 @@ typedef uint64_t nsec_t;
 #define NSEC_PER_SEC ((nsec_t)1000000000)
 #define NSEC_PER_MIN (60 * NSEC_PER_SEC)
 #define NSEC_PER_HOUR (60 * NSEC_PER_MIN)
+/* No deadline: a time that never comes. */
+#define NSEC_INFINITY ((nsec_t)UINT64_MAX)
 
 /*
  * "<digits><unit>" with unit ms, s, m or h, concatenable ("1m30s", "1h0m0s"), each unit at

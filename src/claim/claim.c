@@ -9,10 +9,7 @@
 
 #include <fcntl.h>
 #include <inttypes.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
-#include <sys/timerfd.h>
 
 #define CLAIM_DEFAULT_NVML_TIMEOUT (5 * NSEC_PER_SEC)
 /* How often blocked work (a foreign write, a refresh in the NVML slot) is looked at again. */
@@ -130,8 +127,9 @@ struct Claimer {
         const Clock *clock;
         const MonoClock *mono;
 
-        int epoll_fd, event_fd, timer_fd;
-        sd_event_source *event_source;
+        /* The Claimer's turns on the owner's loop: soon after notify(), and at its next deadline.
+         */
+        sd_event_source *wake, *timer;
         Claim *claims; /* in entry order */
         WriteOp *writes;
         WriteGate *gates; /* in arrival order */
@@ -202,8 +200,7 @@ static nsec_t now_mono(Claimer *cl)
 
 static void notify(Claimer *cl)
 {
-        uint64_t one = 1;
-        (void)!write(cl->event_fd, &one, sizeof one);
+        loop_wake(cl->wake);
 }
 
 static GpuRoundState *round_gpu(Claimer *cl, const char *pf, bool create)
@@ -1333,16 +1330,15 @@ static void place16_start(Claim *c, const PlacementSnapshot *sn, int select_r,
 
 /* ---- the engine ---------------------------------------------------------------------------- */
 
+/* at is on the Claimer's clock (which tests inject); 0 disarms. */
 static void arm_timer(Claimer *cl, nsec_t at)
 {
-        struct itimerspec its = {};
-        if (at > 0) {
-                nsec_t now = now_mono(cl);
-                nsec_t d = at > now ? at - now : 1;
-                its.it_value.tv_sec = (time_t)(d / NSEC_PER_SEC);
-                its.it_value.tv_nsec = (long)(d % NSEC_PER_SEC);
+        if (at == 0) {
+                loop_timer_arm(cl->timer, NSEC_INFINITY);
+                return;
         }
-        (void)timerfd_settime(cl->timer_fd, 0, &its, NULL);
+        nsec_t now = now_mono(cl);
+        loop_timer_arm(cl->timer, mono_clock_now(&mono_clock_system) + (at > now ? at - now : 0));
 }
 
 static bool any_claim_in_flight(Claimer *cl)
@@ -1541,17 +1537,35 @@ int claimer_claim(Claimer *cl, const ClaimRequest *request, ClaimDoneFunc done, 
         return 0;
 }
 
-/* A turn of the Claimer's source: starts what is due. */
-static int claimer_turn(Claimer *cl)
+/* A turn of the Claimer's sources: starts what is due. */
+static int on_wake(sd_event_source *s, void *userdata)
 {
-        uint64_t v;
-        (void)!read(cl->event_fd, &v, sizeof v);
-        (void)!read(cl->timer_fd, &v, sizeof v);
-        process(cl);
+        process(userdata);
         return 0;
 }
 
-DEFINE_ATTACH_EVENT(claimer_attach_event, Claimer, event_source, epoll_fd, claimer_turn)
+static int on_timer(sd_event_source *s, uint64_t usec, void *userdata)
+{
+        process(userdata);
+        return 0;
+}
+
+int claimer_attach_event(Claimer *cl, sd_event *event)
+{
+        if (!cl)
+                return -EINVAL;
+        if (cl->wake)
+                return -EBUSY;
+        int r = loop_wake_add(event, &cl->wake, on_wake, cl);
+        if (r >= 0)
+                r = loop_timer_add(event, &cl->timer, on_timer, cl);
+        if (r < 0) {
+                cl->wake = sd_event_source_disable_unref(cl->wake);
+                return r;
+        }
+        notify(cl); /* what was asked before: the first turn arms the timer too */
+        return 0;
+}
 
 bool claimer_gpu_is_querying(Claimer *cl, const char *pf)
 {
@@ -1629,7 +1643,6 @@ int claimer_new(const ClaimerConfig *config, Claimer **ret)
         Claimer *cl = calloc(1, sizeof *cl);
         if (!cl)
                 return -ENOMEM;
-        cl->epoll_fd = cl->event_fd = cl->timer_fd = -1;
         int r = root_dup(config->sysfs, &cl->sysfs);
         if (r < 0) {
                 free(cl);
@@ -1664,24 +1677,6 @@ int claimer_new(const ClaimerConfig *config, Claimer **ret)
                 claimer_free(cl);
                 return -ENOMEM;
         }
-
-        cl->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-        cl->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        cl->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (cl->epoll_fd < 0 || cl->event_fd < 0 || cl->timer_fd < 0) {
-                r = negative_errno();
-                claimer_free(cl);
-                return r;
-        }
-        int fds[] = {cl->event_fd, cl->timer_fd};
-        for (size_t i = 0; i < ELEMENTSOF(fds); i++) {
-                struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
-                if (epoll_ctl(cl->epoll_fd, EPOLL_CTL_ADD, fds[i], &ev) < 0) {
-                        r = negative_errno();
-                        claimer_free(cl);
-                        return r;
-                }
-        }
         *ret = cl;
         return 0;
 }
@@ -1712,10 +1707,8 @@ Claimer *claimer_free(Claimer *cl)
         gpu_tracker_cancel(cl->tracker, cl);
         root_free(cl->sysfs);
         free(cl->dev_root);
-        sd_event_source_disable_unref(cl->event_source);
-        closep(&cl->epoll_fd);
-        closep(&cl->event_fd);
-        closep(&cl->timer_fd);
+        sd_event_source_disable_unref(cl->wake);
+        sd_event_source_disable_unref(cl->timer);
         free(cl);
         return NULL;
 }

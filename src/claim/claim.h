@@ -149,9 +149,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Claimer *, claimer_free);
 #define _cleanup_claimer_ _cleanup_(claimer_freep)
 
 /*
- * Adds the Claimer's IO source to event (NULL: sd_event_default()), so that the loop starts
+ * Adds the Claimer's sources to event (NULL: sd_event_default()), so that the loop starts
  * what is due: tracker requests, NVML rounds, queued writes, PLACE-8 timeouts. -EBUSY if already
- * attached; claimer_free() removes the source.
+ * attached; claimer_free() removes the sources.
  */
 int claimer_attach_event(Claimer *cl, sd_event *event);
 

@@ -9,12 +9,9 @@
  * still holds the key in the pool, and the VF counts as uncertain until it returns (GEN-4).
  */
 #include <inttypes.h>
-#include <sys/timerfd.h>
 
 #include "device.h"
 #include "gpu/gpu.h"
-
-#define NSEC_INFINITY UINT64_MAX
 
 typedef enum OpKind {
         OP_CONFIGURE,
@@ -59,8 +56,7 @@ struct DeviceOps {
         DeviceOpsConfig config;
         const MonoClock *clock;
         bool system_clock;
-        int timer_fd;
-        sd_event_source *event_source; /* on timer_fd */
+        sd_event_source *event_source; /* the timer of the next due step (loop_timer_add()) */
         nsec_t armed;
         Op *ops;
 };
@@ -145,19 +141,13 @@ static nsec_t next_due(const DeviceOps *o)
 
 static void arm_timer(DeviceOps *o)
 {
-        if (!o->system_clock)
+        if (!o->system_clock || !o->event_source)
                 return;
         nsec_t d = next_due(o);
         if (d == o->armed)
                 return;
-        struct itimerspec its = {};
-        if (d != NSEC_INFINITY) {
-                nsec_t at = d > 0 ? d : 1; /* 0 would disarm it */
-                its.it_value.tv_sec = (time_t)(at / NSEC_PER_SEC);
-                its.it_value.tv_nsec = (long)(at % NSEC_PER_SEC);
-        }
-        if (timerfd_settime(o->timer_fd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
-                o->armed = d;
+        loop_timer_arm(o->event_source, d);
+        o->armed = d;
 }
 
 /* ---- operations ---------------------------------------------------------------------------- */
@@ -471,11 +461,7 @@ static void job_done(int r, void *data, const char *error, void *userdata)
 
 int device_ops_dispatch(DeviceOps *o)
 {
-        uint64_t expirations;
         int n = 0;
-
-        if (read(o->timer_fd, &expirations, sizeof expirations) == (ssize_t)sizeof expirations)
-                o->armed = NSEC_INFINITY; /* fired: disarmed now */
 
         /* One at a time: a failing submit finishes an operation, which changes the list. */
         for (;;) {
@@ -509,7 +495,24 @@ int device_ops_get_next_wakeup(DeviceOps *o, nsec_t *ret)
         return 1;
 }
 
-DEFINE_ATTACH_EVENT(device_ops_attach_event, DeviceOps, event_source, timer_fd, device_ops_dispatch)
+static int on_timer(sd_event_source *s, uint64_t usec, void *userdata)
+{
+        DeviceOps *o = userdata;
+        o->armed = NSEC_INFINITY; /* a one-shot: disarmed now */
+        (void)device_ops_dispatch(o);
+        return 0;
+}
+
+int device_ops_attach_event(DeviceOps *o, sd_event *event)
+{
+        if (!o)
+                return -EINVAL;
+        int r = loop_timer_add(event, &o->event_source, on_timer, o);
+        if (r < 0)
+                return r;
+        arm_timer(o); /* what was submitted before */
+        return 0;
+}
 
 /* ---- construction -------------------------------------------------------------------------- */
 
@@ -531,9 +534,6 @@ int device_ops_new(const DeviceOpsConfig *config, DeviceOps **ret)
         o->clock = config->clock ? config->clock : &mono_clock_system;
         o->system_clock = o->clock == &mono_clock_system;
         o->armed = NSEC_INFINITY;
-        o->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (o->timer_fd < 0)
-                return negative_errno();
         *ret = TAKE_PTR(o);
         return 0;
 }
@@ -548,7 +548,6 @@ DeviceOps *device_ops_free(DeviceOps *o)
                 op_free(op);
         }
         sd_event_source_disable_unref(o->event_source);
-        closep(&o->timer_fd);
         free(o);
         return NULL;
 }

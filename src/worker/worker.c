@@ -7,7 +7,6 @@
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 
-#define NSEC_INFINITY UINT64_MAX
 #define WORKER_STUCK_MESSAGE "an earlier call is stuck past its deadline"
 
 static nsec_t system_now(void *userdata)
@@ -546,19 +545,77 @@ int worker_pool_submit(WorkerPool *p, const WorkerJob *job, char **error)
         return 0;
 }
 
+static int event_or_default(sd_event *event, sd_event **ret)
+{
+        if (event) {
+                *ret = sd_event_ref(event);
+                return 0;
+        }
+        return sd_event_default(ret);
+}
+
 int worker_attach_io(sd_event *event, sd_event_source **slot, int fd, sd_event_io_handler_t handler,
                      void *userdata)
 {
         if (*slot)
                 return -EBUSY;
-        _cleanup_(sd_event_unrefp) sd_event *e = event ? sd_event_ref(event) : NULL;
-        if (!e) {
-                int r = sd_event_default(&e);
-                if (r < 0)
-                        return r;
-        }
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        int r = event_or_default(event, &e);
+        if (r < 0)
+                return r;
         /* The source holds its own reference on the loop. */
         return sd_event_add_io(e, slot, fd, EPOLLIN, handler, userdata);
+}
+
+int loop_timer_add(sd_event *event, sd_event_source **slot, sd_event_time_handler_t handler,
+                   void *userdata)
+{
+        if (*slot)
+                return -EBUSY;
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        int r = event_or_default(event, &e);
+        if (r < 0)
+                return r;
+        r = sd_event_add_time(e, slot, CLOCK_MONOTONIC, UINT64_MAX, 0, handler, userdata);
+        if (r < 0)
+                return r;
+        (void)sd_event_source_set_enabled(*slot, SD_EVENT_OFF);
+        return 0;
+}
+
+void loop_timer_arm(sd_event_source *s, nsec_t at)
+{
+        if (!s)
+                return;
+        if (at == NSEC_INFINITY) {
+                (void)sd_event_source_set_enabled(s, SD_EVENT_OFF);
+                return;
+        }
+        /* Rounded up: a timer must not run before the deadline it stands for. */
+        (void)sd_event_source_set_time(s, at / 1000 + (at % 1000 != 0));
+        (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+int loop_wake_add(sd_event *event, sd_event_source **slot, sd_event_handler_t handler,
+                  void *userdata)
+{
+        if (*slot)
+                return -EBUSY;
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        int r = event_or_default(event, &e);
+        if (r < 0)
+                return r;
+        r = sd_event_add_defer(e, slot, handler, userdata);
+        if (r < 0)
+                return r;
+        (void)sd_event_source_set_enabled(*slot, SD_EVENT_OFF);
+        return 0;
+}
+
+void loop_wake(sd_event_source *s)
+{
+        if (s)
+                (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
 }
 
 DEFINE_ATTACH_EVENT(worker_pool_attach_event, WorkerPool, event_source, epoll_fd,

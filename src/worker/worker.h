@@ -169,6 +169,22 @@ int worker_attach_io(sd_event *event, sd_event_source **slot, int fd, sd_event_i
                      void *userdata);
 
 /*
+ * The sources a module without a descriptor of its own gets its turns from (decision 2: one loop,
+ * no private epoll or timerfd). loop_timer_add() adds a CLOCK_MONOTONIC timer, disarmed;
+ * loop_timer_arm() arms it once for `at` (CLOCK_MONOTONIC nanoseconds; a time already past runs
+ * at the next iteration) or disarms it with NSEC_INFINITY. loop_wake_add() adds a wake-up,
+ * off; loop_wake() has the loop run it once, soon (an eventfd's job, without the descriptor).
+ * Like worker_attach_io(): a NULL event is sd_event_default(), -EBUSY when *slot is set, and a
+ * NULL source makes the arm and the wake no-ops, so an owner not attached yet needs no check.
+ */
+int loop_timer_add(sd_event *event, sd_event_source **slot, sd_event_time_handler_t handler,
+                   void *userdata);
+void loop_timer_arm(sd_event_source *s, nsec_t at);
+int loop_wake_add(sd_event *event, sd_event_source **slot, sd_event_handler_t handler,
+                  void *userdata);
+void loop_wake(sd_event_source *s);
+
+/*
  * Defines int name(Type *o, sd_event *event), a module's <module>_attach_event(): attaches
  * o->fd as o->source (worker_attach_io()), so that the loop runs turn(o) whenever the
  * descriptor is readable; -EINVAL for a NULL o.
