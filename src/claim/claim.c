@@ -96,15 +96,6 @@ typedef struct GpuRoundState {
         size_t n_placements;
 } GpuRoundState;
 
-/* An owner's write waiting for the queries about its GPU to end (claimer_gate_write()). */
-typedef struct WriteGate WriteGate;
-struct WriteGate {
-        WriteGate *next;
-        char gpu[PCI_ADDRESS_STRLEN];
-        ClaimerWriteGo go;
-        void *userdata;
-};
-
 typedef struct WriteRecord {
         char gpu[PCI_ADDRESS_STRLEN];
         uint32_t type_id;
@@ -132,7 +123,7 @@ struct Claimer {
         sd_event_source *wake, *timer;
         Claim *claims; /* in entry order */
         WriteOp *writes;
-        WriteGate *gates; /* in arrival order */
+        WriteGate *gate; /* the owner's writes (borrowed) */
 
         GpuTracker *tracker; /* the host (borrowed) */
         uint64_t discoveries_started, discoveries_done;
@@ -270,37 +261,6 @@ static bool gpu_query_running(Claimer *cl, const char *pf)
 {
         GpuRoundState *g = round_gpu(cl, pf, false);
         return refresh_running(cl) || (g && g->querying);
-}
-
-/* An owner's write on one of pf's VFs waits for the queries about pf to end. */
-static bool gpu_is_gated(Claimer *cl, const char *pf)
-{
-        for (WriteGate *g = cl->gates; g; g = g->next)
-                if (streq(g->gpu, pf))
-                        return true;
-        return false;
-}
-
-/*
- * Lets through every owner's write whose GPU no query concerns any more; true while some still
- * wait. Each go() may change the list (a cancel, another gate), so the walk starts again after
- * every call.
- */
-static bool open_gates(Claimer *cl)
-{
-        for (;;) {
-                WriteGate **pp = &cl->gates;
-                while (*pp && gpu_query_running(cl, (*pp)->gpu))
-                        pp = &(*pp)->next;
-                if (!*pp)
-                        return cl->gates != NULL;
-                WriteGate *g = *pp;
-                *pp = g->next;
-                ClaimerWriteGo go = g->go;
-                void *userdata = g->userdata;
-                free(g);
-                go(userdata);
-        }
 }
 
 /* ---- finishing claims ---------------------------------------------------------------------- */
@@ -1015,7 +975,8 @@ static bool maybe_start_round(Claimer *cl, Pair *pairs, size_t n_pairs)
                 return false;
         size_t n = 0;
         for (size_t i = 0; i < n_pairs; i++) {
-                if (gpu_is_writing(cl, pairs[i].pf) || gpu_is_gated(cl, pairs[i].pf)) {
+                if (gpu_is_writing(cl, pairs[i].pf) ||
+                    write_gate_is_waiting(cl->gate, pairs[i].pf)) {
                         poll_again = true; /* PLACE-9: never while a write to G runs or waits */
                         continue;
                 }
@@ -1351,7 +1312,8 @@ static bool any_claim_in_flight(Claimer *cl)
 
 static void maybe_start_refresh(Claimer *cl)
 {
-        if (!cl->refresh_wanted || any_write_started(cl) || cl->gates || !cl->nvml)
+        if (!cl->refresh_wanted || any_write_started(cl) || write_gate_any_waiting(cl->gate) ||
+            !cl->nvml)
                 return;
         /*
          * NVML-15: a wanted refresh waits until the claims in flight are done. They query NVML
@@ -1380,7 +1342,7 @@ static void process_once(Claimer *cl, bool *poll_again, nsec_t *next_deadline)
 
         /* First, so that the owner's writes are in DeviceOps before new queries are considered;
          * the end of a refresh is not signalled, so waiting gates poll. */
-        if (open_gates(cl))
+        if (write_gate_open(cl->gate))
                 *poll_again = true;
         maybe_start_refresh(cl);
         maybe_start_discovery(cl);
@@ -1573,47 +1535,6 @@ bool claimer_gpu_is_querying(Claimer *cl, const char *pf)
         return g && g->querying;
 }
 
-int claimer_gate_write(Claimer *cl, const char *vf, ClaimerWriteGo go, void *userdata)
-{
-        if (!cl || !go)
-                return -EINVAL;
-        const GpuHost *h = host(cl);
-        const char *pf = NULL;
-        for (size_t i = 0; vf && h && i < h->n_vfs; i++)
-                if (streq(h->vfs[i].address, vf)) {
-                        pf = h->vfs[i].parent;
-                        break;
-                }
-        if (!pf || !pf[0] || !gpu_query_running(cl, pf))
-                return 1;
-
-        WriteGate *g = calloc(1, sizeof *g), **tail = &cl->gates;
-        if (!g)
-                return -ENOMEM;
-        snprintf(g->gpu, sizeof g->gpu, "%s", pf);
-        g->go = go;
-        g->userdata = userdata;
-        while (*tail)
-                tail = &(*tail)->next;
-        *tail = g;
-        notify(cl); /* arms the poll that lets it through */
-        return 0;
-}
-
-void claimer_cancel_gates(Claimer *cl, void *userdata)
-{
-        if (!cl)
-                return;
-        for (WriteGate **pp = &cl->gates; *pp;) {
-                WriteGate *g = *pp;
-                if (g->userdata == userdata) {
-                        *pp = g->next;
-                        free(g);
-                } else
-                        pp = &g->next;
-        }
-}
-
 int claimer_request_nvml_refresh(Claimer *cl, bool init)
 {
         if (!cl->nvml)
@@ -1634,10 +1555,20 @@ const ClaimerStats *claimer_get_stats(Claimer *cl)
         return &cl->stats;
 }
 
+static bool gate_is_querying(const char *pf, void *userdata)
+{
+        return gpu_query_running(userdata, pf);
+}
+
+static void gate_nudge(void *userdata)
+{
+        notify(userdata);
+}
+
 int claimer_new(const ClaimerConfig *config, Claimer **ret)
 {
         if (!config || !config->sysfs || !config->tracker || !config->proc || !config->dev_root ||
-            !config->pool || !config->ops || !config->owner.save)
+            !config->pool || !config->ops || !config->gate || !config->owner.save)
                 return -EINVAL;
 
         Claimer *cl = calloc(1, sizeof *cl);
@@ -1653,6 +1584,10 @@ int claimer_new(const ClaimerConfig *config, Claimer **ret)
         cl->dev_root = strdup(config->dev_root);
         cl->pool = config->pool;
         cl->ops = config->ops;
+        cl->gate = config->gate;
+        write_gate_bind(cl->gate, &(WriteGateQueries){.is_querying = gate_is_querying,
+                                                      .nudge = gate_nudge,
+                                                      .userdata = cl});
         cl->nvml = config->nvml;
         cl->nvml_timeout = config->nvml_timeout ? config->nvml_timeout : CLAIM_DEFAULT_NVML_TIMEOUT;
         cl->sysfs_timeout =
@@ -1695,11 +1630,8 @@ Claimer *claimer_free(Claimer *cl)
                 cl->writes = w->next;
                 write_op_free(w);
         }
-        while (cl->gates) {
-                WriteGate *g = cl->gates;
-                cl->gates = g->next;
-                free(g);
-        }
+        if (cl->gate)
+                write_gate_bind(cl->gate, NULL);
         for (size_t i = 0; i < cl->n_gpus; i++)
                 free(cl->gpus[i].placements);
         free(cl->gpus);

@@ -64,6 +64,7 @@
 #include "placement/placement.h"
 #include "sysfs/sysfs.h"
 #include "worker/worker.h"
+#include "write-gate.h"
 
 typedef struct Claimer Claimer;
 typedef struct Claim Claim;
@@ -127,6 +128,7 @@ typedef struct ClaimerConfig {
         const char *dev_root; /* dev_root, absolute */
         WorkerPool *pool;     /* the sysfs pool the DeviceOps uses (borrowed) */
         DeviceOps *ops;       /* borrowed */
+        WriteGate *gate;      /* PLACE-9 for the owner's writes (borrowed; bound to the Claimer) */
         NvmlClient *nvml;     /* borrowed; may be NULL (every GPU on the sysfs path) */
         nsec_t nvml_timeout;  /* gpu.nvml_timeout: PLACE-8's bound; 0 for 5 s */
         nsec_t sysfs_timeout; /* deadline of the PLACE-16 scan job; 0 for 30 s */
@@ -215,7 +217,8 @@ typedef void (*ClaimDoneFunc)(const ClaimResult *result, void *userdata);
  */
 int claimer_claim(Claimer *cl, const ClaimRequest *request, ClaimDoneFunc done, void *userdata);
 
-/* ---- the PLACE-9 gate for the owner --------------------------------------------------------- */
+/* ---- PLACE-9 and PLACE-4 for the owner ----------------------------------------------------------
+ */
 
 /*
  * Whether GPU pf decides on fresh NVML placements (PLACE-4: vendor VFIO, mixed-size, NVML
@@ -226,23 +229,6 @@ bool claimer_gpu_uses_nvml(Claimer *cl, const char *pf);
 
 /* True while a claim-time NVML query covering pf is in flight: don't start a write on pf. */
 bool claimer_gpu_is_querying(Claimer *cl, const char *pf);
-
-/*
- * PLACE-9 for the writes the owner makes itself (the releases of INST-14..19 and REC-4): no
- * write to a VF of GPU G starts while an NVML query about G runs, a claim round for G or a cache
- * refresh (which asks about every GPU). Returns 1 when none runs: the caller dispatches its
- * write at once. Returns 0 when one does: go(userdata) runs later on the owner's thread, once
- * it has ended (a query abandoned at its deadline ends at once, NVML-10), and until then no new
- * query about G and no refresh starts. go() hands its write to DeviceOps before it returns, so
- * that device_ops_is_busy() holds later queries back. A VF missing from the host's table (an
- * SR-IOV cycle took it, DISC-21) or a NULL vf concerns no query: 1. -ENOMEM when the wait cannot
- * be queued.
- */
-typedef void (*ClaimerWriteGo)(void *userdata);
-int claimer_gate_write(Claimer *cl, const char *vf, ClaimerWriteGo go, void *userdata);
-
-/* Drops every waiting gate of userdata, whose go() then never runs (its operation ended). */
-void claimer_cancel_gates(Claimer *cl, void *userdata);
 
 /*
  * Requests an NVML cache refresh (NVML-14) that starts only once no write of the Claimer is in

@@ -20,7 +20,7 @@
  *     claimed, busy nor held open gets 0 written; on mdev reconcile_devices (REC-8): every mdev
  *     on a managed VF that no record or reservation names, older than ORPHAN_MDEV_MIN_AGE, with
  *     an IOMMU group that resolves and no open node, is removed. Each write waits at the
- *     Claimer's PLACE-9 gate and re-checks the reservations on the loop just before dispatch.
+ *     PLACE-9 write gate and re-checks the reservations on the loop just before dispatch.
  * A failed scan counts against and skips the stages that need it (REC-9); a failed discovery,
  * or a host without a framework, skips the GPU stages (REC-2). Each pass ends with REC-11's debug
  * line. The blocking parts run on the worker pools or the NVML thread; a pass is done when every
@@ -68,6 +68,7 @@ typedef struct ReconcilerConfig {
          */
         InstanceManager *instances; /* borrowed */
         DeviceOps *ops;             /* borrowed */
+        WriteGate *gate;            /* PLACE-9 for the GPU stages' writes (borrowed) */
         /* A pass has ended (startup: it was the start-up pass). */
         void (*pass_done)(void *userdata, bool startup);
         void *userdata;
@@ -75,8 +76,8 @@ typedef struct ReconcilerConfig {
 
 int reconciler_new(const ReconcilerConfig *config, Reconciler **ret);
 /*
- * Abandons a pass in flight without calling pass_done. Free the worker pool first, and the
- * instance manager (its Claimer holds the gates of the pass's GPU writes, PLACE-9).
+ * Abandons a pass in flight without calling pass_done, and its writes waiting at the gate. Free
+ * the worker pool first.
  */
 Reconciler *reconciler_free(Reconciler *r);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Reconciler *, reconciler_free);

@@ -540,8 +540,7 @@ static void gpu_write_submit(Reconciler *rc, ReconcileStage stage, const char *v
                 snprintf(w->key, sizeof w->key, "mdev:%s", uuid);
         else
                 snprintf(w->key, sizeof w->key, "%s", vf);
-        int r = claimer_gate_write(instance_manager_get_claimer(rc->config.instances), vf,
-                                   gpu_write_go, w);
+        int r = rc->config.gate ? write_gate_pass(rc->config.gate, vf, gpu_write_go, w) : 1;
         if (r > 0)
                 gpu_write_dispatch(w);
         else if (r == 0) {
@@ -817,10 +816,10 @@ Reconciler *reconciler_free(Reconciler *rc)
                 device_scan_unref(rc->pass->scan);
         free(rc->pass);
         strv_free(rc->held_open_logged);
-        /* Their gates went with the Claimer, freed before (ctrl.h). */
         while (rc->gated) {
                 GpuWrite *w = rc->gated;
                 rc->gated = w->next;
+                write_gate_cancel(rc->config.gate, w);
                 free(w);
         }
         free(rc->scan_error);

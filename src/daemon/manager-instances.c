@@ -96,6 +96,8 @@ int manager_instances_setup(Manager *m, char **error)
                            &m->device_ops);
         if (r >= 0)
                 r = device_ops_attach_event(m->device_ops, m->event);
+        if (r >= 0)
+                r = write_gate_new(m->tracker, &m->write_gate);
         if (r < 0)
                 return error_set(error, r, "set up device operations: %s", strerror(-r));
 
@@ -114,6 +116,7 @@ int manager_instances_setup(Manager *m, char **error)
                         .dev_root = m->config.dev_root,
                         .pool = m->workers,
                         .ops = m->device_ops,
+                        .gate = m->write_gate,
                         .nvml = m->nvml,
                         .nvml_timeout = m->config.gpu.nvml_timeout,
                         .sysfs_timeout = m->config.gpu.sysfs_timeout,

@@ -380,6 +380,7 @@ static int setup_reconciler(Manager *m)
             .sysfs_timeout = m->config.gpu.sysfs_timeout,
             .instances = m->instances,
             .ops = m->device_ops,
+            .gate = m->write_gate,
             .pass_done = on_pass_done,
             .userdata = m,
         };
@@ -513,6 +514,7 @@ Manager *manager_free(Manager *m)
         manager_fleet_free(m);
         manager_instances_free(m);
         m->reconciler = reconciler_free(m->reconciler);
+        m->write_gate = write_gate_free(m->write_gate); /* after those that wait at it */
         m->tracker = gpu_tracker_free(m->tracker);
 
         /*

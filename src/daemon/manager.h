@@ -83,6 +83,7 @@ typedef struct Manager {
         HealthStore *health;
         DeviceRoots device_roots;
         DeviceOps *device_ops;      /* releases and the Claimer's writes */
+        WriteGate *write_gate;      /* PLACE-9 for releases and repairs (instances/, ctrl/) */
         InstanceManager *instances; /* the VMs (instances/); owns the Claimer */
         int instances_dirfd;        /* <data_dir>/instances */
         JwtSecret *jwt_secret;

@@ -44,6 +44,7 @@ struct InstanceManager {
         const Config *config;
         sd_event *event;
         Claimer *claimer;
+        WriteGate *gate;      /* PLACE-9 for its releases: config->claimer.gate */
         Instance **instances; /* sorted by created_at, then id */
         size_t n_instances;
         char *boot_id;

@@ -442,6 +442,7 @@ int instance_manager_new(const InstanceManagerConfig *config, InstanceManager **
         int r = claimer_new(&cc, &m->claimer);
         if (r < 0)
                 return error_set(error, r, "claim flow: %s", strerror(-r));
+        m->gate = cc.gate;
         *ret = TAKE_PTR(m);
         return 0;
 }

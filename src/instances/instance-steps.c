@@ -48,7 +48,7 @@ void instance_op_free(Op *op)
                 op->m->admitted_unreserved--;
         if (op->m->cfg.claimer.tracker)
                 gpu_tracker_cancel(op->m->cfg.claimer.tracker, op);
-        claimer_cancel_gates(op->m->claimer, op);
+        write_gate_cancel(op->m->gate, op);
         device_scan_unref(op->release_scan);
         released_forget(op);
         free(op->release_error);
@@ -478,7 +478,7 @@ void op_release_then(Op *op, bool after_vmm_exit, OpStep next)
         }
         op->release_after_exit = after_vmm_exit;
         /* A release writes the VF: it waits for a query about its GPU to end (PLACE-9). */
-        int r = claimer_gate_write(op->m->claimer, claimed_vf(i), release_dispatch, op);
+        int r = write_gate_pass(op->m->gate, claimed_vf(i), release_dispatch, op);
         if (r < 0) {
                 log_line(LOG_LEVEL_WARNING, r, "release of vGPU claim failed", "instance_id",
                          i->rec.id, "device_path", i->rec.gpu.device_path, "error", "out of memory",

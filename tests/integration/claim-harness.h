@@ -57,6 +57,7 @@ struct Harness {
         NvmlClient *nvml;
         GpuTracker *tracker;
         Claimer *cl;
+        WriteGate *gate; /* PLACE-9 for the owner's writes, as the Manager owns it */
         nsec_t nvml_timeout;
         int discovered; /* the last tracker run asked for: 0 pending, 1 done, -errno */
 
@@ -310,6 +311,9 @@ static inline int harness_start(Harness *h, const char *nvml_library, nsec_t nvm
         *error = "host tracker";
         if ((r = gpu_tracker_new(&tc, &h->tracker)) < 0)
                 return r;
+        *error = "write gate";
+        if ((r = write_gate_new(h->tracker, &h->gate)) < 0)
+                return r;
         ClaimerConfig cc = {
             .sysfs = h->sys,
             .tracker = h->tracker,
@@ -317,6 +321,7 @@ static inline int harness_start(Harness *h, const char *nvml_library, nsec_t nvm
             .dev_root = h->dev,
             .pool = h->pool,
             .ops = h->ops,
+            .gate = h->gate,
             .nvml = h->nvml,
             .nvml_timeout = nvml_timeout,
             .owner = {.save = harness_save,
@@ -377,6 +382,7 @@ static inline void harness_stop(Harness *h)
                 h->nvml = nvml_client_free(h->nvml);
         h->ops = device_ops_free(h->ops);
         h->cl = claimer_free(h->cl);
+        h->gate = write_gate_free(h->gate);
         h->tracker = gpu_tracker_free(h->tracker);
         for (size_t i = 0; i < h->n_saves; i++)
                 free(h->saved_vfs[i]);

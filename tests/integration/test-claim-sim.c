@@ -323,7 +323,7 @@ static void test_refresh_waits_for_claims_in_flight(void **state) /* NVML-15, PL
                 claim_outcome_clear(&o[i]);
 }
 
-/* An owner's release through claimer_gate_write(), as instances/ makes its releases. */
+/* An owner's release through write_gate_pass(), as instances/ makes its releases. */
 typedef struct GatedRelease {
         Harness *h;
         char vf[PCI_ADDRESS_STRLEN];
@@ -381,7 +381,7 @@ static void test_owner_release_waits_for_refresh(void **state) /* PLACE-9, NVML-
         assert_int_equal(claimer_request_nvml_refresh(h->cl, false), 0);
         assert_true(nvml_client_refresh_is_running(h->nvml));
         /* The release waits for the refresh (teardown checks the simulator saw no overlap). */
-        assert_int_equal(claimer_gate_write(h->cl, g.vf, gated_release_go, &g), 0);
+        assert_int_equal(write_gate_pass(h->gate, g.vf, gated_release_go, &g), 0);
         assert_false(g.dispatched);
         if (harness_run_until(h, gated_release_ended, &g, WAIT) < 0)
                 fail_msg("the gated release did not end");
@@ -395,12 +395,12 @@ static void test_owner_release_waits_for_refresh(void **state) /* PLACE-9, NVML-
         snprintf(g2.vf, sizeof g2.vf, "%s", o[1].vf);
         assert_int_equal(claimer_request_nvml_refresh(h->cl, false), 0);
         assert_true(nvml_client_refresh_is_running(h->nvml));
-        assert_int_equal(claimer_gate_write(h->cl, g2.vf, gated_release_go, &g2), 0);
-        claimer_cancel_gates(h->cl, &g2);
+        assert_int_equal(write_gate_pass(h->gate, g2.vf, gated_release_go, &g2), 0);
+        write_gate_cancel(h->gate, &g2);
         if (harness_run_until(h, harness_refreshed, NULL, WAIT) < 0)
                 fail_msg("the second refresh did not end");
         assert_false(g2.dispatched);
-        assert_int_equal(claimer_gate_write(h->cl, g2.vf, gated_release_go, &g2), 1);
+        assert_int_equal(write_gate_pass(h->gate, g2.vf, gated_release_go, &g2), 1);
         gated_release_go(&g2);
         if (harness_run_until(h, gated_release_ended, &g2, WAIT) < 0)
                 fail_msg("the second release did not end");

@@ -45,6 +45,7 @@ typedef struct Fixture {
         DeviceOps *ops;
         GpuTracker *tracker;
         Claimer *cl;
+        WriteGate *gate;
 
         Claim *pending[8];
         bool pending_clear[8];
@@ -289,6 +290,7 @@ static void start(Fixture *f)
         assert_int_equal(device_ops_new(&dc, &f->ops), 0);
         GpuTrackerConfig tc = {.sysfs = f->sys, .pool = f->pool};
         assert_int_equal(gpu_tracker_new(&tc, &f->tracker), 0);
+        assert_int_equal(write_gate_new(f->tracker, &f->gate), 0);
         ClaimerConfig cc = {
             .sysfs = f->sys,
             .tracker = f->tracker,
@@ -296,6 +298,7 @@ static void start(Fixture *f)
             .dev_root = f->dev,
             .pool = f->pool,
             .ops = f->ops,
+            .gate = f->gate,
             .picker = {.pick = pick_first},
             .guard = guard,
             .owner = {.save = fake_save,
@@ -320,6 +323,7 @@ static int teardown(void **state)
         }
         device_ops_free(f->ops);
         claimer_free(f->cl);
+        write_gate_free(f->gate);
         gpu_tracker_free(f->tracker);
         root_free(f->sys);
         root_free(f->proc);
