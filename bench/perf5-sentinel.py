@@ -76,6 +76,8 @@ UPSTREAM_S = -(-(RECORDS // SILENT_EVERY) // 64) * 5.0  # ceil(100 / 64) x 5 s
 TARGET_S = TIMEOUT_S + 0.5
 CPU_TARGET_MS = 50.0
 RESULTS = ("ok", "failed", "unknown", "rpc_error", "unsupported_agent", "list_error")
+# Bodies whose first request is a render over every claim and VF (instance_manager_find_claim()).
+RENDERED = ("/resources", "/gpus")
 ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 ROUND_RE = re.compile(r"<7>vGPU sentinel round done duration=(\S+) targets=(\d+)"
                       r"(?: unfinished=(\d+))?$")
@@ -298,6 +300,15 @@ def measure(vgpud, config, work, secret, ids, harness, ticks):
         check_adopted(c, ids)
         tag("READY=1 after %.0f ms; %d records adopted as Running; load %s" %
             (ready_s * 1000, RECORDS, loadavg()))
+        # The first request of each renders its body (nothing asked for it before): the loop's
+        # CPU for a whole render over 1,000 claims and 1,024 VFs, each VF asking which claim
+        # holds it (instance_manager_find_claim()).
+        renders = {}
+        for path in RENDERED:
+            before = run_seconds(d.pid, d.pid)
+            if c.get(path).status != 200:
+                raise RuntimeError("GET %s failed" % path)
+            renders[path] = run_seconds(d.pid, d.pid) - before
 
         samples = []  # per round: (round line, loop cpu s, harness cpu s, checks, monotonic)
         wanted = ticks + 1
@@ -324,7 +335,7 @@ def measure(vgpud, config, work, secret, ids, harness, ticks):
             samples.append((line, before, after, harness_cpu, counts, now))
             tag("round %d: duration %.3f s, targets %d, unfinished %d; load %s" %
                 (seen, line[1], line[2], line[3], loadavg()))
-        return samples, harness.dump()
+        return samples, harness.dump(), renders
     finally:
         d.stop()
         keep = os.environ.get("BENCH_LOG_DIR")
@@ -359,7 +370,7 @@ gpu:
   sentinel_concurrency: %d
 """ % (fake_qemu, IMAGES, INTERVAL_S, TIMEOUT_S, CONCURRENCY))
         harness, ids = set_up(work, kernel)
-        samples, dump = measure(vgpud, config, work, secret, ids, harness, ticks)
+        samples, dump, renders = measure(vgpud, config, work, secret, ids, harness, ticks)
     finally:
         if harness:
             harness.stop()
@@ -431,6 +442,9 @@ gpu:
             "%.0f / %.0f" % (median(last_ok) * 1000, median(last_silent) * 1000))
     row("PERF-5", "  vgpud main thread CPU of one GET /metrics, 1,000 claims (ms, schedstat)",
         "%.1f" % (median(scrape[1]) * 1000))
+    for path in RENDERED:
+        row("PERF-5", "  vgpud main thread CPU of the first GET %s, 1,000 claims (ms, schedstat)"
+            % path, "%.1f" % (renders[path] * 1000))
     row("PERF-5", "  harness CPU per tick (ms, all 1,000 agents in one process)",
         "%.1f" % harness_ms)
     row("PERF-5", "  load average (1/5/15 min) at the start / the end", "%s / %s" %

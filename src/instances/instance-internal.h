@@ -39,6 +39,8 @@ struct Instance {
         unsigned writes; /* record writes in flight */
 };
 
+typedef struct ClaimIndex ClaimIndex;
+
 struct InstanceManager {
         InstanceManagerConfig cfg;
         const Config *config;
@@ -47,6 +49,8 @@ struct InstanceManager {
         WriteGate *gate;      /* PLACE-9 for its releases: config->claimer.gate */
         Instance **instances; /* sorted by created_at, then id */
         size_t n_instances;
+        Instance **by_id;   /* the same, sorted by id (instance-index.c) */
+        ClaimIndex *claims; /* the claims by VF (instance-index.c) */
         char *boot_id;
         char *disabled_reason;           /* INST-22 */
         uint64_t admitted_unreserved;    /* INST-10 */
@@ -60,9 +64,23 @@ struct InstanceManager {
         size_t n_view;
 };
 
-/* ---- instance-manager.c -------------------------------------------------------------------- */
+/* ---- instance-index.c ---------------------------------------------------------------------- */
 
 Instance *instance_find(const InstanceManager *m, const char *id);
+/* Keep the id index in step with the table: before n_instances counts i, and while it still does.
+ */
+void instance_index_add(InstanceManager *m, Instance *i);
+void instance_index_remove(InstanceManager *m, Instance *i);
+/*
+ * The VF the instance's claim holds, the one place that says so: the claim's VF, or the one a
+ * release has not recorded yet; NULL for none (or an mdev claim whose mdev the host does not show).
+ */
+const char *instance_claimed_vf(const InstanceManager *m, const Instance *i);
+int claim_index_new(ClaimIndex **ret);
+ClaimIndex *claim_index_free(ClaimIndex *x);
+
+/* ---- instance-manager.c -------------------------------------------------------------------- */
+
 int instance_insert(InstanceManager *m, Instance *i);
 /* Takes i out of the table and frees it. */
 void instance_drop(InstanceManager *m, Instance *i);

@@ -23,16 +23,6 @@ static int instance_compare(const Instance *a, const Instance *b)
         return c != 0 ? c : strcmp(a->rec.id, b->rec.id);
 }
 
-Instance *instance_find(const InstanceManager *m, const char *id)
-{
-        if (!id)
-                return NULL;
-        for (size_t k = 0; k < m->n_instances; k++)
-                if (streq(m->instances[k]->rec.id, id))
-                        return m->instances[k];
-        return NULL;
-}
-
 Instance *instance_new(InstanceManager *m)
 {
         Instance *i = calloc(1, sizeof *i);
@@ -59,6 +49,11 @@ int instance_insert(InstanceManager *m, Instance *i)
         if (!n)
                 return -ENOMEM;
         m->instances = n;
+        n = reallocarray(m->by_id, m->n_instances + 1, sizeof *n);
+        if (!n)
+                return -ENOMEM;
+        m->by_id = n;
+        instance_index_add(m, i);
         size_t at = m->n_instances;
         while (at > 0 && instance_compare(m->instances[at - 1], i) > 0)
                 at--;
@@ -72,6 +67,7 @@ int instance_insert(InstanceManager *m, Instance *i)
 void instance_drop(InstanceManager *m, Instance *i)
 {
         m->generation++;
+        instance_index_remove(m, i);
         for (size_t k = 0; k < m->n_instances; k++)
                 if (m->instances[k] == i) {
                         memmove(&m->instances[k], &m->instances[k + 1],
@@ -339,37 +335,6 @@ static void claim_write_done(Instance *i, int r, const char *error)
                 claimer_save_done(i->m->claimer, token, r, error);
 }
 
-static bool instance_holds_vf(const InstanceManager *m, const Instance *i, const char *vf)
-{
-        /*
-         * Released, but the record on disk still claims it: a claim written now, then a crash,
-         * would leave two records claiming one VF (REL-2).
-         */
-        if (!instance_record_is_claimed(&i->rec))
-                return streq_ptr(instance_ops_unrecorded_release(i), vf);
-        if (i->vf[0])
-                return streq(i->vf, vf);
-        /* A claim loaded from disk: vendor VFIO names its VF, an mdev its UUID. */
-        if (streq_ptr(i->rec.gpu.framework, "vendor-vfio")) {
-                const char *slash = strrchr(i->rec.gpu.device_path, '/');
-                return slash && streq(slash + 1, vf);
-        }
-        const GpuHost *h = gpu_tracker_host(m->cfg.claimer.tracker);
-        const GpuVf *v = h ? gpu_host_find_vf(h, vf) : NULL;
-        for (char **u = v ? v->mdev_uuids : NULL; u && *u; u++)
-                if (streq_ptr(*u, i->rec.gpu.mdev_uuid))
-                        return true;
-        return false;
-}
-
-const InstanceRecord *instance_manager_find_claim(const InstanceManager *m, const char *vf)
-{
-        for (size_t k = 0; k < m->n_instances; k++)
-                if (instance_holds_vf(m, m->instances[k], vf))
-                        return &m->instances[k]->rec;
-        return NULL;
-}
-
 static bool owner_is_claimed(void *userdata, const char *vf, uint64_t *ret_fb)
 {
         const InstanceRecord *r = instance_manager_find_claim(userdata, vf);
@@ -443,6 +408,9 @@ int instance_manager_new(const InstanceManagerConfig *config, InstanceManager **
         if (r < 0)
                 return error_set(error, r, "claim flow: %s", strerror(-r));
         m->gate = cc.gate;
+        r = claim_index_new(&m->claims);
+        if (r < 0)
+                return error_set_oom(error);
         *ret = TAKE_PTR(m);
         return 0;
 }
@@ -454,6 +422,8 @@ InstanceManager *instance_manager_free(InstanceManager *m)
         for (size_t k = 0; k < m->n_instances; k++)
                 instance_free(m->instances[k]);
         free(m->instances);
+        free(m->by_id);
+        claim_index_free(m->claims);
         instance_sweep_free(m->sweep);
         free(m->view);
         claimer_free(m->claimer);

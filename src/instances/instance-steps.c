@@ -44,6 +44,8 @@ void instance_op_free(Op *op)
 {
         if (!op)
                 return;
+        /* A release it kept aside no longer holds its VF (instance_claimed_vf()). */
+        op->m->generation++;
         if (op->admitted)
                 op->m->admitted_unreserved--;
         if (op->m->cfg.claimer.tracker)
@@ -285,6 +287,7 @@ static void released_restore(Op *op)
         g->mdev_uuid = TAKE_PTR(op->released.mdev_uuid);
         g->claimed_at = op->released.claimed_at;
         memcpy(op->i->vf, op->released_vf, sizeof op->i->vf);
+        op->m->generation++;
         log_line(LOG_LEVEL_WARNING, 0,
                  "vGPU release not recorded; the claim is kept until a reconcile pass saves it",
                  "instance_id", op->i->rec.id, "device_path", g->device_path, NULL);
@@ -433,32 +436,21 @@ static void release_done(const DeviceResult *res, void *userdata)
                 release_reread(0, NULL, op);
 }
 
-/* The claim's VF: the one in memory, else the record's device_path (vendor VFIO); or NULL. */
-static const char *claimed_vf(const Instance *i)
-{
-        if (i->vf[0])
-                return i->vf;
-        if (!streq_ptr(i->rec.gpu.framework, "vendor-vfio"))
-                return NULL;
-        const char *slash = strrchr(i->rec.gpu.device_path, '/');
-        return slash ? slash + 1 : NULL;
-}
-
 /* The release itself, once no NVML query about the VF's GPU runs (PLACE-9). */
 static void release_dispatch(void *userdata)
 {
         Op *op = userdata;
         Instance *i = op->i;
         _cleanup_free_ char *error = NULL;
-        int r =
-            device_ops_release(op->m->cfg.ops,
-                               &(DeviceReleaseRequest){.claim = {.framework = i->rec.gpu.framework,
-                                                                 .vf = claimed_vf(i),
-                                                                 .mdev_uuid = i->rec.gpu.mdev_uuid},
-                                                       .instance_id = i->rec.id,
-                                                       .after_vmm_exit = op->release_after_exit,
-                                                       .scan = op->release_scan},
-                               release_done, op, &error);
+        int r = device_ops_release(
+            op->m->cfg.ops,
+            &(DeviceReleaseRequest){.claim = {.framework = i->rec.gpu.framework,
+                                              .vf = instance_claimed_vf(op->m, i),
+                                              .mdev_uuid = i->rec.gpu.mdev_uuid},
+                                    .instance_id = i->rec.id,
+                                    .after_vmm_exit = op->release_after_exit,
+                                    .scan = op->release_scan},
+            release_done, op, &error);
         /* One probe's worth: a later release of this operation takes a fresh scan. */
         op->release_scan = device_scan_unref(op->release_scan);
         if (r < 0) {
@@ -478,7 +470,7 @@ void op_release_then(Op *op, bool after_vmm_exit, OpStep next)
         }
         op->release_after_exit = after_vmm_exit;
         /* A release writes the VF: it waits for a query about its GPU to end (PLACE-9). */
-        int r = write_gate_pass(op->m->gate, claimed_vf(i), release_dispatch, op);
+        int r = write_gate_pass(op->m->gate, instance_claimed_vf(op->m, i), release_dispatch, op);
         if (r < 0) {
                 log_line(LOG_LEVEL_WARNING, r, "release of vGPU claim failed", "instance_id",
                          i->rec.id, "device_path", i->rec.gpu.device_path, "error", "out of memory",
