@@ -197,6 +197,8 @@ static void on_write_done(const DeviceResult *res, void *userdata)
         claim_write_op_free(w);
         if (cl->owner.vf_changed && vf)
                 cl->owner.vf_changed(cl->owner.userdata, vf);
+        /* NVML-14: the placement cache follows, never overlapping a write (PLACE-9). */
+        (void)claimer_request_nvml_refresh(cl, false);
 
         switch (kind) {
         case WRITE_CONFIGURE:

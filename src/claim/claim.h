@@ -99,9 +99,8 @@ typedef struct ClaimerOwner {
         int (*clear)(void *userdata, const ClaimRecord *record, Claim *token, char **error);
         bool (*is_claimed)(void *userdata, const char *vf, uint64_t *ret_framebuffer_mib);
         /*
-         * Optional: a configure or reset of vf by the Claimer has ended (DISC-20, NVML-14), so the
-         * owner can re-read the VF and ask for a cache refresh, through
-         * claimer_request_nvml_refresh() so that it never overlaps a write (PLACE-9).
+         * Optional: a configure or reset of vf by the Claimer has ended, so the owner can re-read
+         * the VF (DISC-20). The Claimer asks for NVML-14's cache refresh itself.
          */
         void (*vf_changed)(void *userdata, const char *vf);
         /*

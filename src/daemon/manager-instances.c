@@ -45,14 +45,6 @@ static int slot_figures(void *userdata, uint64_t *ret_total, uint64_t *ret_used,
         return 0;
 }
 
-/* NVML-14: a configure or reset changed a VF; the cache follows, never overlapping a write. */
-static void vf_changed(void *userdata, const char *vf)
-{
-        Manager *m = userdata;
-        (void)vf;
-        (void)claimer_request_nvml_refresh(instance_manager_get_claimer(m->instances), false);
-}
-
 int manager_instances_setup(Manager *m, char **error)
 {
         /*
@@ -121,8 +113,7 @@ int manager_instances_setup(Manager *m, char **error)
                         .nvml_timeout = m->config.gpu.nvml_timeout,
                         .sysfs_timeout = m->config.gpu.sysfs_timeout,
                         .policy = m->config.gpu.placement_policy,
-                        .guard = guard,
-                        .owner = {.vf_changed = vf_changed, .userdata = m}},
+                        .guard = guard},
             .placement_disabled = placement_disabled,
             .slot_figures = slot_figures,
             .consumer_released = manager_fleet_consumer_released,

@@ -105,8 +105,8 @@ int instance_set_identity(Instance *i, pid_t pid, uint64_t start_time);
 
 /*
  * DISC-20 after a write to vf (NULL: unknown): a re-read of the VFs' types, or a full discovery
- * where sysfs lists or mdevs decide, and an NVML cache refresh through the daemon. done (may be
- * NULL) runs when the re-read has ended; < 0 when it could not start (done never runs then).
+ * where sysfs lists or mdevs decide. done (may be NULL) runs when the re-read has ended; < 0 when
+ * it could not start (done never runs then).
  */
 int instance_manager_reread_host(InstanceManager *m, const char *vf, GpuTrackerDone done,
                                  void *userdata);

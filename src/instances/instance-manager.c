@@ -363,9 +363,6 @@ int instance_manager_reread_host(InstanceManager *m, const char *vf, GpuTrackerD
         if (r < 0 && t)
                 log_line(LOG_LEVEL_WARNING, r, "cannot re-read the host after a VF change", "vf",
                          vf, "error", error, NULL);
-        /* NVML-14: the placement cache follows, never overlapping a write (PLACE-9). */
-        if (m->cfg.claimer.owner.vf_changed && vf)
-                m->cfg.claimer.owner.vf_changed(m->cfg.claimer.owner.userdata, vf);
         return r;
 }
 

@@ -432,6 +432,8 @@ static void release_done(const DeviceResult *res, void *userdata)
          */
         op->release_r = res->r;
         op->release_error = res->r < 0 ? dup_error(res->error) : NULL;
+        /* NVML-14: the placement cache follows, never overlapping a write (PLACE-9). */
+        (void)claimer_request_nvml_refresh(op->m->claimer, false);
         if (instance_manager_reread_host(op->m, res->vf, release_reread, op) < 0)
                 release_reread(0, NULL, op);
 }
