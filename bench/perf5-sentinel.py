@@ -18,7 +18,8 @@
 #  - every record is Running, with the claim (framework, device_path, claimed_at) and the
 #    hypervisor fields of INST-2: pid and start_time (field 22 of its stat) of the harness, the
 #    boot id, and the QMP and agent socket paths. Nothing listens on the QMP paths: a Running
-#    record whose stored pid is alive is adopted on the pid alone (VMM-16, INST-21), and nothing
+#    record whose stored pid is alive and runs qemu_binary (set to the harness's interpreter) is
+#    adopted on the pid alone (VMM-16, INST-21), and nothing
 #    in a sentinel tick talks QMP.
 #
 # Then one vgpud (log_level debug, for the sentinel's round line; no NVML library, as in
@@ -348,7 +349,9 @@ def main():
     build = os.path.abspath(sys.argv[1])
     ticks = int(os.environ.get("PERF5_TICKS", "5"))
     vgpud = os.path.join(build, "src/daemon/vgpud")
-    fake_qemu = os.path.join(build, "sim/fake-qemu")
+    # VMM-16 adopts a stored pid only when the process runs qemu_binary: here the harness,
+    # which is the Python interpreter. Nothing in a sentinel tick starts a QEMU.
+    harness_exe = os.path.realpath(sys.executable)
 
     work = tempfile.mkdtemp(prefix="vgpud-perf5.")
     harness = None
@@ -368,7 +371,7 @@ gpu:
   sentinel_interval: %ds
   sentinel_timeout: %ds
   sentinel_concurrency: %d
-""" % (fake_qemu, IMAGES, INTERVAL_S, TIMEOUT_S, CONCURRENCY))
+""" % (harness_exe, IMAGES, INTERVAL_S, TIMEOUT_S, CONCURRENCY))
         harness, ids = set_up(work, kernel)
         samples, dump, renders = measure(vgpud, config, work, secret, ids, harness, ticks)
     finally:
