@@ -18,29 +18,12 @@
 #include <jansson.h>
 
 #include "health/health.h"
+#include "fault-wrap.h"
 #include "testlib.h"
 
-/* ---- syscall wrappers ---------------------------------------------------------------------- */
+/* ---- the store's I/O, through the fault wrappers (tests/lib/fault-wrap.h) ------------------ */
 
-typedef enum FaultCall {
-        FAULT_NONE,
-        FAULT_MKDIRAT,
-        FAULT_OPENAT,
-        FAULT_WRITE,
-        FAULT_FSYNC,
-        FAULT_CLOSE,
-        FAULT_RENAMEAT,
-        FAULT_FSTATAT,
-} FaultCall;
-
-/* The wrappers are global by nature; tests arm them and the teardown disarms them. */
-static struct {
-        FaultCall call;
-        char match[PATH_MAX]; /* suffix of the path, or of the fd's /proc/self/fd target */
-        int error;
-        int remaining; /* failures left; -1 for every matching call */
-        int hits;
-} fault;
+#define TMP_SUFFIX "/" HEALTH_FILE_NAME ".tmp"
 
 static struct {
         unsigned opens, stats, renames, fsyncs;
@@ -59,150 +42,53 @@ static void io_step(char step)
                 io.steps[n] = step;
 }
 
-#define TMP_SUFFIX "/" HEALTH_FILE_NAME ".tmp"
-
-int __real_mkdirat(int dirfd, const char *path, mode_t mode);
-int __real_openat64(int dirfd, const char *path, int flags, ...);
-int __real_fstatat64(int dirfd, const char *path, struct stat64 *st, int flags);
-ssize_t __real_write(int fd, const void *buf, size_t n);
-int __real_fsync(int fd);
-int __real_close(int fd);
-int __real_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
-
-int __wrap_mkdirat(int dirfd, const char *path, mode_t mode);
-int __wrap_openat64(int dirfd, const char *path, int flags, ...);
-int __wrap_fstatat64(int dirfd, const char *path, struct stat64 *st, int flags);
-ssize_t __wrap_write(int fd, const void *buf, size_t n);
-int __wrap_fsync(int fd);
-int __wrap_close(int fd);
-int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
-
 static bool endswith(const char *s, const char *suffix)
 {
         size_t n = strlen(s), m = strlen(suffix);
         return n >= m && streq(s + n - m, suffix);
 }
 
-static bool fd_target(int fd, char buf[static PATH_MAX])
+static bool is_tmp(const char *path)
 {
-        char link[64];
-        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(link, buf, PATH_MAX - 1);
-        if (n < 0)
-                return false;
-        buf[n] = 0;
-        return true;
+        return path && endswith(path, TMP_SUFFIX);
 }
 
-static bool fault_hit(FaultCall call, const char *path)
+/* Counts the store's I/O and records the steps of its writes (the fault-wrap observer). */
+static void observe_io(FaultCall call, const char *path, int flags)
 {
-        if (fault.call != call || fault.remaining == 0 || !path || !endswith(path, fault.match))
-                return false;
-        if (fault.remaining > 0)
-                fault.remaining--;
-        fault.hits++;
-        errno = fault.error;
-        return true;
-}
-
-static bool fault_hit_fd(FaultCall call, int fd)
-{
-        char path[PATH_MAX];
-        return fault.call == call && fd_target(fd, path) && fault_hit(call, path);
-}
-
-static void fault_arm(FaultCall call, const char *match, int error, int times)
-{
-        fault.call = call;
-        snprintf(fault.match, sizeof fault.match, "%s", match);
-        fault.error = error;
-        fault.remaining = times;
-        fault.hits = 0;
-}
-
-static void fault_disarm(void)
-{
-        fault.call = FAULT_NONE;
-}
-
-int __wrap_mkdirat(int dirfd, const char *path, mode_t mode)
-{
-        if (fault_hit(FAULT_MKDIRAT, path))
-                return -1;
-        return __real_mkdirat(dirfd, path, mode);
-}
-
-int __wrap_openat64(int dirfd, const char *path, int flags, ...)
-{
-        int mode = 0;
-        if (flags & (O_CREAT | __O_TMPFILE)) {
-                va_list ap;
-                va_start(ap, flags);
-                mode = va_arg(ap, int);
-                va_end(ap);
+        switch (call) {
+        case FAULT_OPENAT:
+                io.opens++;
+                if ((flags & O_CREAT) && path && endswith(path, HEALTH_FILE_NAME ".tmp"))
+                        io_step('O');
+                break;
+        case FAULT_FSTATAT:
+                io.stats++;
+                break;
+        case FAULT_WRITE:
+                if (is_tmp(path))
+                        io_step('W');
+                break;
+        case FAULT_FSYNC:
+                if (path) {
+                        io_step(is_tmp(path) ? 'S' : endswith(path, "/gpu") ? 'D' : 'F');
+                        if (io.fsyncs < ELEMENTSOF(io.fsynced))
+                                snprintf(io.fsynced[io.fsyncs], PATH_MAX, "%s", path);
+                }
+                io.fsyncs++;
+                break;
+        case FAULT_CLOSE:
+                if (is_tmp(path))
+                        io_step('C');
+                break;
+        case FAULT_RENAMEAT:
+                io.renames++;
+                if (path && endswith(path, HEALTH_FILE_NAME ".tmp"))
+                        io_step('R');
+                break;
+        default:
+                break;
         }
-        io.opens++;
-        if ((flags & O_CREAT) && path && endswith(path, HEALTH_FILE_NAME ".tmp"))
-                io_step('O');
-        if (fault_hit(FAULT_OPENAT, path))
-                return -1;
-        return __real_openat64(dirfd, path, flags, mode);
-}
-
-int __wrap_fstatat64(int dirfd, const char *path, struct stat64 *st, int flags)
-{
-        io.stats++;
-        if (fault_hit(FAULT_FSTATAT, path))
-                return -1;
-        return __real_fstatat64(dirfd, path, st, flags);
-}
-
-ssize_t __wrap_write(int fd, const void *buf, size_t n)
-{
-        char path[PATH_MAX];
-        if (fd_target(fd, path) && endswith(path, TMP_SUFFIX))
-                io_step('W');
-        if (fault_hit_fd(FAULT_WRITE, fd))
-                return -1;
-        return __real_write(fd, buf, n);
-}
-
-int __wrap_fsync(int fd)
-{
-        char path[PATH_MAX];
-        if (fd_target(fd, path)) {
-                io_step(endswith(path, TMP_SUFFIX) ? 'S' : endswith(path, "/gpu") ? 'D' : 'F');
-                if (io.fsyncs < ELEMENTSOF(io.fsynced))
-                        snprintf(io.fsynced[io.fsyncs], PATH_MAX, "%s", path);
-        }
-        io.fsyncs++;
-        if (fault_hit_fd(FAULT_FSYNC, fd))
-                return -1;
-        return __real_fsync(fd);
-}
-
-int __wrap_close(int fd)
-{
-        char path[PATH_MAX];
-        if (fd_target(fd, path) && endswith(path, TMP_SUFFIX))
-                io_step('C');
-        if (fault_hit_fd(FAULT_CLOSE, fd)) {
-                /* Linux closes the descriptor even when close() reports an error. */
-                __real_close(fd);
-                errno = fault.error;
-                return -1;
-        }
-        return __real_close(fd);
-}
-
-int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
-{
-        io.renames++;
-        if (oldpath && endswith(oldpath, HEALTH_FILE_NAME ".tmp"))
-                io_step('R');
-        if (fault_hit(FAULT_RENAMEAT, oldpath))
-                return -1;
-        return __real_renameat(olddirfd, oldpath, newdirfd, newpath);
 }
 
 static void io_reset(void)
@@ -303,6 +189,7 @@ static int setup(void **state)
         fx->options.model_of = model_of;
         fx->options.userdata = fx;
         fault_disarm();
+        fault_observe(observe_io);
         io_reset();
         *state = fx;
         return 0;
@@ -312,6 +199,7 @@ static int teardown(void **state)
 {
         Fixture *fx = *state;
         fault_disarm();
+        fault_observe(NULL);
         health_store_free(fx->store);
         test_tree_free(fx->tree);
         free(fx);

@@ -21,29 +21,10 @@
 
 #include "instances/instance-internal.h"
 #include "instances/instances.h"
+#include "fault-wrap.h"
 #include "testlib.h"
 
 /* ---- syscall wrappers ---------------------------------------------------------------------- */
-
-typedef enum FaultCall {
-        FAULT_NONE,
-        FAULT_MKDIRAT,
-        FAULT_OPENAT,
-        FAULT_WRITE,
-        FAULT_FSYNC,
-        FAULT_RENAMEAT,
-        FAULT_UNLINKAT,
-        FAULT_OPEN_BENEATH,
-} FaultCall;
-
-/* The wrappers are global by nature; tests arm them and the teardown disarms them. */
-static struct {
-        FaultCall call;
-        char match[PATH_MAX]; /* suffix of the path, or of the fd's /proc/self/fd target */
-        int error;
-        int remaining; /* failures left; -1 for every matching call */
-        int hits;
-} fault;
 
 /* The file operations in order, as "<call> <path suffix>;" (only while io_logging). */
 static bool io_logging;
@@ -58,102 +39,25 @@ static struct {
         unsigned calls;
 } rnd;
 
-int __real_mkdirat(int dirfd, const char *path, mode_t mode);
-int __real_openat64(int dirfd, const char *path, int flags, ...);
 int __real_openat_beneath(int dirfd, const char *path, int flags);
 int __wrap_openat_beneath(int dirfd, const char *path, int flags);
-ssize_t __real_write(int fd, const void *buf, size_t n);
-int __real_fsync(int fd);
-int __real_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
-int __real_unlinkat(int dirfd, const char *path, int flags);
 ssize_t __real_getrandom(void *buf, size_t n, unsigned flags);
-
-int __wrap_mkdirat(int dirfd, const char *path, mode_t mode);
-int __wrap_openat64(int dirfd, const char *path, int flags, ...);
-ssize_t __wrap_write(int fd, const void *buf, size_t n);
-int __wrap_fsync(int fd);
-int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
-int __wrap_unlinkat(int dirfd, const char *path, int flags);
 ssize_t __wrap_getrandom(void *buf, size_t n, unsigned flags);
 
-static bool endswith(const char *s, const char *suffix)
+/* Logs the file steps a test follows: mkdir, fsync, rename and unlink (the observer). */
+static void observe_io(FaultCall call, const char *path, int flags)
 {
-        size_t n = strlen(s), m = strlen(suffix);
-        return n >= m && streq(s + n - m, suffix);
-}
-
-static bool fd_target(int fd, char buf[static PATH_MAX])
-{
-        char link[64];
-        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(link, buf, PATH_MAX - 1);
-        if (n < 0)
-                return false;
-        buf[n] = 0;
-        return true;
-}
-
-static void io_note(const char *call, const char *path)
-{
-        if (!io_logging)
+        static const char *const names[] = {[FAULT_MKDIRAT] = "mkdir",
+                                            [FAULT_FSYNC] = "fsync",
+                                            [FAULT_RENAMEAT] = "rename",
+                                            [FAULT_UNLINKAT] = "unlink"};
+        if (!io_logging || !path || (size_t)call >= ELEMENTSOF(names) || !names[call])
                 return;
         /* The last component is enough to tell the steps apart, and stable across trees. */
         const char *slash = strrchr(path, '/');
         size_t used = strlen(io_log);
-        snprintf(io_log + used, sizeof io_log - used, "%s %s;", call, slash ? slash + 1 : path);
-}
-
-static bool fault_hit(FaultCall call, const char *path)
-{
-        if (fault.call != call || fault.remaining == 0 || !path || !endswith(path, fault.match))
-                return false;
-        if (fault.remaining > 0)
-                fault.remaining--;
-        fault.hits++;
-        errno = fault.error;
-        return true;
-}
-
-static bool fault_hit_fd(FaultCall call, int fd)
-{
-        char path[PATH_MAX];
-        return fault.call == call && fd_target(fd, path) && fault_hit(call, path);
-}
-
-static void fault_arm(FaultCall call, const char *match, int error, int times)
-{
-        fault.call = call;
-        snprintf(fault.match, sizeof fault.match, "%s", match);
-        fault.error = error;
-        fault.remaining = times;
-        fault.hits = 0;
-}
-
-static void fault_disarm(void)
-{
-        fault.call = FAULT_NONE;
-}
-
-int __wrap_mkdirat(int dirfd, const char *path, mode_t mode)
-{
-        io_note("mkdir", path);
-        if (fault_hit(FAULT_MKDIRAT, path))
-                return -1;
-        return __real_mkdirat(dirfd, path, mode);
-}
-
-int __wrap_openat64(int dirfd, const char *path, int flags, ...)
-{
-        int mode = 0;
-        if (flags & (O_CREAT | __O_TMPFILE)) {
-                va_list ap;
-                va_start(ap, flags);
-                mode = va_arg(ap, int);
-                va_end(ap);
-        }
-        if (fault_hit(FAULT_OPENAT, path))
-                return -1;
-        return __real_openat64(dirfd, path, flags, mode);
+        snprintf(io_log + used, sizeof io_log - used, "%s %s;", names[call],
+                 slash ? slash + 1 : path);
 }
 
 /* Runs once, right before the next openat_beneath(): a swap after the check (INST-6). */
@@ -167,41 +71,8 @@ int __wrap_openat_beneath(int dirfd, const char *path, int flags)
                 hook();
         }
         if (fault_hit(FAULT_OPEN_BENEATH, path))
-                return -fault.error;
+                return -errno;
         return __real_openat_beneath(dirfd, path, flags);
-}
-
-ssize_t __wrap_write(int fd, const void *buf, size_t n)
-{
-        if (fault_hit_fd(FAULT_WRITE, fd))
-                return -1;
-        return __real_write(fd, buf, n);
-}
-
-int __wrap_fsync(int fd)
-{
-        char path[PATH_MAX];
-        if (fd_target(fd, path))
-                io_note("fsync", path);
-        if (fault_hit_fd(FAULT_FSYNC, fd))
-                return -1;
-        return __real_fsync(fd);
-}
-
-int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
-{
-        io_note("rename", oldpath);
-        if (fault_hit(FAULT_RENAMEAT, oldpath))
-                return -1;
-        return __real_renameat(olddirfd, oldpath, newdirfd, newpath);
-}
-
-int __wrap_unlinkat(int dirfd, const char *path, int flags)
-{
-        io_note("unlink", path);
-        if (fault_hit(FAULT_UNLINKAT, path))
-                return -1;
-        return __real_unlinkat(dirfd, path, flags);
 }
 
 ssize_t __wrap_getrandom(void *buf, size_t n, unsigned flags)
@@ -249,6 +120,7 @@ static int setup(void **state)
         fx->instances = openat(fx->tree->fd, "instances", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         assert_true(fx->instances >= 0);
         fault_disarm();
+        fault_observe(observe_io);
         io_logging = false;
         io_log[0] = 0;
         rnd = (typeof(rnd)){0};
@@ -260,6 +132,7 @@ static int teardown(void **state)
 {
         Fixture *fx = *state;
         fault_disarm();
+        fault_observe(NULL);
         io_logging = false;
         rnd = (typeof(rnd)){0};
         close(fx->instances);
@@ -1637,7 +1510,7 @@ static void test_boot_path_unreadable(void **state)
         char *dirs[] = {images, NULL};
         fault_arm(FAULT_OPEN_BENEATH, "vmlinuz", EACCES, -1);
         assert_path_refused(kernel, dirs, "cannot be read: Permission denied");
-        assert_true(fault.hits >= 1);
+        assert_true(fault_hits() >= 1);
 }
 
 /*
@@ -1859,7 +1732,7 @@ static void test_save_step_failures(void **state)
                 fault_arm(cases[i].call, cases[i].match, ENOSPC, 1);
                 assert_int_equal(instance_record_save_at(fx->instances, &rec, &error), -ENOSPC);
                 fault_disarm();
-                assert_int_equal(fault.hits, 1);
+                assert_int_equal(fault_hits(), 1);
                 assert_string_equal(error, cases[i].message);
                 assert_false(exists_at(fx->instances, RECORD_PATH ".tmp"));
 
