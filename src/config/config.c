@@ -1009,10 +1009,25 @@ static int load_mapping(Loader *l, Config *c, const char *section, bool seen[sta
         }
 }
 
+/* The end of the one document a configuration is: nothing may follow it. */
+static int expect_one_document_end(Loader *l)
+{
+        _cleanup_(yaml_event_delete) yaml_event_t next = {};
+        int r = loader_expect(l, YAML_DOCUMENT_END_EVENT);
+        if (r < 0)
+                return r;
+        r = loader_next(l, &next);
+        if (r < 0)
+                return r;
+        if (next.type != YAML_STREAM_END_EVENT)
+                return loader_error(l, next.start_mark, "more than one document");
+        return 0;
+}
+
 /* A whole configuration stream: nothing, or one document holding a mapping (or nothing). */
 static int load_stream(Loader *l, Config *c)
 {
-        _cleanup_(yaml_event_delete) yaml_event_t start = {}, root = {}, next = {};
+        _cleanup_(yaml_event_delete) yaml_event_t start = {}, root = {};
         bool seen[N_KEYS] = {};
 
         int r = loader_expect(l, YAML_STREAM_START_EVENT);
@@ -1034,15 +1049,7 @@ static int load_stream(Loader *l, Config *c)
         if (r < 0)
                 return r;
 
-        r = loader_expect(l, YAML_DOCUMENT_END_EVENT);
-        if (r < 0)
-                return r;
-        r = loader_next(l, &next);
-        if (r < 0)
-                return r;
-        if (next.type != YAML_STREAM_END_EVENT)
-                return loader_error(l, next.start_mark, "more than one document");
-        return 0;
+        return expect_one_document_end(l);
 }
 
 int config_load_buffer(Config *c, const char *name, const void *buf, size_t size, char **error)
@@ -1092,7 +1099,7 @@ int config_load_file(Config *c, const char *path, bool explicit_path, char **err
 /* The value of one --set: nothing (the empty scalar) or one document holding one node. */
 static int load_set_value(Loader *l, Config *c, const ConfigKey *k)
 {
-        _cleanup_(yaml_event_delete) yaml_event_t start = {}, node = {}, next = {};
+        _cleanup_(yaml_event_delete) yaml_event_t start = {}, node = {};
 
         int r = loader_expect(l, YAML_STREAM_START_EVENT);
         if (r < 0)
@@ -1113,15 +1120,7 @@ static int load_set_value(Loader *l, Config *c, const ConfigKey *k)
         r = apply_node(l, c, k, &node);
         if (r < 0)
                 return r;
-        r = loader_expect(l, YAML_DOCUMENT_END_EVENT);
-        if (r < 0)
-                return r;
-        r = loader_next(l, &next);
-        if (r < 0)
-                return r;
-        if (next.type != YAML_STREAM_END_EVENT)
-                return loader_error(l, next.start_mark, "more than one document");
-        return 0;
+        return expect_one_document_end(l);
 }
 
 int config_set(Config *c, const char *assignment, char **error)
