@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Requests to vgpu-agent (REL-5, AGENT-14..17). The first byte picks the GPU state and the size
- * of the reads; the rest is the byte stream from the host, fed to one connection's buffers in
- * reads of that size. Invariants beyond "no crash": every reply is one line of a JSON object
- * with exactly "return" or "error" (and "id" only beside them), errors are of the two classes,
- * and the stream gets one reply per non-blank line, plus one per line over the limit, in order,
- * whatever the read size.
+ * Requests to vgpu-agent (REL-5, AGENT-14, AGENT-15, AGENT-16, AGENT-17). The first byte picks the
+ * GPU state and the size of the reads; the rest is the byte stream from the host, fed to one
+ * connection's buffers in reads of that size. Invariants beyond "no crash": every reply is one line
+ * of a JSON object with exactly "return" or "error" (and "id" only beside them), errors are of the
+ * two classes, and the stream gets one reply per non-blank line, plus one per line over the limit,
+ * in order, whatever the read size.
  */
 #include <jansson.h>
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Fuzzes the Authorization header check (API-12..14, REL-5, REL-7) with a fixed key and clock.
+ * Fuzzes the Authorization header check (API-12, API-13, API-14, REL-5, REL-7) with a fixed key and
+ * clock.
  *
  * The first input byte picks what the rest is:
  *  - even: the header value exactly as a client sends it. Random bytes never carry a valid

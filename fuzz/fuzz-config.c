@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The configuration (REL-5, CFG-1..4). The input is one configuration file, and also, up to its
- * first NUL byte, one --set assignment. Invariants beyond "no crash, no leak":
+ * The configuration (REL-5, CFG-1, CFG-2, CFG-3, CFG-4). The input is one configuration file, and
+ * also, up to its first NUL byte, one --set assignment. Invariants beyond "no crash, no leak":
  *  - a refused file gets a one-line message naming the file, and leaves the Config unchanged;
  *  - an accepted file dumps to YAML that loads back, over the defaults and over a Config where
  *    every key differs, to the same dump;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Create bodies (REL-5, API-9, INST-4..7). Invariants beyond "no crash": a refused body gets a
- * one-line message; an accepted one satisfies INST-4..6's form, checked here apart from the
- * parser; and a record made of it encodes, so that whatever a create accepts can be stored.
+ * Create bodies (REL-5, API-9, INST-4, INST-5, INST-6, INST-7). Invariants beyond "no crash": a
+ * refused body gets a one-line message; an accepted one satisfies INST-4, INST-5, INST-6's form,
+ * checked here apart from the parser; and a record made of it encodes, so that whatever a create
+ * accepts can be stored.
  */
 #include "instances/instances.h"
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * vf-health.json (REL-5, HEALTH-1..6). Invariants beyond "no crash": a rejected file gets a
- * one-line message; an accepted file formats canonically, and the canonical bytes are a fixed
- * point of parse + format; re-evaluation of what loaded keeps it loadable.
+ * vf-health.json (REL-5, HEALTH-1, HEALTH-2, HEALTH-3, HEALTH-4, HEALTH-5, HEALTH-6). Invariants
+ * beyond "no crash": a rejected file gets a one-line message; an accepted file formats canonically,
+ * and the canonical bytes are a fixed point of parse + format; re-evaluation of what loaded keeps
+ * it loadable.
  */
 #include "health/health.h"
 

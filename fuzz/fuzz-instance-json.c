@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * instance.json (REL-5, INST-2). Invariants beyond "no crash": a refused record gets a one-line
- * message; an accepted record keeps INST-3..5 and a whole claim (checked here apart from the
- * parser); it encodes, its encoding parses again and encodes to the same bytes, and a copy of it
- * encodes to those bytes too.
+ * message; an accepted record keeps INST-3, INST-4, INST-5 and a whole claim (checked here apart
+ * from the parser); it encodes, its encoding parses again and encodes to the same bytes, and a copy
+ * of it encodes to those bytes too.
  */
 #include "instances/instances.h"
 

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Placement's and Keystone's answers as the sync reads them (REL-5, FLEET-1..6). The bytes are
- * a response body, parsed as fleet-http.c parses one (a body that is not JSON reaches the
- * readers as NULL), and every reader gets it: one input may carry the keys of several answers.
- * Invariants beyond "no crash, no leak": a refusal is -EPROTO, leaves the out-parameters alone
- * and has a reason in the answer; an acceptance gives what the sync then relies on: a
- * non-negative generation, inventories sorted by class with one record per key and FLEET-3's
- * max_unit rule, sorted traits, one consumer per allocation, 36-character tree uuids, and a
- * microversion with a major above 0 that one of the listed versions spells in plain digits.
+ * Placement's and Keystone's answers as the sync reads them (REL-5, FLEET-1, FLEET-2, FLEET-3,
+ * FLEET-4, FLEET-5, FLEET-6). The bytes are a response body, parsed as fleet-http.c parses one (a
+ * body that is not JSON reaches the readers as NULL), and every reader gets it: one input may carry
+ * the keys of several answers. Invariants beyond "no crash, no leak": a refusal is -EPROTO, leaves
+ * the out-parameters alone and has a reason in the answer; an acceptance gives what the sync then
+ * relies on: a non-negative generation, inventories sorted by class with one record per key and
+ * FLEET-3's max_unit rule, sorted traits, one consumer per allocation, 36-character tree uuids, and
+ * a microversion with a major above 0 that one of the listed versions spells in plain digits.
  */
 #include "fleet/fleet-internal.h"
 

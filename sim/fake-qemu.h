@@ -6,8 +6,8 @@
  *
  * It is started by vgpud exactly as QEMU would be (VMM-1), holds the VF's VFIO group node open
  * the way QEMU 7.2 does (DEV-12), answers QMP like QEMU (VMM-5, VMM-20), and plays the guest
- * agent on the agent chardev (AGENT-14..16). The simulator controls it per instance name
- * through `DIR/.sim/qemu/<name>` (SIM-14).
+ * agent on the agent chardev (AGENT-14, AGENT-15, AGENT-16). The simulator controls it per instance
+ * name through `DIR/.sim/qemu/<name>` (SIM-14).
  *
  * What other tests may rely on (each a line of the console log, prefix "fake-qemu: "):
  *
@@ -141,8 +141,9 @@ json_t *fq_qmp_overlong_reply(void);
 /* ---- guest agent (fake-qemu-proto.c) ------------------------------------------------------- */
 
 /*
- * Answers one agent request line (AGENT-14..16) as the real agent does, for a guest whose GPU
- * initialised (failure_message NULL) or failed with that message: *ret is the reply line with its
+ * Answers one agent request line (AGENT-14, AGENT-15, AGENT-16) as the real agent does, for a guest
+ * whose GPU initialised (failure_message NULL) or failed with that message: *ret is the reply line
+ * with its
  * "\n", or NULL for a blank line. -ENOMEM.
  */
 int fq_agent_answer(const char *failure_message, const char *line, size_t size, char **ret);

@@ -2,7 +2,8 @@
 #pragma once
 
 /*
- * probe: asks the NVIDIA driver whether it came up, by running `nvidia-smi -L` (AGENT-9..11).
+ * probe: asks the NVIDIA driver whether it came up, by running `nvidia-smi -L` (AGENT-9, AGENT-10,
+ * AGENT-11).
  *
  * At most one probe process exists at any time: an attempt is SIGKILLed after kill_after, and
  * the next one starts only retry_after after the previous one was reaped, however long that

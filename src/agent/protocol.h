@@ -2,8 +2,8 @@
 #pragma once
 
 /*
- * protocol: the host's requests and the agent's replies (AGENT-14..17), a QEMU-guest-agent-like
- * line protocol over one byte stream.
+ * protocol: the host's requests and the agent's replies (AGENT-14, AGENT-15, AGENT-16, AGENT-17), a
+ * QEMU-guest-agent-like line protocol over one byte stream.
  *
  * protocol_answer() turns one request line into its reply line; a Conn holds one connection's
  * buffers: the unfinished request line (at most PROTOCOL_LINE_MAX bytes, the excess discarded

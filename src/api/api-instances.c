@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The instance routes (API-2, API-7..9, API-21, INST-3, INST-23, INST-24): reads answer from the
- * manager's memory; lifecycle requests are suspended until their operation reaches a persisted
- * state, and a client that leaves meanwhile cancels nothing (the answer is then dropped).
+ * The instance routes (API-2, API-7, API-8, API-9, API-21, INST-3, INST-23, INST-24): reads answer
+ * from the manager's memory; lifecycle requests are suspended until their operation reaches a
+ * persisted state, and a client that leaves meanwhile cancels nothing (the answer is then dropped).
  */
 #include <microhttpd.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The route table and its handlers (API-2, API-3, API-9..12, API-17..19). Reads answer from
- * memory at once. Operator health routes change the health store, which applies the change to
- * memory at once and writes it on a worker (HEALTH-20); the request is suspended until that
- * write completes, so a 200 means the change is on disk (HEALTH-25).
+ * The route table and its handlers (API-2, API-3, API-9, API-10, API-11, API-12, API-17, API-18,
+ * API-19). Reads answer from memory at once. Operator health routes change the health store, which
+ * applies the change to memory at once and writes it on a worker (HEALTH-20); the request is
+ * suspended until that write completes, so a 200 means the change is on disk (HEALTH-25).
  */
 #include <microhttpd.h>
 

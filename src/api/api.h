@@ -208,9 +208,9 @@ int api_gpus_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **ret);
 /* The /gpu/health body (API-10). */
 int api_health_json(const ApiContext *ctx, json_t **ret);
 /*
- * The /metrics exposition (MET-1..3) in two parts, written one after the other: the resource
- * gauges, from the snapshot alone (cached with /resources' key), and every other family, from
- * counters that move with each request and event (written fresh for each scrape).
+ * The /metrics exposition (MET-1, MET-2, MET-3) in two parts, written one after the other: the
+ * resource gauges, from the snapshot alone (cached with /resources' key), and every other family,
+ * from counters that move with each request and event (written fresh for each scrape).
  */
 int api_metrics_gauges_text(const ApiSnapshot *snap, char **ret, size_t *ret_size);
 int api_metrics_counters_text(const ApiContext *ctx, char **ret, size_t *ret_size);

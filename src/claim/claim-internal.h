@@ -13,8 +13,8 @@
 
 typedef enum ClaimState {
         CLAIM_DISCOVER, /* waiting for a discovery that started after claim->discovery_floor */
-        CLAIM_WAIT,     /* waiting for NVML rounds or pending configures (PLACE-8..10) */
-        CLAIM_BUSY,     /* a step of its own is in flight: reset, save, configure, clear, scan */
+        CLAIM_WAIT, /* waiting for NVML rounds or pending configures (PLACE-8, PLACE-9, PLACE-10) */
+        CLAIM_BUSY, /* a step of its own is in flight: reset, save, configure, clear, scan */
         CLAIM_FINISHED, /* done() ran; freed at the end of claimer_process() */
 } ClaimState;
 

@@ -2,7 +2,8 @@
 #pragma once
 
 /*
- * claim: the claim flow of a vGPU instance (SPEC PLACE-1, 2, 7..12, 16, 17, 20, 22; NVML-16).
+ * claim: the claim flow of a vGPU instance (SPEC PLACE-1, PLACE-2, PLACE-7, PLACE-8, PLACE-9,
+ * PLACE-10, PLACE-11, PLACE-12, PLACE-16, PLACE-17, PLACE-20, PLACE-22; NVML-16).
  *
  * A Claimer runs claims on the owner's thread (the event loop), on top of the owner's worker
  * pool, DeviceOps, NvmlClient and GpuTracker (the host's one picture, which the reconciler's
@@ -176,7 +177,7 @@ int claimer_build_view(Claimer *cl, PlacementView **ret);
 typedef enum ClaimFailure {
         CLAIM_FAILURE_NONE,
         CLAIM_FAILURE_UNKNOWN_PROFILE,        /* PLACE-19: no catalog names the profile */
-        CLAIM_FAILURE_INSUFFICIENT_RESOURCES, /* PLACE-12, 17, 18, 19 */
+        CLAIM_FAILURE_INSUFFICIENT_RESOURCES, /* PLACE-12, PLACE-17, PLACE-18, PLACE-19 */
         CLAIM_FAILURE_PLACEMENT_DISABLED,     /* DISC-7, HEALTH-16, GEN-4, PLACE-8 */
         CLAIM_FAILURE_INTERNAL,               /* PLACE-20's save, a configure failure */
         _CLAIM_FAILURE_MAX,

@@ -2,7 +2,7 @@
 #pragma once
 
 /*
- * ctl: vgpuctl, the command-line client of vgpud's REST API (SPEC OPS-6..8).
+ * ctl: vgpuctl, the command-line client of vgpud's REST API (SPEC OPS-6, OPS-7, OPS-8).
  *
  * The program is a library (everything but main.c) so that tests run it in-process with their
  * own environment, clock, timeouts and output streams; main.c only fills a CtlEnv from the

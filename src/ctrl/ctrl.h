@@ -5,8 +5,8 @@
  * ctrl: the controllers that keep the host in order on the event loop (SPEC §8, §10): the
  * Reconciler, REC-8's sysfs checks and the Sentinel (at the end of this header).
  *
- * The Reconciler runs reconcile passes (REC-1..11 as far as this release goes), in three
- * phases:
+ * The Reconciler runs reconcile passes (REC-1, REC-2, REC-3, REC-4, REC-5, REC-6, REC-7, REC-8,
+ * REC-9, REC-10, REC-11 as far as this release goes), in three phases:
  *  1. a full discovery through the host's GpuTracker with the host driver version (DISC-20,
  *     HEALTH-30), the pass's one open-handle scan (DEV-14, REC-9), a health-store repair
  *     (HEALTH-21), and an NVML cache refresh with initialisation retried (NVML-2, NVML-14) once
@@ -63,8 +63,8 @@ typedef struct ReconcilerConfig {
         const char *dev_root; /* dev_root, absolute */
         nsec_t sysfs_timeout; /* the scan job's deadline (GEN-4); 0 for 30 s */
         /*
-         * The repair stages (REC-4..7, REC-10); both NULL: none (start-up tests of discovery).
-         * The Claimer's reservations come through the instance manager.
+         * The repair stages (REC-4, REC-5, REC-6, REC-7, REC-10); both NULL: none (start-up tests
+         * of discovery). The Claimer's reservations come through the instance manager.
          */
         InstanceManager *instances; /* borrowed */
         DeviceOps *ops;             /* borrowed */
@@ -130,13 +130,15 @@ const char *reconciler_scan_error(const Reconciler *r);
  */
 int orphan_mdev_check(const Root *sysfs, const char *uuid, Timestamp now, char **error);
 
-/* ---- the sentinel (SENT-1..12; sentinel.c) ------------------------------------------------- */
+/* ---- the sentinel (SENT-1, SENT-2, SENT-3, SENT-4, SENT-5, SENT-6, SENT-7, SENT-8, SENT-9,
+ * SENT-10, SENT-11, SENT-12; sentinel.c) ------------------------------------------------- */
 
 /*
  * The Sentinel asks each running vGPU guest's agent, over the VMM's agent.sock chardev (never
  * the serial console, SENT-11), whether its GPU driver initialised, and reports the answers to
- * the health store (HEALTH-10..15), which quarantines a VF after the threshold of distinct
- * failed assignments and rescinds on a success from the triggering one.
+ * the health store (HEALTH-10, HEALTH-11, HEALTH-12, HEALTH-13, HEALTH-14, HEALTH-15), which
+ * quarantines a VF after the threshold of distinct failed assignments and rescinds on a success
+ * from the triggering one.
  *
  * A tick (every interval, the first when sentinel_start() is called, after the first reconcile
  * pass) submits one health repair (HEALTH-21), then, unless discovery has failed (SENT-3:
@@ -152,8 +154,8 @@ int orphan_mdev_check(const Root *sysfs, const char *uuid, Timestamp now, char *
  * Request ids come from one counter, and reply lines with another id, or that are not JSON
  * objects, are discarded: the chardev serves one client at a time, so a late reply to a check
  * that timed out reaches the next connection. Every check ends in one SENT-6 result, counted;
- * ok and failed re-read the claim (SENT-7) and report (SENT-8..10). No cursor is kept: repeats
- * after a restart are the store's dedup (HEALTH-11) and `ok` being terminal.
+ * ok and failed re-read the claim (SENT-7) and report (SENT-8, SENT-9, SENT-10). No cursor is kept:
+ * repeats after a restart are the store's dedup (HEALTH-11) and `ok` being terminal.
  *
  * State it owns and shows read-only: the counters of MET-2. Functions return >= 0 or -errno.
  */

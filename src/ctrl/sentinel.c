@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The sentinel (ctrl.h, SENT-1..12): a tick timer, a queue of targets per tick, and the checks,
- * each a non-blocking AF_UNIX connection to a VMM's agent.sock with an io source and a deadline
- * timer on the loop. Reports go to the health store; their completions may outlive the
- * sentinel, so a report holds no pointer into it once it is freed.
+ * The sentinel (ctrl.h, SENT-1, SENT-2, SENT-3, SENT-4, SENT-5, SENT-6, SENT-7, SENT-8, SENT-9,
+ * SENT-10, SENT-11, SENT-12): a tick timer, a queue of targets per tick, and the checks, each a
+ * non-blocking AF_UNIX connection to a VMM's agent.sock with an io source and a deadline timer on
+ * the loop. Reports go to the health store; their completions may outlive the sentinel, so a report
+ * holds no pointer into it once it is freed.
  */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -156,7 +157,8 @@ int sentinel_parse_reply(const char *line, size_t size, uint64_t id, SentinelRes
         return 1;
 }
 
-/* ---- reports (SENT-7..10) ------------------------------------------------------------------ */
+/* ---- reports (SENT-7, SENT-8, SENT-9, SENT-10)
+ * ------------------------------------------------------------------ */
 
 static void report_unlink(Report *rp)
 {
@@ -342,7 +344,8 @@ static void report(Sentinel *s, const Target *t, SentinelResult result, const ch
         on_report_done(s->config.health, r, &res, error, rp);
 }
 
-/* ---- checks (SENT-4..6) -------------------------------------------------------------------- */
+/* ---- checks (SENT-4, SENT-5, SENT-6)
+ * -------------------------------------------------------------------- */
 
 static void start_queued(Sentinel *s);
 
@@ -663,7 +666,8 @@ static void start_queued(Sentinel *s)
         maybe_round_done(s);
 }
 
-/* ---- ticks (SENT-1..3) --------------------------------------------------------------------- */
+/* ---- ticks (SENT-1, SENT-2, SENT-3)
+ * --------------------------------------------------------------------- */
 
 static void queue_clear(Sentinel *s)
 {

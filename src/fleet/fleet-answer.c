@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * What the sync reads out of Placement's and Keystone's answers (FLEET-1..6), apart from the
- * exchanges that fetch them, so that one fuzz target (REL-5) reaches every one of them. Each
- * takes the parsed body (NULL for an empty or non-JSON one) and writes its out-parameters only
- * on success.
+ * What the sync reads out of Placement's and Keystone's answers (FLEET-1, FLEET-2, FLEET-3,
+ * FLEET-4, FLEET-5, FLEET-6), apart from the exchanges that fetch them, so that one fuzz target
+ * (REL-5) reaches every one of them. Each takes the parsed body (NULL for an empty or non-JSON one)
+ * and writes its out-parameters only on success.
  */
 #include "fleet-internal.h"
 

@@ -3,7 +3,7 @@
 
 /*
  * fleet: this host's vGPU capacity as OpenStack Placement resource providers (SPEC §18,
- * FLEET-1..5). Off unless placement.url is set.
+ * FLEET-1, FLEET-2, FLEET-3, FLEET-4, FLEET-5). Off unless placement.url is set.
  *
  * Three layers, kept apart so that the arithmetic is tested without a network:
  *
@@ -168,8 +168,8 @@ typedef struct FleetHostInput {
 } FleetHostInput;
 
 /*
- * FLEET-2..4: the root and one provider per GPU. -EINVAL for an invalid host name or PF
- * address, -ENOMEM. See docs/FLEET.md for why each figure is what it is.
+ * FLEET-2, FLEET-3, FLEET-4: the root and one provider per GPU. -EINVAL for an invalid host name or
+ * PF address, -ENOMEM. See docs/FLEET.md for why each figure is what it is.
  */
 int fleet_wanted_compute(const FleetHostInput *in, FleetWanted **ret);
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * What each request does to a HealthState (HEALTH-8..15, 25..30, 33). Pure: no I/O, no clock
- * (the request carries its own "now"), so the store can replay requests after a rollback or a
- * reload and get the same records.
+ * What each request does to a HealthState (HEALTH-8, HEALTH-9, HEALTH-10, HEALTH-11, HEALTH-12,
+ * HEALTH-13, HEALTH-14, HEALTH-15, HEALTH-25, HEALTH-26, HEALTH-27, HEALTH-28, HEALTH-29,
+ * HEALTH-30, HEALTH-33). Pure: no I/O, no clock (the request carries its own "now"), so the store
+ * can replay requests after a rollback or a reload and get the same records.
  */
 #include <jansson.h>
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The health state as data: parse (HEALTH-1..6), canonical format (HEALTH-4), and the record
- * helpers the requests are built from. No I/O here except health_state_load_at().
+ * The health state as data: parse (HEALTH-1, HEALTH-2, HEALTH-3, HEALTH-4, HEALTH-5, HEALTH-6),
+ * canonical format (HEALTH-4), and the record helpers the requests are built from. No I/O here
+ * except health_state_load_at().
  */
 #include <fcntl.h>
 #include <jansson.h>
@@ -322,7 +323,8 @@ void health_record_unquarantine(HealthRecord *r)
         r->reason = NULL;
 }
 
-/* ---- parse (HEALTH-1..6) ------------------------------------------------------------------- */
+/* ---- parse (HEALTH-1, HEALTH-2, HEALTH-3, HEALTH-4, HEALTH-5, HEALTH-6)
+ * ------------------------------------------------------------------- */
 
 #define UNMARSHAL_PREFIX "unmarshal VF health state: "
 #define VALIDATE_PREFIX "validate VF health state"

@@ -2,7 +2,7 @@
 #pragma once
 
 /*
- * health: the VF health store (SPEC §5, HEALTH-1..33).
+ * health: the VF health store (SPEC §5, every HEALTH requirement).
  *
  * Two layers:
  *
@@ -135,11 +135,11 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HealthState *, health_state_free);
 int health_state_copy(const HealthState *s, HealthState **ret);
 
 /*
- * Parses file bytes (HEALTH-1..6). On failure the result is -EINVAL (-EFBIG for a file above
- * HEALTH_FILE_MAX) and *error is the HEALTH-5 text: "unmarshal VF health state: ...",
- * "validate VF health state: ..." or "validate VF health state record <i>[ failure <j>]: ...";
- * or -ENOMEM and `out of memory`.
- * Records more than HEALTH_FAILURES_MAX failures long keep their newest ones.
+ * Parses file bytes (HEALTH-1, HEALTH-2, HEALTH-3, HEALTH-4, HEALTH-5, HEALTH-6). On failure the
+ * result is -EINVAL (-EFBIG for a file above HEALTH_FILE_MAX) and *error is the HEALTH-5 text:
+ * "unmarshal VF health state: ...", "validate VF health state: ..." or "validate VF health state
+ * record <i>[ failure <j>]: ..."; or -ENOMEM and `out of memory`. Records more than
+ * HEALTH_FAILURES_MAX failures long keep their newest ones.
  */
 int health_state_parse(const char *buf, size_t size, HealthState **ret, char **error);
 
@@ -234,9 +234,10 @@ int health_store_load(HealthStore *s, char **error);
 /* ---- requests ------------------------------------------------------------------------------ */
 
 typedef enum HealthRequestKind {
-        HEALTH_REQUEST_FAILURE,        /* HEALTH-10..12: vf_address, instance_id, assigned_at,
-                                          text = the guest's failure message */
-        HEALTH_REQUEST_SUCCESS,        /* HEALTH-13..15: vf_address, instance_id, assigned_at */
+        HEALTH_REQUEST_FAILURE,        /* HEALTH-10, HEALTH-11, HEALTH-12: vf_address, instance_id,
+                                          assigned_at,        text = the guest's failure message */
+        HEALTH_REQUEST_SUCCESS,        /* HEALTH-13, HEALTH-14, HEALTH-15: vf_address, instance_id,
+                                          assigned_at */
         HEALTH_REQUEST_QUARANTINE,     /* HEALTH-25/26: vfs, text = the operator's reason */
         HEALTH_REQUEST_CLEAR,          /* HEALTH-25/26: vfs (clear-gpu passes every VF of a PF) */
         HEALTH_REQUEST_DRAIN,          /* HEALTH-26: gpu, text = the operator's reason */
@@ -324,7 +325,8 @@ int health_store_set_driver_version(HealthStore *s, const char *version, char **
 /* HEALTH-21: retries a latched load, re-persists after a latched write error; else no I/O. */
 int health_store_repair(HealthStore *s, char **error);
 
-/* ---- the write cycle (HEALTH-18..20) ------------------------------------------------------- */
+/* ---- the write cycle (HEALTH-18, HEALTH-19, HEALTH-20)
+ * ------------------------------------------------------- */
 
 /* A write is queued and no read or write is in flight. */
 bool health_store_write_pending(const HealthStore *s);

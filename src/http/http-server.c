@@ -406,7 +406,8 @@ static enum MHD_Result count_authorization(void *userdata, enum MHD_ValueKind ki
         return MHD_YES;
 }
 
-/* The bearer-token check (API-12..14): 0, or -EACCES with the cause logged at debug level. */
+/* The bearer-token check (API-12, API-13, API-14): 0, or -EACCES with the cause logged at debug
+ * level. */
 static int request_authenticate(HttpRequest *req)
 {
         HttpServer *s = req->listener->server;

@@ -2,7 +2,8 @@
 #pragma once
 
 /*
- * http: the REST API's transport (SPEC API-1, API-3, API-11..15, API-20).
+ * http: the REST API's transport (SPEC API-1, API-3, API-11, API-12, API-13, API-14, API-15,
+ * API-20).
  *
  * An HttpServer serves a table of routes over a TCP listener and/or a Unix socket. It runs on
  * the caller's sd-event loop: libmicrohttpd in external epoll mode, one daemon per listener,
@@ -79,7 +80,8 @@ typedef struct HttpAddress {
 int http_address_parse(const char *s, bool allow_port_zero, HttpAddress *ret);
 char *http_address_format(const HttpAddress *a, char buf[static HTTP_ADDRESS_STRLEN]);
 
-/* ---- bearer tokens (API-12..14) ------------------------------------------------------------- */
+/* ---- bearer tokens (API-12, API-13, API-14)
+ * ------------------------------------------------------------- */
 
 /*
  * Checks an Authorization header value: at most JWT_AUTHORIZATION_MAX bytes, the scheme

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Create and start (INST-6, INST-10..14, INST-17) as one list of steps: start adds its
- * prelude, create its entry in the table; from the path check on they are the same boot.
+ * Create and start (INST-6, INST-10, INST-11, INST-12, INST-13, INST-14, INST-17) as one list of
+ * steps: start adds its prelude, create its entry in the table; from the path check on they are the
+ * same boot.
  *
  * The undos are INST-14's rollback. Before a VMM was started, the claim is released and the
  * record removed (create) or written Stopped with the error (start). After a spawn, VMM-14: the
@@ -306,7 +307,8 @@ static void claim_undo(Op *op)
 static const Step step_claim = {
     .name = "claim", .run = claim_run, .undo = claim_undo, .undo_failed = true};
 
-/* ---- the spawn (VMM-1..4, INST-13, VMM-14) ------------------------------------------------- */
+/* ---- the spawn (VMM-1, VMM-2, VMM-3, VMM-4, INST-13, VMM-14)
+ * ------------------------------------------------- */
 
 typedef struct SpawnData {
         InstanceRecord rec;      /* a copy: the worker reads it while the loop goes on */
@@ -649,7 +651,8 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
                                 spec->placement.consumer);
                 return -EEXIST;
         }
-        /* Admission answers at once when it refuses (INST-10, 11); it runs again after INST-6. */
+        /* Admission answers at once when it refuses (INST-10, INST-11); it runs again after INST-6.
+         */
         if (spec->profile && admit(m, ret_failure, ret_error) < 0)
                 return -ENOSPC;
         Instance *i = instance_new(m);

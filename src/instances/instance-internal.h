@@ -154,7 +154,8 @@ int instance_ops_resume_delete(Instance *i, InstanceDoneFunc done, void *userdat
 /* Drops a reconcile sweep without running its done (the manager is going away). */
 void instance_sweep_free(struct Sweep *s);
 
-/* A liveness probe of the instance's recorded VMM on the disk pool (VMM-16..19). */
+/* A liveness probe of the instance's recorded VMM on the disk pool (VMM-16, VMM-17, VMM-18,
+ * VMM-19). */
 typedef void (*InstanceProbeDone)(InstanceManager *m, const char *id, const VmmLiveness *l,
                                   void *userdata);
 /* scan NULL and steps_1_2: REC-4's re-check (a listening socket is ambiguous). */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * The instance manager's table: instances in memory, their records on the disk pool, the
- * Claimer's owner, start-up recovery (INST-20..22) and the reads of the API (the console's is
- * instance-console.c's).
+ * Claimer's owner, start-up recovery (INST-20, INST-21, INST-22) and the reads of the API (the
+ * console's is instance-console.c's).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -469,7 +469,8 @@ uint64_t instance_manager_generation(const InstanceManager *m)
         return m->generation;
 }
 
-/* ---- start-up (GEN-10, INST-20..22) -------------------------------------------------------- */
+/* ---- start-up (GEN-10, INST-20, INST-21, INST-22)
+ * -------------------------------------------------------- */
 
 /* Whether a process listens on <dir>/qmp.sock or agent.sock (INST-20, VMM-17). */
 static bool runtime_dir_is_listened(const InstanceManager *m, const char *dir)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * Instance records as data: states (INST-8), instance.json (INST-2) and the create body (API-9,
- * INST-4..7); ids and names are instance-id.c's. No I/O here; the files are instance-files.c's.
+ * INST-4, INST-5, INST-6, INST-7); ids and names are instance-id.c's. No I/O here; the files are
+ * instance-files.c's.
  *
  * Both parsers read each object by one table of its fields (json_schema_read()), which refuses
  * an unknown, missing or mistyped key and names it by its path (INST-7 wants the field named,
@@ -196,7 +197,8 @@ static bool is_printable_ascii(const char *s, size_t max)
         return n > 0;
 }
 
-/* ---- the values INST-4..6 and API-9 have in common ----------------------------------------- */
+/* ---- the values INST-4, INST-5, INST-6 and API-9 have in common
+ * ----------------------------------------- */
 
 static int check_name(const char *name, int code, char **error)
 {
@@ -751,7 +753,8 @@ int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_siz
         return instance_record_encode(r, ret, ret_size, &error);
 }
 
-/* ---- the create body (API-9, INST-4..7) ---------------------------------------------------- */
+/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7)
+ * ---------------------------------------------------- */
 
 #define SPEC_BAD (-EINVAL)
 

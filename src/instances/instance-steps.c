@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The engine that runs an operation on an instance (INST-8..19, 21, 24, 25) as a declared list
- * of steps on the loop, and the pieces the steps are made of: record writes, jobs on the disk
- * pool, releases through the PLACE-9 gate, removal.
+ * The engine that runs an operation on an instance (INST-8, INST-9, INST-10, INST-11, INST-12,
+ * INST-13, INST-14, INST-15, INST-16, INST-17, INST-18, INST-19, INST-21, INST-24, INST-25) as a
+ * declared list of steps on the loop, and the pieces the steps are made of: record writes, jobs on
+ * the disk pool, releases through the PLACE-9 gate, removal.
  *
  * Each step that announces a transition writes the record as its run (INST-8), so the next
  * step acts only once the transition is on disk. A failing step's undo list is the rollback of
@@ -395,7 +396,8 @@ void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpS
         }
 }
 
-/* ---- releases (INST-14, 15, 17, 18) -------------------------------------------------------- */
+/* ---- releases (INST-14, INST-15, INST-17, INST-18)
+ * -------------------------------------------------------- */
 
 /* DISC-20: the host picture follows a release, and NVML's cache with it (NVML-14). */
 /* The release's result waits here for the host's re-read (DISC-20). */

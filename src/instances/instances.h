@@ -2,12 +2,15 @@
 #pragma once
 
 /*
- * instances: the GPU VMs vgpud runs (SPEC §6, INST-1..25).
+ * instances: the GPU VMs vgpud runs (SPEC §6, INST-1, INST-2, INST-3, INST-4, INST-5, INST-6,
+ * INST-7, INST-8, INST-9, INST-10, INST-11, INST-12, INST-13, INST-14, INST-15, INST-16, INST-17,
+ * INST-18, INST-19, INST-20, INST-21, INST-22, INST-23, INST-24, INST-25).
  *
  * Records (instance-record.c): the instance.json format of INST-2 with its strict loader and
- * crash-safe writer (INST-1), the create body of API-9 with INST-3..7's validation, INST-6's
- * confinement of boot paths, and the directory layout and removal of INST-20. These are pure
- * functions and blocking file primitives for worker threads; nothing here keeps state.
+ * crash-safe writer (INST-1), the create body of API-9 with INST-3, INST-4, INST-5, INST-6,
+ * INST-7's validation, INST-6's confinement of boot paths, and the directory layout and removal of
+ * INST-20. These are pure functions and blocking file primitives for worker threads; nothing here
+ * keeps state.
  *
  * Promises: functions return >= 0 or -errno; out-parameters are written only on success; a
  * function that takes `char **error` sets it on every failure, with the SPEC text where SPEC
@@ -22,7 +25,8 @@
 
 #include "base/base.h"
 
-/* ---- identity and validation (INST-3..7) --------------------------------------------------- */
+/* ---- identity and validation (INST-3, INST-4, INST-5, INST-6, INST-7)
+ * --------------------------------------------------- */
 
 #define INSTANCE_ID_LEN 20
 #define INSTANCE_NAME_MAX 63
@@ -199,8 +203,8 @@ void instance_record_clear_hypervisor(InstanceRecord *r);
  * instance.json (INST-2): version 1, unknown keys rejected at every level, integers where INST-2
  * says so and strings elsewhere, empty objects and absent values omitted, timestamps per GEN-8
  * and GEN-9 (claimed_at is compared as a string, so it must be GEN-8's exact rendering). Load
- * also re-checks INST-3..5 and that a claim is whole (framework, device_path and claimed_at
- * together; mdev_uuid exactly for mdev) so a damaged file never yields a half claim. The
+ * also re-checks INST-3, INST-4, INST-5 and that a claim is whole (framework, device_path and
+ * claimed_at together; mdev_uuid exactly for mdev) so a damaged file never yields a half claim. The
  * device fields are optional, so that records of every earlier shape load: their counts are
  * integers (disk.size_gb, network.prefix, ports' host and guest), volumes' readonly a boolean.
  * Failures: -EBADMSG with a message naming the key by its path ("volumes[2].id").
@@ -208,7 +212,8 @@ void instance_record_clear_hypervisor(InstanceRecord *r);
 int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_size);
 int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret, char **error);
 
-/* ---- the create body (API-9, INST-4..7) ---------------------------------------------------- */
+/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7)
+ * ---------------------------------------------------- */
 
 typedef struct InstanceSpec {
         char *name;
@@ -302,7 +307,9 @@ int instance_dir_list_at(int instances_dirfd, InstanceDirList *ret, char **error
 /* Deletes the tree name below dirfd (never following links): .deleted-* and orphans. */
 int instance_tree_delete_at(int dirfd, const char *name, char **error);
 
-/* ---- the instance manager (INST-8..25; instance-manager.c, instance-steps.c and the rest) ---- */
+/* ---- the instance manager (INST-8, INST-9, INST-10, INST-11, INST-12, INST-13, INST-14, INST-15,
+ * INST-16, INST-17, INST-18, INST-19, INST-20, INST-21, INST-22, INST-23, INST-24, INST-25;
+ * instance-manager.c, instance-steps.c and the rest) ---- */
 
 /*
  * An InstanceManager owns every instance on the event loop: the records in memory (written
@@ -414,9 +421,10 @@ Claimer *instance_manager_get_claimer(InstanceManager *m);
 const char *instance_manager_disabled_reason(const InstanceManager *m);
 
 /*
- * The operations (INST-12..19, 24, 25). Each returns 0 once started (done runs later), or < 0
- * when refused at once, with *ret_failure and *ret_error (malloc'd) saying why (not found, busy,
- * invalid state, name taken, admission). done is not called then.
+ * The operations (INST-12, INST-13, INST-14, INST-15, INST-16, INST-17, INST-18, INST-19, INST-24,
+ * INST-25). Each returns 0 once started (done runs later), or < 0 when refused at once, with
+ * *ret_failure and *ret_error (malloc'd) saying why (not found, busy, invalid state, name taken,
+ * admission). done is not called then.
  */
 int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, InstanceDoneFunc done,
                             void *userdata, InstanceFailure *ret_failure, char **ret_error);

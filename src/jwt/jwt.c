@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Bearer tokens (API-12..14). libjwt only mints. Checking is done here: the signature is
- * compared with CRYPTO_memcmp before anything in the token is trusted, and header and payload
- * go through the same strict JSON rules as every other input (GEN-6), which libjwt does not
- * apply.
+ * Bearer tokens (API-12, API-13, API-14). libjwt only mints. Checking is done here: the signature
+ * is compared with CRYPTO_memcmp before anything in the token is trusted, and header and payload go
+ * through the same strict JSON rules as every other input (GEN-6), which libjwt does not apply.
  */
 #include "jwt.h"
 

@@ -2,8 +2,8 @@
 #pragma once
 
 /*
- * jwt: the REST API's bearer tokens (API-12..14), minted by `vgpuctl token mint` and checked by
- * the daemon's HTTP layer, so that both judge the secret and the token the same way.
+ * jwt: the REST API's bearer tokens (API-12, API-13, API-14), minted by `vgpuctl token mint` and
+ * checked by the daemon's HTTP layer, so that both judge the secret and the token the same way.
  *
  * Promises:
  *  - the HMAC key is the secret file's exact bytes (JWT_SECRET_MIN..MAX of them), cleared from

@@ -149,7 +149,8 @@ static bool gpu_is_eligible(const PlacementSnapshot *s, const PlacementGpu *gpu,
         return false;
 }
 
-/* PLACE-3..6. gpu_eligible is gpu_is_eligible(), computed once per GPU by the caller. */
+/* PLACE-3, PLACE-4, PLACE-5, PLACE-6. gpu_eligible is gpu_is_eligible(), computed once per GPU by
+ * the caller. */
 static bool is_clean_candidate(const PlacementRequest *req, const PlacementGpu *gpu,
                                const PlacementProfile *p, bool gpu_eligible, const PlacementVf *vf)
 {
@@ -167,7 +168,7 @@ static bool is_clean_candidate(const PlacementRequest *req, const PlacementGpu *
 }
 
 /*
- * PLACE-11. Only vendor VFIO leftovers: a reset there is a type write of 0 (DEV-8..9); an
+ * PLACE-11. Only vendor VFIO leftovers: a reset there is a type write of 0 (DEV-8, DEV-9); an
  * unowned mdev is removed by the reconciler (DEV-17), never reused by a claim.
  */
 static bool is_dirty_candidate(const PlacementRequest *req, const PlacementGpu *gpu,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Is the VMM of a record still there (VMM-16..19)? Run on a worker thread: it reads /proc and
- * may walk every process's descriptors.
+ * Is the VMM of a record still there (VMM-16, VMM-17, VMM-18, VMM-19)? Run on a worker thread: it
+ * reads /proc and may walk every process's descriptors.
  *
  * The verdict errs towards "alive": whatever cannot be read or parsed makes it ambiguous,
  * which the callers treat as alive (ARCHITECTURE.md decision 5). Only proof moves it to gone:

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * A running VMM on the event loop (vmm.h): the exit watch (VMM-4), readiness (VMM-5), the
- * graceful stop (VMM-9) and the termination ladder (VMM-10..13).
+ * graceful stop (VMM-9) and the termination ladder (VMM-10, VMM-11, VMM-12, VMM-13).
  *
  * One operation runs at a time: a readiness wait, or a stop (which may start with QMP and always
  * ends in the ladder unless the process exits first). `phase` says where it is; one timer serves
@@ -372,7 +372,8 @@ int vmm_attach_event(Vmm *v, sd_event *event)
         return 0;
 }
 
-/* ---- the ladder (VMM-10..13) --------------------------------------------------------------- */
+/* ---- the ladder (VMM-10, VMM-11, VMM-12, VMM-13)
+ * --------------------------------------------------------------- */
 
 static void ladder_fail(Vmm *v)
 {

@@ -2,7 +2,8 @@
 #pragma once
 
 /*
- * vmm: QEMU as vgpud runs it (SPEC §7, VMM-1..20).
+ * vmm: QEMU as vgpud runs it (SPEC §7, VMM-1, VMM-2, VMM-3, VMM-4, VMM-5, VMM-6, VMM-7, VMM-8,
+ * VMM-9, VMM-10, VMM-11, VMM-12, VMM-13, VMM-14, VMM-15, VMM-16, VMM-17, VMM-18, VMM-19, VMM-20).
  *
  * Three layers, bottom up.
  *
@@ -13,14 +14,14 @@
  *
  * Blocking primitives for worker threads (vmm-spawn.c, vmm-liveness.c): QEMU started through
  * worker/'s spawn primitive with VMM-3's exact environment, session, signal state and
- * descriptors, a pidfd opened at once (VMM-4); the boot id; the liveness verdict of VMM-16..19 from
- * a stored identity.
+ * descriptors, a pidfd opened at once (VMM-4); the boot id; the liveness verdict of VMM-16, VMM-17,
+ * VMM-18, VMM-19 from a stored identity.
  *
  * A running VMM on the event loop (vmm.c, vmm-qmp.c): a Vmm watches its process through the
  * pidfd (a child with sd_event_add_child_pidfd, which reaps it; an adopted VMM with an EPOLLIN
  * IO source, its exit status unknown), runs QMP sessions on the loop (readiness VMM-5, graceful
- * stop VMM-9), and the termination ladder (VMM-10..14). Nothing on the loop blocks: sockets
- * are non-blocking, every wait is a timer.
+ * stop VMM-9), and the termination ladder (VMM-10, VMM-11, VMM-12, VMM-13, VMM-14). Nothing on the
+ * loop blocks: sockets are non-blocking, every wait is a timer.
  *
  * Promises: functions return >= 0 or -errno; out-parameters are written only on success; a
  * function that takes `char **error` sets it on every failure (the SPEC text where SPEC gives
@@ -298,7 +299,7 @@ int vmm_spawn(const VmmSpawnRequest *request, VmmSpawned *ret, char **error);
 int vmm_read_boot_id(const Root *proc, char **ret, char **error);
 
 typedef enum VmmVerdict {
-        VMM_GONE,      /* provably gone (VMM-16..19) */
+        VMM_GONE,      /* provably gone (VMM-16, VMM-17, VMM-18, VMM-19) */
         VMM_ALIVE,     /* a process matches */
         VMM_AMBIGUOUS, /* cannot tell: counts as alive for every teardown decision */
 } VmmVerdict;
@@ -341,8 +342,8 @@ typedef struct VmmLiveness {
 } VmmLiveness;
 
 /*
- * VMM-16..19 in order. Step 1, with a stored pid: a pidfd is opened on it, its stat parsed, its
- * executable compared with qemu_binary, and the pidfd confirmed live with
+ * VMM-16, VMM-17, VMM-18, VMM-19 in order. Step 1, with a stored pid: a pidfd is opened on it, its
+ * stat parsed, its executable compared with qemu_binary, and the pidfd confirmed live with
  * pidfd_send_signal(fd, 0) (VMM-4); a different boot id, a missing process, a zombie, another
  * start_time or another executable discards the pid. An executable that is qemu_binary's
  * former file, replaced since (a package upgrade), is ambiguous: the VMM may well be ours. Step 2,

@@ -8,7 +8,7 @@
 # very next read. For each, the change is made, its acknowledgement awaited (the API's answer,
 # or a bounded wait for the daemon's own log line that the change was taken in, or a bounded
 # poll on one route), and then the three bodies are read at once, with no poll, and must show
-# it (API-4..6, API-22, MET-2, MET-4):
+# it (API-4, API-5, API-6, API-22, MET-2, MET-4):
 #   - an operator quarantine and its clear (API-18);
 #   - a drain and its undrain (HEALTH-26);
 #   - a create whose configure is held back: the claim shows while the VF is still unconfigured

@@ -3,7 +3,8 @@
 #
 # test-instances-restart.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU
 #
-# Daemon restarts during each lifecycle operation (REL-4) and the start-up recovery of INST-20..22
+# Daemon restarts during each lifecycle operation (REL-4) and the start-up recovery of INST-20,
+# INST-21, INST-22
 # against the real vgpud on a mounted vgpu-sim with fake-qemu, in run-sim-test.sh's private PID
 # namespace (SIM-21).
 #

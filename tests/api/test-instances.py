@@ -5,7 +5,8 @@
 #
 # The instance lifecycle through the real vgpud on a mounted vgpu-sim (SIM-20's host) with
 # fake-qemu as its VMM (SIM-15), in run-sim-test.sh's private PID namespace (SIM-21): create,
-# start, stop and delete with and without a vGPU, the refusals of INST-3..11 and API-21, the
+# start, stop and delete with and without a vGPU, the refusals of INST-3, INST-4, INST-5, INST-6,
+# INST-7, INST-8, INST-9, INST-10, INST-11 and API-21, the
 # failures of VMM-5 and VMM-10, an unrequested exit (INST-19), a daemon killed and restarted
 # under running VMs (INST-21), and 20 concurrent creates (PLACE-2). Output is TAP; every check
 # names the requirements it covers.

@@ -23,7 +23,7 @@
 #  - hand-edit: a hand edit of the health file followed at once by an API mutation, which is
 #    written on top of the edit, not over it (HEALTH-22), with HEALTH-8's re-evaluation;
 #  - nvml-hang: `nvml hang on` during 20 concurrent claims on the mixed-size L40S (PLACE-8,
-#    NVML-9..13, API-16), then `nvml hang off`.
+#    NVML-9, NVML-10, NVML-11, NVML-12, NVML-13, API-16), then `nvml hang off`.
 #
 # After each group no VF is configured without a claim, none is claimed twice and /gpus agrees
 # (vgpud_instances.check_claims), and the simulator saw no forbidden write (DEV-18), no

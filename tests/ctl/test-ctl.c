@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Tests of vgpuctl (SPEC OPS-6..8) against a small HTTP server written here: one thread per
- * listener (127.0.0.1:0 and a Unix socket in a temporary directory) that records each request
+ * Tests of vgpuctl (SPEC OPS-6, OPS-7, OPS-8) against a small HTTP server written here: one thread
+ * per listener (127.0.0.1:0 and a Unix socket in a temporary directory) that records each request
  * and answers with the response the test set up, then closes the connection. Command lines run
  * in-process through ctl_run() with memory streams and an injected clock and timeouts; a few
  * run the installed-style binary (path in $VGPUCTL) to check the real exit statuses and the
@@ -792,7 +792,8 @@ static void test_operator_routes(void **state) /* OPS-7, API-2, API-9, API-18 */
                                     "(HTTP 503)\n");
 }
 
-/* ---- instances (OPS-7, API-2, API-7..9, INST-9, INST-24, INST-25) ---------------------------- */
+/* ---- instances (OPS-7, API-2, API-7, API-8, API-9, INST-9, INST-24, INST-25)
+ * ---------------------------- */
 
 #define ID1 "k3x9q2m8v1c4z7n5b0wd"
 

@@ -4,7 +4,9 @@
 # test-e2e-agent.py VGPUD OPENAPI_YAML FAKE_NVML BUILD_GUEST_SH GUEST_DIR QEMU AGENT VERSION
 #                   static|dynamic
 #
-# The guest agent in a real Linux guest (SPEC SIM-19, §9 AGENT-1..19): vgpud, on the simulated
+# The guest agent in a real Linux guest (SPEC SIM-19, §9 AGENT-1, AGENT-2, AGENT-3, AGENT-4,
+# AGENT-5, AGENT-6, AGENT-7, AGENT-8, AGENT-9, AGENT-10, AGENT-11, AGENT-12, AGENT-13, AGENT-14,
+# AGENT-15, AGENT-16, AGENT-17, AGENT-18, AGENT-19): vgpud, on the simulated
 # host of tests/sim/run-sim-test.sh (SIM-21), creates GPU-less instances that boot
 # build-guest.sh's guest under TCG with the real QEMU (VMM-1). Each guest's initramfs carries an
 # overlay (e2e_guest.initrd_with): the static vgpu-agent AGENT, a stand-in nvidia-smi whose
@@ -16,7 +18,8 @@
 #
 # Three guests, one after the other:
 #   idle    --gpu-watch on, an idle FIFO kmsg, a probe that keeps failing: the protocol
-#           (AGENT-14..18), state unknown (AGENT-4, AGENT-11), AGENT-19's 100 connect/request/
+#           (AGENT-14, AGENT-15, AGENT-16, AGENT-17, AGENT-18), state unknown (AGENT-4, AGENT-11),
+#           AGENT-19's 100 connect/request/
 #           disconnect cycles and the agent's CPU time over a 30 s idle period;
 #   failed  --gpu-watch auto on a --pci-root that shows an NVIDIA device (AGENT-3), no
 #           --serial (the port found through <pci-root>/class/virtio-ports, AGENT-1), a
@@ -430,7 +433,8 @@ def poll_status(conn, want, timeout=STATE_TIMEOUT):
 # ---- parity: fake-qemu's agent channel against the real agent ------------------------------
 #
 # Every test outside this suite meets sim/fake-qemu where production meets vgpu-agent: it
-# answers the agent protocol on agent.sock itself (SIM-15), and the sentinel (SENT-1..12) is
+# answers the agent protocol on agent.sock itself (SIM-15), and the sentinel (SENT-1, SENT-2,
+# SENT-3, SENT-4, SENT-5, SENT-6, SENT-7, SENT-8, SENT-9, SENT-10, SENT-11, SENT-12) is
 # tested against it. Here the same request lines go to the real agent in the guest and to a
 # fake-qemu started with the very argv vgpud gave that guest's QEMU (read from /proc; only its
 # three chardev paths are moved into a directory of the test's), and the replies are compared:
@@ -732,7 +736,8 @@ def masked(line, key):
 
 
 def compare_requests(real, fake, requests, label):
-    """Each request to both sides, one at a time: the same reply bytes (AGENT-14..17)."""
+    """Each request to both sides, one at a time: the same reply bytes (AGENT-14, AGENT-15,
+    AGENT-16, AGENT-17)."""
     for name, ids, data, count in requests:
         got_real = exchange(real, data, count)
         got_fake = exchange(fake, data, count)

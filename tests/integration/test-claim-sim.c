@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The claim flow against a mounted vgpu-sim (SPEC PLACE-1, 2, 4, 7..9, 17, 20, 22, NVML-10,
- * NVML-16, SIM-17, SIM-18). run-with-sim.sh mounts the simulator in a private PID namespace;
- * argv[1] is the fake libnvidia-ml.so.1 and argv[2] the host the group expects: "l40s"
- * (host-l40s.yaml: a mixed-size and an equal-size L40S, 4 VFs each) or "mixed"
- * (host-claim-mixed.yaml: one mixed-size L40S with 16 VFs).
+ * The claim flow against a mounted vgpu-sim (SPEC PLACE-1, PLACE-2, PLACE-4, PLACE-7, PLACE-8,
+ * PLACE-9, PLACE-17, PLACE-20, PLACE-22, NVML-10, NVML-16, SIM-17, SIM-18). run-with-sim.sh mounts
+ * the simulator in a private PID namespace; argv[1] is the fake libnvidia-ml.so.1 and argv[2] the
+ * host the group expects: "l40s" (host-l40s.yaml: a mixed-size and an equal-size L40S, 4 VFs each)
+ * or "mixed" (host-claim-mixed.yaml: one mixed-size L40S with 16 VFs).
  *
  * Every part runs as the daemon runs it: real worker pool, DeviceOps, NVML client and clock, all
  * attached to one sd-event loop, which a test runs until what it waits for has happened

@@ -136,7 +136,7 @@ def skip_then(op, glob, action, skip):
     sim_ctl("fault %s %s %s count=1" % (op, glob, action))
 
 
-# ---- HEALTH-16..20: the health file's write ---------------------------------------------------
+# ---- HEALTH-16, HEALTH-17, HEALTH-18, HEALTH-19, HEALTH-20: the health file's write --------------
 
 # (case, op, glob, errno, prefix, after_rename)
 HEALTH_WRITES = [
@@ -440,7 +440,7 @@ def check_console_read(c):
     nothing_lost(c, case)
 
 
-# ---- NVML-7..13, PLACE-8, GEN-4: the fake NVML -------------------------------------------------
+# ---- NVML-7, NVML-8, NVML-9, NVML-10, NVML-11, NVML-12, NVML-13, PLACE-8, GEN-4: the fake NVML
 
 
 def gpu_nvml(c):

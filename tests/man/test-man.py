@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# The man pages stay in step with the programs (OPS-5..8, CFG-3, AGENT-1). Prints TAP.
+# The man pages stay in step with the programs (OPS-5, OPS-6, OPS-7, OPS-8, CFG-3,
+# AGENT-1). Prints TAP.
 #
 #  - every page passes `mandoc -T lint -W warning` with no message at all;
 #  - every option and command that vgpud, vgpuctl and vgpu-agent print in --help (vgpud's

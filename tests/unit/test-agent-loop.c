@@ -281,8 +281,8 @@ static void test_loop_gpu_states(void **state)
                         "{\"return\":{},\"id\":\"x\"}");
 }
 
-/* AGENT-14..17 over the loop: replies in order, errors, blank lines, an over-long line that
- * arrives in pieces. */
+/* AGENT-14, AGENT-15, AGENT-16, AGENT-17 over the loop: replies in order, errors, blank lines, an
+ * over-long line that arrives in pieces. */
 static void test_loop_protocol(void **state)
 {
         Fixture *f = *state;

@@ -3,9 +3,10 @@
  * Unit tests of vgpu-agent's parts (SPEC §9): the kmsg record matcher against the forms a kernel
  * emits (AGENT-6), the watcher's open, reopen and read results on files and FIFOs (AGENT-7,
  * AGENT-8), the GPU state machine (AGENT-4, AGENT-5), the probe with real stand-in scripts
- * (AGENT-9..11), the protocol's replies and line handling (AGENT-14..17), the options (AGENT-1)
- * and the sysfs look-ups (AGENT-1, AGENT-3). The watcher and the probe take the time from the
- * test, so their timings are exact; the loop as a whole is test-agent-loop.c.
+ * (AGENT-9, AGENT-10, AGENT-11), the protocol's replies and line handling (AGENT-14, AGENT-15,
+ * AGENT-16, AGENT-17), the options (AGENT-1) and the sysfs look-ups (AGENT-1, AGENT-3). The watcher
+ * and the probe take the time from the test, so their timings are exact; the loop as a whole is
+ * test-agent-loop.c.
  *
  * read() is wrapped (-Wl,--wrap=read) for the results only /dev/kmsg gives: EPIPE, EINVAL.
  */
@@ -236,7 +237,8 @@ static void test_gpu_state_machine(void **state)
         test_log_stop(&log);
 }
 
-/* ---- the protocol (AGENT-14..17) ----------------------------------------------------------- */
+/* ---- the protocol (AGENT-14, AGENT-15, AGENT-16, AGENT-17)
+ * ----------------------------------------------------------- */
 
 static char *answer_with(const char *line, const GpuState *g)
 {
@@ -907,7 +909,8 @@ static void test_watch_fifo(void **state)
         assert_int_equal(f->w->state, KMSG_WATCH_ENDED);
 }
 
-/* ---- the probe (AGENT-9..11) --------------------------------------------------------------- */
+/* ---- the probe (AGENT-9, AGENT-10, AGENT-11)
+ * --------------------------------------------------------------- */
 
 typedef struct ProbeFixture {
         TestTree *tree;

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The claim flow on fixture trees (SPEC PLACE-7, 11, 12, 16, 18..20, 22, API-21): a vendor-VFIO
- * host written into a temporary directory (regular files stand in for the driver's attributes),
- * no NVML (every GPU decides on its VFs' lists, PLACE-5), a real worker pool and DeviceOps, and a
- * fake owner whose saves complete on the next loop turn. Every part is attached to the test's
- * sd-event loop, which a claim runs until it is done. The vgpu-sim tests
- * (tests/integration/test-claim-sim.c) cover the NVML path and the driver's refusals.
+ * The claim flow on fixture trees (SPEC PLACE-7, PLACE-11, PLACE-12, PLACE-16, PLACE-18, PLACE-19,
+ * PLACE-20, PLACE-22, API-21): a vendor-VFIO host written into a temporary directory (regular files
+ * stand in for the driver's attributes), no NVML (every GPU decides on its VFs' lists, PLACE-5), a
+ * real worker pool and DeviceOps, and a fake owner whose saves complete on the next loop turn.
+ * Every part is attached to the test's sd-event loop, which a claim runs until it is done. The
+ * vgpu-sim tests (tests/integration/test-claim-sim.c) cover the NVML path and the driver's
+ * refusals.
  */
 #include <setjmp.h>
 #include <stdarg.h>

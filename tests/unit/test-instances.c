@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Unit tests of the instance records (SPEC §6: INST-1..7, INST-20; API-9; GEN-5, GEN-6, GEN-8,
- * GEN-9): instance.json, the create body, boot-path confinement and the instances/ layout.
+ * Unit tests of the instance records (SPEC §6: INST-1, INST-2, INST-3, INST-4, INST-5, INST-6,
+ * INST-7, INST-20; API-9; GEN-5, GEN-6, GEN-8, GEN-9): instance.json, the create body, boot-path
+ * confinement and the instances/ layout.
  *
  * Syscall failures are injected through the linker (-Wl,--wrap, tests/unit/meson.build), only
  * on the calls a test arms; the same wrappers log the file operations in order, so that the
@@ -340,7 +341,8 @@ static void assert_record_refused(const char *text, size_t size, const char *mes
         assert_string_equal(rec.name, "untouched"); /* written only on success */
 }
 
-/* INST-2..5, GEN-6, GEN-8, GEN-9: every refusal of instance.json names the key. */
+/* INST-2, INST-3, INST-4, INST-5, GEN-6, GEN-8, GEN-9: every refusal of instance.json names the
+ * key. */
 static void test_record_refusals(void **state)
 {
         static const Refusal refusals[] = {
@@ -1054,7 +1056,8 @@ static void test_state_strings(void **state)
         assert_int_equal(back, INSTANCE_FAILED);
 }
 
-/* ---- the create body (API-9, INST-4..7) ---------------------------------------------------- */
+/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7)
+ * ---------------------------------------------------- */
 
 static const char spec_full[] =
     "{\"name\": \"render-01\", \"vcpus\": 4, \"memory_mb\": 8192, \"boot\": {\"kernel\": "
@@ -1125,7 +1128,8 @@ static void assert_spec_refused(const char *body, size_t size, const char *messa
         assert_string_equal(s.name, "untouched");
 }
 
-/* API-9, INST-4..7, GEN-6, REL-7: every refusal is -EINVAL with a message naming the field. */
+/* API-9, INST-4, INST-5, INST-6, INST-7, GEN-6, REL-7: every refusal is -EINVAL with a message
+ * naming the field. */
 static void test_spec_refusals(void **state)
 {
         static const Refusal refusals[] = {

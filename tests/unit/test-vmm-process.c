@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * The VMM runtime (SPEC §7): spawning (VMM-3, VMM-4), the exit watch, readiness (VMM-5, VMM-6),
- * the graceful stop (VMM-9), the ladder (VMM-10..13) and liveness (VMM-16..19).
+ * the graceful stop (VMM-9), the ladder (VMM-10, VMM-11, VMM-12, VMM-13) and liveness (VMM-16,
+ * VMM-17, VMM-18, VMM-19).
  *
  * The processes are real and this test's own children: /bin/sleep and /bin/sh where any process
  * will do, fake-qemu (FAKE_QEMU, SIM-15) where QMP must be spoken as QEMU speaks it, and a small
@@ -1702,7 +1703,8 @@ static void test_stop_after_exit(void **state) /* vmm.h: an exited process compl
         assert_int_equal(f->n_exited, 1);
 }
 
-/* ---- the ladder (VMM-10..13) --------------------------------------------------------------- */
+/* ---- the ladder (VMM-10, VMM-11, VMM-12, VMM-13)
+ * --------------------------------------------------------------- */
 
 static void test_ladder_sigterm_ignored(void **state) /* VMM-10, VMM-12, VMM-13 */
 {
@@ -1864,7 +1866,8 @@ static void test_in_init_window(void **state) /* VMM-13 */
         assert_false(vmm_in_init_window(f->vmm));
 }
 
-/* ---- liveness (VMM-16..19) ----------------------------------------------------------------- */
+/* ---- liveness (VMM-16, VMM-17, VMM-18, VMM-19)
+ * ----------------------------------------------------------------- */
 
 static void probe(VmmLivenessQuery *q, VmmLiveness *ret)
 {
