@@ -416,7 +416,10 @@ static void spawned(Op *op, int r, const char *error)
         d->spawned_ok = false; /* the pidfd is taken, whatever the result */
         if (r < 0) {
                 /* Killed, but not seen to exit: it may be alive until proven gone. */
-                step_fail_alive(op, INSTANCE_FAILURE_INTERNAL, "watch VMM: out of memory");
+                _cleanup_free_ char *msg = NULL;
+                (void)error_set(&msg, r, "watch VMM: %s", strerror(-r));
+                step_fail_alive(op, INSTANCE_FAILURE_INTERNAL,
+                                msg ? msg : "watch VMM: out of memory");
                 return;
         }
         if (!d->spawned.identified) {
