@@ -236,6 +236,10 @@ static void set_scan_error(Reconciler *rc, char *error)
                 log_line(LOG_LEVEL_INFO, 0, "open-handle scan succeeded again", NULL);
         free(rc->scan_error);
         rc->scan_error = error;
+        /* Admission decides on it too (INST-11). */
+        if (rc->config.instances &&
+            instance_manager_set_scan_error(rc->config.instances, error) < 0)
+                log_line(LOG_LEVEL_ERR, -ENOMEM, "cannot pass the scan error to admission", NULL);
 }
 
 /* A scan the pool ended (deadline, no thread) fails with the pool's text, named as a scan. */

@@ -20,31 +20,6 @@ static const char *guard_store_unavailable(void *userdata)
         return m->health ? health_store_unavailable_reason(m->health) : NULL;
 }
 
-static char *placement_disabled(void *userdata)
-{
-        Manager *m = userdata;
-        char *reason = NULL;
-        if (api_placement_disabled_reason(&m->api, &reason) < 0)
-                return strdup("out of memory");
-        return reason;
-}
-
-/* INST-10's figures, from the snapshot /resources shows (MET-4). */
-static int slot_figures(void *userdata, uint64_t *ret_total, uint64_t *ret_used,
-                        uint64_t *ret_allocatable, bool *ret_has_gpu)
-{
-        Manager *m = userdata;
-        _cleanup_api_snapshot_ ApiSnapshot *s = NULL;
-        int r = api_snapshot_build(&m->api, &s);
-        if (r < 0)
-                return r;
-        *ret_total = s->total_slots;
-        *ret_used = s->used_slots;
-        *ret_allocatable = s->allocatable_slots;
-        *ret_has_gpu = s->has_gpu;
-        return 0;
-}
-
 int manager_instances_setup(Manager *m, char **error)
 {
         /*
@@ -114,8 +89,6 @@ int manager_instances_setup(Manager *m, char **error)
                         .sysfs_timeout = m->config.gpu.sysfs_timeout,
                         .policy = m->config.gpu.placement_policy,
                         .guard = guard},
-            .placement_disabled = placement_disabled,
-            .slot_figures = slot_figures,
             .consumer_released = manager_fleet_consumer_released,
             .userdata = m,
         };

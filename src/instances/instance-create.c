@@ -40,39 +40,65 @@ static InstanceFailure claim_failure_map(ClaimFailure f)
         }
 }
 
+/*
+ * INST-10's figures from the view /resources shows (MET-4): the host with the Claimer's overlays.
+ * 0 with has_gpu false when there is no vGPU host; -ENOMEM.
+ */
+static int slot_figures(InstanceManager *m, bool disabled, PlacementSlots *ret, bool *ret_has_gpu)
+{
+        GpuTracker *t = m->cfg.claimer.tracker;
+        const GpuHost *h = t ? gpu_tracker_host(t) : NULL;
+        /* DISC-7: a discovery error is never "no vGPU host". */
+        *ret_has_gpu = (h && h->framework != GPU_FRAMEWORK_NONE) || (t && gpu_tracker_error(t));
+        *ret = (PlacementSlots){};
+        if (!h)
+                return 0;
+        PlacementOverlays o;
+        claimer_fill_overlays(m->claimer, &o);
+        _cleanup_placement_view_ PlacementView *view = NULL;
+        int r = placement_view_build(h, &o, &view);
+        if (r < 0)
+                return r;
+        placement_count_slots(&view->snapshot, disabled, ret);
+        return 0;
+}
+
 /* INST-10, INST-11: 0 when admitted, else the refusal. */
 static int admit(InstanceManager *m, InstanceFailure *ret_failure, char **ret_error)
 {
-        _cleanup_free_ char *disabled =
-            m->cfg.placement_disabled ? m->cfg.placement_disabled(m->cfg.userdata) : NULL;
+        _cleanup_free_ char *disabled = NULL;
+        int r = instance_manager_placement_disabled_reason(m, &disabled);
+        if (r < 0) {
+                instance_refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
+                return r;
+        }
         if (disabled) {
                 instance_refuse(INSTANCE_FAILURE_PLACEMENT_DISABLED, ret_failure, ret_error,
                                 "insufficient GPU: vGPU placement is disabled: %s", disabled);
                 return -EAGAIN;
         }
-        uint64_t total = 0, used = 0, allocatable = 0;
-        bool has_gpu = false;
-        int r = m->cfg.slot_figures
-                    ? m->cfg.slot_figures(m->cfg.userdata, &total, &used, &allocatable, &has_gpu)
-                    : -ENODEV;
+        PlacementSlots slots;
+        bool has_gpu;
+        r = slot_figures(m, false, &slots, &has_gpu);
         if (r < 0 || !has_gpu) {
                 instance_refuse(INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
                                 "insufficient GPU: no GPU available on this host");
                 return -ENOSPC;
         }
-        if (allocatable == 0) {
+        if (slots.allocatable == 0) {
                 instance_refuse(INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
                                 "insufficient GPU: no allocatable vgpu slots available (%" PRIu64
                                 " total, %" PRIu64 " in use)",
-                                total, used);
+                                slots.total, slots.used);
                 return -ENOSPC;
         }
-        if (allocatable <= m->admitted_unreserved) {
-                instance_refuse(
-                    INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
-                    "insufficient GPU: requested 1 vgpu slot(s), but only %" PRIu64 " available",
-                    allocatable > m->admitted_unreserved ? allocatable - m->admitted_unreserved
-                                                         : 0);
+        if (slots.allocatable <= m->admitted_unreserved) {
+                instance_refuse(INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
+                                "insufficient GPU: requested 1 vgpu slot(s), but only %" PRIu64
+                                " available",
+                                slots.allocatable > m->admitted_unreserved
+                                    ? slots.allocatable - m->admitted_unreserved
+                                    : 0);
                 return -ENOSPC;
         }
         return 0;

@@ -53,6 +53,7 @@ struct InstanceManager {
         ClaimIndex *claims; /* the claims by VF (instance-index.c) */
         char *boot_id;
         char *disabled_reason;           /* INST-22 */
+        char *scan_error;                /* DEV-14, as the reconciler reports it */
         uint64_t admitted_unreserved;    /* INST-10 */
         uint64_t forced_kills[2];        /* VMM-12 [in_grace] */
         uint64_t liveness_uncertain;     /* VMM-19 */

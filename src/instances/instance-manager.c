@@ -427,6 +427,7 @@ InstanceManager *instance_manager_free(InstanceManager *m)
         sd_event_unref(m->event);
         free(m->boot_id);
         free(m->disabled_reason);
+        free(m->scan_error);
         free(m->runtime_instances);
         free(m);
         return NULL;
@@ -462,6 +463,30 @@ Claimer *instance_manager_get_claimer(InstanceManager *m)
 const char *instance_manager_disabled_reason(const InstanceManager *m)
 {
         return m->disabled_reason;
+}
+
+int instance_manager_placement_disabled_reason(const InstanceManager *m, char **ret)
+{
+        const ClaimerConfig *c = &m->cfg.claimer;
+        PlacementDisabledSources sources = {
+            .store_unavailable =
+                c->guard.store_unavailable ? c->guard.store_unavailable(c->guard.userdata) : NULL,
+            .discovery_error = c->tracker ? gpu_tracker_error(c->tracker) : NULL,
+            .scan_error = m->scan_error,
+            .records_error = m->disabled_reason,
+            .pool = c->pool,
+        };
+        return placement_disabled_reason(&sources, ret);
+}
+
+int instance_manager_set_scan_error(InstanceManager *m, const char *error)
+{
+        char *copy = NULL;
+        if (strdup_nullable(error, &copy) < 0)
+                return -ENOMEM;
+        free(m->scan_error);
+        m->scan_error = copy;
+        return 0;
 }
 
 uint64_t instance_manager_generation(const InstanceManager *m)

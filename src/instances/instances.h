@@ -372,14 +372,6 @@ typedef struct InstanceManagerConfig {
         /* The claim flow's configuration; the manager fills in its owner (borrowed parts). */
         ClaimerConfig claimer;
         /*
-         * INST-11: placement_disabled_reason as the API shows it, NULL while enabled. The
-         * manager's own INST-22 reason is part of it (instance_manager_disabled_reason()).
-         */
-        char *(*placement_disabled)(void *userdata);
-        /* INST-10: allocatable VFs now, from the shared snapshot (PLACE-21). */
-        int (*slot_figures)(void *userdata, uint64_t *ret_total, uint64_t *ret_used,
-                            uint64_t *ret_allocatable, bool *ret_has_gpu);
-        /*
          * FLEET-6, INST-14: optional; the instance that held Placement consumer `consumer` is
          * gone, deleted (INST-18, REC-10) or its create rolled back after vgpud had taken it on
          * (a 500 internal), so its allocation should go. Never called for a create refused with
@@ -419,6 +411,15 @@ Claimer *instance_manager_get_claimer(InstanceManager *m);
  * failure, not a bad record); NULL when every record loaded.
  */
 const char *instance_manager_disabled_reason(const InstanceManager *m);
+
+/*
+ * placement_disabled_reason (INST-11, API-5): the health store's, the host's discovery error, the
+ * reconciler's scan error (instance_manager_set_scan_error()), INST-22's, or the sysfs pool's
+ * refusal; placement_disabled_reason()'s rule. Admission refuses with it and /resources shows it.
+ */
+int instance_manager_placement_disabled_reason(const InstanceManager *m, char **ret);
+/* DEV-14: the reconciler's open-handle scan failed with error, or succeeded again (NULL). */
+int instance_manager_set_scan_error(InstanceManager *m, const char *error);
 
 /*
  * The operations (INST-12, INST-13, INST-14, INST-15, INST-16, INST-17, INST-18, INST-19, INST-24,
