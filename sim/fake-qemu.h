@@ -143,8 +143,7 @@ json_t *fq_qmp_overlong_reply(void);
 /*
  * Answers one agent request line (AGENT-14, AGENT-15, AGENT-16) as the real agent does, for a guest
  * whose GPU initialised (failure_message NULL) or failed with that message: *ret is the reply line
- * with its
- * "\n", or NULL for a blank line. -ENOMEM.
+ * with its "\n", or NULL for a blank line. -ENOMEM.
  */
 int fq_agent_answer(const char *failure_message, const char *line, size_t size, char **ret);
 

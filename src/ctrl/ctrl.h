@@ -130,8 +130,7 @@ const char *reconciler_scan_error(const Reconciler *r);
  */
 int orphan_mdev_check(const Root *sysfs, const char *uuid, Timestamp now, char **error);
 
-/* ---- the sentinel (SENT-1, SENT-2, SENT-3, SENT-4, SENT-5, SENT-6, SENT-7, SENT-8, SENT-9,
- * SENT-10, SENT-11, SENT-12; sentinel.c) ------------------------------------------------- */
+/* ---- the sentinel (every SENT requirement; sentinel.c) --------------------------------------- */
 
 /*
  * The Sentinel asks each running vGPU guest's agent, over the VMM's agent.sock chardev (never

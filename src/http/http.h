@@ -80,8 +80,7 @@ typedef struct HttpAddress {
 int http_address_parse(const char *s, bool allow_port_zero, HttpAddress *ret);
 char *http_address_format(const HttpAddress *a, char buf[static HTTP_ADDRESS_STRLEN]);
 
-/* ---- bearer tokens (API-12, API-13, API-14)
- * ------------------------------------------------------------- */
+/* ---- bearer tokens (API-12, API-13, API-14) ------------------------------------------------- */
 
 /*
  * Checks an Authorization header value: at most JWT_AUTHORIZATION_MAX bytes, the scheme

@@ -333,8 +333,7 @@ static void claim_undo(Op *op)
 static const Step step_claim = {
     .name = "claim", .run = claim_run, .undo = claim_undo, .undo_failed = true};
 
-/* ---- the spawn (VMM-1, VMM-2, VMM-3, VMM-4, INST-13, VMM-14)
- * ------------------------------------------------- */
+/* ---- the spawn (VMM-1, VMM-2, VMM-3, VMM-4, INST-13, VMM-14) -------------------------------- */
 
 typedef struct SpawnData {
         InstanceRecord rec;      /* a copy: the worker reads it while the loop goes on */

@@ -494,8 +494,7 @@ uint64_t instance_manager_generation(const InstanceManager *m)
         return m->generation;
 }
 
-/* ---- start-up (GEN-10, INST-20, INST-21, INST-22)
- * -------------------------------------------------------- */
+/* ---- start-up (GEN-10, INST-20, INST-21, INST-22) ------------------------------------------- */
 
 /* Whether a process listens on <dir>/qmp.sock or agent.sock (INST-20, VMM-17). */
 static bool runtime_dir_is_listened(const InstanceManager *m, const char *dir)

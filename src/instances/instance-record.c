@@ -197,8 +197,7 @@ static bool is_printable_ascii(const char *s, size_t max)
         return n > 0;
 }
 
-/* ---- the values INST-4, INST-5, INST-6 and API-9 have in common
- * ----------------------------------------- */
+/* ---- the values INST-4, INST-5, INST-6 and API-9 have in common ----------------------------- */
 
 static int check_name(const char *name, int code, char **error)
 {
@@ -753,8 +752,7 @@ int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_siz
         return instance_record_encode(r, ret, ret_size, &error);
 }
 
-/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7)
- * ---------------------------------------------------- */
+/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7) -------------------------------- */
 
 #define SPEC_BAD (-EINVAL)
 

@@ -396,8 +396,7 @@ void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpS
         }
 }
 
-/* ---- releases (INST-14, INST-15, INST-17, INST-18)
- * -------------------------------------------------------- */
+/* ---- releases (INST-14, INST-15, INST-17, INST-18) ------------------------------------------ */
 
 /* DISC-20: the host picture follows a release, and NVML's cache with it (NVML-14). */
 /* The release's result waits here for the host's re-read (DISC-20). */

@@ -25,8 +25,7 @@
 
 #include "base/base.h"
 
-/* ---- identity and validation (INST-3, INST-4, INST-5, INST-6, INST-7)
- * --------------------------------------------------- */
+/* ---- identity and validation (INST-3, INST-4, INST-5, INST-6, INST-7) ----------------------- */
 
 #define INSTANCE_ID_LEN 20
 #define INSTANCE_NAME_MAX 63
@@ -212,8 +211,7 @@ void instance_record_clear_hypervisor(InstanceRecord *r);
 int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_size);
 int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret, char **error);
 
-/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7)
- * ---------------------------------------------------- */
+/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7) -------------------------------- */
 
 typedef struct InstanceSpec {
         char *name;
@@ -229,10 +227,9 @@ void instance_spec_done(InstanceSpec *s);
 
 /*
  * Parses and validates a create body: exactly the keys of API-9 and FLEET-6's "placement" (other
- * keys, wrong types,
- * malformed or duplicate-key JSON, nesting over 16 are refused), INST-4's name pattern, INST-5's
- * ranges, and INST-6's form of the boot paths (absolute, ≤ 4096 bytes, no "." or ".."
- * components; the file checks are instance_boot_files_open()'s). "placement" needs both its
+ * keys, wrong types, malformed or duplicate-key JSON, nesting over 16 are refused), INST-4's name
+ * pattern, INST-5's ranges, and INST-6's form of the boot paths (absolute, ≤ 4096 bytes, no "." or
+ * ".." components; the file checks are instance_boot_files_open()'s). "placement" needs both its
  * keys, placement.consumer a canonical lowercase UUID, placement.gpu a PCI address in DISC-8's
  * form, and "gpu" beside it. -EINVAL with a message that names the field (INST-7), e.g. `vcpus
  * must be 1..256`, `boot.kernel must be an absolute path without . or .. components`.

@@ -171,9 +171,10 @@ bool placement_vf_is_allocatable(const PlacementSnapshot *snapshot, const Placem
 
 /*
  * Chooses a VF for request->profile (PLACE-3, PLACE-4, PLACE-5, PLACE-6, PLACE-11, PLACE-13,
- * PLACE-14, PLACE-15). On failure *error says why in the exact SPEC text, and the result is -ENOENT
- * 400 unknown_profile: no catalog has the name and every catalog came from NVML; -ENOSPC  409
- * insufficient_resources (PLACE-18 second case, PLACE-19; FLEET-6: no room on request->gpu);
+ * PLACE-14, PLACE-15). On failure *error says why in the exact SPEC text, and the result is
+ *   -ENOENT  400 unknown_profile: no catalog has the name and every catalog came from NVML;
+ *   -ENOSPC  409 insufficient_resources (PLACE-18 second case, PLACE-19; FLEET-6: no room on
+ *            request->gpu);
  *   -ENODEV  409 insufficient_resources too: request->gpu is not in the snapshot (FLEET-6);
  *   -EINVAL  a missing argument, or a picker answer out of range;
  *   -ENOMEM.

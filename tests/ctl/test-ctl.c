@@ -792,8 +792,7 @@ static void test_operator_routes(void **state) /* OPS-7, API-2, API-9, API-18 */
                                     "(HTTP 503)\n");
 }
 
-/* ---- instances (OPS-7, API-2, API-7, API-8, API-9, INST-9, INST-24, INST-25)
- * ---------------------------- */
+/* ---- instances (OPS-7, API-2, API-7, API-8, API-9, INST-9, INST-24, INST-25) ---------------- */
 
 #define ID1 "k3x9q2m8v1c4z7n5b0wd"
 

@@ -1056,8 +1056,7 @@ static void test_state_strings(void **state)
         assert_int_equal(back, INSTANCE_FAILED);
 }
 
-/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7)
- * ---------------------------------------------------- */
+/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7) -------------------------------- */
 
 static const char spec_full[] =
     "{\"name\": \"render-01\", \"vcpus\": 4, \"memory_mb\": 8192, \"boot\": {\"kernel\": "
