@@ -353,6 +353,14 @@ bool mac_address_is_valid(const char *s);
  * keyval option (VMM-2).
  */
 bool qemu_id_is_valid(const char *s);
+/* INST-4's pattern, for the names of instances, images and volumes:
+ * ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ */
+#define RESOURCE_NAME_MAX 63
+bool resource_name_is_valid(const char *name);
+/* INST-6's form of a host path: absolute, at most HOST_PATH_MAX bytes, no "." or ".."
+ * component. */
+#define HOST_PATH_MAX 4096
+bool host_path_form_is_valid(const char *path);
 
 /* Durations in nanoseconds. */
 typedef uint64_t nsec_t;
@@ -433,6 +441,13 @@ const char *file_strerror(int r);
  * Returns the descriptor.
  */
 int openat_beneath(int dirfd, const char *path, int flags);
+
+/*
+ * Deletes dirfd/name and, for a directory, everything below it: never through a symlink (a link
+ * is removed as itself), never into another filesystem (-EXDEV), at most 32 levels deep (-ELOOP).
+ * A name that is gone already is no failure; name must be a single component (-EINVAL).
+ */
+int tree_delete_at(int dirfd, const char *name, char **error);
 
 /* Writes all of buf, retrying short writes and EINTR. */
 int write_all(int fd, const void *buf, size_t size);

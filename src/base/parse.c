@@ -165,6 +165,35 @@ bool qemu_id_is_valid(const char *s)
         return true;
 }
 
+bool resource_name_is_valid(const char *name)
+{
+        size_t n = name ? strlen(name) : 0;
+        if (n == 0 || n > RESOURCE_NAME_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                bool alnum = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9');
+                if (!alnum && (name[i] != '-' || i == 0 || i == n - 1))
+                        return false;
+        }
+        return true;
+}
+
+bool host_path_form_is_valid(const char *path)
+{
+        size_t n = path ? strlen(path) : 0;
+        if (n == 0 || n > HOST_PATH_MAX || path[0] != '/')
+                return false;
+        for (const char *c = path; *c;) {
+                while (*c == '/')
+                        c++;
+                size_t len = strcspn(c, "/");
+                if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+                        return false;
+                c += len;
+        }
+        return true;
+}
+
 char *pci_address_format(const PciAddress *a, char buf[static PCI_ADDRESS_STRLEN])
 {
         snprintf(buf, PCI_ADDRESS_STRLEN, "%04x:%02x:%02x.%u", a->domain, a->bus, a->device,

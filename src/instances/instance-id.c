@@ -58,27 +58,10 @@ bool instance_id_is_valid(const char *id)
 
 bool instance_name_is_valid(const char *name)
 {
-        size_t n = name ? strlen(name) : 0;
-        if (n == 0 || n > INSTANCE_NAME_MAX)
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!is_lower_alnum(name[i]) && (name[i] != '-' || i == 0 || i == n - 1))
-                        return false;
-        return true;
+        return resource_name_is_valid(name);
 }
 
 bool instance_path_form_is_valid(const char *path)
 {
-        size_t n = path ? strlen(path) : 0;
-        if (n == 0 || n > INSTANCE_PATH_MAX || path[0] != '/')
-                return false;
-        for (const char *c = path; *c;) {
-                while (*c == '/')
-                        c++;
-                size_t len = strcspn(c, "/");
-                if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
-                        return false;
-                c += len;
-        }
-        return true;
+        return host_path_form_is_valid(path);
 }
