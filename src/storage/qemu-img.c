@@ -23,24 +23,31 @@ void qemu_img_info_done(QemuImgInfo *info)
         *info = (QemuImgInfo){0};
 }
 
+/* json_schema_read() stores every field it reads: keys vgpud does not use get a slot too. */
 typedef struct Qcow2Keys {
-        const char *data_file;
-        json_t *encrypt;
-        bool corrupt;
+        const char *data_file, *compat, *compression_type;
+        json_t *encrypt, *bitmaps;
+        json_int_t refcount_bits;
+        bool corrupt, lazy_refcounts, extended_l2, data_file_raw;
 } Qcow2Keys;
+
+#define KEY(k, t, s, m) {.key = k, .type = t, .offset = JSON_AT(s, m)}
+#define OBJECTS(k, s, m) \
+        {.key = k, .type = JSON_FIELD_ARRAY, .offset = JSON_AT(s, m), \
+         .element_type = JSON_FIELD_OBJECT}
 
 /* qcow2's format-specific data, qemu-img 7.2 to 9.x. */
 static const JsonField qcow2_fields[] = {
-    {"compat", JSON_FIELD_STRING},
-    {"compression-type", JSON_FIELD_STRING},
-    {"lazy-refcounts", JSON_FIELD_BOOLEAN},
-    {"refcount-bits", JSON_FIELD_INTEGER},
-    {"corrupt", JSON_FIELD_BOOLEAN, false, JSON_AT(Qcow2Keys, corrupt)},
-    {"extended-l2", JSON_FIELD_BOOLEAN},
-    {"data-file", JSON_FIELD_STRING, false, JSON_AT(Qcow2Keys, data_file)},
-    {"data-file-raw", JSON_FIELD_BOOLEAN},
-    {"encrypt", JSON_FIELD_OBJECT, false, JSON_AT(Qcow2Keys, encrypt)},
-    {"bitmaps", JSON_FIELD_ARRAY},
+    KEY("compat", JSON_FIELD_STRING, Qcow2Keys, compat),
+    KEY("compression-type", JSON_FIELD_STRING, Qcow2Keys, compression_type),
+    KEY("lazy-refcounts", JSON_FIELD_BOOLEAN, Qcow2Keys, lazy_refcounts),
+    KEY("refcount-bits", JSON_FIELD_INTEGER, Qcow2Keys, refcount_bits),
+    KEY("corrupt", JSON_FIELD_BOOLEAN, Qcow2Keys, corrupt),
+    KEY("extended-l2", JSON_FIELD_BOOLEAN, Qcow2Keys, extended_l2),
+    KEY("data-file", JSON_FIELD_STRING, Qcow2Keys, data_file),
+    KEY("data-file-raw", JSON_FIELD_BOOLEAN, Qcow2Keys, data_file_raw),
+    KEY("encrypt", JSON_FIELD_OBJECT, Qcow2Keys, encrypt),
+    OBJECTS("bitmaps", Qcow2Keys, bitmaps),
     {},
 };
 
@@ -56,29 +63,29 @@ static const JsonField specific_fields[] = {
 };
 
 typedef struct InfoKeys {
-        const char *format, *backing, *full_backing;
-        json_int_t virtual_size, actual_size;
-        bool encrypted;
-        json_t *specific;
+        const char *format, *filename, *backing, *full_backing, *backing_format;
+        json_int_t virtual_size, actual_size, cluster_size;
+        bool encrypted, dirty, compressed;
+        json_t *specific, *backing_image, *snapshots, *children;
 } InfoKeys;
 
 /* The top level as qemu-img 7.2 to 9.x print it; a key outside it fails closed. */
 static const JsonField info_fields[] = {
     {"virtual-size", JSON_FIELD_INTEGER, true, JSON_AT(InfoKeys, virtual_size)},
-    {"filename", JSON_FIELD_STRING, true},
+    {"filename", JSON_FIELD_STRING, true, JSON_AT(InfoKeys, filename)},
     {"format", JSON_FIELD_STRING, true, JSON_AT(InfoKeys, format)},
-    {"actual-size", JSON_FIELD_INTEGER, false, JSON_AT(InfoKeys, actual_size)},
-    {"cluster-size", JSON_FIELD_INTEGER},
-    {"dirty-flag", JSON_FIELD_BOOLEAN},
-    {"encrypted", JSON_FIELD_BOOLEAN, false, JSON_AT(InfoKeys, encrypted)},
-    {"compressed", JSON_FIELD_BOOLEAN},
-    {"backing-filename", JSON_FIELD_STRING, false, JSON_AT(InfoKeys, backing)},
-    {"full-backing-filename", JSON_FIELD_STRING, false, JSON_AT(InfoKeys, full_backing)},
-    {"backing-filename-format", JSON_FIELD_STRING},
-    {"backing-image", JSON_FIELD_OBJECT},
-    {"snapshots", JSON_FIELD_ARRAY},
-    {"format-specific", JSON_FIELD_OBJECT, false, JSON_AT(InfoKeys, specific)},
-    {"children", JSON_FIELD_ARRAY},
+    KEY("actual-size", JSON_FIELD_INTEGER, InfoKeys, actual_size),
+    KEY("cluster-size", JSON_FIELD_INTEGER, InfoKeys, cluster_size),
+    KEY("dirty-flag", JSON_FIELD_BOOLEAN, InfoKeys, dirty),
+    KEY("encrypted", JSON_FIELD_BOOLEAN, InfoKeys, encrypted),
+    KEY("compressed", JSON_FIELD_BOOLEAN, InfoKeys, compressed),
+    KEY("backing-filename", JSON_FIELD_STRING, InfoKeys, backing),
+    KEY("full-backing-filename", JSON_FIELD_STRING, InfoKeys, full_backing),
+    KEY("backing-filename-format", JSON_FIELD_STRING, InfoKeys, backing_format),
+    KEY("backing-image", JSON_FIELD_OBJECT, InfoKeys, backing_image),
+    OBJECTS("snapshots", InfoKeys, snapshots),
+    KEY("format-specific", JSON_FIELD_OBJECT, InfoKeys, specific),
+    OBJECTS("children", InfoKeys, children),
     {},
 };
 
