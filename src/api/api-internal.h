@@ -35,6 +35,13 @@ int api_handle_instance_snapshot(HttpRequest *req, void *userdata);
 int api_handle_instance_fork(HttpRequest *req, void *userdata);
 int api_handle_instance_console(HttpRequest *req, void *userdata);
 
+/* api-images.c: the image store's routes (DISK-1..DISK-4). */
+void api_images_done(ApiContext *ctx);
+int api_handle_images_list(HttpRequest *req, void *userdata);
+int api_handle_image_import(HttpRequest *req, void *userdata);
+int api_handle_image_get(HttpRequest *req, void *userdata);
+int api_handle_image_delete(HttpRequest *req, void *userdata);
+
 /* api-ui.c: the web VF map at /ui/, public (API-12), its files embedded at build time. */
 extern const char api_ui_index_html[], api_ui_vgpud_js[], api_ui_vgpud_css[];
 extern const size_t api_ui_index_html_size, api_ui_vgpud_js_size, api_ui_vgpud_css_size;

@@ -76,6 +76,19 @@ int manager_instances_setup(Manager *m, char **error)
                                          pools[i].config.name, strerror(-r));
         }
 
+        /* DISK-1: the image store loads before the records that name its images. */
+        r = image_store_new(&(ImageStoreConfig){.data_dir_fd = m->data_dir_fd,
+                                                .data_dir = m->config.data_dir,
+                                                .image_dirs = m->config.image_dirs,
+                                                .qemu_img = m->config.storage.qemu_img_binary,
+                                                .max_image_size = m->config.storage.max_image_size,
+                                                .disk_pool = m->disk_pool,
+                                                .helper_pool = m->helper_pool},
+                            &m->images, error);
+        if (r < 0)
+                return error_prefix(error, r, "load the image store");
+        m->api.images = m->images;
+
         m->instances_dirfd =
             openat(m->data_dir_fd, "instances", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (m->instances_dirfd < 0) {
@@ -146,5 +159,6 @@ void manager_instances_free(Manager *m)
 {
         m->instances = instance_manager_free(m->instances);
         m->device_ops = device_ops_free(m->device_ops);
+        m->images = image_store_free(m->images);
         closep(&m->instances_dirfd);
 }

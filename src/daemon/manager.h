@@ -85,6 +85,7 @@ typedef struct Manager {
         DeviceOps *device_ops;      /* releases and the Claimer's writes */
         InstanceManager *instances; /* the VMs (instances/); owns the Claimer */
         int instances_dirfd;        /* <data_dir>/instances */
+        ImageStore *images;         /* <data_dir>/images (storage/, DISK-1..4) */
         JwtSecret *jwt_secret;
         HttpServer *http;
         ApiContext api;

@@ -1,0 +1,424 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# test-images.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU
+#
+# The image store through the real vgpud on a mounted vgpu-sim, whose data/ holds data_dir
+# (SPEC §19): POST /images to `ready`, the reads, DELETE, every refusal of the routes, REL-12's
+# hostile images (built here with the real qemu-img), faults on data_dir through the
+# simulator's fault mechanism (ENOSPC and EIO), a crashing qemu-img, and a restart during an
+# import. Output is TAP; every check names the requirements it covers.
+import hashlib
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from vgpud_test import (  # noqa: E402 (after the path)
+    MNT, eq, error_of, exit_status, ok, poll, run_group, sim_ctl, start, stop, write_secret)
+from vgpud_instances import (  # noqa: E402
+    IMAGES, finish_run, local_images, make_images, vmm_config)
+
+QEMU_IMG = "/usr/bin/qemu-img"
+STORE = os.path.join(MNT, "data", "images")
+MAX_IMAGE_SIZE = 1 << 30  # storage.max_image_size in this run
+
+
+def qemu_img(*args):
+    subprocess.run((QEMU_IMG,) + args, check=True, stdout=subprocess.DEVNULL)
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def raw_image(path, size=4 << 20, fill=b"vgpud-image-data"):
+    with open(path, "wb") as f:
+        f.write((fill * (size // len(fill) + 1))[:size])
+    return path
+
+
+def import_image(c, name, source, **extra):
+    r = c.request("POST", "/images", dict({"name": name, "source": source}, **extra))
+    return r, (r.json() if r.status == 202 else error_of(r)[1])
+
+
+def settled(c, name, timeout=60):
+    """The image once it is no longer importing (or as last read)."""
+    def now():
+        r = c.get("/images/" + name)
+        return r.json() if r.status == 200 else {}
+    poll(lambda: now().get("state") not in (None, "importing"), timeout, 0.05)
+    return now()
+
+
+def delete_image(c, name):
+    return c.request("DELETE", "/images/" + name)
+
+
+# ---- the checks -----------------------------------------------------------------------------
+
+
+def check_routes(c):
+    # API-2, DISK-2: an empty store lists nothing.
+    eq(c.get("/images").json(), [], "DISK-2: GET /images of an empty store is []")
+
+    source = raw_image(os.path.join(IMAGES, "base.raw"))
+    digest = sha256_of(source)
+    r, b = import_image(c, "base", source, sha256=digest)
+    ok(r.status == 202 and b.get("state") == "importing" and b.get("name") == "base",
+       "DISK-2: POST /images answers 202 with the image importing", b)
+    ok(isinstance(b.get("progress"), (int, float)) and 0 <= b["progress"] <= 1,
+       "DISK-2: an importing image shows progress in 0..1", b)
+    on_disk = json.load(open(os.path.join(STORE, "base", "image.json")))
+    ok(on_disk.get("state") in ("importing", "ready"),
+       "DISK-1: image.json exists when the 202 is sent", on_disk)
+
+    i = settled(c, "base")
+    eq(i.get("state"), "ready", "DISK-2, DISK-3: the import ends ready")
+    eq(i.get("format"), "raw", "DISK-2: format is the source's")
+    eq(i.get("sha256"), digest, "DISK-2, DISK-3: sha256 is the source's as read")
+    eq(i.get("virtual_size_bytes"), 4 << 20, "DISK-2: virtual_size_bytes")
+    ok(i.get("actual_size_bytes", 0) > 0, "DISK-2: actual_size_bytes", i)
+    eq(i.get("instances"), 0, "DISK-2: no instance uses it")
+    ok("progress" not in i and "error" not in i, "DISK-2: no progress or error once ready", i)
+
+    disk = os.path.join(STORE, "base", "disk.qcow2")
+    st = os.stat(disk)
+    eq(stat.S_IMODE(st.st_mode), 0o444, "DISK-1: disk.qcow2 is mode 0444 once ready")
+    info = json.loads(subprocess.run([QEMU_IMG, "info", "--output=json", "-f", "qcow2", disk],
+                                     check=True, capture_output=True).stdout)
+    ok(info["format"] == "qcow2" and "backing-filename" not in info,
+       "DISK-3: the store holds a qcow2 without a backing file", info)
+    same = subprocess.run([QEMU_IMG, "compare", "-q", "-f", "raw", "-F", "qcow2", source, disk])
+    eq(same.returncode, 0, "DISK-3: the converted image holds the source's bytes")
+    disk_record = json.load(open(os.path.join(STORE, "base", "image.json")))
+    eq(disk_record.get("state"), "ready", "DISK-1: image.json says ready")
+
+    # A qcow2 source, listed sorted by name.
+    q = os.path.join(IMAGES, "alpha.qcow2")
+    qemu_img("create", "-q", "-f", "qcow2", q, "8M")
+    r, _ = import_image(c, "alpha", q)
+    eq(settled(c, "alpha").get("format"), "qcow2", "DISK-3: a qcow2 source imports")
+    eq([x["name"] for x in c.get("/images").json()], ["alpha", "base"],
+       "DISK-2: GET /images is sorted by name")
+
+    # API-2, DISK-4: delete through .deleted-<name>.
+    eq(delete_image(c, "alpha").status, 204, "DISK-4: DELETE /images/{name} answers 204")
+    ok(not os.path.exists(os.path.join(STORE, "alpha")) and
+       not any(n.startswith(".deleted-") for n in os.listdir(STORE)),
+       "DISK-4: the image's directory is gone", os.listdir(STORE))
+    eq(c.get("/images/alpha").status, 404, "DISK-4: a deleted image is 404")
+
+
+def check_refusals(c):
+    source = raw_image(os.path.join(IMAGES, "r.raw"))
+    cases = [
+        ("INST-4: a name with upper case", {"name": "Bad", "source": source}, "name"),
+        ("DISK-2: a relative source", {"name": "rel", "source": "r.raw"}, "source"),
+        ("DISK-2: a source with ..", {"name": "dots", "source": IMAGES + "/../import/r.raw"},
+         "source"),
+        ("DISK-2: a short sha256", {"name": "sha", "source": source, "sha256": "abc"}, "sha256"),
+        ("DISK-2: an upper-case sha256", {"name": "sha", "source": source, "sha256": "A" * 64},
+         "sha256"),
+        ("API-9: an unknown key", {"name": "uk", "source": source, "colour": "blue"}, "colour"),
+        ("DISK-2: no source", {"name": "nosrc"}, "source"),
+        ("DISK-2: a numeric name", {"name": 7, "source": source}, "name"),
+    ]
+    for label, body, field in cases:
+        r = c.request("POST", "/images", body)
+        e = error_of(r)
+        ok(r.status == 400 and e[1].get("code") == "invalid_request" and
+           field in e[1].get("message", ""), label + " is 400 invalid_request naming " + field, e)
+        ok(not os.path.exists(os.path.join(STORE, str(body.get("name")))),
+           label + ": nothing is written", os.listdir(STORE))
+
+    for path, status in (("/images/NOPE", 400), ("/images/nope", 404)):
+        eq(c.get(path).status, status, "API-2: GET %s is %d" % (path, status))
+        eq(delete_image(c, path.split("/")[-1]).status, status,
+           "API-2: DELETE %s is %d" % (path, status))
+    eq(c.request("PUT", "/images").status, 405, "API-3: PUT /images is 405")
+
+    # DISK-2: the name is unique.
+    import_image(c, "taken", source)
+    settled(c, "taken")
+    r, e = import_image(c, "taken", source)
+    ok(r.status == 409 and e.get("code") == "already_exists",
+       "DISK-2: a second import of a name is 409 already_exists", e)
+
+    # DISK-2, DISK-4: while an import runs (its write held by the simulator), the name is busy
+    # and the image cannot be deleted; once released the import completes.
+    sim_ctl("fault write data/images/held/disk.qcow2.tmp hang")
+    try:
+        r, b = import_image(c, "held", source)
+        eq(r.status, 202, "DISK-2: the held import is accepted")
+        r, e = import_image(c, "held", source)
+        ok(r.status == 409 and e.get("code") == "busy" and "being imported" in e["message"],
+           "DISK-2: an import of a name being imported is 409 busy", e)
+        r = delete_image(c, "held")
+        e = error_of(r)[1]
+        ok(r.status == 409 and e.get("code") == "invalid_state",
+           "DISK-4: DELETE of an importing image is 409 invalid_state", e)
+    finally:
+        sim_ctl("clear-faults")
+    eq(settled(c, "held").get("state"), "ready", "DISK-2: the held import then completes")
+    for name in ("taken", "held"):
+        delete_image(c, name)
+
+
+HOST_SECRET = b"HOST-SECRET-" + os.urandom(12).hex().encode() + b"-END"
+
+
+def hostile_sources(work):
+    """REL-12's images, built with the real qemu-img: (name, path, reason in the error)."""
+    local = local_images(work)
+    host_file = os.path.join(work, "host-secret.raw")
+    with open(host_file, "wb") as f:
+        f.write(HOST_SECRET * 4096)
+    out = []
+
+    def qcow2(name, *opts, size="4M"):
+        path = os.path.join(IMAGES, name)
+        qemu_img("create", "-q", "-f", "qcow2", *opts, path, size)
+        return path
+
+    out.append(("backing-abs", qcow2("abs.qcow2", "-b", host_file, "-F", "raw"),
+                'image has a backing file "%s"' % host_file))
+    shutil_copy = os.path.join(IMAGES, "host-secret.raw")
+    raw_image(shutil_copy, 4096)
+    out.append(("backing-rel", qcow2("rel.qcow2", "-b", "host-secret.raw", "-F", "raw"),
+                'image has a backing file "host-secret.raw"'))
+    js = 'json:{"driver": "raw", "file": {"driver": "file", "filename": "%s"}}' % host_file
+    out.append(("backing-json", qcow2("json.qcow2", "-u", "-b", js, "-F", "raw"),
+                "image has a backing file \"json:"))
+    out.append(("data-file", qcow2("df.qcow2", "-o", "data_file=%s,data_file_raw=on" % host_file),
+                'image has an external data file "%s"' % host_file))
+    out.append(("encrypted", qcow2("enc.qcow2", "--object", "secret,id=s0,data=pw", "-o",
+                                   "encrypt.format=luks,encrypt.key-secret=s0"),
+                "image is encrypted"))
+    out.append(("oversize", qcow2("big.qcow2", size="2G"),
+                "image virtual size 2147483648 bytes exceeds storage.max_image_size"))
+    for fmt in ("vmdk", "vpc"):
+        path = os.path.join(IMAGES, "a." + fmt)
+        qemu_img("create", "-q", "-f", fmt, path, "4M")
+        out.append((fmt, path, "image format %s is not accepted: only raw and qcow2" % fmt))
+    luks = os.path.join(IMAGES, "a.luks")
+    qemu_img("create", "-q", "-f", "luks", "--object", "secret,id=s0,data=pw", "-o",
+             "key-secret=s0", luks, "4M")
+    out.append(("luks", luks, "image format luks is not accepted: only raw and qcow2"))
+    cut = os.path.join(IMAGES, "cut.qcow2")
+    with open(qcow2("whole.qcow2"), "rb") as f:
+        head = f.read(100)
+    with open(cut, "wb") as f:
+        f.write(head)
+    out.append(("truncated", cut, "qemu-img info exited with status 1"))
+    fifo = os.path.join(local, "fifo")
+    os.mkfifo(fifo)
+    out.append(("fifo", fifo, "source %s: not a regular file" % fifo))
+    link = os.path.join(IMAGES, "link")
+    os.symlink(host_file, link)
+    out.append(("symlink", link, "source %s: not under image_dirs" % link))
+    out.append(("outside", host_file, "source %s: not under image_dirs" % host_file))
+    return out
+
+
+def check_hostile(c, work):
+    # REL-12, DISK-3: each hostile image is refused with a message naming why.
+    for name, path, why in hostile_sources(work):
+        r, b = import_image(c, name, path)
+        eq(r.status, 202, "REL-12: %s is accepted for import" % name)
+        i = settled(c, name)
+        ok(i.get("state") == "failed" and why in i.get("error", ""),
+           "REL-12, DISK-3: %s is refused: %s" % (name, why), i)
+        d = os.path.join(STORE, name)
+        ok(not os.path.exists(os.path.join(d, "disk.qcow2")) and
+           not os.path.exists(os.path.join(d, "disk.qcow2.tmp")),
+           "DISK-3: %s leaves no disk file" % name, os.listdir(d) if os.path.isdir(d) else d)
+
+    # DISK-3: a sha256 mismatch fails the import and deletes the partial file.
+    source = raw_image(os.path.join(IMAGES, "sha.raw"))
+    r, b = import_image(c, "mismatch", source, sha256="0" * 64)
+    i = settled(c, "mismatch")
+    ok(i.get("state") == "failed" and i.get("error", "").startswith(
+        "sha256 mismatch: expected " + "0" * 64 + ", source has " + sha256_of(source)),
+       "REL-12, DISK-3: a sha256 mismatch fails the import", i)
+    ok(not os.path.exists(os.path.join(STORE, "mismatch", "disk.qcow2")),
+       "DISK-3: the mismatch leaves no disk file")
+
+    # REL-12: the host file's bytes appear nowhere under data_dir.
+    found = []
+    for root, _, files in os.walk(os.path.join(MNT, "data")):
+        for f in files:
+            p = os.path.join(root, f)
+            if os.path.islink(p) or not os.path.isfile(p):
+                continue
+            with open(p, "rb") as fh:
+                if HOST_SECRET in fh.read():
+                    found.append(p)
+    found = [p for p in found if not p.startswith(IMAGES)]  # the relative backing's own copy
+    eq(found, [], "REL-12: the host file's bytes appear nowhere under data_dir")
+
+    # DISK-4: failed images are deleted like any other.
+    for name, _, _ in hostile_sources_names():
+        delete_image(c, name)
+    delete_image(c, "mismatch")
+
+
+def hostile_sources_names():
+    return [(n, None, None) for n in ("backing-abs", "backing-rel", "backing-json", "data-file",
+                                      "encrypted", "oversize", "vmdk", "vpc", "luks",
+                                      "truncated", "fifo", "symlink", "outside")]
+
+
+def check_faults(c):
+    source = raw_image(os.path.join(IMAGES, "f.raw"))
+    # DISK-3, DISK-10: ENOSPC while qemu-img writes the store fails the import, without a file.
+    sim_ctl("fault write data/images/full/disk.qcow2.tmp ENOSPC")
+    try:
+        r, _ = import_image(c, "full", source)
+        i = settled(c, "full")
+    finally:
+        sim_ctl("clear-faults")
+    ok(i.get("state") == "failed" and "No space left on device" in i.get("error", ""),
+       "DISK-3, DISK-10: ENOSPC on the store fails the import with the reason", i)
+    ok(not os.path.exists(os.path.join(STORE, "full", "disk.qcow2.tmp")),
+       "DISK-3: ENOSPC leaves no partial file")
+    delete_image(c, "full")
+
+    # DISK-1: EIO writing image.json answers 500 and keeps nothing.
+    sim_ctl("fault write data/images/eio/image.json.tmp EIO count=1")
+    try:
+        r, e = import_image(c, "eio", source)
+    finally:
+        sim_ctl("clear-faults")
+    ok(r.status == 500 and "image.json" in e.get("message", ""),
+       "DISK-1: EIO on image.json is 500 naming the file", e)
+    ok(not os.path.exists(os.path.join(STORE, "eio")) and c.get("/images/eio").status == 404,
+       "DISK-1: the failed import leaves no directory and no image")
+
+    # DISK-3: EIO on the fsync of the converted file fails the import.
+    sim_ctl("fault fsync data/images/sync/disk.qcow2.tmp EIO")
+    try:
+        r, _ = import_image(c, "sync", source)
+        i = settled(c, "sync")
+    finally:
+        sim_ctl("clear-faults")
+    ok(i.get("state") == "failed" and "disk.qcow2.tmp" in i.get("error", ""),
+       "DISK-3: EIO on the fsync of the converted file fails the import", i)
+    ok(not os.path.exists(os.path.join(STORE, "sync", "disk.qcow2")) and
+       not os.path.exists(os.path.join(STORE, "sync", "disk.qcow2.tmp")),
+       "DISK-3: and leaves no disk file")
+    delete_image(c, "sync")
+
+
+def check_crashing_qemu_img(work, secret, sock, daemons):
+    # DISK-3: a qemu-img that crashes fails the import and names the signal
+    # (storage.qemu_img_binary points at it).
+    script = os.path.join(work, "qemu-img-crash")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\nkill -SEGV $$\n")
+    os.chmod(script, 0o755)
+    config = vmm_config(os.path.join(work, "crash.yaml"), work,
+                        extra_vmm="storage:\n  qemu_img_binary: \"%s\"\n" % script)
+    d, c = start(work, "crash", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    source = raw_image(os.path.join(IMAGES, "c.raw"))
+    import_image(c, "crashes", source)
+    i = settled(c, "crashes")
+    ok(i.get("state") == "failed" and i.get("error") == "qemu-img info killed by signal 11",
+       "DISK-3: a crashing qemu-img fails the import naming the signal", i)
+    delete_image(c, "crashes")
+    stop(d, " (crashing qemu-img)")
+
+
+def qemu_img_pids():
+    pids = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % p, "rb") as f:
+                    if f.read().split(b"\0")[0] == QEMU_IMG.encode():
+                        pids.append(int(p))
+            except OSError:
+                pass
+    return pids
+
+
+def check_restart(work, config, secret, sock, daemons):
+    # DISK-11, REL-12: a restart during an import fails it with `interrupted by daemon restart`
+    # and removes the partial file.
+    d, c = start(work, "restart-1", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    source = raw_image(os.path.join(IMAGES, "cut.raw"))
+    sim_ctl("fault write data/images/cut/disk.qcow2.tmp hang")
+    try:
+        r, _ = import_image(c, "cut", source)
+        eq(r.status, 202, "DISK-2: the import is accepted")
+        ok(poll(lambda: os.path.exists(os.path.join(STORE, "cut", "disk.qcow2.tmp")), 10),
+           "DISK-3: qemu-img writes disk.qcow2.tmp")
+        d.stop(signal.SIGKILL)
+        for pid in qemu_img_pids():
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        sim_ctl("clear-faults")
+    d2, c2 = start(work, "restart-2", config, secret, sock)
+    daemons.append(d2)
+    if not c2:
+        return
+    i = c2.get("/images/cut").json()
+    ok(i.get("state") == "failed" and i.get("error") == "interrupted by daemon restart",
+       "DISK-11, REL-12: after a restart the import is failed: interrupted by daemon restart", i)
+    ok(not os.path.exists(os.path.join(STORE, "cut", "disk.qcow2.tmp")),
+       "DISK-11: the partial file is removed at start-up")
+    eq(json.load(open(os.path.join(STORE, "cut", "image.json"))).get("state"), "failed",
+       "DISK-11: image.json says failed")
+    eq(delete_image(c2, "cut").status, 204, "DISK-4: the failed image is deleted")
+    stop(d2, " (after the restart)")
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="vgpud-images-")
+    daemons = []
+    try:
+        make_images()
+        os.makedirs(local_images(work), exist_ok=True)
+        secret = write_secret(work)
+        config = vmm_config(os.path.join(work, "vgpud.yaml"), work,
+                            extra_vmm="storage:\n  max_image_size: %d\n" % MAX_IMAGE_SIZE)
+        sock = os.path.join(work, "api.sock")
+        d, c = start(work, "main", config, secret, sock)
+        daemons.append(d)
+        if c:
+            run_group("routes", lambda: check_routes(c))
+            run_group("refusals", lambda: check_refusals(c))
+            run_group("hostile", lambda: check_hostile(c, work))
+            run_group("faults", lambda: check_faults(c))
+            for name in [x["name"] for x in c.get("/images").json()]:
+                delete_image(c, name)
+            stop(d)
+        run_group("crash", lambda: check_crashing_qemu_img(work, secret, sock, daemons))
+        run_group("restart", lambda: check_restart(work, config, secret, sock, daemons))
+    finally:
+        for pid in qemu_img_pids():
+            os.kill(pid, signal.SIGKILL)
+        finish_run(daemons, work)
+        import shutil
+        shutil.rmtree(STORE, ignore_errors=True)
+    return exit_status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
