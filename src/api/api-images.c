@@ -14,10 +14,10 @@ static int image_json(ApiContext *ctx, const Image *i, json_t **ret)
 {
         char created[TIMESTAMP_STRLEN];
         bool ready = i->state == IMAGE_STATE_READY;
-        json_auto_t *o = json_pack(
-            "{s:s, s:s, s:s, s:s*, s:s*, s:s, s:s*}", "name", i->name, "state",
-            image_state_to_string(i->state), "source", i->source, "format", i->format, "sha256",
-            i->sha256, "created_at", format_timestamp(i->created_at, created), "error", i->error);
+        json_auto_t *o = json_pack("{s:s, s:s, s:s, s:s*, s:s*, s:s, s:s*}", "name", i->name,
+                                   "state", image_state_to_string(i->state), "source", i->source,
+                                   "format", i->format, "sha256", i->sha256, "created_at",
+                                   format_timestamp(i->created_at, created), "error", i->error);
         if (!o || json_set(o, "instances",
                            json_integer(image_store_count_users(ctx->images, i->name))) < 0)
                 return -ENOMEM;
@@ -87,10 +87,8 @@ static ImageWaiter *waiter_new(ApiContext *ctx, HttpRequest *req, unsigned statu
         ImageWaiter *w = calloc(1, sizeof *w);
         if (!w)
                 return NULL;
-        *w = (ImageWaiter){.ctx = ctx,
-                           .req = http_request_ref(req),
-                           .status = status,
-                           .next = ctx->image_waiters};
+        *w = (ImageWaiter){
+            .ctx = ctx, .req = http_request_ref(req), .status = status, .next = ctx->image_waiters};
         if (w->next)
                 w->next->prev = w;
         ctx->image_waiters = w;
@@ -131,8 +129,8 @@ static const char *name_param(HttpRequest *req)
         const char *name = http_request_get_param(req, "name");
         if (name && resource_name_is_valid(name))
                 return name;
-        _cleanup_free_ char *shown = escape_text(name ? name : "", name ? strlen(name) : 0, 64,
-                                                 ESCAPE_QUOTE);
+        _cleanup_free_ char *shown =
+            escape_text(name ? name : "", name ? strlen(name) : 0, 64, ESCAPE_QUOTE);
         (void)http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
                                "invalid image name %s: ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ "
                                "expected",
@@ -169,8 +167,8 @@ int api_handle_image_get(HttpRequest *req, void *userdata)
                 return 0;
         const Image *i = image_store_get(ctx->images, name);
         if (!i)
-                return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
-                                        "image %s not found", name);
+                return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found", "image %s not found",
+                                        name);
         return reply_image(ctx, req, MHD_HTTP_OK, i);
 }
 
@@ -198,8 +196,7 @@ int api_handle_image_import(HttpRequest *req, void *userdata)
                 return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
                                         "the body must be a JSON object");
         if (json_schema_read(body, NULL, import_fields, &b, -EINVAL, &error) < 0)
-                return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", "%s",
-                                        error);
+                return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", "%s", error);
         if (api_refuse_unless_ready(ctx, req) != 0)
                 return 0;
 
@@ -207,8 +204,7 @@ int api_handle_image_import(HttpRequest *req, void *userdata)
         if (!w)
                 return -ENOMEM;
         ImageFailure f = IMAGE_FAILURE_NONE;
-        int r = image_store_import(ctx->images, b.name, b.source, b.sha256, on_done, w, &f,
-                                   &error);
+        int r = image_store_import(ctx->images, b.name, b.source, b.sha256, on_done, w, &f, &error);
         if (r < 0) {
                 waiter_free(w);
                 return reply_failure(req, f, error);

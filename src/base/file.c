@@ -194,7 +194,8 @@ int write_file_atomic_at(int dirfd, const char *name, const void *buf, size_t si
         return 0;
 }
 
-/* ---- trees (INST-20, DISK-4) ------------------------------------------------------------------ */
+/* ---- trees (INST-20, DISK-4) ------------------------------------------------------------------
+ */
 
 #define TREE_DEPTH_MAX 32
 

@@ -171,7 +171,8 @@ bool resource_name_is_valid(const char *name)
         if (n == 0 || n > RESOURCE_NAME_MAX)
                 return false;
         for (size_t i = 0; i < n; i++) {
-                bool alnum = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9');
+                bool alnum =
+                    (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9');
                 if (!alnum && (name[i] != '-' || i == 0 || i == n - 1))
                         return false;
         }

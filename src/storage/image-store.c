@@ -74,15 +74,6 @@ struct ImageStore {
         const Image **view; /* entries' images, for image_store_list() */
 };
 
-static void image_done(Image *i)
-{
-        freep(&i->name);
-        freep(&i->format);
-        freep(&i->sha256);
-        freep(&i->error);
-        freep(&i->source);
-}
-
 static ImageEntry *entry_free(ImageEntry *e)
 {
         if (!e)
@@ -145,11 +136,11 @@ static void entry_remove(ImageStore *s, ImageEntry *e)
 static int record_text(const Image *i, char **ret, size_t *ret_size)
 {
         char created[TIMESTAMP_STRLEN];
-        json_auto_t *o = json_pack(
-            "{s:I, s:s, s:s, s:s, s:s*, s:s*, s:s, s:s*}", "version", (json_int_t)1, "name",
-            i->name, "state", image_state_to_string(i->state), "source", i->source, "format",
-            i->format, "sha256", i->sha256, "created_at", format_timestamp(i->created_at, created),
-            "error", i->error);
+        json_auto_t *o =
+            json_pack("{s:I, s:s, s:s, s:s, s:s*, s:s*, s:s, s:s*}", "version", (json_int_t)1,
+                      "name", i->name, "state", image_state_to_string(i->state), "source",
+                      i->source, "format", i->format, "sha256", i->sha256, "created_at",
+                      format_timestamp(i->created_at, created), "error", i->error);
         if (!o)
                 return -ENOMEM;
         if (i->state == IMAGE_STATE_READY &&
@@ -187,11 +178,11 @@ static bool sha256_text_is_valid(const char *s)
         return n == IMAGE_SHA256_HEX;
 }
 
-/* Reads <dir>/image.json strictly into *ret; dir must be the image's name. */
+/* Reads <dir>/image.json strictly into *ret. */
 static int record_load(int images_fd, const char *dir, Image *ret, char **error)
 {
-        _cleanup_close_ int fd = openat(images_fd, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                                            O_CLOEXEC);
+        _cleanup_close_ int fd =
+            openat(images_fd, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return error_set(error, negative_errno(), "open images/%s: %s", dir,
                                  strerror(errno));
@@ -201,13 +192,30 @@ static int record_load(int images_fd, const char *dir, Image *ret, char **error)
         if (r < 0)
                 return error_set(error, r, "read images/%s/" IMAGE_RECORD_NAME ": %s", dir,
                                  file_strerror(r));
+        return image_record_parse(text, size, dir, ret, error);
+}
+
+void image_done(Image *i)
+{
+        freep(&i->name);
+        freep(&i->format);
+        freep(&i->sha256);
+        freep(&i->error);
+        freep(&i->source);
+}
+
+int image_record_parse(const char *text, size_t size, const char *dir, Image *ret, char **error)
+{
+        if (size > IMAGE_RECORD_MAX)
+                return error_set(error, -EFBIG, "images/%s/" IMAGE_RECORD_NAME ": over %d bytes",
+                                 dir, IMAGE_RECORD_MAX);
         json_error_t jerr;
         json_auto_t *o = json_loadb(text, size, JSON_REJECT_DUPLICATES, &jerr);
         if (!o || !json_is_object(o))
                 return error_set(error, -EINVAL, "images/%s/" IMAGE_RECORD_NAME ": %s", dir,
                                  o ? "not an object" : jerr.text);
         RecordKeys k = {.version = 0};
-        r = json_schema_read(o, NULL, record_fields, &k, -EINVAL, error);
+        int r = json_schema_read(o, NULL, record_fields, &k, -EINVAL, error);
         if (r < 0)
                 return error_prefix(error, r, "images/%s/" IMAGE_RECORD_NAME, dir);
         Image i = {0};
@@ -266,14 +274,15 @@ static int record_save(int images_fd, const Image *i, bool create, char **error)
         return 0;
 }
 
-/* ---- the store -------------------------------------------------------------------------------- */
+/* ---- the store --------------------------------------------------------------------------------
+ */
 
 /* Start-up's repairs of one image (DISK-11, REL-12): its leftover temp files go, and an import
  * that a restart cut short is failed on disk. */
 static int entry_settle(ImageStore *s, ImageEntry *e)
 {
-        _cleanup_close_ int fd = openat(s->images_fd, e->image.name,
-                                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int fd =
+            openat(s->images_fd, e->image.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
         (void)unlinkat(fd, IMAGE_TMP_NAME, 0);
@@ -430,8 +439,8 @@ int image_store_disk_path(ImageStore *s, const char *name, char **ret)
         ImageEntry *e = entry_find(s, name, NULL);
         if (!e || e->image.state != IMAGE_STATE_READY)
                 return -ENOENT;
-        return strprintf(ret, "%s/" IMAGE_DIR_NAME "/%s/" IMAGE_FILE_NAME, s->cfg.data_dir,
-                         name) < 0
+        return strprintf(ret, "%s/" IMAGE_DIR_NAME "/%s/" IMAGE_FILE_NAME, s->cfg.data_dir, name) <
+                       0
                    ? -ENOMEM
                    : 0;
 }
@@ -585,8 +594,7 @@ static int import_run(void *data, char **error)
 
         _cleanup_(qemu_img_info_done) QemuImgInfo info = {0};
         r = qemu_img_info(j->qemu_img, fd, probed,
-                          mono_clock_now(&mono_clock_system) + QEMU_IMG_INFO_TIMEOUT, &info,
-                          error);
+                          mono_clock_now(&mono_clock_system) + QEMU_IMG_INFO_TIMEOUT, &info, error);
         if (r >= 0)
                 r = qemu_img_info_check(&info, probed, j->max_image_size, error);
         if (r < 0)
@@ -599,7 +607,8 @@ static int import_run(void *data, char **error)
         return r;
 }
 
-/* ---- the loop side ---------------------------------------------------------------------------- */
+/* ---- the loop side ----------------------------------------------------------------------------
+ */
 
 /* A record write on the disk pool, for an import's first and last step. */
 typedef struct RecordJob {
@@ -749,8 +758,8 @@ static int submit_import(ImageEntry *e, const char *expected_sha256, char **erro
                 return error_set_oom(error);
         }
         WorkerJob job = {.key = e->image.name,
-                         .timeout = QEMU_IMG_INFO_TIMEOUT + QEMU_IMG_CONVERT_TIMEOUT +
-                                    60 * NSEC_PER_SEC,
+                         .timeout =
+                             QEMU_IMG_INFO_TIMEOUT + QEMU_IMG_CONVERT_TIMEOUT + 60 * NSEC_PER_SEC,
                          .run = import_run,
                          .done = import_ended,
                          .data = j,
@@ -839,8 +848,8 @@ int image_store_import(ImageStore *s, const char *name, const char *source, cons
         e->busy = true;
         e->image.state = IMAGE_STATE_IMPORTING;
         e->image.created_at = clock_now(&clock_realtime);
-        *st = (ImportStart){.entry = e, .done = done, .userdata = userdata,
-                            .expected_sha256 = st->expected_sha256};
+        *st = (ImportStart){
+            .entry = e, .done = done, .userdata = userdata, .expected_sha256 = st->expected_sha256};
 
         _cleanup_free_ char *error = NULL;
         int r = submit_record(e, &e->image, true, first_record_written, st, &error);
@@ -854,7 +863,8 @@ int image_store_import(ImageStore *s, const char *name, const char *source, cons
         return 0;
 }
 
-/* ---- deletion (DISK-4) ------------------------------------------------------------------------ */
+/* ---- deletion (DISK-4) ------------------------------------------------------------------------
+ */
 
 typedef struct DeleteJob {
         int images_fd;

@@ -31,10 +31,15 @@ typedef struct Qcow2Keys {
         bool corrupt, lazy_refcounts, extended_l2, data_file_raw;
 } Qcow2Keys;
 
-#define KEY(k, t, s, m) {.key = k, .type = t, .offset = JSON_AT(s, m)}
-#define OBJECTS(k, s, m) \
-        {.key = k, .type = JSON_FIELD_ARRAY, .offset = JSON_AT(s, m), \
-         .element_type = JSON_FIELD_OBJECT}
+#define KEY(k, t, s, m)                                      \
+        {                                                    \
+                .key = k, .type = t, .offset = JSON_AT(s, m) \
+        }
+#define OBJECTS(k, s, m)                                                     \
+        {                                                                    \
+                .key = k, .type = JSON_FIELD_ARRAY, .offset = JSON_AT(s, m), \
+                .element_type = JSON_FIELD_OBJECT                            \
+        }
 
 /* qcow2's format-specific data, qemu-img 7.2 to 9.x. */
 static const JsonField qcow2_fields[] = {
@@ -187,7 +192,10 @@ typedef struct Magic {
         size_t size;
 } Magic;
 
-#define MAGIC(f, o, b) {f, o, b, sizeof b - 1}
+#define MAGIC(f, o, b)                \
+        {                             \
+                f, o, b, sizeof b - 1 \
+        }
 
 static const Magic magics[] = {
     MAGIC("qcow2", 0, "QFI\xfb\x00\x00\x00\x02"),
@@ -241,8 +249,7 @@ int storage_probe_format(int fd, const char **ret, char **error)
         size_t n_head = 0, n_tail = 0;
         struct stat st;
 
-        if (fstat(fd, &st) < 0)
-                {
+        if (fstat(fd, &st) < 0) {
                 int r = negative_errno();
                 return error_set(error, r, "probe format: %s", strerror(-r));
         }
@@ -300,15 +307,19 @@ int qemu_img_info(const char *binary, int source_fd, const char *format, nsec_t 
         if (!format_is_accepted(format))
                 return error_set(error, -EINVAL, "qemu-img info: format %s is not accepted",
                                  format);
-        char *argv[] = {(char *)binary,      (char *)"info", (char *)"--output=json",
-                        (char *)"-f",        (char *)format, (char *)"/dev/fd/3",
+        char *argv[] = {(char *)binary,
+                        (char *)"info",
+                        (char *)"--output=json",
+                        (char *)"-f",
+                        (char *)format,
+                        (char *)"/dev/fd/3",
                         NULL};
         SpawnRequest req = SPAWN_REQUEST_INIT;
         req.argv = argv;
         req.fds = &source_fd;
         req.n_fds = 1;
-        req.limits = (SpawnLimits){.as_bytes = QEMU_IMG_AS_BYTES,
-                                   .cpu_seconds = QEMU_IMG_INFO_CPU_SECONDS};
+        req.limits =
+            (SpawnLimits){.as_bytes = QEMU_IMG_AS_BYTES, .cpu_seconds = QEMU_IMG_INFO_CPU_SECONDS};
 
         _cleanup_free_ char *output = NULL;
         int status = 0;
@@ -345,8 +356,7 @@ static void progress_figure(ProgressParse *p)
         p->pending[p->n] = 0;
         unsigned whole = 0, hundredths = 0;
         char tail[8];
-        if (sscanf(p->pending, "%3u.%2u/100%1[%]", &whole, &hundredths, tail) != 3 ||
-            whole > 100)
+        if (sscanf(p->pending, "%3u.%2u/100%1[%]", &whole, &hundredths, tail) != 3 || whole > 100)
                 return;
         unsigned permille = whole * 10 + hundredths / 10;
         if (p->progress)
@@ -400,9 +410,9 @@ int qemu_img_convert(const char *binary, int source_fd, const char *format, cons
                       "\"filename\": \"/dev/fd/3\"}}",
                       format, streq(format, "qcow2") ? " \"backing\": null," : "") < 0)
                 return error_set_oom(error);
-        char *argv[] = {(char *)binary, (char *)"convert", (char *)"-p",   (char *)"-f",
-                        (char *)format, (char *)"-O",      (char *)"qcow2", source,
-                        (char *)target, NULL};
+        char *argv[] = {
+            (char *)binary, (char *)"convert", (char *)"-p", (char *)"-f",   (char *)format,
+            (char *)"-O",   (char *)"qcow2",   source,       (char *)target, NULL};
         ProgressParse parse = {.progress = progress, .userdata = userdata};
         SpawnRequest req = SPAWN_REQUEST_INIT;
         req.argv = argv;

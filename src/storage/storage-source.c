@@ -62,8 +62,7 @@ static int real_dir_of(const char *real, char *const *image_dirs, char **ret)
  * every symlink refused (openat_beneath), so a link or directory swapped in after realpath()
  * fails the open instead of redirecting it. Callers hand the descriptor on, never the path.
  */
-int storage_open_source(const char *label, const char *path, char *const *image_dirs,
-                        char **error)
+int storage_open_source(const char *label, const char *path, char *const *image_dirs, char **error)
 {
         if (!host_path_form_is_valid(path))
                 return source_failed(error, label, path,

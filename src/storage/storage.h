@@ -48,10 +48,10 @@ typedef struct QemuImgInfo {
         char *format;          /* "format" */
         uint64_t virtual_size; /* "virtual-size" */
         uint64_t actual_size;  /* "actual-size"; 0 when absent */
-        char *backing;   /* "backing-filename" (or "full-backing-filename"); NULL for none */
-        char *data_file; /* qcow2's "data-file"; NULL for none */
-        bool encrypted;  /* "encrypted", qcow2's "encrypt", or a luks container */
-        bool corrupt;    /* qcow2's "corrupt" */
+        char *backing;         /* "backing-filename" (or "full-backing-filename"); NULL for none */
+        char *data_file;       /* qcow2's "data-file"; NULL for none */
+        bool encrypted;        /* "encrypted", qcow2's "encrypt", or a luks container */
+        bool corrupt;          /* qcow2's "corrupt" */
 } QemuImgInfo;
 
 void qemu_img_info_done(QemuImgInfo *info);
@@ -95,8 +95,7 @@ typedef void (*QemuImgProgressFunc)(unsigned permille, void *userdata);
  * target is created by qemu-img (an existing one is replaced). Blocks until done or deadline.
  */
 int qemu_img_convert(const char *binary, int source_fd, const char *format, const char *target,
-                     nsec_t deadline, QemuImgProgressFunc progress, void *userdata,
-                     char **error);
+                     nsec_t deadline, QemuImgProgressFunc progress, void *userdata, char **error);
 
 /* ---- confined sources (INST-6, DISK-2) ----------------------------------------------------- */
 
@@ -106,8 +105,7 @@ int qemu_img_convert(const char *binary, int source_fd, const char *format, cons
  * directory with every symlink refused. Failures are -EINVAL and friends with
  * `<label> <path>: <why>`.
  */
-int storage_open_source(const char *label, const char *path, char *const *image_dirs,
-                        char **error);
+int storage_open_source(const char *label, const char *path, char *const *image_dirs, char **error);
 
 /* ---- the image store (image-store.c) ------------------------------------------------------- */
 
@@ -139,6 +137,15 @@ typedef struct Image {
         unsigned progress; /* per mille, while importing */
 } Image;
 
+void image_done(Image *i);
+
+/*
+ * image.json's text, strictly (GEN-5: at most 64 KiB, version 1, unknown and duplicate keys
+ * refused); dir is the directory it was read from, which must be its name. -EINVAL, -EFBIG,
+ * -ENOMEM with `images/<dir>/image.json: <why>`.
+ */
+int image_record_parse(const char *text, size_t size, const char *dir, Image *ret, char **error);
+
 /* Why the store refused a request (API-21's codes). */
 typedef enum ImageFailure {
         IMAGE_FAILURE_NONE,
@@ -154,7 +161,7 @@ typedef enum ImageFailure {
 typedef struct ImageStore ImageStore;
 
 typedef struct ImageStoreConfig {
-        int data_dir_fd;    /* <data_dir>, borrowed */
+        int data_dir_fd;      /* <data_dir>, borrowed */
         const char *data_dir; /* its path, for the absolute target of qemu-img */
         char *const *image_dirs;
         const char *qemu_img; /* storage.qemu_img_binary */

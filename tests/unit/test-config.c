@@ -1066,8 +1066,7 @@ static void test_storage_keys(void **state)
         value_fails("storage.max_image_size", "99999999999999999999", size,
                     "\"99999999999999999999\"");
         value_fails("storage.max_disk_gb", "0", "an integer between 1 and 65536", "\"0\"");
-        value_fails("storage.max_disk_gb", "65537", "an integer between 1 and 65536",
-                    "\"65537\"");
+        value_fails("storage.max_disk_gb", "65537", "an integer between 1 and 65536", "\"65537\"");
         value_fails("storage.qemu_img_binary", "qemu-img", "an absolute path", "\"qemu-img\"");
 }
 

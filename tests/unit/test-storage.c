@@ -187,8 +187,7 @@ static void sh(Fixture *f, const char *fmt, ...)
         SpawnRequest req = SPAWN_REQUEST_INIT;
         req.argv = argv;
         int status = -1;
-        if (spawn_run_helper(&req, test_now() + 60 * NSEC_PER_SEC, 4096, &out, &status, &error) <
-                0)
+        if (spawn_run_helper(&req, test_now() + 60 * NSEC_PER_SEC, 4096, &out, &status, &error) < 0)
                 fail_msg("%s: %s", line, error);
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
                 fail_msg("%s: status %d: %s", line, status, out);
@@ -214,12 +213,13 @@ static const char *probe(Fixture *f, const char *name)
 static void test_probe(void **state)
 {
         Fixture *f = *state;
-        sh(f, QEMU_IMG " create -q -f qcow2 a.qcow2 1M && " QEMU_IMG " create -q -f raw a.raw 1M"
-              " && " QEMU_IMG " create -q -f vmdk a.vmdk 1M && " QEMU_IMG
-              " create -q -f vpc -o subformat=fixed a.vpc 1M && " QEMU_IMG
-              " create -q -f luks --object secret,id=s,data=x -o key-secret=s a.luks 1M && " QEMU_IMG
-              " create -q -f qed a.qed 1M && " QEMU_IMG " create -q -f vdi a.vdi 1M && " QEMU_IMG
-              " create -q -f vhdx a.vhdx 1M && printf '' > empty");
+        sh(f, QEMU_IMG
+           " create -q -f qcow2 a.qcow2 1M && " QEMU_IMG " create -q -f raw a.raw 1M"
+           " && " QEMU_IMG " create -q -f vmdk a.vmdk 1M && " QEMU_IMG
+           " create -q -f vpc -o subformat=fixed a.vpc 1M && " QEMU_IMG
+           " create -q -f luks --object secret,id=s,data=x -o key-secret=s a.luks 1M && " QEMU_IMG
+           " create -q -f qed a.qed 1M && " QEMU_IMG " create -q -f vdi a.vdi 1M && " QEMU_IMG
+           " create -q -f vhdx a.vhdx 1M && printf '' > empty");
         assert_string_equal(probe(f, "a.qcow2"), "qcow2");
         assert_string_equal(probe(f, "a.raw"), "raw");
         assert_string_equal(probe(f, "a.vmdk"), "vmdk");
@@ -239,26 +239,24 @@ static void test_info_real(void **state)
         _cleanup_close_ int fd = open_in(f, "a.qcow2");
         _cleanup_(qemu_img_info_done) QemuImgInfo info = {0};
         _cleanup_free_ char *error = NULL;
-        assert_int_equal(qemu_img_info(QEMU_IMG, fd, "qcow2", test_now() + 60 * NSEC_PER_SEC,
-                                       &info, &error),
-                         0);
+        assert_int_equal(
+            qemu_img_info(QEMU_IMG, fd, "qcow2", test_now() + 60 * NSEC_PER_SEC, &info, &error), 0);
         assert_string_equal(info.format, "qcow2");
         assert_int_equal(info.virtual_size, 3 << 20);
 
         _cleanup_close_ int cut = open_in(f, "cut.qcow2");
         QemuImgInfo none = {0};
-        assert_int_equal(qemu_img_info(QEMU_IMG, cut, "qcow2", test_now() + 60 * NSEC_PER_SEC,
-                                       &none, &error),
-                         -EIO);
+        assert_int_equal(
+            qemu_img_info(QEMU_IMG, cut, "qcow2", test_now() + 60 * NSEC_PER_SEC, &none, &error),
+            -EIO);
         if (!startswith(error, "qemu-img info exited with status 1: "))
                 fail_msg("%s", error);
 
         /* Only raw and qcow2 are ever named to qemu-img. */
         free(error);
         error = NULL;
-        assert_int_equal(qemu_img_info(QEMU_IMG, fd, "vmdk", test_now() + NSEC_PER_SEC, &none,
-                                       &error),
-                         -EINVAL);
+        assert_int_equal(
+            qemu_img_info(QEMU_IMG, fd, "vmdk", test_now() + NSEC_PER_SEC, &none, &error), -EINVAL);
 }
 
 /* DISK-3: a qemu-img that hangs is killed at the deadline; one that crashes is named so. */
@@ -276,8 +274,8 @@ static void test_info_misbehaving(void **state)
         _cleanup_free_ char *error = NULL;
 
         nsec_t begun = test_now();
-        assert_int_equal(
-            qemu_img_info(hang, fd, "raw", begun + 300 * NSEC_PER_MSEC, &info, &error), -ETIME);
+        assert_int_equal(qemu_img_info(hang, fd, "raw", begun + 300 * NSEC_PER_MSEC, &info, &error),
+                         -ETIME);
         assert_true(test_now() - begun < 10 * NSEC_PER_SEC);
         assert_non_null(strstr(error, "did not finish in time"));
 
@@ -335,8 +333,8 @@ static void test_convert(void **state)
 
         /* A failure names qemu-img's own reason, after all its progress. */
         _cleanup_free_ char *bad = test_tree_path(f->tree, "no/such/dir/out.qcow2");
-        assert_int_equal(qemu_img_convert(QEMU_IMG, fd, "raw", bad,
-                                          test_now() + 60 * NSEC_PER_SEC, NULL, NULL, &error),
+        assert_int_equal(qemu_img_convert(QEMU_IMG, fd, "raw", bad, test_now() + 60 * NSEC_PER_SEC,
+                                          NULL, NULL, &error),
                          -EIO);
         if (!startswith(error, "qemu-img convert exited with status 1: qemu-img: ") ||
             !strstr(error, "No such file or directory"))

@@ -785,8 +785,7 @@ static void test_helper_streamed_output(void **state)
         int status = -1;
         SpawnRequest req = SPAWN_REQUEST_INIT;
         char *argv[] = {(char *)"/bin/sh", (char *)"-c",
-                        (char *)"printf '(10.00/100%%)\r'; printf '(100.00/100%%)\r'",
-                        NULL};
+                        (char *)"printf '(10.00/100%%)\r'; printf '(100.00/100%%)\r'", NULL};
         req.argv = argv;
         req.on_output = on_streamed;
         req.output_userdata = &seen;
