@@ -53,6 +53,18 @@ static void vf_changed(void *userdata, const char *vf)
         (void)claimer_request_nvml_refresh(instance_manager_get_claimer(m->instances), false);
 }
 
+/* DISK-2's `instances`, DISK-4's refusal: records in any state whose root disk is the image. */
+static unsigned count_image_users(const char *name, void *userdata)
+{
+        Manager *m = userdata;
+        const InstanceRecord *const *list = NULL;
+        size_t n = m->instances ? instance_manager_list(m->instances, &list) : 0;
+        unsigned users = 0;
+        for (size_t k = 0; k < n; k++)
+                users += streq_ptr(list[k]->disk.image, name);
+        return users;
+}
+
 int manager_instances_setup(Manager *m, char **error)
 {
         /*
@@ -83,7 +95,9 @@ int manager_instances_setup(Manager *m, char **error)
                                                 .qemu_img = m->config.storage.qemu_img_binary,
                                                 .max_image_size = m->config.storage.max_image_size,
                                                 .disk_pool = m->disk_pool,
-                                                .helper_pool = m->helper_pool},
+                                                .helper_pool = m->helper_pool,
+                                                .count_users = count_image_users,
+                                                .userdata = m},
                             &m->images, error);
         if (r < 0)
                 return error_prefix(error, r, "load the image store");
@@ -121,6 +135,7 @@ int manager_instances_setup(Manager *m, char **error)
             .disk_pool = m->disk_pool,
             .helper_pool = m->helper_pool,
             .ops = m->device_ops,
+            .images = m->images,
             .claimer = {.sysfs = m->sysfs,
                         .tracker = m->tracker,
                         .proc = m->proc,

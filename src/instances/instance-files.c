@@ -31,6 +31,7 @@ void instance_boot_files_close(InstanceBootFiles *f)
         closep(&f->kernel);
         closep(&f->initrd);
         closep(&f->disk);
+        closep(&f->root);
         *f = INSTANCE_BOOT_FILES_NONE;
 }
 

@@ -21,6 +21,7 @@
 #include <sys/types.h>
 
 #include "base/base.h"
+#include "storage/storage.h"
 
 /* ---- identity and validation (INST-3..7) --------------------------------------------------- */
 
@@ -218,6 +219,8 @@ typedef struct InstanceSpec {
         char *profile; /* NULL without "gpu" */
         /* FLEET-6: "placement": {"consumer", "gpu"}; only with a profile. NULLs without. */
         InstancePlacement placement;
+        /* DISK-5: "image" and "disk_gb" (size_gb 0: the image's size). image NULL: none. */
+        InstanceDisk disk;
 } InstanceSpec;
 
 void instance_spec_done(InstanceSpec *s);
@@ -237,9 +240,12 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
 /* The open boot files of an instance (INST-6): -1 where a file is not given. */
 typedef struct InstanceBootFiles {
         int kernel, initrd, disk;
+        int root;         /* DISK-5: <id>/root.qcow2, read-write; opened right before a spawn */
+        bool root_direct; /* DISK-9: its file system takes O_DIRECT */
 } InstanceBootFiles;
 
-#define INSTANCE_BOOT_FILES_NONE ((InstanceBootFiles){.kernel = -1, .initrd = -1, .disk = -1})
+#define INSTANCE_BOOT_FILES_NONE \
+        ((InstanceBootFiles){.kernel = -1, .initrd = -1, .disk = -1, .root = -1})
 
 /*
  * INST-6, blocking (run on a worker): opens each given boot path read-only. A path must lie,
@@ -362,6 +368,7 @@ typedef struct InstanceManagerConfig {
          * from the disk pool so that none of them delays a record write (GEN-4; borrowed). */
         WorkerPool *helper_pool;
         DeviceOps *ops; /* releases (borrowed) */
+        ImageStore *images; /* DISK-5: the images root disks are made from (borrowed) */
         /* The claim flow's configuration; the manager fills in its owner (borrowed parts). */
         ClaimerConfig claimer;
         /*

@@ -429,6 +429,12 @@ const Image *image_store_get(ImageStore *s, const char *name)
         return &e->image;
 }
 
+const Image *image_store_get_ready(ImageStore *s, const char *name)
+{
+        const Image *i = image_store_get(s, name);
+        return i && i->state == IMAGE_STATE_READY ? i : NULL;
+}
+
 unsigned image_store_count_users(ImageStore *s, const char *name)
 {
         return s->cfg.count_users ? s->cfg.count_users(name, s->cfg.userdata) : 0;

@@ -97,6 +97,17 @@ typedef void (*QemuImgProgressFunc)(unsigned permille, void *userdata);
 int qemu_img_convert(const char *binary, int source_fd, const char *format, const char *target,
                      nsec_t deadline, QemuImgProgressFunc progress, void *userdata, char **error);
 
+/* `qemu-img create` is quick: it writes headers only. */
+#define QEMU_IMG_CREATE_TIMEOUT (60 * NSEC_PER_SEC)
+
+/*
+ * `qemu-img create -q -f qcow2 [-F qcow2 -b <backing>] <target> <size>`: a root overlay over an
+ * image (DISK-5: backing absolute, its format named) or, without backing, an empty volume
+ * (DISK-7), under DISK-3's limits. Blocks.
+ */
+int qemu_img_create(const char *binary, const char *target, const char *backing, uint64_t size,
+                    nsec_t deadline, char **error);
+
 /* ---- confined sources (INST-6, DISK-2) ----------------------------------------------------- */
 
 /*
@@ -212,3 +223,6 @@ int image_store_delete(ImageStore *s, const char *name, ImageDoneFunc done, void
 
 /* The absolute path of a ready image's disk.qcow2 (DISK-5's backing path); -ENOENT. */
 int image_store_disk_path(ImageStore *s, const char *name, char **ret);
+
+/* A ready image by name, or NULL (DISK-5's check of a create). */
+const Image *image_store_get_ready(ImageStore *s, const char *name);
