@@ -22,11 +22,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from vgpud_test import (  # noqa: E402 (after the path)
     MNT, eq, error_of, exit_status, ok, poll, run_group, sim_ctl, start, stop, write_secret)
 from vgpud_instances import (  # noqa: E402
-    IMAGES, finish_run, local_images, make_images, vmm_config)
+    IMAGES, INSTANCES, delete, finish_run, guest_pids, local_images, make_images, post, request,
+    vmm_config)
 
 QEMU_IMG = "/usr/bin/qemu-img"
 STORE = os.path.join(MNT, "data", "images")
 MAX_IMAGE_SIZE = 1 << 30  # storage.max_image_size in this run
+MAX_DISK_GB = 8  # storage.max_disk_gb in this run
 
 
 def qemu_img(*args):
@@ -320,6 +322,109 @@ def check_faults(c):
     delete_image(c, "sync")
 
 
+def image_body(name, image, **extra):
+    return dict({"name": name, "vcpus": 1, "memory_mb": 256, "image": image}, **extra)
+
+
+def overlay_of(iid):
+    return os.path.join(INSTANCES, iid, "root.qcow2")
+
+
+def cmdline_of(name):
+    pids = guest_pids(name)
+    if not pids:
+        return []
+    with open("/proc/%d/cmdline" % pids[0], "rb") as f:
+        return [a.decode() for a in f.read().split(b"\0")]
+
+
+def check_root_disks(c):
+    source = raw_image(os.path.join(IMAGES, "root.raw"))
+    import_image(c, "root", source)
+    eq(settled(c, "root").get("state"), "ready", "DISK-5: the image is ready")
+    disk = os.path.join(STORE, "root", "disk.qcow2")
+    before = sha256_of(disk)
+
+    # DISK-5, INST-12: a create with an image gets its own overlay and boots from it.
+    st, a = request(c, "POST", "/instances", image_body("disk-a", "root"))
+    ok(st == 201 and a.get("state") == "Running", "DISK-5: a create with an image is Running",
+       (st, a))
+    if st != 201:
+        return
+    eq(a.get("disk"), {"image": "root", "size_gb": 1},
+       "DISK-5, API-7: the instance shows its root disk, the image's size rounded up to 1 GiB")
+    info = json.loads(subprocess.run([QEMU_IMG, "info", "--output=json", "-f", "qcow2",
+                                      overlay_of(a["id"])], check=True,
+                                     capture_output=True).stdout)
+    ok(info.get("full-backing-filename") == disk and info.get("backing-filename-format") == "qcow2"
+       and info.get("virtual-size") == 1 << 30,
+       "DISK-5: root.qcow2 backs onto the image by absolute path with its format named", info)
+    argv = cmdline_of("disk-a")
+    blockdevs = [json.loads(argv[k + 1]) for k, x in enumerate(argv) if x == "-blockdev"]
+    ok(any(b.get("node-name") == "root" and b.get("driver") == "qcow2" and
+           b.get("discard") == "unmap" for b in blockdevs) and
+       "virtio-blk-pci,drive=root,bootindex=1" in argv,
+       "DISK-9, VMM-1: the VMM gets the overlay as a qcow2 node, boot index 1", argv)
+    rec = json.load(open(os.path.join(INSTANCES, a["id"], "instance.json")))
+    eq(rec.get("disk"), {"image": "root", "size_gb": 1}, "INST-2: the record keeps disk")
+    ok("boot" not in rec, "DISK-5: an instance with an image needs no boot", rec)
+
+    # DISK-5: a second instance has an overlay of its own; the image is never written.
+    st, b = request(c, "POST", "/instances", image_body("disk-b", "root", disk_gb=2))
+    ok(st == 201 and b.get("disk", {}).get("size_gb") == 2, "DISK-5: disk_gb sizes the overlay",
+       (st, b))
+    ok(os.path.exists(overlay_of(a["id"])) and os.path.exists(overlay_of(b["id"])) and
+       not os.path.samefile(overlay_of(a["id"]), overlay_of(b["id"])),
+       "DISK-5: two instances from one image have separate overlays")
+    eq(c.get("/images/root").json().get("instances"), 2, "DISK-2: instances counts its users")
+
+    # DISK-4: the image cannot go while a record uses it.
+    r = delete_image(c, "root")
+    e = error_of(r)[1]
+    ok(r.status == 409 and e.get("code") == "invalid_state" and
+       "root disk of 2 instances" in e.get("message", ""),
+       "DISK-4: DELETE of an image in use is 409 invalid_state", e)
+
+    # DISK-5: stop and start keep the overlay.
+    inode = os.stat(overlay_of(a["id"])).st_ino
+    eq(post(c, a["id"], "stop")[0], 200, "INST-12: the instance stops")
+    eq(post(c, a["id"], "start")[0], 200, "INST-12: and starts again")
+    eq(os.stat(overlay_of(a["id"])).st_ino, inode, "DISK-5: the overlay survives stop and start")
+
+    # DISK-5: refusals of a create.
+    for label, body, code, text in (
+            ("an unknown image", image_body("bad-1", "nope"), 400, "image nope not found"),
+            ("disk_gb over storage.max_disk_gb", image_body("bad-2", "root", disk_gb=9), 400,
+             "disk_gb must be 1..%d" % MAX_DISK_GB)):
+        st, e = request(c, "POST", "/instances", body)
+        ok(st == code and text in e.get("message", ""), "DISK-5: %s is %d" % (label, code),
+           (st, e))
+
+    # DISK-5: the overlay goes with the instance; then the image may go.
+    for i in (a, b):
+        eq(delete(c, i["id"])[0], 204, "INST-20: the instance is deleted")
+        ok(not os.path.exists(os.path.join(INSTANCES, i["id"])),
+           "DISK-5: its overlay is deleted with it")
+    eq(sha256_of(disk), before, "DISK-5: the image's digest is unchanged after both ran")
+    eq(c.get("/images/root").json().get("instances"), 0, "DISK-2: no users left")
+
+    # DISK-5, INST-12, DISK-10: ENOSPC or EIO making the overlay fails the create before the
+    # claim, and the record and every file go.
+    for fault, what in (("write data/instances/*/root.qcow2 ENOSPC", "ENOSPC"),
+                        ("fsync data/instances/*/root.qcow2 EIO", "EIO on its fsync")):
+        sim_ctl("fault " + fault)
+        try:
+            st, e = request(c, "POST", "/instances", image_body("faulty", "root"))
+        finally:
+            sim_ctl("clear-faults")
+        ok(st == 500 and "create root disk" in e.get("message", ""),
+           "DISK-5: %s on the overlay fails the create with 500" % what, (st, e))
+        ok(not any(x["name"] == "faulty" for x in c.get("/instances").json()) and
+           not [d for d in os.listdir(INSTANCES) if not d.startswith(".")],
+           "INST-12: and leaves no record and no overlay", os.listdir(INSTANCES))
+    eq(delete_image(c, "root").status, 204, "DISK-4: an image no record uses is deleted")
+
+
 def check_crashing_qemu_img(work, secret, sock, daemons):
     # DISK-3: a qemu-img that crashes fails the import and names the signal
     # (storage.qemu_img_binary points at it).
@@ -397,7 +502,8 @@ def main():
         os.makedirs(local_images(work), exist_ok=True)
         secret = write_secret(work)
         config = vmm_config(os.path.join(work, "vgpud.yaml"), work,
-                            extra_vmm="storage:\n  max_image_size: %d\n" % MAX_IMAGE_SIZE)
+                            extra_vmm="storage:\n  max_image_size: %d\n  max_disk_gb: %d\n" %
+                            (MAX_IMAGE_SIZE, MAX_DISK_GB))
         sock = os.path.join(work, "api.sock")
         d, c = start(work, "main", config, secret, sock)
         daemons.append(d)
@@ -406,6 +512,7 @@ def main():
             run_group("refusals", lambda: check_refusals(c))
             run_group("hostile", lambda: check_hostile(c, work))
             run_group("faults", lambda: check_faults(c))
+            run_group("root disks", lambda: check_root_disks(c))
             for name in [x["name"] for x in c.get("/images").json()]:
                 delete_image(c, name)
             stop(d)
