@@ -46,9 +46,9 @@ int api_instance_json(const InstanceRecord *r, json_t **ret)
         if (!o)
                 return -ENOMEM;
         /* DISK-5: the root disk as the record holds it. */
-        if (r->disk.image && json_set(o, "disk", json_pack("{s:s, s:I}", "image", r->disk.image,
-                                                           "size_gb",
-                                                           (json_int_t)r->disk.size_gb)) < 0)
+        if (r->disk.image && json_set(o, "disk",
+                                      json_pack("{s:s, s:I}", "image", r->disk.image, "size_gb",
+                                                (json_int_t)r->disk.size_gb)) < 0)
                 return -ENOMEM;
         *ret = TAKE_PTR(o);
         return 0;

@@ -291,12 +291,11 @@ static int unlink_overlay(int instances_dirfd, const char *id)
 static int overlay_run(void *data, char **error)
 {
         Overlay *o = data;
-        int r = qemu_img_create(o->qemu_img, o->target, o->backing, o->size,
-                                mono_clock_now(&mono_clock_system) + QEMU_IMG_CREATE_TIMEOUT,
-                                error);
+        int r =
+            qemu_img_create(o->qemu_img, o->target, o->backing, o->size,
+                            mono_clock_now(&mono_clock_system) + QEMU_IMG_CREATE_TIMEOUT, error);
         _cleanup_close_ int dfd =
-            r < 0 ? -1
-                  : openat(o->instances_dirfd, o->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            r < 0 ? -1 : openat(o->instances_dirfd, o->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (r >= 0 && dfd < 0)
                 r = error_set(error, -errno, "open instance directory %s: %m", o->id);
         if (r >= 0) {
@@ -334,9 +333,9 @@ static void overlay_step_run(Op *op)
         o->instances_dirfd = op->m->cfg.instances_dirfd;
         snprintf(o->id, sizeof o->id, "%s", rec->id);
         o->size = rec->disk.size_gb << 30;
-        int r = op->m->cfg.images ? image_store_disk_path(op->m->cfg.images, rec->disk.image,
-                                                          &o->backing)
-                                  : -ENOENT;
+        int r = op->m->cfg.images
+                    ? image_store_disk_path(op->m->cfg.images, rec->disk.image, &o->backing)
+                    : -ENOENT;
         if (r == -ENOENT) {
                 overlay_free(o);
                 step_done(op, r, INSTANCE_FAILURE_INVALID_REQUEST,
@@ -364,8 +363,7 @@ static int overlay_remove_run(void *data, char **error)
         OverlayRemoval *o = data;
         int r = unlink_overlay(o->instances_dirfd, o->id);
         if (r < 0)
-                return error_set(error, r, "remove %s/" ROOT_OVERLAY ": %s", o->id,
-                                 strerror(-r));
+                return error_set(error, r, "remove %s/" ROOT_OVERLAY ": %s", o->id, strerror(-r));
         return 0;
 }
 
@@ -395,10 +393,8 @@ static void overlay_undo(Op *op)
 }
 
 /* INST-12: after the record, before the claim; a start keeps the overlay and skips this. */
-static const Step step_root_overlay = {.name = "root_overlay",
-                                       .run = overlay_step_run,
-                                       .undo = overlay_undo,
-                                       .undo_failed = true};
+static const Step step_root_overlay = {
+    .name = "root_overlay", .run = overlay_step_run, .undo = overlay_undo, .undo_failed = true};
 
 /* ---- the claim (INST-12) ------------------------------------------------------------------- */
 
@@ -510,6 +506,25 @@ static int spawn_vmm(SpawnData *d, int instance_dirfd, char **error)
         return 0;
 }
 
+/*
+ * DISK-9: cache.direct only where the file system takes O_DIRECT. Some accept the flag at open
+ * and fail the reads (FUSE without direct I/O), so the probe reads the first block as QEMU
+ * will, aligned.
+ */
+static bool takes_direct_io(int dirfd, const char *name)
+{
+        _cleanup_close_ int fd =
+            openat(dirfd, name, O_RDONLY | O_DIRECT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        void *buf = NULL;
+        if (posix_memalign(&buf, 4096, 4096) != 0)
+                return false;
+        bool ok = pread(fd, buf, 4096, 0) > 0;
+        free(buf);
+        return ok;
+}
+
 static int spawn_run(void *data, char **error)
 {
         SpawnData *d = data;
@@ -536,13 +551,10 @@ static int spawn_run(void *data, char **error)
                 closep(&d->files.root);
                 d->files.root = open_own_file_at(dfd, ROOT_OVERLAY, O_RDWR, 0);
                 if (d->files.root < 0)
-                        return error_set(error, d->files.root, "open root disk %s/" ROOT_OVERLAY
-                                         ": %s", id, file_strerror(d->files.root));
-                /* DISK-9: cache.direct only where the file system takes O_DIRECT. */
-                int probe = openat(dfd, ROOT_OVERLAY,
-                                   O_RDONLY | O_DIRECT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-                d->files.root_direct = probe >= 0;
-                closep(&probe);
+                        return error_set(error, d->files.root,
+                                         "open root disk %s/" ROOT_OVERLAY ": %s", id,
+                                         file_strerror(d->files.root));
+                d->files.root_direct = takes_direct_io(dfd, ROOT_OVERLAY);
         }
         return spawn_vmm(d, dfd, error);
 }
@@ -742,9 +754,8 @@ static const Step step_wait_ready = {.name = "wait_ready", .run = wait_ready_run
 /* ---- the lists ----------------------------------------------------------------------------- */
 
 static const Step *const create_steps[] = {
-    &step_insert,      &step_check_paths, &step_admit,      &step_write_creating,
-    &step_root_overlay, &step_claim,      &step_spawn,      &step_wait_ready,
-    &step_write_running, NULL,
+    &step_insert, &step_check_paths, &step_admit,      &step_write_creating, &step_root_overlay,
+    &step_claim,  &step_spawn,       &step_wait_ready, &step_write_running,  NULL,
 };
 
 static const Step *const start_steps[] = {
@@ -837,7 +848,8 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
                 return -EEXIST;
         }
         uint64_t disk_gb = 0;
-        if (spec->disk.image && root_disk_size(m, &spec->disk, &disk_gb, ret_failure, ret_error) < 0)
+        if (spec->disk.image &&
+            root_disk_size(m, &spec->disk, &disk_gb, ret_failure, ret_error) < 0)
                 return -EINVAL;
         /* Admission answers at once when it refuses (INST-10, 11); it runs again after INST-6. */
         if (spec->profile && admit(m, ret_failure, ret_error) < 0)

@@ -771,7 +771,7 @@ static const JsonField spec_fields[] = {
     {"name", JSON_FIELD_STRING, true, JSON_AT(SpecKeys, name)},
     {"vcpus", JSON_FIELD_INTEGER, true, JSON_AT(SpecKeys, vcpus)},
     {"memory_mb", JSON_FIELD_INTEGER, true, JSON_AT(SpecKeys, memory_mb)},
-    {"image", JSON_FIELD_STRING, false, JSON_AT(SpecKeys, image)},     /* DISK-5 */
+    {"image", JSON_FIELD_STRING, false, JSON_AT(SpecKeys, image)},      /* DISK-5 */
     {"disk_gb", JSON_FIELD_INTEGER, false, JSON_AT(SpecKeys, disk_gb)}, /* DISK-5 */
     {"boot", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, boot)}, /* API-9: without image only */
     {"gpu", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, gpu)},

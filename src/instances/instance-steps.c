@@ -399,8 +399,8 @@ void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpS
         job_then(op, op->m->cfg.disk_pool, 0, run, data, free_data, next);
 }
 
-void op_helper_job_then(Op *op, nsec_t timeout, JobFunc run, void *data,
-                        void (*free_data)(void *), OpStep next)
+void op_helper_job_then(Op *op, nsec_t timeout, JobFunc run, void *data, void (*free_data)(void *),
+                        OpStep next)
 {
         job_then(op, op->m->cfg.helper_pool, timeout, run, data, free_data, next);
 }

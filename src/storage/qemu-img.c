@@ -443,19 +443,18 @@ int qemu_img_create(const char *binary, const char *target, const char *backing,
         char size_text[32];
         snprintf(size_text, sizeof size_text, "%" PRIu64, size);
         /* The backing file by absolute path and with its format named, never probed. */
-        char *argv[] = {(char *)binary,     (char *)"create", (char *)"-q",
-                        (char *)"-f",       (char *)"qcow2",  (char *)"-F",
-                        (char *)"qcow2",    (char *)"-b",     (char *)backing,
-                        (char *)target,     size_text,        NULL};
-        char *plain[] = {(char *)binary, (char *)"create", (char *)"-q",   (char *)"-f",
-                         (char *)"qcow2", (char *)target,  size_text,      NULL};
+        char *argv[] = {(char *)binary,  (char *)"create", (char *)"-q",    (char *)"-f",
+                        (char *)"qcow2", (char *)"-F",     (char *)"qcow2", (char *)"-b",
+                        (char *)backing, (char *)target,   size_text,       NULL};
+        char *plain[] = {(char *)binary,  (char *)"create", (char *)"-q", (char *)"-f",
+                         (char *)"qcow2", (char *)target,   size_text,    NULL};
         if (backing && backing[0] != '/')
                 return error_set(error, -EINVAL, "qemu-img create: backing file %s is not absolute",
                                  backing);
         SpawnRequest req = SPAWN_REQUEST_INIT;
         req.argv = backing ? argv : plain;
-        req.limits = (SpawnLimits){.as_bytes = QEMU_IMG_AS_BYTES,
-                                   .cpu_seconds = QEMU_IMG_INFO_CPU_SECONDS};
+        req.limits =
+            (SpawnLimits){.as_bytes = QEMU_IMG_AS_BYTES, .cpu_seconds = QEMU_IMG_INFO_CPU_SECONDS};
         _cleanup_free_ char *output = NULL;
         int status = 0;
         int r = spawn_run_helper(&req, deadline, QEMU_IMG_OUTPUT_MAX, &output, &status, error);
