@@ -43,20 +43,20 @@ static int reply_image(ApiContext *ctx, HttpRequest *req, unsigned status, const
 static const struct {
         unsigned status;
         const char *code;
-} failure_map[_IMAGE_FAILURE_MAX] = {
-    [IMAGE_FAILURE_NONE] = {MHD_HTTP_INTERNAL_SERVER_ERROR, "internal"},
-    [IMAGE_FAILURE_INVALID_REQUEST] = {MHD_HTTP_BAD_REQUEST, "invalid_request"},
-    [IMAGE_FAILURE_NOT_FOUND] = {MHD_HTTP_NOT_FOUND, "not_found"},
-    [IMAGE_FAILURE_ALREADY_EXISTS] = {MHD_HTTP_CONFLICT, "already_exists"},
-    [IMAGE_FAILURE_BUSY] = {MHD_HTTP_CONFLICT, "busy"},
-    [IMAGE_FAILURE_INVALID_STATE] = {MHD_HTTP_CONFLICT, "invalid_state"},
-    [IMAGE_FAILURE_INTERNAL] = {MHD_HTTP_INTERNAL_SERVER_ERROR, "internal"},
+} failure_map[_STORAGE_FAILURE_MAX] = {
+    [STORAGE_FAILURE_NONE] = {MHD_HTTP_INTERNAL_SERVER_ERROR, "internal"},
+    [STORAGE_FAILURE_INVALID_REQUEST] = {MHD_HTTP_BAD_REQUEST, "invalid_request"},
+    [STORAGE_FAILURE_NOT_FOUND] = {MHD_HTTP_NOT_FOUND, "not_found"},
+    [STORAGE_FAILURE_ALREADY_EXISTS] = {MHD_HTTP_CONFLICT, "already_exists"},
+    [STORAGE_FAILURE_BUSY] = {MHD_HTTP_CONFLICT, "busy"},
+    [STORAGE_FAILURE_INVALID_STATE] = {MHD_HTTP_CONFLICT, "invalid_state"},
+    [STORAGE_FAILURE_INTERNAL] = {MHD_HTTP_INTERNAL_SERVER_ERROR, "internal"},
 };
 
-static int reply_failure(HttpRequest *req, ImageFailure f, const char *error)
+int api_reply_storage_failure(HttpRequest *req, StorageFailure f, const char *error)
 {
-        if (f >= _IMAGE_FAILURE_MAX)
-                f = IMAGE_FAILURE_INTERNAL;
+        if (f >= _STORAGE_FAILURE_MAX)
+                f = STORAGE_FAILURE_INTERNAL;
         return http_reply_error(req, failure_map[f].status, failure_map[f].code, "%s",
                                 error ? error : "unknown error");
 }
@@ -106,13 +106,13 @@ void api_images_done(ApiContext *ctx)
         }
 }
 
-static void on_done(int r, ImageFailure failure, const char *error, const Image *image,
+static void on_done(int r, StorageFailure failure, const char *error, const Image *image,
                     void *userdata)
 {
         ImageWaiter *w = userdata;
         int k;
         if (r < 0)
-                k = reply_failure(w->req, failure, error);
+                k = api_reply_storage_failure(w->req, failure, error);
         else if (!image)
                 k = http_reply(w->req, MHD_HTTP_NO_CONTENT, NULL, NULL, 0);
         else
@@ -203,11 +203,11 @@ int api_handle_image_import(HttpRequest *req, void *userdata)
         ImageWaiter *w = waiter_new(ctx, req, MHD_HTTP_ACCEPTED);
         if (!w)
                 return -ENOMEM;
-        ImageFailure f = IMAGE_FAILURE_NONE;
+        StorageFailure f = STORAGE_FAILURE_NONE;
         int r = image_store_import(ctx->images, b.name, b.source, b.sha256, on_done, w, &f, &error);
         if (r < 0) {
                 waiter_free(w);
-                return reply_failure(req, f, error);
+                return api_reply_storage_failure(req, f, error);
         }
         return http_request_suspend(req);
 }
@@ -221,12 +221,12 @@ int api_handle_image_delete(HttpRequest *req, void *userdata)
         ImageWaiter *w = waiter_new(ctx, req, MHD_HTTP_NO_CONTENT);
         if (!w)
                 return -ENOMEM;
-        ImageFailure f = IMAGE_FAILURE_NONE;
+        StorageFailure f = STORAGE_FAILURE_NONE;
         _cleanup_free_ char *error = NULL;
         int r = image_store_delete(ctx->images, name, on_done, w, &f, &error);
         if (r < 0) {
                 waiter_free(w);
-                return reply_failure(req, f, error);
+                return api_reply_storage_failure(req, f, error);
         }
         return http_request_suspend(req);
 }

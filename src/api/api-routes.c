@@ -572,6 +572,10 @@ static const HttpRoute routes[] = {
     {"POST", "/images", api_handle_image_import, NULL, false},
     {"GET", "/images/{name}", api_handle_image_get, NULL, false},
     {"DELETE", "/images/{name}", api_handle_image_delete, NULL, false},
+    {"GET", "/volumes", api_handle_volumes_list, NULL, false},
+    {"POST", "/volumes", api_handle_volume_create, NULL, false},
+    {"GET", "/volumes/{id}", api_handle_volume_get, NULL, false},
+    {"DELETE", "/volumes/{id}", api_handle_volume_delete, NULL, false},
 };
 
 const HttpRoute *api_routes(size_t *ret_n)

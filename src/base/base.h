@@ -353,6 +353,10 @@ bool mac_address_is_valid(const char *s);
  * keyval option (VMM-2).
  */
 bool qemu_id_is_valid(const char *s);
+/* INST-3's ids, for instances and volumes: 20 characters of [a-z0-9] from getrandom(). */
+#define RANDOM_ID_LEN 20
+int random_id_generate(char ret[static RANDOM_ID_LEN + 1]);
+bool random_id_is_valid(const char *id);
 /* INST-4's pattern, for the names of instances, images and volumes:
  * ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ */
 #define RESOURCE_NAME_MAX 63

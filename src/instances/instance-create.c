@@ -556,6 +556,23 @@ static int spawn_run(void *data, char **error)
                                          file_strerror(d->files.root));
                 d->files.root_direct = takes_direct_io(dfd, ROOT_OVERLAY);
         }
+        /* DISK-8: each attached volume by descriptor, read-only where the record says so. */
+        for (size_t k = 0; k < d->rec.n_volumes; k++) {
+                const InstanceVolume *v = &d->rec.volumes[k];
+                _cleanup_free_ char *path = NULL;
+                if (strprintf(&path, "%s/" VOLUME_DIR_NAME "/%s/" VOLUME_FILE_NAME,
+                              d->config->data_dir, v->id) < 0)
+                        return error_set_oom(error);
+                int fd = open_own_file_at(AT_FDCWD, path, v->readonly ? O_RDONLY : O_RDWR, 0);
+                if (fd < 0)
+                        return error_set(error, fd, "open volume %s: %s", v->id,
+                                         file_strerror(fd));
+                int r = instance_boot_files_add_volume(&d->files, v->id, fd);
+                if (r < 0)
+                        return error_set(error, r, "open volume %s: %s", v->id, strerror(-r));
+                if (k == 0)
+                        d->files.volumes_direct = takes_direct_io(AT_FDCWD, path);
+        }
         return spawn_vmm(d, dfd, error);
 }
 
@@ -819,6 +836,64 @@ static int root_disk_size(InstanceManager *m, const InstanceDisk *disk, uint64_t
         return 0;
 }
 
+/* DISK-8: who holds a volume, other than `self`: its read-write holder, else a read-only one. */
+static const Instance *volume_holder(const InstanceManager *m, const char *id, const Instance *self,
+                                     bool *ret_readonly)
+{
+        const Instance *ro = NULL;
+        for (size_t k = 0; k < m->n_instances; k++) {
+                const Instance *i = m->instances[k];
+                for (size_t v = 0; i != self && v < i->rec.n_volumes; v++) {
+                        if (!streq(i->rec.volumes[v].id, id))
+                                continue;
+                        if (!i->rec.volumes[v].readonly) {
+                                *ret_readonly = false;
+                                return i;
+                        }
+                        ro = i;
+                }
+        }
+        *ret_readonly = true;
+        return ro;
+}
+
+/*
+ * DISK-8: each volume by id or name, at most one read-write holder or any number of read-only
+ * ones, never both (409 invalid_state naming the holder).
+ */
+static int resolve_volumes(InstanceManager *m, const InstanceSpec *spec, InstanceVolume *ret,
+                           InstanceFailure *ret_failure, char **ret_error)
+{
+        for (size_t k = 0; k < spec->n_volumes; k++) {
+                const char *ref = spec->volumes[k].volume;
+                const Volume *v = m->cfg.volumes ? volume_store_get(m->cfg.volumes, ref) : NULL;
+                if (!v) {
+                        instance_refuse(INSTANCE_FAILURE_INVALID_REQUEST, ret_failure, ret_error,
+                                        "volumes[%zu]: volume %s not found", k, ref);
+                        return -EINVAL;
+                }
+                for (size_t j = 0; j < k; j++)
+                        if (streq(ret[j].id, v->id)) {
+                                instance_refuse(INSTANCE_FAILURE_INVALID_REQUEST, ret_failure,
+                                                ret_error, "volumes[%zu]: volume %s is given twice",
+                                                k, v->id);
+                                return -EINVAL;
+                        }
+                bool held_ro = false;
+                const Instance *h = volume_holder(m, v->id, NULL, &held_ro);
+                if (h && (!held_ro || !spec->volumes[k].readonly)) {
+                        instance_refuse(INSTANCE_FAILURE_INVALID_STATE, ret_failure, ret_error,
+                                        "volume %s is attached %s to instance %s", v->id,
+                                        held_ro ? "read-only" : "read-write", h->rec.id);
+                        return -EBUSY;
+                }
+                memcpy(ret[k].id, v->id, sizeof ret[k].id);
+                ret[k].readonly = spec->volumes[k].readonly;
+                ret[k].state = INSTANCE_VOLUME_ATTACHED;
+        }
+        return 0;
+}
+
 int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, InstanceDoneFunc done,
                             void *userdata, InstanceFailure *ret_failure, char **ret_error)
 {
@@ -851,6 +926,10 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
         if (spec->disk.image &&
             root_disk_size(m, &spec->disk, &disk_gb, ret_failure, ret_error) < 0)
                 return -EINVAL;
+        InstanceVolume volumes[INSTANCE_VOLUMES_MAX];
+        int k = resolve_volumes(m, spec, volumes, ret_failure, ret_error);
+        if (k < 0)
+                return k;
         /* Admission answers at once when it refuses (INST-10, 11); it runs again after INST-6. */
         if (spec->profile && admit(m, ret_failure, ret_error) < 0)
                 return -ENOSPC;
@@ -876,6 +955,14 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
                        strdup_nullable(spec->disk.image, &rec->disk.image) < 0))
                 r = -ENOMEM;
         rec->disk.size_gb = disk_gb;
+        if (r >= 0 && spec->n_volumes > 0) {
+                rec->volumes = calloc(spec->n_volumes, sizeof *rec->volumes);
+                if (rec->volumes) {
+                        memcpy(rec->volumes, volumes, spec->n_volumes * sizeof *volumes);
+                        rec->n_volumes = spec->n_volumes;
+                } else
+                        r = -ENOMEM;
+        }
         if (r >= 0)
                 r = instance_insert(m, i);
         if (r < 0) {

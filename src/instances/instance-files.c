@@ -32,7 +32,20 @@ void instance_boot_files_close(InstanceBootFiles *f)
         closep(&f->initrd);
         closep(&f->disk);
         closep(&f->root);
+        for (size_t i = 0; i < f->n_volumes; i++)
+                closep(&f->volumes[i]);
         *f = INSTANCE_BOOT_FILES_NONE;
+}
+
+int instance_boot_files_add_volume(InstanceBootFiles *f, const char *id, int fd)
+{
+        if (f->n_volumes == INSTANCE_VOLUMES_MAX) {
+                closep(&fd);
+                return -E2BIG;
+        }
+        snprintf(f->volume_nodes[f->n_volumes], sizeof f->volume_nodes[0], "vol-%s", id);
+        f->volumes[f->n_volumes++] = fd;
+        return 0;
 }
 
 int instance_boot_files_open(const InstanceBoot *boot, char *const *image_dirs,

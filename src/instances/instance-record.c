@@ -154,6 +154,8 @@ void instance_spec_done(InstanceSpec *s)
         free(s->profile);
         placement_done(&s->placement);
         free(s->disk.image);
+        for (size_t i = 0; i < s->n_volumes; i++)
+                free(s->volumes[i].volume);
         *s = (InstanceSpec){0};
 }
 
@@ -764,8 +766,19 @@ int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_siz
 typedef struct SpecKeys {
         const char *name, *image;
         json_int_t vcpus, memory_mb, disk_gb;
-        json_t *boot, *gpu, *placement;
+        json_t *boot, *gpu, *placement, *volumes;
 } SpecKeys;
+
+typedef struct SpecVolumeKeys {
+        const char *volume;
+        bool readonly;
+} SpecVolumeKeys;
+
+static const JsonField spec_volume_fields[] = {
+    {"volume", JSON_FIELD_STRING, true, JSON_AT(SpecVolumeKeys, volume), 64},
+    {"readonly", JSON_FIELD_BOOLEAN, false, JSON_AT(SpecVolumeKeys, readonly)},
+    {NULL},
+};
 
 static const JsonField spec_fields[] = {
     {"name", JSON_FIELD_STRING, true, JSON_AT(SpecKeys, name)},
@@ -774,6 +787,13 @@ static const JsonField spec_fields[] = {
     {"image", JSON_FIELD_STRING, false, JSON_AT(SpecKeys, image)},      /* DISK-5 */
     {"disk_gb", JSON_FIELD_INTEGER, false, JSON_AT(SpecKeys, disk_gb)}, /* DISK-5 */
     {"boot", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, boot)}, /* API-9: without image only */
+    {.key = "volumes", /* DISK-8 */
+     .type = JSON_FIELD_ARRAY,
+     .offset = JSON_AT(SpecKeys, volumes),
+     .max = INSTANCE_VOLUMES_MAX,
+     .element_type = JSON_FIELD_OBJECT,
+     .element_fields = spec_volume_fields,
+     .element_size = sizeof(SpecVolumeKeys)},
     {"gpu", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, gpu)},
     {"placement", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, placement)},
     {NULL},
@@ -822,6 +842,18 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
         s.disk.size_gb = (uint64_t)v.disk_gb;
         if (strdup_nullable(v.image, &s.disk.image) < 0)
                 return error_set_oom(error);
+        for (size_t i = 0; v.volumes && i < json_array_size(v.volumes); i++) {
+                json_t *e = json_array_get(v.volumes, i);
+                const char *ref = json_string_value(json_object_get(e, "volume"));
+                for (size_t j = 0; j < i; j++)
+                        if (streq(s.volumes[j].volume, ref))
+                                return error_set(error, SPEC_BAD,
+                                                 "volumes[%zu].volume repeats volumes[%zu]", i, j);
+                if (!(s.volumes[i].volume = strdup(ref)))
+                        return error_set_oom(error);
+                s.volumes[i].readonly = json_is_true(json_object_get(e, "readonly"));
+                s.n_volumes = i + 1;
+        }
         r = boot_from_json(boot, v.image != NULL, SPEC_BAD, &s.boot, error);
         if (r < 0)
                 return r;

@@ -783,12 +783,12 @@ static void first_record_written(int r, void *data, const char *error, void *use
         ImageEntry *e = st->entry;
         ImageStore *s = e->store;
         if (r < 0) {
-                st->done(r, IMAGE_FAILURE_INTERNAL, error, NULL, st->userdata);
+                st->done(r, STORAGE_FAILURE_INTERNAL, error, NULL, st->userdata);
                 entry_remove(s, e);
         } else {
                 _cleanup_free_ char *e2 = NULL;
                 int k = submit_import(e, st->expected_sha256, &e2);
-                st->done(0, IMAGE_FAILURE_NONE, NULL, &e->image, st->userdata);
+                st->done(0, STORAGE_FAILURE_NONE, NULL, &e->image, st->userdata);
                 /* The 202 went out with `importing`: a failure to queue is the import's. */
                 if (k < 0)
                         import_ended(k, NULL, e2, e);
@@ -797,9 +797,9 @@ static void first_record_written(int r, void *data, const char *error, void *use
         free(st);
 }
 
-static int refuse(ImageFailure f, ImageFailure *ret_failure, char **ret_error, int r,
+static int refuse(StorageFailure f, StorageFailure *ret_failure, char **ret_error, int r,
                   const char *fmt, ...) _printf_(5, 6);
-static int refuse(ImageFailure f, ImageFailure *ret_failure, char **ret_error, int r,
+static int refuse(StorageFailure f, StorageFailure *ret_failure, char **ret_error, int r,
                   const char *fmt, ...)
 {
         va_list ap;
@@ -811,27 +811,27 @@ static int refuse(ImageFailure f, ImageFailure *ret_failure, char **ret_error, i
 }
 
 int image_store_import(ImageStore *s, const char *name, const char *source, const char *sha256,
-                       ImageDoneFunc done, void *userdata, ImageFailure *ret_failure,
+                       ImageDoneFunc done, void *userdata, StorageFailure *ret_failure,
                        char **ret_error)
 {
         if (!resource_name_is_valid(name))
-                return refuse(IMAGE_FAILURE_INVALID_REQUEST, ret_failure, ret_error, -EINVAL,
+                return refuse(STORAGE_FAILURE_INVALID_REQUEST, ret_failure, ret_error, -EINVAL,
                               "name must match ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$");
         if (!host_path_form_is_valid(source))
-                return refuse(IMAGE_FAILURE_INVALID_REQUEST, ret_failure, ret_error, -EINVAL,
+                return refuse(STORAGE_FAILURE_INVALID_REQUEST, ret_failure, ret_error, -EINVAL,
                               "source must be an absolute path without . or .. components");
         if (sha256 && !sha256_text_is_valid(sha256))
-                return refuse(IMAGE_FAILURE_INVALID_REQUEST, ret_failure, ret_error, -EINVAL,
+                return refuse(STORAGE_FAILURE_INVALID_REQUEST, ret_failure, ret_error, -EINVAL,
                               "sha256 must be 64 lowercase hex digits");
         ImageEntry *old = entry_find(s, name, NULL);
         if (old && old->image.state == IMAGE_STATE_IMPORTING)
-                return refuse(IMAGE_FAILURE_BUSY, ret_failure, ret_error, -EBUSY,
+                return refuse(STORAGE_FAILURE_BUSY, ret_failure, ret_error, -EBUSY,
                               "image %s is being imported", name);
         if (old && old->busy)
-                return refuse(IMAGE_FAILURE_BUSY, ret_failure, ret_error, -EBUSY,
+                return refuse(STORAGE_FAILURE_BUSY, ret_failure, ret_error, -EBUSY,
                               "image %s is being deleted", name);
         if (old)
-                return refuse(IMAGE_FAILURE_ALREADY_EXISTS, ret_failure, ret_error, -EEXIST,
+                return refuse(STORAGE_FAILURE_ALREADY_EXISTS, ret_failure, ret_error, -EEXIST,
                               "image %s exists already (%s); delete it first", name,
                               image_state_to_string(old->image.state));
 
@@ -846,7 +846,7 @@ int image_store_import(ImageStore *s, const char *name, const char *source, cons
                         free(st->expected_sha256);
                 free(st);
                 entry_free(e);
-                return refuse(IMAGE_FAILURE_INTERNAL, ret_failure, ret_error, -ENOMEM,
+                return refuse(STORAGE_FAILURE_INTERNAL, ret_failure, ret_error, -ENOMEM,
                               ERROR_OUT_OF_MEMORY);
         }
         atomic_init(&p->refs, 1);
@@ -863,7 +863,7 @@ int image_store_import(ImageStore *s, const char *name, const char *source, cons
                 free(st->expected_sha256);
                 free(st);
                 entry_remove(s, e);
-                return refuse(IMAGE_FAILURE_INTERNAL, ret_failure, ret_error, r, "image %s: %s",
+                return refuse(STORAGE_FAILURE_INTERNAL, ret_failure, ret_error, r, "image %s: %s",
                               name, error);
         }
         return 0;
@@ -922,39 +922,39 @@ static void delete_ended(int r, void *data, const char *error, void *userdata)
         }
         /* The disk pool gives this job no deadline, so it is never abandoned (j is set). */
         if (done)
-                done(r, r < 0 ? IMAGE_FAILURE_INTERNAL : IMAGE_FAILURE_NONE, error, NULL,
+                done(r, r < 0 ? STORAGE_FAILURE_INTERNAL : STORAGE_FAILURE_NONE, error, NULL,
                      done_userdata);
 }
 
 int image_store_delete(ImageStore *s, const char *name, ImageDoneFunc done, void *userdata,
-                       ImageFailure *ret_failure, char **ret_error)
+                       StorageFailure *ret_failure, char **ret_error)
 {
         ImageEntry *e = resource_name_is_valid(name) ? entry_find(s, name, NULL) : NULL;
         if (!e)
-                return refuse(IMAGE_FAILURE_NOT_FOUND, ret_failure, ret_error, -ENOENT,
+                return refuse(STORAGE_FAILURE_NOT_FOUND, ret_failure, ret_error, -ENOENT,
                               "image %s not found", name);
         if (e->image.state == IMAGE_STATE_IMPORTING)
-                return refuse(IMAGE_FAILURE_INVALID_STATE, ret_failure, ret_error, -EBUSY,
+                return refuse(STORAGE_FAILURE_INVALID_STATE, ret_failure, ret_error, -EBUSY,
                               "image %s is being imported", name);
         if (e->busy)
-                return refuse(IMAGE_FAILURE_BUSY, ret_failure, ret_error, -EBUSY,
+                return refuse(STORAGE_FAILURE_BUSY, ret_failure, ret_error, -EBUSY,
                               "image %s is being deleted", name);
         unsigned users = image_store_count_users(s, name);
         if (users > 0)
-                return refuse(IMAGE_FAILURE_INVALID_STATE, ret_failure, ret_error, -EBUSY,
+                return refuse(STORAGE_FAILURE_INVALID_STATE, ret_failure, ret_error, -EBUSY,
                               "image %s is the root disk of %u instance%s", name, users,
                               users == 1 ? "" : "s");
 
         DeleteJob *j = calloc(1, sizeof *j);
         if (!j)
-                return refuse(IMAGE_FAILURE_INTERNAL, ret_failure, ret_error, -ENOMEM,
+                return refuse(STORAGE_FAILURE_INTERNAL, ret_failure, ret_error, -ENOMEM,
                               ERROR_OUT_OF_MEMORY);
         j->images_fd = fcntl(s->images_fd, F_DUPFD_CLOEXEC, 3);
         j->done = done;
         j->userdata = userdata;
         if (j->images_fd < 0 || strdup_nullable(name, &j->name) < 0) {
                 delete_job_free(j);
-                return refuse(IMAGE_FAILURE_INTERNAL, ret_failure, ret_error, -ENOMEM,
+                return refuse(STORAGE_FAILURE_INTERNAL, ret_failure, ret_error, -ENOMEM,
                               ERROR_OUT_OF_MEMORY);
         }
         _cleanup_free_ char *error = NULL;
@@ -967,7 +967,7 @@ int image_store_delete(ImageStore *s, const char *name, ImageDoneFunc done, void
         int r = worker_pool_submit(s->cfg.disk_pool, &job, &error);
         if (r < 0) {
                 delete_job_free(j);
-                return refuse(IMAGE_FAILURE_INTERNAL, ret_failure, ret_error, r, "image %s: %s",
+                return refuse(STORAGE_FAILURE_INTERNAL, ret_failure, ret_error, r, "image %s: %s",
                               name, error);
         }
         e->busy = true;

@@ -157,17 +157,17 @@ void image_done(Image *i);
  */
 int image_record_parse(const char *text, size_t size, const char *dir, Image *ret, char **error);
 
-/* Why the store refused a request (API-21's codes). */
-typedef enum ImageFailure {
-        IMAGE_FAILURE_NONE,
-        IMAGE_FAILURE_INVALID_REQUEST, /* 400 */
-        IMAGE_FAILURE_NOT_FOUND,       /* 404 */
-        IMAGE_FAILURE_ALREADY_EXISTS,  /* 409 */
-        IMAGE_FAILURE_BUSY,            /* 409: an import of that name runs */
-        IMAGE_FAILURE_INVALID_STATE,   /* 409: in use, or importing */
-        IMAGE_FAILURE_INTERNAL,        /* 500 */
-        _IMAGE_FAILURE_MAX,
-} ImageFailure;
+/* Why a store refused a request (API-21's codes), images and volumes alike. */
+typedef enum StorageFailure {
+        STORAGE_FAILURE_NONE,
+        STORAGE_FAILURE_INVALID_REQUEST, /* 400 */
+        STORAGE_FAILURE_NOT_FOUND,       /* 404 */
+        STORAGE_FAILURE_ALREADY_EXISTS,  /* 409 */
+        STORAGE_FAILURE_BUSY,            /* 409: an import of that name runs */
+        STORAGE_FAILURE_INVALID_STATE,   /* 409: in use, or importing */
+        STORAGE_FAILURE_INTERNAL,        /* 500 */
+        _STORAGE_FAILURE_MAX,
+} StorageFailure;
 
 typedef struct ImageStore ImageStore;
 
@@ -200,7 +200,7 @@ const Image *image_store_get(ImageStore *s, const char *name);
 unsigned image_store_count_users(ImageStore *s, const char *name);
 
 /* Called on the loop when an operation ends: r < 0 with failure and error, or the image. */
-typedef void (*ImageDoneFunc)(int r, ImageFailure failure, const char *error, const Image *image,
+typedef void (*ImageDoneFunc)(int r, StorageFailure failure, const char *error, const Image *image,
                               void *userdata);
 
 /*
@@ -210,7 +210,7 @@ typedef void (*ImageDoneFunc)(int r, ImageFailure failure, const char *error, co
  * before that returns < 0 with *ret_failure and *ret_error, and done is never called.
  */
 int image_store_import(ImageStore *s, const char *name, const char *source, const char *sha256,
-                       ImageDoneFunc done, void *userdata, ImageFailure *ret_failure,
+                       ImageDoneFunc done, void *userdata, StorageFailure *ret_failure,
                        char **ret_error);
 
 /*
@@ -219,10 +219,71 @@ int image_store_import(ImageStore *s, const char *name, const char *source, cons
  * calls done (r >= 0, image NULL).
  */
 int image_store_delete(ImageStore *s, const char *name, ImageDoneFunc done, void *userdata,
-                       ImageFailure *ret_failure, char **ret_error);
+                       StorageFailure *ret_failure, char **ret_error);
 
 /* The absolute path of a ready image's disk.qcow2 (DISK-5's backing path); -ENOENT. */
 int image_store_disk_path(ImageStore *s, const char *name, char **ret);
 
 /* A ready image by name, or NULL (DISK-5's check of a create). */
 const Image *image_store_get_ready(ImageStore *s, const char *name);
+
+/* ---- volumes (volume-store.c, DISK-7) ------------------------------------------------------ */
+
+#define VOLUME_DIR_NAME "volumes"
+#define VOLUME_FILE_NAME "volume.qcow2"
+#define VOLUME_RECORD_NAME "volume.json"
+#define VOLUME_DELETED_PREFIX ".deleted-"
+
+typedef struct Volume {
+        char id[RANDOM_ID_LEN + 1]; /* INST-3's form */
+        char *name;                 /* INST-4's pattern, unique */
+        uint64_t size_gb;
+        Timestamp created_at;
+} Volume;
+
+/* volume.json's text, strictly; dir must be its id. `volumes/<dir>/volume.json: <why>`. */
+int volume_record_parse(const char *text, size_t size, const char *dir, Volume *ret,
+                        char **error);
+
+typedef struct VolumeStore VolumeStore;
+
+typedef struct VolumeStoreConfig {
+        int data_dir_fd;
+        const char *data_dir;
+        const char *qemu_img;
+        WorkerPool *disk_pool;   /* removals */
+        WorkerPool *helper_pool; /* qemu-img create */
+        /*
+         * DISK-7: how many instance records hold the volume, with the first holder's id in
+         * *ret (malloc'd) when there is one; NULL: none.
+         */
+        unsigned (*holder)(const char *id, char **ret, void *userdata);
+        void *userdata;
+} VolumeStoreConfig;
+
+/* Opens (creating, 0700) <data_dir>/volumes and loads every volume.json; `.deleted-*` trees go. */
+int volume_store_new(const VolumeStoreConfig *config, VolumeStore **ret, char **error);
+VolumeStore *volume_store_free(VolumeStore *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(VolumeStore *, volume_store_free);
+
+/* Sorted by id; valid until the next change on the loop. */
+size_t volume_store_list(VolumeStore *s, const Volume *const **ret);
+/* By id, or else by name (DISK-8's "volume": "<id or name>"); NULL when there is none. */
+const Volume *volume_store_get(VolumeStore *s, const char *id_or_name);
+/* <data_dir>/volumes/<id>/volume.qcow2; -ENOENT. */
+int volume_store_disk_path(VolumeStore *s, const char *id, char **ret);
+
+typedef void (*VolumeDoneFunc)(int r, StorageFailure failure, const char *error,
+                               const Volume *volume, void *userdata);
+
+/*
+ * POST /volumes (DISK-7): name unique (409 already_exists), size_gb 1..max_gb; `qemu-img create
+ * -f qcow2` on the helper pool; done with the volume (201) once volume.json is on disk.
+ */
+int volume_store_create(VolumeStore *s, const char *name, uint64_t size_gb, uint64_t max_gb,
+                        VolumeDoneFunc done, void *userdata, StorageFailure *ret_failure,
+                        char **ret_error);
+
+/* DELETE /volumes/{id} (DISK-7): 409 invalid_state naming the holder while attached. */
+int volume_store_delete(VolumeStore *s, const char *id, VolumeDoneFunc done, void *userdata,
+                        StorageFailure *ret_failure, char **ret_error);

@@ -2409,6 +2409,7 @@ static void test_tree_delete(void **state)
 #define INITRD_FD 12
 #define DISK_FD 40
 #define ROOT_FD 23
+#define VOLUME_FD 50 /* and on */
 
 static void load_golden_record(const char *name, InstanceRecord *ret)
 {
@@ -2433,6 +2434,10 @@ static InstanceBootFiles golden_boot_files(const InstanceRecord *rec)
                 f.disk = DISK_FD;
         if (rec->disk.image)
                 f.root = ROOT_FD;
+        for (size_t k = 0; k < rec->n_volumes; k++)
+                assert_int_equal(instance_boot_files_add_volume(&f, rec->volumes[k].id,
+                                                                VOLUME_FD + (int)k),
+                                 0);
         return f;
 }
 
@@ -2497,6 +2502,13 @@ static void test_command_disk_only(void **state)
 static void test_command_image_root(void **state)
 {
         assert_record_golden("image-root", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* VMM-1, VMM-2, DISK-8, DISK-9: the root overlay, then each volume in the record's order,
+ * qcow2 with its id as serial, read-only as attached (the seed comes with SEED-2) */
+static void test_command_image_volumes(void **state)
+{
+        assert_record_golden("image-volumes", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
 }
 
 /* VMM-1, DISK-5, DISK-6: direct kernel boot with the image as root disk, and a read-only
@@ -2687,6 +2699,7 @@ int main(void)
             T(test_command_kernel_only),
             T(test_command_disk_only),
             T(test_command_image_root),
+            T(test_command_image_volumes),
             T(test_spec_image),
             T(test_record_image_without_boot),
             T(test_command_image_kernel_disk),

@@ -416,10 +416,10 @@ static void store_close(Store *s)
 typedef struct Answer {
         bool done;
         int r;
-        ImageFailure failure;
+        StorageFailure failure;
 } Answer;
 
-static void on_done(int r, ImageFailure failure, const char *error, const Image *image,
+static void on_done(int r, StorageFailure failure, const char *error, const Image *image,
                     void *userdata)
 {
         Answer *a = userdata;
@@ -432,7 +432,7 @@ static const Image *import_and_wait(Store *s, const char *name, const char *sour
                                     const char *sha256)
 {
         Answer a = {0};
-        ImageFailure failure = IMAGE_FAILURE_NONE;
+        StorageFailure failure = STORAGE_FAILURE_NONE;
         _cleanup_free_ char *error = NULL;
         if (image_store_import(s->store, name, source, sha256, on_done, &a, &failure, &error) < 0)
                 fail_msg("import %s: %s", name, error);
@@ -471,12 +471,12 @@ static void test_store_import(void **state)
 
         /* A name once taken answers 409 until deleted. */
         Answer a = {0};
-        ImageFailure failure = IMAGE_FAILURE_NONE;
+        StorageFailure failure = STORAGE_FAILURE_NONE;
         _cleanup_free_ char *error = NULL;
         assert_int_equal(
             image_store_import(s.store, "base", source, NULL, on_done, &a, &failure, &error),
             -EEXIST);
-        assert_int_equal(failure, IMAGE_FAILURE_ALREADY_EXISTS);
+        assert_int_equal(failure, STORAGE_FAILURE_ALREADY_EXISTS);
 
         /* DISK-4: deleted through .deleted-<name>. */
         assert_int_equal(image_store_delete(s.store, "base", on_done, &a, &failure, &error), 0);
