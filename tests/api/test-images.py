@@ -3,8 +3,9 @@
 #
 # test-images.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU
 #
-# The image store through the real vgpud on a mounted vgpu-sim, whose data/ holds data_dir
-# (SPEC §19): POST /images to `ready`, the reads, DELETE, every refusal of the routes, REL-12's
+# The image store, root disks and volumes through the real vgpud on a mounted vgpu-sim, whose
+# data/ holds data_dir, with fake-qemu as VMM (SPEC §19): POST /images to `ready`, the reads,
+# DELETE, every refusal of the routes, root overlays and volumes attached at create, REL-12's
 # hostile images (built here with the real qemu-img), faults on data_dir through the
 # simulator's fault mechanism (ENOSPC and EIO), a crashing qemu-img, and a restart during an
 # import. Output is TAP; every check names the requirements it covers.
@@ -32,7 +33,9 @@ MAX_DISK_GB = 8  # storage.max_disk_gb in this run
 
 
 def qemu_img(*args):
-    subprocess.run((QEMU_IMG,) + args, check=True, stdout=subprocess.DEVNULL)
+    p = subprocess.run((QEMU_IMG,) + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        raise RuntimeError("qemu-img %s: %s" % (" ".join(args), p.stdout.decode(errors="replace")))
 
 
 def sha256_of(path):
@@ -205,7 +208,7 @@ def hostile_sources(work):
     out.append(("data-file", qcow2("df.qcow2", "-o", "data_file=%s,data_file_raw=on" % host_file),
                 'image has an external data file "%s"' % host_file))
     out.append(("encrypted", qcow2("enc.qcow2", "--object", "secret,id=s0,data=pw", "-o",
-                                   "encrypt.format=luks,encrypt.key-secret=s0"),
+                                   "encrypt.format=luks,encrypt.key-secret=s0,encrypt.iter-time=10"),
                 "image is encrypted"))
     out.append(("oversize", qcow2("big.qcow2", size="2G"),
                 "image virtual size 2147483648 bytes exceeds storage.max_image_size"))
@@ -215,7 +218,7 @@ def hostile_sources(work):
         out.append((fmt, path, "image format %s is not accepted: only raw and qcow2" % fmt))
     luks = os.path.join(IMAGES, "a.luks")
     qemu_img("create", "-q", "-f", "luks", "--object", "secret,id=s0,data=pw", "-o",
-             "key-secret=s0", luks, "4M")
+             "key-secret=s0,iter-time=10", luks, "4M")
     out.append(("luks", luks, "image format luks is not accepted: only raw and qcow2"))
     cut = os.path.join(IMAGES, "cut.qcow2")
     with open(qcow2("whole.qcow2"), "rb") as f:
@@ -425,6 +428,118 @@ def check_root_disks(c):
     eq(delete_image(c, "root").status, 204, "DISK-4: an image no record uses is deleted")
 
 
+def create_volume(c, name, size_gb=1):
+    r = c.request("POST", "/volumes", {"name": name, "size_gb": size_gb})
+    return r.status, (r.json() if r.status == 201 else error_of(r)[1])
+
+
+def volume_file(vid):
+    return os.path.join(MNT, "data", "volumes", vid, "volume.qcow2")
+
+
+def check_volumes(c):
+    # DISK-7: create, list, get.
+    eq(c.get("/volumes").json(), [], "DISK-7: GET /volumes of none is []")
+    st, v = create_volume(c, "data-1", 2)
+    ok(st == 201 and v.get("name") == "data-1" and v.get("size_gb") == 2 and
+       v.get("attachments") == [] and len(v.get("id", "")) == 20,
+       "DISK-7: POST /volumes answers 201 with the volume", (st, v))
+    if st != 201:
+        return
+    vid = v["id"]
+    info = json.loads(subprocess.run([QEMU_IMG, "info", "--output=json", "-f", "qcow2",
+                                      volume_file(vid)], check=True,
+                                     capture_output=True).stdout)
+    eq(info.get("virtual-size"), 2 << 30, "DISK-7: volume.qcow2 is a qcow2 of size_gb GiB")
+    rec = json.load(open(os.path.join(MNT, "data", "volumes", vid, "volume.json")))
+    eq((rec.get("id"), rec.get("name"), rec.get("size_gb")), (vid, "data-1", 2),
+       "DISK-7: volume.json holds it")
+    eq(c.get("/volumes/" + vid).json().get("name"), "data-1", "DISK-7: GET /volumes/{id}")
+    eq([x["id"] for x in c.get("/volumes").json()], [vid], "DISK-7: GET /volumes lists it")
+
+    # DISK-7: refusals.
+    for label, body, status, code in (
+            ("a duplicate name", {"name": "data-1", "size_gb": 1}, 409, "already_exists"),
+            ("size_gb 0", {"name": "z", "size_gb": 0}, 400, "invalid_request"),
+            ("size_gb over storage.max_disk_gb", {"name": "z", "size_gb": MAX_DISK_GB + 1}, 400,
+             "invalid_request"),
+            ("a bad name", {"name": "Z", "size_gb": 1}, 400, "invalid_request"),
+            ("an unknown key", {"name": "z", "size_gb": 1, "x": 1}, 400, "invalid_request")):
+        r = c.request("POST", "/volumes", body)
+        e = error_of(r)[1]
+        ok(r.status == status and e.get("code") == code,
+           "DISK-7: %s is %d %s" % (label, status, code), e)
+    eq(c.get("/volumes/short").status, 400, "INST-3: a malformed volume id is 400")
+    eq(c.get("/volumes/" + "a" * 20).status, 404, "DISK-7: an unknown volume id is 404")
+
+    # DISK-8: attach at create, read-write; a second read-write or read-only holder is 409.
+    source = raw_image(os.path.join(IMAGES, "vol-root.raw"))
+    import_image(c, "volroot", source)
+    settled(c, "volroot")
+    st, a = request(c, "POST", "/instances",
+                    image_body("vol-a", "volroot", volumes=[{"volume": "data-1"}]))
+    ok(st == 201 and a.get("volumes") == [{"id": vid, "readonly": False, "state": "attached"}],
+       "DISK-8, API-7: a create attaches a volume by name, read-write", (st, a))
+    if st != 201:
+        return
+    argv = cmdline_of("vol-a")
+    ok("virtio-blk-pci,drive=vol-%s,serial=%s" % (vid, vid) in argv,
+       "DISK-8: the VMM gets the volume as a virtio disk with its id as serial", argv)
+    eq(c.get("/volumes/" + vid).json().get("attachments"),
+       [{"instance": a["id"], "readonly": False}], "DISK-7: attachments come from the records")
+    for label, ro in (("read-write", False), ("read-only", True)):
+        st, e = request(c, "POST", "/instances",
+                        image_body("vol-b", "volroot", volumes=[{"volume": vid, "readonly": ro}]))
+        ok(st == 409 and e.get("code") == "invalid_state" and a["id"] in e.get("message", ""),
+           "DISK-8: a second %s holder is 409 invalid_state naming the holder" % label, (st, e))
+    r = c.request("DELETE", "/volumes/" + vid)
+    e = error_of(r)[1]
+    ok(r.status == 409 and e.get("code") == "invalid_state" and a["id"] in e.get("message", ""),
+       "DISK-7: DELETE of an attached volume is 409 invalid_state naming the instance", e)
+    for label, vols, text in (("an unknown volume", [{"volume": "nope"}], "volume nope not found"),
+                              ("nine volumes", [{"volume": "v%d" % k} for k in range(9)],
+                               "volumes must hold at most 8")):
+        st, e = request(c, "POST", "/instances", image_body("vol-c", "volroot", volumes=vols))
+        ok(st == 400 and text in e.get("message", ""), "DISK-8: %s is 400" % label, (st, e))
+
+    # DISK-7: the volume survives its instance and goes to another one, read-only by many.
+    eq(delete(c, a["id"])[0], 204, "INST-20: the instance is deleted")
+    ok(os.path.exists(volume_file(vid)), "DISK-7: the volume survives its instance's deletion")
+    ids = []
+    for k in range(2):
+        st, b = request(c, "POST", "/instances",
+                        image_body("vol-ro-%d" % k, "volroot",
+                                   volumes=[{"volume": vid, "readonly": True}]))
+        ok(st == 201, "DISK-8: read-only holder %d is created" % k, (st, b))
+        if st == 201:
+            ids.append(b["id"])
+            argv = cmdline_of("vol-ro-%d" % k)
+            node = [json.loads(argv[i + 1]) for i, x in enumerate(argv) if x == "-blockdev"]
+            ok(any(n.get("node-name") == "vol-" + vid and n.get("read-only") for n in node),
+               "DISK-8: a read-only attachment is a read-only node", node)
+    st, e = request(c, "POST", "/instances",
+                    image_body("vol-rw", "volroot", volumes=[{"volume": vid}]))
+    ok(st == 409 and e.get("code") == "invalid_state",
+       "DISK-8: read-write while read-only holders exist is 409", (st, e))
+    for iid in ids:
+        delete(c, iid)
+    eq(c.request("DELETE", "/volumes/" + vid).status, 204, "DISK-7: DELETE /volumes/{id} is 204")
+    ok(not os.path.exists(os.path.join(MNT, "data", "volumes", vid)),
+       "DISK-7: the volume's directory is gone")
+
+    # DISK-7, DISK-10: ENOSPC creating the file answers 500 and keeps nothing.
+    sim_ctl("fault write data/volumes/*/volume.qcow2 ENOSPC")
+    try:
+        st, e = create_volume(c, "full", 1)
+    finally:
+        sim_ctl("clear-faults")
+    ok(st == 500 and "No space left on device" in e.get("message", ""),
+       "DISK-7, DISK-10: ENOSPC creating a volume is 500 with the reason", (st, e))
+    eq([d for d in os.listdir(os.path.join(MNT, "data", "volumes"))], [],
+       "DISK-7: and leaves no directory")
+    delete_image(c, "volroot")
+
+
 def check_crashing_qemu_img(work, secret, sock, daemons):
     # DISK-3: a qemu-img that crashes fails the import and names the signal
     # (storage.qemu_img_binary points at it).
@@ -513,6 +628,7 @@ def main():
             run_group("hostile", lambda: check_hostile(c, work))
             run_group("faults", lambda: check_faults(c))
             run_group("root disks", lambda: check_root_disks(c))
+            run_group("volumes", lambda: check_volumes(c))
             for name in [x["name"] for x in c.get("/images").json()]:
                 delete_image(c, name)
             stop(d)
