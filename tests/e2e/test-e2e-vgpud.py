@@ -13,7 +13,8 @@
 # cannot load fails the create with QEMU's own last line (VMM-5) and leaves no record
 # (INST-14); QEMU gets the kernel and initrd by descriptor (INST-6); two VMs boot at once from
 # one boot.disk, which QEMU holds read-only and neither guest can write (DISK-6); two VMs boot
-# with an imported image as root disk and write to overlays of their own (DISK-5). The files the
+# with an imported image as root disk and write to overlays of their own (DISK-5); a volume one
+# VM wrote is read back by another after the first is deleted (DISK-7, DISK-8). The files the
 # API does not show (instance.json's pid, /proc, the directories) are read only to prove that
 # nothing is left. Timings go to TAP comments. Whatever happens, the daemon and any QEMU started
 # under this test's work tree are killed, the tree removed.
@@ -390,6 +391,72 @@ def check_image_root(c, d, work, images, guest):
     eq(c.request("DELETE", "/images/e2e-root").status, 204, "DISK-4: then the image")
 
 
+# Without udev there is no /dev/disk/by-id: the serial is read from sysfs.
+VOLUME_HOOK = """i=0
+while [ ! -b /dev/vdb ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+[ -e /sys/block/vdb/serial ] && echo "vgpud-guest: vdb serial $(cat /sys/block/vdb/serial)"
+echo "vgpud-guest: volume says $(head -c 25 /dev/vdb)"
+if [ -e /etc/write-volume ]; then
+        printf 'volume-data-from-first-vm' | dd of=/dev/vdb conv=notrunc 2>/dev/null && sync &&
+                echo "vgpud-guest: volume write done"
+fi
+"""
+
+
+def check_volume_outlives(c, d, work, images, guest):
+    # DISK-7, DISK-8: a volume written by one VM outlives it and is read back by another; on
+    # the host, qemu-img reads the same bytes.
+    source = os.path.join(images, "vol-root.raw")
+    with open(source, "wb") as f:
+        f.write(IMAGE_MARKER.encode())
+        f.truncate(1 << 20)
+    r = c.request("POST", "/images", {"name": "e2e-vol-root", "source": source})
+    poll(lambda: c.get("/images/e2e-vol-root").json().get("state") != "importing", 60, 0.1)
+    r = c.request("POST", "/volumes", {"name": "e2e-data", "size_gb": 1})
+    if not ok(r.status == 201, "DISK-7: the volume is created", error_of(r)):
+        return
+    vid = r.json()["id"]
+    hook = VOLUME_HOOK
+    writer = os.path.join(images, "initramfs-vol-w.cpio.gz")
+    reader = os.path.join(images, "initramfs-vol-r.cpio.gz")
+    initrd_with(guest.initrd, {"/etc/guest-init.d/volume.sh": hook, "/etc/write-volume": "1"},
+                writer)
+    initrd_with(guest.initrd, {"/etc/guest-init.d/volume.sh": hook}, reader)
+
+    def boot(name, initrd, readonly):
+        b = {"name": name, "vcpus": 1, "memory_mb": 256, "image": "e2e-vol-root",
+             "volumes": [{"volume": "e2e-data", "readonly": readonly}],
+             "boot": {"kernel": os.path.join(images, "vmlinuz"), "initrd": initrd,
+                      "cmdline": "console=ttyS0"}}
+        r = c.request("POST", "/instances", b)
+        ok(r.status == 201, "DISK-8: %s with the volume attached is created" % name,
+           (error_of(r), tail(d.log_text(), 20)))
+        return r.json()["id"] if r.status == 201 else None
+
+    first = boot("e2e-vol-w", writer, False)
+    if not first:
+        return
+    n = wait_lines(c, first, r"vgpud-guest: vdb serial %s" % vid, 1, BOOT_TIMEOUT)
+    ok(n == 1, "DISK-8: the guest sees the volume's id as its disk serial",
+       diagnostics(c, d, first))
+    n = wait_lines(c, first, r"vgpud-guest: volume write done", 1, BOOT_TIMEOUT)
+    ok(n == 1, "DISK-8: the first VM writes the volume", diagnostics(c, d, first))
+    eq(c.request("DELETE", "/instances/" + first).status, 204, "INST-18: the first VM is deleted")
+    volume = os.path.join(MNT, "data", "volumes", vid, "volume.qcow2")
+    eq(overlay_bytes(work, volume, 0, 25), b"volume-data-from-first-vm",
+       "DISK-7: on the host, qemu-img reads the VM's bytes from the volume")
+    second = boot("e2e-vol-r", reader, True)
+    if not second:
+        return
+    n = wait_lines(c, second, r"vgpud-guest: volume says volume-data-from-first-vm", 1,
+                   BOOT_TIMEOUT)
+    ok(n == 1, "DISK-7, DISK-8: a second VM reads back what the first wrote",
+       diagnostics(c, d, second))
+    eq(c.request("DELETE", "/instances/" + second).status, 204, "INST-18: the second VM too")
+    eq(c.request("DELETE", "/volumes/" + vid).status, 204, "DISK-7: then the volume")
+    eq(c.request("DELETE", "/images/e2e-vol-root").status, 204, "DISK-4: and the image")
+
+
 def qemu_own_error(kernel, initrd):
     """The last non-empty line QEMU itself prints for this kernel and initrd, run directly (the
     oracle for VMM-5's message)."""
@@ -460,6 +527,7 @@ def main():
             run_group("bad kernel", lambda: check_bad_kernel(c, d, images))
             run_group("shared boot disk", lambda: check_shared_disk(c, d, images, guest))
             run_group("image root disk", lambda: check_image_root(c, d, work, images, guest))
+            run_group("volume", lambda: check_volume_outlives(c, d, work, images, guest))
             # Anything a failed check left behind goes before the daemon stops.
             for i in c.get("/instances").json():
                 c.request("DELETE", "/instances/" + i["id"])
