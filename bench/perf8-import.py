@@ -147,6 +147,8 @@ def main():
     finally:
         if d:
             d.stop()
+            if os.environ.get("PERF8_KEEP_LOG"):
+                shutil.copy(d.log_path, os.environ["PERF8_KEEP_LOG"])
         shutil.rmtree(work, ignore_errors=True)
 
     o, t = median(ours), median(theirs)
