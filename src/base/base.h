@@ -74,12 +74,18 @@ static inline void freep(void *p)
         free(*(void **)p);
 }
 
+/*
+ * Closes *fd and sets it to -1, so that a cleanup after an early closep() never closes the
+ * number again: by then another thread may have been given it (an accepted socket), and a
+ * second close would take that away.
+ */
 static inline void closep(int *fd)
 {
         if (*fd >= 0) {
                 int saved = errno;
                 close(*fd);
                 errno = saved;
+                *fd = -1;
         }
 }
 

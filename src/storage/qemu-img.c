@@ -418,7 +418,7 @@ int qemu_img_convert(const char *binary, int source_fd, const char *format, cons
         req.argv = argv;
         req.fds = &source_fd;
         req.n_fds = 1;
-        req.limits = (SpawnLimits){.as_bytes = QEMU_IMG_AS_BYTES,
+        req.limits = (SpawnLimits){.as_bytes = QEMU_IMG_CONVERT_AS_BYTES,
                                    .cpu_seconds = QEMU_IMG_CONVERT_CPU_SECONDS};
         req.on_output = on_convert_output;
         req.output_userdata = &parse;

@@ -35,7 +35,9 @@
 #define QEMU_IMG_INFO_CPU_SECONDS 30
 #define QEMU_IMG_INFO_TIMEOUT (60 * NSEC_PER_SEC)
 /* A conversion reads the whole image: CPU time grows with its size, so it gets an hour of CPU
- * and a deadline of a day (a 2 TiB image at 50 MB/s takes 12 h). */
+ * and a deadline of a day (a 2 TiB image at 50 MB/s takes 12 h). Its thread pool reserves a
+ * stack per thread, which 1 GiB of address space cannot always hold, so it gets 4 GiB. */
+#define QEMU_IMG_CONVERT_AS_BYTES (UINT64_C(4) << 30)
 #define QEMU_IMG_CONVERT_CPU_SECONDS 3600
 #define QEMU_IMG_CONVERT_TIMEOUT (24 * NSEC_PER_HOUR)
 /* `qemu-img info --output=json` of an image we accept is well under this (GEN-5). */
