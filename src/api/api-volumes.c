@@ -25,8 +25,7 @@ static int volume_json(ApiContext *ctx, const Volume *v, json_t **ret)
                                 return -ENOMEM;
         json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:O}", "id", v->id, "name", v->name, "size_gb",
                               (json_int_t)v->size_gb, "created_at",
-                              format_timestamp(v->created_at, created), "attachments",
-                              attachments);
+                              format_timestamp(v->created_at, created), "attachments", attachments);
         if (!o)
                 return -ENOMEM;
         *ret = o;
@@ -118,8 +117,8 @@ int api_handle_volume_get(HttpRequest *req, void *userdata)
                 return 0;
         const Volume *v = volume_store_get(ctx->volumes, id);
         if (!v || !streq(v->id, id))
-                return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found",
-                                        "volume %s not found", id);
+                return http_reply_error(req, MHD_HTTP_NOT_FOUND, "not_found", "volume %s not found",
+                                        id);
         return reply_volume(ctx, req, MHD_HTTP_OK, v);
 }
 
@@ -144,8 +143,7 @@ int api_handle_volume_create(HttpRequest *req, void *userdata)
         CreateBody b = {0};
         _cleanup_free_ char *error = NULL;
         if (json_schema_read(body, NULL, create_fields, &b, -EINVAL, &error) < 0)
-                return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", "%s",
-                                        error);
+                return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", "%s", error);
         if (api_refuse_unless_ready(ctx, req) != 0)
                 return 0;
         VolumeWaiter *w = waiter_new(ctx, req, MHD_HTTP_CREATED);

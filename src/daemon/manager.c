@@ -380,6 +380,7 @@ static int setup_reconciler(Manager *m)
             .sysfs_timeout = m->config.gpu.sysfs_timeout,
             .instances = m->instances,
             .ops = m->device_ops,
+            .volumes = m->volumes,
             .pass_done = on_pass_done,
             .userdata = m,
         };

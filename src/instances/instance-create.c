@@ -565,8 +565,7 @@ static int spawn_run(void *data, char **error)
                         return error_set_oom(error);
                 int fd = open_own_file_at(AT_FDCWD, path, v->readonly ? O_RDONLY : O_RDWR, 0);
                 if (fd < 0)
-                        return error_set(error, fd, "open volume %s: %s", v->id,
-                                         file_strerror(fd));
+                        return error_set(error, fd, "open volume %s: %s", v->id, file_strerror(fd));
                 int r = instance_boot_files_add_volume(&d->files, v->id, fd);
                 if (r < 0)
                         return error_set(error, r, "open volume %s: %s", v->id, strerror(-r));

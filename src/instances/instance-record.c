@@ -787,7 +787,7 @@ static const JsonField spec_fields[] = {
     {"image", JSON_FIELD_STRING, false, JSON_AT(SpecKeys, image)},      /* DISK-5 */
     {"disk_gb", JSON_FIELD_INTEGER, false, JSON_AT(SpecKeys, disk_gb)}, /* DISK-5 */
     {"boot", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, boot)}, /* API-9: without image only */
-    {.key = "volumes", /* DISK-8 */
+    {.key = "volumes",                                           /* DISK-8 */
      .type = JSON_FIELD_ARRAY,
      .offset = JSON_AT(SpecKeys, volumes),
      .max = INSTANCE_VOLUMES_MAX,

@@ -385,8 +385,8 @@ typedef struct InstanceManagerConfig {
         /* Helper programs (qemu-img, dnsmasq) and file copies: every job with a deadline, apart
          * from the disk pool so that none of them delays a record write (GEN-4; borrowed). */
         WorkerPool *helper_pool;
-        DeviceOps *ops;     /* releases (borrowed) */
-        ImageStore *images; /* DISK-5: the images root disks are made from (borrowed) */
+        DeviceOps *ops;       /* releases (borrowed) */
+        ImageStore *images;   /* DISK-5: the images root disks are made from (borrowed) */
         VolumeStore *volumes; /* DISK-8: the volumes instances attach (borrowed) */
         /* The claim flow's configuration; the manager fills in its owner (borrowed parts). */
         ClaimerConfig claimer;

@@ -244,8 +244,7 @@ typedef struct Volume {
 } Volume;
 
 /* volume.json's text, strictly; dir must be its id. `volumes/<dir>/volume.json: <why>`. */
-int volume_record_parse(const char *text, size_t size, const char *dir, Volume *ret,
-                        char **error);
+int volume_record_parse(const char *text, size_t size, const char *dir, Volume *ret, char **error);
 
 typedef struct VolumeStore VolumeStore;
 
@@ -289,3 +288,21 @@ int volume_store_create(VolumeStore *s, const char *name, uint64_t size_gb, uint
 /* DELETE /volumes/{id} (DISK-7): 409 invalid_state naming the holder while attached. */
 int volume_store_delete(VolumeStore *s, const char *id, VolumeDoneFunc done, void *userdata,
                         StorageFailure *ret_failure, char **ret_error);
+
+/* DISK-11: a volume directory without volume.json younger than this may be a create in flight. */
+#define VOLUME_ORPHAN_MIN_AGE 300 /* seconds */
+
+typedef struct VolumeSweepResult {
+        unsigned removed;
+        char **failures; /* one message each: `delete volumes/<id>: <why>` */
+} VolumeSweepResult;
+
+typedef void (*VolumeSweepFunc)(const VolumeSweepResult *result, void *userdata);
+
+/*
+ * The reconciler's storage stage (DISK-11), on the disk pool: removes each volume directory
+ * that no volume in memory names and that holds no volume.json (a create a crash cut short),
+ * once its mtime is VOLUME_ORPHAN_MIN_AGE old at now, and each leftover `.deleted-*` tree.
+ * done runs on the loop with what was removed and what failed. -errno when it cannot start.
+ */
+int volume_store_sweep(VolumeStore *s, Timestamp now, VolumeSweepFunc done, void *userdata);

@@ -113,8 +113,7 @@ static const JsonField record_fields[] = {
     {},
 };
 
-int volume_record_parse(const char *text, size_t size, const char *dir, Volume *ret,
-                        char **error)
+int volume_record_parse(const char *text, size_t size, const char *dir, Volume *ret, char **error)
 {
         if (size > VOLUME_RECORD_MAX)
                 return error_set(error, -EFBIG, "volumes/%s/" VOLUME_RECORD_NAME ": over %d bytes",
@@ -201,8 +200,8 @@ static int store_load(VolumeStore *s, char **error)
                                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                         : -1;
                 int r = fd < 0 ? -ENOENT
-                               : read_own_file_at(fd, VOLUME_RECORD_NAME, VOLUME_RECORD_MAX,
-                                                  &text, &size);
+                               : read_own_file_at(fd, VOLUME_RECORD_NAME, VOLUME_RECORD_MAX, &text,
+                                                  &size);
                 VolumeEntry *entry = calloc(1, sizeof *entry);
                 if (!entry)
                         return error_set_oom(error);
@@ -321,9 +320,9 @@ static int create_files(CreateJob *j, char **error)
         if (mkdirat(j->volumes_fd, id, 0700) < 0)
                 return error_set(error, negative_errno(), "create volumes/%s: %s", id,
                                  strerror(errno));
-        int r = qemu_img_create(j->qemu_img, j->target, NULL, j->volume.size_gb << 30,
-                                mono_clock_now(&mono_clock_system) + QEMU_IMG_CREATE_TIMEOUT,
-                                error);
+        int r =
+            qemu_img_create(j->qemu_img, j->target, NULL, j->volume.size_gb << 30,
+                            mono_clock_now(&mono_clock_system) + QEMU_IMG_CREATE_TIMEOUT, error);
         if (r < 0)
                 return r;
         _cleanup_close_ int dfd =
@@ -336,8 +335,8 @@ static int create_files(CreateJob *j, char **error)
                 return error_set(error, fd, "open volumes/%s/" VOLUME_FILE_NAME ": %s", id,
                                  file_strerror(fd));
         if (fsync(fd) < 0)
-                return error_set(error, negative_errno(), "sync volumes/%s/" VOLUME_FILE_NAME ": %s",
-                                 id, strerror(errno));
+                return error_set(error, negative_errno(),
+                                 "sync volumes/%s/" VOLUME_FILE_NAME ": %s", id, strerror(errno));
         _cleanup_free_ char *text = NULL;
         size_t size = 0;
         if (record_text(&j->volume, &text, &size) < 0)
@@ -539,9 +538,135 @@ int volume_store_delete(VolumeStore *s, const char *id, VolumeDoneFunc done, voi
         int r = worker_pool_submit(s->cfg.disk_pool, &job, &error);
         if (r < 0) {
                 delete_job_free(j);
-                return refuse(STORAGE_FAILURE_INTERNAL, ret_failure, ret_error, r,
-                              "volume %s: %s", id, error);
+                return refuse(STORAGE_FAILURE_INTERNAL, ret_failure, ret_error, r, "volume %s: %s",
+                              id, error);
         }
         e->busy = true;
         return 0;
+}
+
+/* ---- the reconciler's sweep (DISK-11) ----------------------------------------------------- */
+
+typedef struct SweepJob {
+        int volumes_fd;
+        char **known; /* ids in memory, pending creates included */
+        Timestamp now;
+        VolumeSweepResult result;
+        VolumeSweepFunc done;
+        void *userdata;
+} SweepJob;
+
+static void sweep_job_free(void *data)
+{
+        SweepJob *j = data;
+        if (!j)
+                return;
+        closep(&j->volumes_fd);
+        strv_free(j->known);
+        strv_free(j->result.failures);
+        free(j);
+}
+
+static bool is_known(char **known, const char *name)
+{
+        for (char **k = known; k && *k; k++)
+                if (streq(*k, name))
+                        return true;
+        return false;
+}
+
+/* A directory that a create left before its volume.json, old enough not to be one in flight. */
+static int sweep_one(SweepJob *j, const char *name, char **error)
+{
+        struct stat st;
+        if (fstatat(j->volumes_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0
+                                       : error_set(error, negative_errno(), "stat volumes/%s: %s",
+                                                   name, strerror(errno));
+        if (!startswith(name, VOLUME_DELETED_PREFIX)) {
+                if (!S_ISDIR(st.st_mode) || !random_id_is_valid(name) || is_known(j->known, name))
+                        return 0;
+                if (j->now.sec - st.st_mtim.tv_sec < VOLUME_ORPHAN_MIN_AGE)
+                        return 0;
+                /* A volume.json that does not load is the operator's to look at, not ours. */
+                _cleanup_free_ char *record = NULL;
+                if (strprintf(&record, "%s/" VOLUME_RECORD_NAME, name) < 0)
+                        return error_set_oom(error);
+                if (faccessat(j->volumes_fd, record, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+                        return 0;
+        }
+        int r = tree_delete_at(j->volumes_fd, name, error);
+        if (r < 0)
+                return r;
+        j->result.removed++;
+        return 0;
+}
+
+static int sweep_run(void *data, char **error)
+{
+        SweepJob *j = data;
+        /* A directory of its own: a dup would share the offset that earlier reads left at the
+         * end. */
+        int dup_fd = openat(j->volumes_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dup_fd < 0)
+                return error_set(error, negative_errno(), "read directory volumes: %s",
+                                 strerror(errno));
+        _cleanup_closedir_ DIR *d = fdopendir(dup_fd);
+        if (!d) {
+                int r = negative_errno();
+                close(dup_fd);
+                return error_set(error, r, "read directory volumes: %s", strerror(-r));
+        }
+        for (;;) {
+                errno = 0;
+                struct dirent *de = readdir(d);
+                if (!de) {
+                        if (errno)
+                                return error_set(error, negative_errno(),
+                                                 "read directory volumes: %s", strerror(errno));
+                        return 0;
+                }
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                _cleanup_free_ char *e = NULL;
+                if (sweep_one(j, de->d_name, &e) < 0 && strv_push(&j->result.failures, e) < 0)
+                        return error_set_oom(error);
+        }
+}
+
+static void sweep_ended(int r, void *data, const char *error, void *userdata)
+{
+        SweepJob *j = data;
+        if (!j)
+                return;
+        if (r < 0 && strv_push(&j->result.failures, error) < 0)
+                log_error("volume sweep: out of memory");
+        j->done(&j->result, j->userdata);
+}
+
+int volume_store_sweep(VolumeStore *s, Timestamp now, VolumeSweepFunc done, void *userdata)
+{
+        SweepJob *j = calloc(1, sizeof *j);
+        if (!j)
+                return -ENOMEM;
+        j->now = now;
+        j->done = done;
+        j->userdata = userdata;
+        j->volumes_fd = fcntl(s->volumes_fd, F_DUPFD_CLOEXEC, 3);
+        int r = j->volumes_fd < 0 ? -errno : 0;
+        for (size_t i = 0; r >= 0 && i < s->n_entries; i++)
+                r = strv_push(&j->known, s->entries[i]->volume.id);
+        if (r < 0) {
+                sweep_job_free(j);
+                return r;
+        }
+        WorkerJob job = {.key = "volumes",
+                         .run = sweep_run,
+                         .done = sweep_ended,
+                         .data = j,
+                         .free_data = sweep_job_free};
+        r = worker_pool_submit(s->cfg.disk_pool, &job, NULL);
+        if (r < 0)
+                sweep_job_free(j);
+        return r;
 }

@@ -16,12 +16,15 @@ import signal
 import stat
 import subprocess
 import sys
+import shutil
 import tempfile
+import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    MNT, eq, error_of, exit_status, ok, poll, run_group, sim_ctl, start, stop, write_secret)
+    MNT, eq, error_of, exit_status, metric, ok, parse_metrics, poll, run_group, sim_ctl, start,
+    stop, write_secret)
 from vgpud_instances import (  # noqa: E402
     IMAGES, INSTANCES, delete, finish_run, guest_pids, local_images, make_images, post, request,
     vmm_config)
@@ -540,6 +543,43 @@ def check_volumes(c):
     delete_image(c, "volroot")
 
 
+def storage_failures(c):
+    fams = parse_metrics(c.get("/metrics").body.decode())
+    return metric(fams, "vgpud_instances_vgpu_reconcile_failures_total", stage="storage") or 0
+
+
+def check_storage_stage(c, d):
+    # DISK-11: a volume directory without volume.json (a create a crash cut short) goes once it
+    # is 5 minutes old; a younger one may be a create in flight and stays; a directory the stage
+    # cannot delete counts against stage="storage".
+    volumes = os.path.join(MNT, "data", "volumes")
+    old, young, stuck = "o" * 20, "y" * 20, "s" * 20
+    for name in (old, young, stuck):
+        os.makedirs(os.path.join(volumes, name), exist_ok=True)
+        with open(os.path.join(volumes, name, "volume.qcow2"), "w") as f:
+            f.write("half-made")
+    ten_minutes_ago = time.time() - 600
+    for name in (old, stuck):
+        os.utime(os.path.join(volumes, name), (ten_minutes_ago, ten_minutes_ago))
+    before = storage_failures(c)
+    sim_ctl("fault open data/volumes/%s EIO" % stuck)
+    try:
+        ok(poll(lambda: not os.path.exists(os.path.join(volumes, old)), 30, 0.2),
+           "DISK-11: a volume directory no record names, 5 minutes old, is removed by a pass")
+        ok(poll(lambda: storage_failures(c) > before, 30, 0.2),
+           "DISK-11, MET-2: a directory the stage cannot delete counts against "
+           "stage=\"storage\"", storage_failures(c))
+        ok("reconcile stage failed stage=storage" in d.log_text(),
+           "DISK-11: and logs the stage's failure")
+    finally:
+        sim_ctl("clear-faults")
+    ok(os.path.exists(os.path.join(volumes, young)),
+       "DISK-11: a younger one may be a create in flight and stays")
+    ok(poll(lambda: not os.path.exists(os.path.join(volumes, stuck)), 30, 0.2),
+       "DISK-11: the failed one goes on a later pass")
+    shutil.rmtree(os.path.join(volumes, young))
+
+
 def check_crashing_qemu_img(work, secret, sock, daemons):
     # DISK-3: a qemu-img that crashes fails the import and names the signal
     # (storage.qemu_img_binary points at it).
@@ -629,6 +669,7 @@ def main():
             run_group("faults", lambda: check_faults(c))
             run_group("root disks", lambda: check_root_disks(c))
             run_group("volumes", lambda: check_volumes(c))
+            run_group("storage stage", lambda: check_storage_stage(c, d))
             for name in [x["name"] for x in c.get("/images").json()]:
                 delete_image(c, name)
             stop(d)
@@ -638,7 +679,6 @@ def main():
         for pid in qemu_img_pids():
             os.kill(pid, signal.SIGKILL)
         finish_run(daemons, work)
-        import shutil
         shutil.rmtree(STORE, ignore_errors=True)
     return exit_status()
 

@@ -2435,9 +2435,8 @@ static InstanceBootFiles golden_boot_files(const InstanceRecord *rec)
         if (rec->disk.image)
                 f.root = ROOT_FD;
         for (size_t k = 0; k < rec->n_volumes; k++)
-                assert_int_equal(instance_boot_files_add_volume(&f, rec->volumes[k].id,
-                                                                VOLUME_FD + (int)k),
-                                 0);
+                assert_int_equal(
+                    instance_boot_files_add_volume(&f, rec->volumes[k].id, VOLUME_FD + (int)k), 0);
         return f;
 }
 
