@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -493,6 +494,8 @@ typedef struct Hasher {
 static void *hash_source(void *userdata)
 {
         Hasher *h = userdata;
+        /* Linux gives each thread its own nice value: this one yields to the loop. */
+        (void)setpriority(PRIO_PROCESS, (id_t)gettid(), QEMU_IMG_CONVERT_NICE);
         EVP_MD_CTX *ctx = EVP_MD_CTX_new();
         _cleanup_free_ unsigned char *buf = malloc(HASH_CHUNK);
         if (!ctx || !buf || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {

@@ -419,7 +419,8 @@ int qemu_img_convert(const char *binary, int source_fd, const char *format, cons
         req.fds = &source_fd;
         req.n_fds = 1;
         req.limits = (SpawnLimits){.as_bytes = QEMU_IMG_CONVERT_AS_BYTES,
-                                   .cpu_seconds = QEMU_IMG_CONVERT_CPU_SECONDS};
+                                   .cpu_seconds = QEMU_IMG_CONVERT_CPU_SECONDS,
+                                   .nice = QEMU_IMG_CONVERT_NICE};
         req.on_output = on_convert_output;
         req.output_userdata = &parse;
 

@@ -38,6 +38,9 @@
  * and a deadline of a day (a 2 TiB image at 50 MB/s takes 12 h). Its thread pool reserves a
  * stack per thread, which 1 GiB of address space cannot always hold, so it gets 4 GiB. */
 #define QEMU_IMG_CONVERT_AS_BYTES (UINT64_C(4) << 30)
+/* PERF-8: a conversion runs at a lower CPU priority, the digest read beside it too, so that the
+ * loop answers at once while an import takes the CPU it leaves. */
+#define QEMU_IMG_CONVERT_NICE 10
 #define QEMU_IMG_CONVERT_CPU_SECONDS 3600
 #define QEMU_IMG_CONVERT_TIMEOUT (24 * NSEC_PER_HOUR)
 /* `qemu-img info --output=json` of an image we accept is well under this (GEN-5). */

@@ -140,7 +140,7 @@ static int spawn_setup(SpawnSetup *s, const ChildFds *c)
 
 static bool limits_wanted(const SpawnLimits *l)
 {
-        return l->as_bytes || l->cpu_seconds || l->nofile;
+        return l->as_bytes || l->cpu_seconds || l->nofile || l->nice;
 }
 
 /* sh -c STOP_THEN_EXEC argv[0] argv[1]...: "$0" is the helper's path, "$@" its arguments. */
@@ -176,6 +176,8 @@ static int apply_limits(pid_t pid, const SpawnLimits *l)
                 if (prlimit(pid, limits[i].resource, &rl, NULL) < 0)
                         return negative_errno();
         }
+        if (l->nice > 0 && setpriority(PRIO_PROCESS, (id_t)pid, l->nice) < 0)
+                return negative_errno();
         return 0;
 }
 

@@ -251,6 +251,8 @@ typedef struct SpawnLimits {
         uint64_t as_bytes;    /* RLIMIT_AS */
         uint64_t cpu_seconds; /* RLIMIT_CPU */
         uint64_t nofile;      /* RLIMIT_NOFILE */
+        int nice;             /* 1..19: a lower CPU priority (setpriority), so that a long
+                               * helper yields to the event loop; 0 leaves the daemon's own */
 } SpawnLimits;
 
 typedef struct SpawnRequest {

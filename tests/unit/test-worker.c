@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <setjmp.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -869,6 +870,11 @@ static void test_spawn_limits(void **state)
         req.limits = (SpawnLimits){.as_bytes = UINT64_C(1) << 30, .cpu_seconds = 7, .nofile = 64};
         _cleanup_free_ char *out = run_sh(req, "ulimit -v; ulimit -t; ulimit -n");
         assert_string_equal(out, "1048576\n7\n64\n");
+
+        /* A lower CPU priority, so that a long helper yields to the loop (PERF-8). */
+        req.limits = (SpawnLimits){.nice = 10};
+        _cleanup_free_ char *niced = run_sh(req, "cut -d' ' -f19 /proc/self/stat");
+        assert_int_equal(strtol(niced, NULL, 10), 10 + getpriority(PRIO_PROCESS, 0));
 
         /* A helper that outgrows its address space fails, not the daemon. */
         _cleanup_free_ char *error = NULL, *big = NULL;
