@@ -15,7 +15,7 @@ packages="
   libcurl4-openssl-dev libcmocka-dev libssl-dev libsqlite3-dev sqlite3 git
   util-linux iproute2 psmisc python3 python3-yaml strace prometheus curl mandoc
   python3-placement
-  qemu-system-x86 busybox-static cpio xz-utils zstd
+  qemu-system-x86 qemu-utils busybox-static cpio xz-utils zstd
   chromium chromium-driver
 "
 case "${1:-}" in

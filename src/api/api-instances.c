@@ -45,6 +45,23 @@ int api_instance_json(const InstanceRecord *r, json_t **ret)
                       placement, "error", r->error);
         if (!o)
                 return -ENOMEM;
+        /* DISK-8: volumes as the record holds them. */
+        if (r->n_volumes > 0) {
+                json_t *vols = json_array();
+                if (json_set(o, "volumes", vols) < 0)
+                        return -ENOMEM;
+                for (size_t k = 0; k < r->n_volumes; k++)
+                        if (json_push(vols, json_pack("{s:s, s:b, s:s}", "id", r->volumes[k].id,
+                                                      "readonly", r->volumes[k].readonly, "state",
+                                                      instance_volume_state_to_string(
+                                                          r->volumes[k].state))) < 0)
+                                return -ENOMEM;
+        }
+        /* DISK-5: the root disk as the record holds it. */
+        if (r->disk.image && json_set(o, "disk",
+                                      json_pack("{s:s, s:I}", "image", r->disk.image, "size_gb",
+                                                (json_int_t)r->disk.size_gb)) < 0)
+                return -ENOMEM;
         *ret = TAKE_PTR(o);
         return 0;
 }

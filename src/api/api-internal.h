@@ -35,6 +35,20 @@ int api_handle_instance_snapshot(HttpRequest *req, void *userdata);
 int api_handle_instance_fork(HttpRequest *req, void *userdata);
 int api_handle_instance_console(HttpRequest *req, void *userdata);
 
+/* api-images.c: the image store's routes (DISK-1..DISK-4); a store's refusal as API-21 says. */
+int api_reply_storage_failure(HttpRequest *req, StorageFailure f, const char *error);
+void api_images_done(ApiContext *ctx);
+int api_handle_images_list(HttpRequest *req, void *userdata);
+int api_handle_image_import(HttpRequest *req, void *userdata);
+int api_handle_image_get(HttpRequest *req, void *userdata);
+int api_handle_image_delete(HttpRequest *req, void *userdata);
+
+/* api-volumes.c: the volume routes (DISK-7). */
+int api_handle_volumes_list(HttpRequest *req, void *userdata);
+int api_handle_volume_create(HttpRequest *req, void *userdata);
+int api_handle_volume_get(HttpRequest *req, void *userdata);
+int api_handle_volume_delete(HttpRequest *req, void *userdata);
+
 /* api-ui.c: the web VF map at /ui/, public (API-12), its files embedded at build time. */
 extern const char api_ui_index_html[], api_ui_vgpud_js[], api_ui_vgpud_css[];
 extern const size_t api_ui_index_html_size, api_ui_vgpud_js_size, api_ui_vgpud_css_size;

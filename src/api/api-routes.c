@@ -285,6 +285,7 @@ void api_context_done(ApiContext *ctx)
                 waiter_free(w);
         }
         api_instances_done(ctx);
+        api_images_done(ctx);
         api_body_cache_done(&ctx->cache);
 }
 
@@ -567,6 +568,14 @@ static const HttpRoute routes[] = {
     {"POST", "/instances/{id}/snapshot", api_handle_instance_snapshot, NULL, false},
     {"POST", "/instances/{id}/fork", api_handle_instance_fork, NULL, false},
     {"GET", "/instances/{id}/console", api_handle_instance_console, console_query, false},
+    {"GET", "/images", api_handle_images_list, NULL, false},
+    {"POST", "/images", api_handle_image_import, NULL, false},
+    {"GET", "/images/{name}", api_handle_image_get, NULL, false},
+    {"DELETE", "/images/{name}", api_handle_image_delete, NULL, false},
+    {"GET", "/volumes", api_handle_volumes_list, NULL, false},
+    {"POST", "/volumes", api_handle_volume_create, NULL, false},
+    {"GET", "/volumes/{id}", api_handle_volume_get, NULL, false},
+    {"DELETE", "/volumes/{id}", api_handle_volume_delete, NULL, false},
 };
 
 const HttpRoute *api_routes(size_t *ret_n)

@@ -74,12 +74,18 @@ static inline void freep(void *p)
         free(*(void **)p);
 }
 
+/*
+ * Closes *fd and sets it to -1, so that a cleanup after an early closep() never closes the
+ * number again: by then another thread may have been given it (an accepted socket), and a
+ * second close would take that away.
+ */
 static inline void closep(int *fd)
 {
         if (*fd >= 0) {
                 int saved = errno;
                 close(*fd);
                 errno = saved;
+                *fd = -1;
         }
 }
 
@@ -353,6 +359,18 @@ bool mac_address_is_valid(const char *s);
  * keyval option (VMM-2).
  */
 bool qemu_id_is_valid(const char *s);
+/* INST-3's ids, for instances and volumes: 20 characters of [a-z0-9] from getrandom(). */
+#define RANDOM_ID_LEN 20
+int random_id_generate(char ret[static RANDOM_ID_LEN + 1]);
+bool random_id_is_valid(const char *id);
+/* INST-4's pattern, for the names of instances, images and volumes:
+ * ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ */
+#define RESOURCE_NAME_MAX 63
+bool resource_name_is_valid(const char *name);
+/* INST-6's form of a host path: absolute, at most HOST_PATH_MAX bytes, no "." or ".."
+ * component. */
+#define HOST_PATH_MAX 4096
+bool host_path_form_is_valid(const char *path);
 
 /* Durations in nanoseconds. */
 typedef uint64_t nsec_t;
@@ -435,6 +453,13 @@ const char *file_strerror(int r);
  * Returns the descriptor.
  */
 int openat_beneath(int dirfd, const char *path, int flags);
+
+/*
+ * Deletes dirfd/name and, for a directory, everything below it: never through a symlink (a link
+ * is removed as itself), never into another filesystem (-EXDEV), at most 32 levels deep (-ELOOP).
+ * A name that is gone already is no failure; name must be a single component (-EINVAL).
+ */
+int tree_delete_at(int dirfd, const char *name, char **error);
 
 /* Writes all of buf, retrying short writes and EINTR. */
 int write_all(int fd, const void *buf, size_t size);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 #include "base.h"
 
+#include <sys/random.h>
+
 static bool is_digit(char c)
 {
         return c >= '0' && c <= '9';
@@ -162,6 +164,76 @@ bool qemu_id_is_valid(const char *s)
                 if (!is_ascii_letter(*p) && !(*p >= '0' && *p <= '9') && *p != '-' && *p != '.' &&
                     *p != '_')
                         return false;
+        return true;
+}
+
+int random_id_generate(char ret[static RANDOM_ID_LEN + 1])
+{
+        static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+        /*
+         * 252 is the largest multiple of 36 that fits a byte: bytes at or above it are dropped,
+         * so that byte % 36 gives every character the same chance (no modulo bias).
+         */
+        const unsigned n_alphabet = sizeof alphabet - 1, limit = 256 / n_alphabet * n_alphabet;
+        char id[RANDOM_ID_LEN + 1];
+        size_t n = 0;
+
+        while (n < RANDOM_ID_LEN) {
+                uint8_t buf[32];
+                ssize_t k = getrandom(buf, sizeof buf, 0);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                if (k == 0)
+                        return -EIO;
+                for (ssize_t i = 0; i < k && n < RANDOM_ID_LEN; i++)
+                        if (buf[i] < limit)
+                                id[n++] = alphabet[buf[i] % n_alphabet];
+        }
+        id[n] = 0;
+        memcpy(ret, id, sizeof id);
+        return 0;
+}
+
+bool random_id_is_valid(const char *id)
+{
+        size_t n = 0;
+        for (; id && id[n]; n++)
+                if (n >= RANDOM_ID_LEN ||
+                    !((id[n] >= 'a' && id[n] <= 'z') || (id[n] >= '0' && id[n] <= '9')))
+                        return false;
+        return id && n == RANDOM_ID_LEN;
+}
+
+bool resource_name_is_valid(const char *name)
+{
+        size_t n = name ? strlen(name) : 0;
+        if (n == 0 || n > RESOURCE_NAME_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                bool alnum =
+                    (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9');
+                if (!alnum && (name[i] != '-' || i == 0 || i == n - 1))
+                        return false;
+        }
+        return true;
+}
+
+bool host_path_form_is_valid(const char *path)
+{
+        size_t n = path ? strlen(path) : 0;
+        if (n == 0 || n > HOST_PATH_MAX || path[0] != '/')
+                return false;
+        for (const char *c = path; *c;) {
+                while (*c == '/')
+                        c++;
+                size_t len = strcspn(c, "/");
+                if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+                        return false;
+                c += len;
+        }
         return true;
 }
 

@@ -25,6 +25,8 @@ typedef enum KeyKind {
         KIND_BOOL,      /* bool */
         KIND_ENUM,      /* an int-sized enum */
         KIND_MODE,      /* mode_t */
+        KIND_SIZE,      /* uint64_t bytes: digits with an optional B, KiB, MiB, GiB or TiB */
+        KIND_MIN_FREE,  /* ConfigMinFree: "<0..99>%" or a size */
 } KeyKind;
 
 typedef enum StringRule {
@@ -79,6 +81,9 @@ _Static_assert(sizeof(ConfigPlacementAuth) == sizeof(int), "enums are stored as 
         .name = n, .kind = KIND_ENUM, .offset = FIELD(f, type), .values = v, \
         .n_values = ELEMENTSOF(v)
 #define MODE(n, f) .name = n, .kind = KIND_MODE, .offset = FIELD(f, mode_t), .max = 0777
+#define SIZE(n, f, lo, hi) \
+        .name = n, .kind = KIND_SIZE, .offset = FIELD(f, uint64_t), .min = lo, .max = hi
+#define MIN_FREE(n, f) .name = n, .kind = KIND_MIN_FREE, .offset = FIELD(f, ConfigMinFree)
 
 static const EnumValue qemu_accels[] = {
     {"auto", CONFIG_QEMU_ACCEL_AUTO},
@@ -124,6 +129,11 @@ static const ConfigKey config_keys[] = {
     {DURATION("vmm.boot_timeout", vmm.boot_timeout, NSEC_PER_SEC, 10 * NSEC_PER_MIN)},
     {DURATION("vmm.stop_timeout", vmm.stop_timeout, NSEC_PER_SEC, 10 * NSEC_PER_MIN)},
     {UINT64("vmm.console_max_bytes", vmm.console_max_bytes, 65536, 1073741824)},
+    {SECTION("storage")},
+    {MIN_FREE("storage.min_free", storage.min_free)},
+    {SIZE("storage.max_image_size", storage.max_image_size, UINT64_C(1) << 20, UINT64_C(1) << 50)},
+    {UINT("storage.max_disk_gb", storage.max_disk_gb, 1, 65536)},
+    {STRING("storage.qemu_img_binary", storage.qemu_img_binary, RULE_PATH)},
     {SECTION("gpu")},
     {UINT("gpu.vf_quarantine_threshold", gpu.vf_quarantine_threshold, 1, 64)},
     {ENUM("gpu.placement_policy", gpu.placement_policy, PlacementPolicy, placement_policies)},
@@ -186,6 +196,51 @@ static const char *enum_name(const EnumValue *values, size_t n, int value)
         return NULL;
 }
 
+/* ---- sizes (storage.*) ---------------------------------------------------------------------- */
+
+#define SIZE_STRLEN 24
+
+static const struct {
+        const char *suffix;
+        unsigned shift;
+} size_units[] = {{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}, {"", 0}};
+
+/* Digits (no leading zero) and an optional binary unit: "2TiB", "512MiB", "1048576". */
+static int parse_size(const char *s, uint64_t *ret)
+{
+        size_t digits = strspn(s, "0123456789");
+        if (digits == 0 || (s[0] == '0' && digits > 1))
+                return -EINVAL;
+        for (size_t i = 0; i < ELEMENTSOF(size_units); i++) {
+                if (!streq(s + digits, size_units[i].suffix))
+                        continue;
+                _cleanup_free_ char *number = strndup(s, digits);
+                uint64_t n;
+                if (!number)
+                        return -ENOMEM;
+                if (parse_uint64(number, &n) < 0 || n > (UINT64_MAX >> size_units[i].shift))
+                        return -ERANGE;
+                *ret = n << size_units[i].shift;
+                return 0;
+        }
+        return -EINVAL;
+}
+
+/* The largest unit that states bytes exactly. */
+static char *format_size(uint64_t bytes, char buf[static SIZE_STRLEN])
+{
+        for (size_t i = 0; i < ELEMENTSOF(size_units); i++) {
+                uint64_t unit = UINT64_C(1) << size_units[i].shift;
+                if (bytes != 0 && bytes % unit == 0) {
+                        snprintf(buf, SIZE_STRLEN, "%" PRIu64 "%s", bytes / unit,
+                                 size_units[i].suffix);
+                        return buf;
+                }
+        }
+        snprintf(buf, SIZE_STRLEN, "%" PRIu64, bytes);
+        return buf;
+}
+
 const char *config_qemu_accel_to_string(ConfigQemuAccel a)
 {
         return enum_name(qemu_accels, ELEMENTSOF(qemu_accels), (int)a);
@@ -215,14 +270,14 @@ void config_done(Config *c)
         *c = (Config){};
 }
 
-/* [<data_dir>/images], the image_dirs that follow data_dir until image_dirs is set. */
+/* [<data_dir>/import], the image_dirs that follow data_dir until image_dirs is set (DISK-1). */
 static int image_dirs_for_data_dir(const char *data_dir, char ***ret)
 {
         _cleanup_strv_free_ char **dirs = NULL;
         _cleanup_free_ char *images = NULL;
 
         /* "/" is the one directory path that keeps its trailing slash. */
-        if (strprintf(&images, "%s/images", streq(data_dir, "/") ? "" : data_dir) < 0)
+        if (strprintf(&images, "%s/import", streq(data_dir, "/") ? "" : data_dir) < 0)
                 return -ENOMEM;
         if (strv_push(&dirs, images) < 0)
                 return -ENOMEM;
@@ -246,6 +301,7 @@ int config_init_defaults(Config *ret)
             {offsetof(Config, proc_root), "/proc"},
             {offsetof(Config, nvml_library), "libnvidia-ml.so.1"},
             {offsetof(Config, qemu_binary), "/usr/bin/qemu-system-x86_64"},
+            {offsetof(Config, storage.qemu_img_binary), "/usr/bin/qemu-img"},
             {offsetof(Config, placement.url), ""},
             {offsetof(Config, placement.host_name), ""},
             {offsetof(Config, placement.keystone.auth_url), ""},
@@ -261,6 +317,12 @@ int config_init_defaults(Config *ret)
                     .boot_timeout = 30 * NSEC_PER_SEC,
                     .stop_timeout = 30 * NSEC_PER_SEC,
                     .console_max_bytes = 16777216,
+                },
+            .storage =
+                {
+                    .min_free = {.percent = 5},
+                    .max_image_size = UINT64_C(2) << 40,
+                    .max_disk_gb = 4096,
                 },
             .gpu =
                 {
@@ -574,6 +636,13 @@ static void key_describe(const ConfigKey *k, char *buf, size_t size)
         case KIND_MODE:
                 snprintf(buf, size, "an octal mode from 0000 to 0777");
                 return;
+        case KIND_SIZE:
+                snprintf(buf, size, "a size between %s and %s", format_size(k->min, lo),
+                         format_size(k->max, hi));
+                return;
+        case KIND_MIN_FREE:
+                snprintf(buf, size, "a percentage from 0%% to 99%%, or a size");
+                return;
         }
         snprintf(buf, size, "a valid value");
 }
@@ -817,7 +886,7 @@ static int loader_value_error(Loader *l, const ConfigKey *k, const yaml_event_t 
         return loader_error(l, node->start_mark, "%s must be %s, got %s", k->name, what, got);
 }
 
-/* Stores a string, keeping image_dirs on <data_dir>/images until image_dirs is set. */
+/* Stores a string, keeping image_dirs on <data_dir>/import until image_dirs is set. */
 static int config_store_string(Config *c, const ConfigKey *k, char *s)
 {
         _cleanup_free_ char *value = s;
@@ -895,6 +964,30 @@ static int apply_scalar(Loader *l, Config *c, const ConfigKey *k, const yaml_eve
                         return loader_value_error(l, k, node, NULL);
                 *(mode_t *)field = (mode_t)strtoul(v, NULL, 8);
                 return 0;
+        case KIND_SIZE: {
+                uint64_t bytes;
+                if (parse_size(v, &bytes) < 0 || bytes < k->min || bytes > k->max)
+                        return loader_value_error(l, k, node, NULL);
+                *(uint64_t *)field = bytes;
+                return 0;
+        }
+        case KIND_MIN_FREE: {
+                ConfigMinFree m = {0};
+                size_t n = strlen(v);
+                uint64_t u;
+                if (n >= 2 && v[n - 1] == '%') {
+                        _cleanup_free_ char *digits = strndup(v, n - 1);
+                        if (!digits)
+                                return oom(l);
+                        if ((digits[0] == '0' && digits[1]) ||
+                            parse_uint64_range(digits, 0, 99, &u) < 0)
+                                return loader_value_error(l, k, node, NULL);
+                        m.percent = (unsigned)u;
+                } else if (parse_size(v, &m.bytes) < 0 || m.bytes == 0)
+                        return loader_value_error(l, k, node, NULL);
+                *(ConfigMinFree *)field = m;
+                return 0;
+        }
         case KIND_SECTION:
         case KIND_PATH_LIST:
                 break;
@@ -1353,6 +1446,15 @@ static int emit_value(Emitter *e, const Config *c, const ConfigKey *k)
         case KIND_MODE:
                 snprintf(buf, sizeof buf, "%04o", (unsigned)*(const mode_t *)field);
                 return emit_scalar(e, buf, false);
+        case KIND_SIZE:
+                return emit_scalar(e, format_size(*(const uint64_t *)field, buf), false);
+        case KIND_MIN_FREE: {
+                const ConfigMinFree *m = field;
+                if (m->bytes)
+                        return emit_scalar(e, format_size(m->bytes, buf), false);
+                snprintf(buf, sizeof buf, "%u%%", m->percent);
+                return emit_scalar(e, buf, false);
+        }
         case KIND_SECTION:
                 break;
         }

@@ -120,6 +120,20 @@ typedef struct ConfigPlacement {
         ConfigKeystone keystone;
 } ConfigPlacement;
 
+/* storage.min_free (DISK-10): a share of the filesystem or a number of bytes. */
+typedef struct ConfigMinFree {
+        unsigned percent; /* 0..99; used when bytes is 0 */
+        uint64_t bytes;
+} ConfigMinFree;
+
+/* Disks (SPEC §19). */
+typedef struct ConfigStorage {
+        ConfigMinFree min_free;  /* default 5% */
+        uint64_t max_image_size; /* bytes, 1MiB..1PiB, default 2TiB (DISK-3) */
+        unsigned max_disk_gb;    /* 1..65536, default 4096 (DISK-5, DISK-7) */
+        char *qemu_img_binary;   /* absolute path, default /usr/bin/qemu-img */
+} ConfigStorage;
+
 /*
  * Every key of CFG-3. Strings are owned by the Config and never NULL once it is initialised;
  * "" means "disabled" where CFG-3 allows empty (listen, unix_socket, nvml_library). Directory
@@ -140,12 +154,14 @@ typedef struct Config {
         ConfigQemuAccel qemu_accel;
         /*
          * NULL-terminated, 1..CONFIG_IMAGE_DIRS_MAX entries. Until image_dirs is set, it
-         * follows data_dir as [<data_dir>/images]; image_dirs_set says it was set.
+         * follows data_dir as [<data_dir>/import] (DISK-1: never inside the image store);
+         * image_dirs_set says it was set.
          */
         char **image_dirs;
         bool image_dirs_set;
         int log_level; /* LOG_LEVEL_ERR..LOG_LEVEL_DEBUG */
         ConfigVmm vmm;
+        ConfigStorage storage;
         ConfigGpu gpu;
         ConfigPlacement placement;
 } Config;

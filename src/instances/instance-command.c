@@ -45,6 +45,46 @@ int instance_command_build(const InstanceRecord *rec, const Config *config,
         c.initrd_fd = files->initrd;
         c.cmdline = rec->boot.cmdline;
 
+        /* DISK-5, DISK-9: the root overlay, qcow2 over its descriptor, the first boot device. */
+        if (rec->disk.image && files->root < 0)
+                return error_set(error, -EINVAL, "QEMU command line: the root disk is not open");
+        if (rec->disk.image) {
+                r = vmm_command_add_drive(&c, &(VmmDrive){.node_name = "root",
+                                                          .format = VMM_DRIVE_QCOW2,
+                                                          .fd = files->root,
+                                                          .cache_direct = files->root_direct,
+                                                          .discard_unmap = true,
+                                                          .detect_zeroes_unmap = true,
+                                                          .device = VMM_DRIVE_VIRTIO_BLK,
+                                                          .bootindex = 1});
+                if (r < 0)
+                        return error_set(error, r, "QEMU command line: %s", strerror(-r));
+        }
+
+        /* DISK-8, DISK-9: each attached volume, qcow2 over its descriptor, its id as serial. */
+        if (files->n_volumes != rec->n_volumes)
+                return error_set(error, -EINVAL,
+                                 "QEMU command line: %zu volumes open, %zu in the record",
+                                 files->n_volumes, rec->n_volumes);
+        for (size_t k = 0; k < rec->n_volumes; k++) {
+                const InstanceVolume *v = &rec->volumes[k];
+                const char *node = files->volume_nodes[k];
+                if (!startswith(node, "vol-") || !streq(node + 4, v->id))
+                        return error_set(error, -EINVAL,
+                                         "QEMU command line: volume %s is not the one open", v->id);
+                r = vmm_command_add_drive(&c, &(VmmDrive){.node_name = node,
+                                                          .format = VMM_DRIVE_QCOW2,
+                                                          .read_only = v->readonly,
+                                                          .fd = files->volumes[k],
+                                                          .cache_direct = files->volumes_direct,
+                                                          .discard_unmap = !v->readonly,
+                                                          .detect_zeroes_unmap = !v->readonly,
+                                                          .device = VMM_DRIVE_VIRTIO_BLK,
+                                                          .serial = v->id});
+                if (r < 0)
+                        return error_set(error, r, "QEMU command line: %s", strerror(-r));
+        }
+
         /* DISK-6: boot.disk raw and read-only, shared by every VM that names it. */
         if (files->disk >= 0) {
                 r = vmm_command_add_drive(&c, &(VmmDrive){.node_name = "bootdisk",

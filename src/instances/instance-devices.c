@@ -21,6 +21,11 @@ static const char *const volume_states[_INSTANCE_VOLUME_STATE_MAX] = {
     [INSTANCE_VOLUME_DETACHING] = "detaching",
 };
 
+const char *instance_volume_state_to_string(InstanceVolumeState s)
+{
+        return s < _INSTANCE_VOLUME_STATE_MAX ? volume_states[s] : NULL;
+}
+
 static const char *const network_modes[_INSTANCE_NETWORK_MODE_MAX] = {
     [INSTANCE_NETWORK_NAT] = "nat",
     [INSTANCE_NETWORK_BRIDGE] = "bridge",

@@ -298,6 +298,10 @@ void step_written(Op *op, int r, const char *error);
 typedef int (*JobFunc)(void *data, char **error);
 /* Runs run(data) on the disk pool; next gets its result. data is freed with free_data. */
 void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpStep next);
+/* The same on the helper pool, for helper programs (qemu-img), with a deadline: a job past it
+ * continues with -ETIMEDOUT and no job data. */
+void op_helper_job_then(Op *op, nsec_t timeout, JobFunc run, void *data, void (*free_data)(void *),
+                        OpStep next);
 /* Releases the claim if there is one through the PLACE-9 gate; next gets the result. */
 void op_release_then(Op *op, bool after_vmm_exit, OpStep next);
 /* Removes the instance's directory (INST-18) on the disk pool. */

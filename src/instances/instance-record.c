@@ -154,6 +154,9 @@ void instance_spec_done(InstanceSpec *s)
         boot_done(&s->boot);
         free(s->profile);
         placement_done(&s->placement);
+        free(s->disk.image);
+        for (size_t i = 0; i < s->n_volumes; i++)
+                free(s->volumes[i].volume);
         *s = (InstanceSpec){0};
 }
 
@@ -250,11 +253,16 @@ static const JsonField boot_fields[] = {
     {NULL},
 };
 
-/* boot of a record or a create body: INST-5 and INST-6's form. */
-static int boot_from_json(json_t *o, int code, InstanceBoot *ret, char **error)
+/*
+ * boot of a record or a create body: INST-5 and INST-6's form. With a root disk from an image
+ * (DISK-5) boot may be absent (o NULL) or hold a kernel alone.
+ */
+static int boot_from_json(json_t *o, bool has_image, int code, InstanceBoot *ret, char **error)
 {
         BootKeys v = {0};
-        int r = json_schema_read(o, "boot", boot_fields, &v, code, error);
+        if (!o && !has_image)
+                return error_set(error, code, "boot is required");
+        int r = o ? json_schema_read(o, "boot", boot_fields, &v, code, error) : 0;
         if (r < 0)
                 return r;
         const char *kernel = v.kernel, *initrd = v.initrd, *cmdline = v.cmdline, *disk = v.disk;
@@ -268,7 +276,7 @@ static int boot_from_json(json_t *o, int code, InstanceBoot *ret, char **error)
                                  INSTANCE_CMDLINE_MAX);
         if (cmdline && strchr(cmdline, '\n'))
                 return error_set(error, code, "boot.cmdline must not contain a newline");
-        if (!kernel && !disk)
+        if (!kernel && !disk && !has_image)
                 return error_set(error, code, "boot needs boot.kernel or boot.disk");
         /* QEMU refuses -initrd and -append without -kernel: say so before anything runs. */
         if (!kernel && initrd)
@@ -502,7 +510,7 @@ static const JsonField record_fields[] = {
     {"state", JSON_FIELD_STRING, true, JSON_AT(RecordKeys, state)},
     {"created_at", JSON_FIELD_STRING, true, JSON_AT(RecordKeys, created_at)},
     {"error", JSON_FIELD_STRING, false, JSON_AT(RecordKeys, error)},
-    {"boot", JSON_FIELD_OBJECT, true, JSON_AT(RecordKeys, boot)},
+    {"boot", JSON_FIELD_OBJECT, false, JSON_AT(RecordKeys, boot)}, /* DISK-5: or disk.image */
     {"vcpus", JSON_FIELD_INTEGER, true, JSON_AT(RecordKeys, vcpus)},
     {"memory_mb", JSON_FIELD_INTEGER, true, JSON_AT(RecordKeys, memory_mb)},
     {"gpu", JSON_FIELD_OBJECT, false, JSON_AT(RecordKeys, gpu)},
@@ -561,7 +569,10 @@ int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret,
         rec.vcpus = (uint32_t)vcpus;
         rec.memory_mb = (uint64_t)memory_mb;
         rec.gpu.claimed_at = TIMESTAMP_MISSING;
-        r = boot_from_json(boot, RECORD_BAD, &rec.boot, error);
+        r = instance_devices_from_view(&v.devices, RECORD_BAD, &rec, error);
+        if (r < 0)
+                return r;
+        r = boot_from_json(boot, rec.disk.image != NULL, RECORD_BAD, &rec.boot, error);
         if (r < 0)
                 return r;
         if (gpu && (r = gpu_from_json(gpu, &rec.gpu, error)) < 0)
@@ -573,9 +584,6 @@ int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret,
             (r = placement_from_json(placement, RECORD_BAD, &rec.placement, error)) < 0)
                 return r;
         if (hypervisor && (r = hypervisor_from_json(hypervisor, &rec.hypervisor, error)) < 0)
-                return r;
-        r = instance_devices_from_view(&v.devices, RECORD_BAD, &rec, error);
-        if (r < 0)
                 return r;
         if (strdup_nullable(name, &rec.name) < 0 || strdup_nullable(failure, &rec.error) < 0)
                 return error_set_oom(error);
@@ -757,16 +765,36 @@ int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_siz
 #define SPEC_BAD (-EINVAL)
 
 typedef struct SpecKeys {
-        const char *name;
-        json_int_t vcpus, memory_mb;
-        json_t *boot, *gpu, *placement;
+        const char *name, *image;
+        json_int_t vcpus, memory_mb, disk_gb;
+        json_t *boot, *gpu, *placement, *volumes;
 } SpecKeys;
+
+typedef struct SpecVolumeKeys {
+        const char *volume;
+        bool readonly;
+} SpecVolumeKeys;
+
+static const JsonField spec_volume_fields[] = {
+    {"volume", JSON_FIELD_STRING, true, JSON_AT(SpecVolumeKeys, volume), 64},
+    {"readonly", JSON_FIELD_BOOLEAN, false, JSON_AT(SpecVolumeKeys, readonly)},
+    {NULL},
+};
 
 static const JsonField spec_fields[] = {
     {"name", JSON_FIELD_STRING, true, JSON_AT(SpecKeys, name)},
     {"vcpus", JSON_FIELD_INTEGER, true, JSON_AT(SpecKeys, vcpus)},
     {"memory_mb", JSON_FIELD_INTEGER, true, JSON_AT(SpecKeys, memory_mb)},
-    {"boot", JSON_FIELD_OBJECT, true, JSON_AT(SpecKeys, boot)},
+    {"image", JSON_FIELD_STRING, false, JSON_AT(SpecKeys, image)},      /* DISK-5 */
+    {"disk_gb", JSON_FIELD_INTEGER, false, JSON_AT(SpecKeys, disk_gb)}, /* DISK-5 */
+    {"boot", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, boot)}, /* API-9: without image only */
+    {.key = "volumes",                                           /* DISK-8 */
+     .type = JSON_FIELD_ARRAY,
+     .offset = JSON_AT(SpecKeys, volumes),
+     .max = INSTANCE_VOLUMES_MAX,
+     .element_type = JSON_FIELD_OBJECT,
+     .element_fields = spec_volume_fields,
+     .element_size = sizeof(SpecVolumeKeys)},
     {"gpu", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, gpu)},
     {"placement", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, placement)},
     {NULL},
@@ -802,7 +830,32 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
             .vcpus = (uint32_t)vcpus,
             .memory_mb = (uint64_t)memory_mb,
         };
-        r = boot_from_json(boot, SPEC_BAD, &s.boot, error);
+        /* DISK-5: the image by name; disk_gb's range against the image is the manager's. */
+        if (v.image && !resource_name_is_valid(v.image))
+                return error_set(error, SPEC_BAD,
+                                 "image must match ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$");
+        if (v.disk_gb && !v.image)
+                return error_set(error, SPEC_BAD, "disk_gb needs image");
+        if (v.image && (v.disk_gb < 0 || (uint64_t)v.disk_gb > INSTANCE_DISK_GB_MAX ||
+                        (v.disk_gb == 0 && json_object_get(root, "disk_gb"))))
+                return error_set(error, SPEC_BAD, "disk_gb must be 1..%" PRIu64,
+                                 INSTANCE_DISK_GB_MAX);
+        s.disk.size_gb = (uint64_t)v.disk_gb;
+        if (strdup_nullable(v.image, &s.disk.image) < 0)
+                return error_set_oom(error);
+        for (size_t i = 0; v.volumes && i < json_array_size(v.volumes); i++) {
+                json_t *e = json_array_get(v.volumes, i);
+                const char *ref = json_string_value(json_object_get(e, "volume"));
+                for (size_t j = 0; j < i; j++)
+                        if (streq(s.volumes[j].volume, ref))
+                                return error_set(error, SPEC_BAD,
+                                                 "volumes[%zu].volume repeats volumes[%zu]", i, j);
+                if (!(s.volumes[i].volume = strdup(ref)))
+                        return error_set_oom(error);
+                s.volumes[i].readonly = json_is_true(json_object_get(e, "readonly"));
+                s.n_volumes = i + 1;
+        }
+        r = boot_from_json(boot, v.image != NULL, SPEC_BAD, &s.boot, error);
         if (r < 0)
                 return r;
         if (gpu) {

@@ -370,7 +370,8 @@ static void op_job_free(void *data)
         free(j);
 }
 
-void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpStep next)
+static void job_then(Op *op, WorkerPool *pool, nsec_t timeout, JobFunc run, void *data,
+                     void (*free_data)(void *), OpStep next)
 {
         op->next = next;
         OpJob *j = calloc(1, sizeof *j);
@@ -382,8 +383,9 @@ void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpS
         }
         *j = (OpJob){.op = op, .run = run, .data = data, .free_data = free_data};
         _cleanup_free_ char *error = NULL;
-        int r = worker_pool_submit(op->m->cfg.disk_pool,
+        int r = worker_pool_submit(pool,
                                    &(WorkerJob){.key = op->i ? op->i->rec.id : NULL,
+                                                .timeout = timeout,
                                                 .run = op_job_run,
                                                 .done = op_job_done,
                                                 .data = j,
@@ -394,6 +396,17 @@ void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpS
                 op_job_free(j);
                 next(op, r, error);
         }
+}
+
+void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpStep next)
+{
+        job_then(op, op->m->cfg.disk_pool, 0, run, data, free_data, next);
+}
+
+void op_helper_job_then(Op *op, nsec_t timeout, JobFunc run, void *data, void (*free_data)(void *),
+                        OpStep next)
+{
+        job_then(op, op->m->cfg.helper_pool, timeout, run, data, free_data, next);
 }
 
 /* ---- releases (INST-14, INST-15, INST-17, INST-18) ------------------------------------------ */

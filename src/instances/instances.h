@@ -24,6 +24,7 @@
 #include <sys/types.h>
 
 #include "base/base.h"
+#include "storage/storage.h"
 
 /* ---- identity and validation (INST-3, INST-4, INST-5, INST-6, INST-7) ----------------------- */
 
@@ -121,6 +122,9 @@ typedef enum InstanceVolumeState {
         INSTANCE_VOLUME_DETACHING,
         _INSTANCE_VOLUME_STATE_MAX,
 } InstanceVolumeState;
+
+/* "attached", "attaching", "detaching" (INST-2). */
+const char *instance_volume_state_to_string(InstanceVolumeState s);
 
 /* DISK-8: one attached volume. */
 typedef struct InstanceVolume {
@@ -221,6 +225,14 @@ typedef struct InstanceSpec {
         char *profile; /* NULL without "gpu" */
         /* FLEET-6: "placement": {"consumer", "gpu"}; only with a profile. NULLs without. */
         InstancePlacement placement;
+        /* DISK-5: "image" and "disk_gb" (size_gb 0: the image's size). image NULL: none. */
+        InstanceDisk disk;
+        /* DISK-8: "volumes": [{"volume": "<id or name>", "readonly"?}], at most 8. */
+        struct {
+                char *volume;
+                bool readonly;
+        } volumes[INSTANCE_VOLUMES_MAX];
+        size_t n_volumes;
 } InstanceSpec;
 
 void instance_spec_done(InstanceSpec *s);
@@ -239,9 +251,21 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
 /* The open boot files of an instance (INST-6): -1 where a file is not given. */
 typedef struct InstanceBootFiles {
         int kernel, initrd, disk;
+        int root;         /* DISK-5: <id>/root.qcow2, read-write; opened right before a spawn */
+        bool root_direct; /* DISK-9: its file system takes O_DIRECT */
+        /* DISK-8: the record's attached volumes, in its order; opened right before a spawn, each
+         * with its QEMU node name "vol-<id>" (instance_boot_files_add_volume()). */
+        int volumes[INSTANCE_VOLUMES_MAX];
+        char volume_nodes[INSTANCE_VOLUMES_MAX][sizeof "vol-" + INSTANCE_ID_LEN];
+        size_t n_volumes;
+        bool volumes_direct;
 } InstanceBootFiles;
 
-#define INSTANCE_BOOT_FILES_NONE ((InstanceBootFiles){.kernel = -1, .initrd = -1, .disk = -1})
+/* Takes over fd as the next volume's descriptor; -E2BIG past INSTANCE_VOLUMES_MAX. */
+int instance_boot_files_add_volume(InstanceBootFiles *f, const char *id, int fd);
+
+#define INSTANCE_BOOT_FILES_NONE \
+        ((InstanceBootFiles){.kernel = -1, .initrd = -1, .disk = -1, .root = -1})
 
 /*
  * INST-6, blocking (run on a worker): opens each given boot path read-only. A path must lie,
@@ -365,7 +389,9 @@ typedef struct InstanceManagerConfig {
         /* Helper programs (qemu-img, dnsmasq) and file copies: every job with a deadline, apart
          * from the disk pool so that none of them delays a record write (GEN-4; borrowed). */
         WorkerPool *helper_pool;
-        DeviceOps *ops; /* releases (borrowed) */
+        DeviceOps *ops;       /* releases (borrowed) */
+        ImageStore *images;   /* DISK-5: the images root disks are made from (borrowed) */
+        VolumeStore *volumes; /* DISK-8: the volumes instances attach (borrowed) */
         /* The claim flow's configuration; the manager fills in its owner (borrowed parts). */
         ClaimerConfig claimer;
         /*

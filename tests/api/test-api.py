@@ -48,7 +48,7 @@ MET2 = [
     ("vgpud_instances_vgpu_quarantined_vfs", "gauge", None, []),
     ("vgpud_instances_vgpu_vf_health_store_unavailable", "gauge", None, []),
     ("vgpud_instances_vgpu_reconcile_failures_total", "counter", "stage",
-     ["list_instances", "release_stale", "reset_unclaimed_vfs", "reconcile_devices"]),
+     ["list_instances", "release_stale", "reset_unclaimed_vfs", "reconcile_devices", "storage"]),
     ("vgpud_instances_vgpu_stale_release_failures_total", "counter", None, []),
     ("vgpud_instances_vgpu_reconcile_liveness_uncertain_total", "counter", None, []),
     ("vgpud_instances", "gauge", "state",

@@ -202,7 +202,7 @@ static void test_defaults(void **state)
         assert_string_equal(c->qemu_binary, "/usr/bin/qemu-system-x86_64");
         assert_int_equal(c->qemu_accel, CONFIG_QEMU_ACCEL_AUTO);
         assert_int_equal(strv_length(c->image_dirs), 1);
-        assert_string_equal(c->image_dirs[0], "/var/lib/vgpud/images");
+        assert_string_equal(c->image_dirs[0], "/var/lib/vgpud/import");
         assert_false(c->image_dirs_set);
         assert_int_equal(c->log_level, LOG_LEVEL_INFO);
         assert_int_equal(c->vmm.boot_timeout, 30 * NSEC_PER_SEC);
@@ -243,12 +243,17 @@ static const char default_dump[] = "listen: \"127.0.0.1:8080\"\n"
                                    "qemu_binary: \"/usr/bin/qemu-system-x86_64\"\n"
                                    "qemu_accel: auto\n"
                                    "image_dirs:\n"
-                                   "- \"/var/lib/vgpud/images\"\n"
+                                   "- \"/var/lib/vgpud/import\"\n"
                                    "log_level: info\n"
                                    "vmm:\n"
                                    "  boot_timeout: 30s\n"
                                    "  stop_timeout: 30s\n"
                                    "  console_max_bytes: 16777216\n"
+                                   "storage:\n"
+                                   "  min_free: 5%\n"
+                                   "  max_image_size: 2TiB\n"
+                                   "  max_disk_gb: 4096\n"
+                                   "  qemu_img_binary: \"/usr/bin/qemu-img\"\n"
                                    "gpu:\n"
                                    "  vf_quarantine_threshold: 2\n"
                                    "  placement_policy: spread\n"
@@ -304,6 +309,11 @@ static const char poison_yaml[] = "listen: \"[::1]:9090\"\n"
                                   "  boot_timeout: 1m\n"
                                   "  stop_timeout: 1s\n"
                                   "  console_max_bytes: 65536\n"
+                                  "storage:\n"
+                                  "  min_free: 10GiB\n"
+                                  "  max_image_size: 512MiB\n"
+                                  "  max_disk_gb: 65536\n"
+                                  "  qemu_img_binary: /poison/qemu-img\n"
                                   "gpu:\n"
                                   "  vf_quarantine_threshold: 64\n"
                                   "  placement_policy: pack\n"
@@ -355,6 +365,10 @@ static void test_every_key_loads(void **state)
         assert_int_equal(c->vmm.boot_timeout, NSEC_PER_MIN);
         assert_int_equal(c->vmm.stop_timeout, NSEC_PER_SEC);
         assert_int_equal(c->vmm.console_max_bytes, 65536);
+        assert_int_equal(c->storage.min_free.bytes, UINT64_C(10) << 30);
+        assert_int_equal(c->storage.max_image_size, UINT64_C(512) << 20);
+        assert_int_equal(c->storage.max_disk_gb, 65536);
+        assert_string_equal(c->storage.qemu_img_binary, "/poison/qemu-img");
         assert_int_equal(c->gpu.vf_quarantine_threshold, 64);
         assert_int_equal(c->gpu.placement_policy, PLACEMENT_POLICY_PACK);
         assert_int_equal(c->gpu.nvml_timeout, 100 * NSEC_PER_MSEC);
@@ -397,7 +411,7 @@ static void test_every_key_loads(void **state)
         }
         assert_null(a);
         assert_null(b);
-        assert_int_equal(lines, 45);
+        assert_int_equal(lines, 50);
 }
 
 /* OPS-5: the shipped example has every key, each at its default */
@@ -764,7 +778,7 @@ static void test_relative_paths(void **state)
                                                    "jwt_secret_file: /etc/vgpud/jwt.secret\n");
         assert_string_equal(d->data_dir, "/srv/vgpud");
         assert_string_equal(d->sysfs_root, "/");
-        assert_string_equal(d->image_dirs[0], "/srv/vgpud/images");
+        assert_string_equal(d->image_dirs[0], "/srv/vgpud/import");
 }
 
 /* VMM-15: runtime_dir fits socket paths and has no whitespace or control characters */
@@ -953,8 +967,8 @@ static void test_listen(void **state)
         value_fails("listen", "8080", what, "\"8080\"");
 }
 
-/* INST-6 (decision in CFG-3): image_dirs is a list of absolute paths, <data_dir>/images by default
- */
+/* INST-6, DISK-1 (decision in CFG-3): image_dirs is a list of absolute paths, <data_dir>/import
+ * by default */
 static void test_image_dirs(void **state)
 {
         const char *what = "a list of 1 to 64 absolute paths";
@@ -970,9 +984,9 @@ static void test_image_dirs(void **state)
         /* the default follows data_dir, from the file and from --set, in either order ... */
         _cleanup_(config_donep) Config *d = loaded("data_dir: /srv/vgpud\n");
         assert_false(d->image_dirs_set);
-        assert_string_equal(d->image_dirs[0], "/srv/vgpud/images");
+        assert_string_equal(d->image_dirs[0], "/srv/vgpud/import");
         set_ok(d, "data_dir=/");
-        assert_string_equal(d->image_dirs[0], "/images");
+        assert_string_equal(d->image_dirs[0], "/import");
         assert_int_equal(strv_length(d->image_dirs), 1);
 
         /* ... until image_dirs is set, before or after data_dir */
@@ -1022,6 +1036,38 @@ static void test_image_dirs(void **state)
         value_fails("image_dirs", "", what, "\"\"");
         set_fails("image_dirs=[]", "--set image_dirs=[]: image_dirs must be a list of 1 to 64 "
                                    "absolute paths, got an empty list");
+}
+
+/* CFG-3, CFG-4: storage.*'s sizes and shares (DISK-3, DISK-5, DISK-10) */
+static void test_storage_keys(void **state)
+{
+        _cleanup_(config_donep) Config *c = loaded("storage:\n"
+                                                   "  min_free: 0%\n"
+                                                   "  max_image_size: 1099511627776\n");
+        assert_int_equal(c->storage.min_free.percent, 0);
+        assert_int_equal(c->storage.min_free.bytes, 0);
+        assert_int_equal(c->storage.max_image_size, UINT64_C(1) << 40);
+        set_ok(c, "storage.min_free=4096B");
+        assert_int_equal(c->storage.min_free.bytes, 4096);
+        set_ok(c, "storage.max_image_size=3MiB");
+        assert_int_equal(c->storage.max_image_size, 3 << 20);
+
+        const char *share = "a percentage from 0% to 99%, or a size";
+        value_fails("storage.min_free", "100%", share, "\"100%\"");
+        value_fails("storage.min_free", "05%", share, "\"05%\"");
+        value_fails("storage.min_free", "5 %", share, "\"5 %\"");
+        value_fails("storage.min_free", "0", share, "\"0\"");
+        value_fails("storage.min_free", "1PB", share, "\"1PB\"");
+        const char *size = "a size between 1MiB and 1024TiB";
+        value_fails("storage.max_image_size", "1KiB", size, "\"1KiB\"");
+        value_fails("storage.max_image_size", "2PiB", size, "\"2PiB\"");
+        value_fails("storage.max_image_size", "2tib", size, "\"2tib\"");
+        value_fails("storage.max_image_size", "-1", size, "\"-1\"");
+        value_fails("storage.max_image_size", "99999999999999999999", size,
+                    "\"99999999999999999999\"");
+        value_fails("storage.max_disk_gb", "0", "an integer between 1 and 65536", "\"0\"");
+        value_fails("storage.max_disk_gb", "65537", "an integer between 1 and 65536", "\"65537\"");
+        value_fails("storage.qemu_img_binary", "qemu-img", "an absolute path", "\"qemu-img\"");
 }
 
 /* ---- refusals (CFG-4) ----------------------------------------------------------------------- */
@@ -1736,6 +1782,7 @@ int main(void)
             cmocka_unit_test(test_nvml_library),
             cmocka_unit_test(test_listen),
             cmocka_unit_test(test_image_dirs),
+            cmocka_unit_test(test_storage_keys),
             cmocka_unit_test(test_unknown_keys),
             cmocka_unit_test(test_duplicate_keys),
             cmocka_unit_test(test_yaml_features_refused),

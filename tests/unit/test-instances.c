@@ -1248,6 +1248,75 @@ static void test_spec_refusals(void **state)
         assert_spec_refused(deep, strlen(deep), "JSON nested deeper than 16 levels");
 }
 
+/* ---- DISK-5: a root disk from an image in the create body and the record -------------------- */
+
+/* API-9, DISK-5: image and disk_gb; boot is optional with an image, required without. */
+static void test_spec_image(void **state)
+{
+        static const char image_only[] =
+            "{\"name\": \"web-1\", \"vcpus\": 1, \"memory_mb\": 512, \"image\": \"noble\"}";
+        _cleanup_(instance_spec_done) InstanceSpec s = {0};
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(instance_spec_from_json(image_only, strlen(image_only), &s, &error), 0);
+        assert_string_equal(s.disk.image, "noble");
+        assert_int_equal(s.disk.size_gb, 0);
+        assert_null(s.boot.kernel);
+
+        static const char with_kernel[] =
+            "{\"name\": \"web-1\", \"vcpus\": 1, \"memory_mb\": 512, \"image\": \"noble\", "
+            "\"disk_gb\": 40, \"boot\": {\"kernel\": \"/srv/vmlinuz\", \"cmdline\": "
+            "\"root=/dev/vda\"}}";
+        _cleanup_(instance_spec_done) InstanceSpec k = {0};
+        assert_int_equal(instance_spec_from_json(with_kernel, strlen(with_kernel), &k, &error), 0);
+        assert_int_equal(k.disk.size_gb, 40);
+        assert_string_equal(k.boot.kernel, "/srv/vmlinuz");
+
+        static const Refusal refusals[] = {
+            {"\"image\": \"noble\"", "\"image\": \"Noble\"",
+             "image must match ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"},
+            {"\"image\": \"noble\"", "\"image\": 7", "image must be a string"},
+            {"\"image\": \"noble\"", "\"image\": \"noble\", \"disk_gb\": 0", "disk_gb must be 1.."},
+            {"\"image\": \"noble\"", "\"image\": \"noble\", \"disk_gb\": -2",
+             "disk_gb must be 1.."},
+            {"\"image\": \"noble\"", "\"image\": \"noble\", \"disk_gb\": \"2\"",
+             "disk_gb must be an integer"},
+            {"\"image\": \"noble\"", "\"disk_gb\": 4", "disk_gb needs image"},
+            {"\"image\": \"noble\"", "\"boot\": {}", "boot needs boot.kernel or boot.disk"},
+            {", \"image\": \"noble\"", "", "boot is required"},
+            {"\"image\": \"noble\"", "\"image\": \"noble\", \"boot\": {\"cmdline\": \"x\"}",
+             "boot.cmdline needs boot.kernel"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(refusals); i++) {
+                _cleanup_free_ char *text = mutate(image_only, refusals[i].from, refusals[i].to);
+                assert_spec_refused(text, strlen(text), refusals[i].message);
+        }
+}
+
+/* INST-2, DISK-5: a record with a root disk needs no boot, and round-trips. */
+static void test_record_image_without_boot(void **state)
+{
+        static const char rec[] =
+            "{\"version\": 1, \"id\": \"k3x9q2m8v1c4z7n5b0wd\", \"name\": \"web-1\", \"state\": "
+            "\"Stopped\", \"created_at\": \"2026-09-02T20:08:03Z\", \"vcpus\": 1, \"memory_mb\": "
+            "512, \"disk\": {\"image\": \"noble\", \"size_gb\": 3}}\n";
+        _cleanup_(instance_record_done) InstanceRecord r = {0};
+        _cleanup_free_ char *error = NULL, *out = NULL;
+        size_t n = 0;
+        if (instance_record_from_json(rec, strlen(rec), &r, &error) < 0)
+                fail_msg("%s", error);
+        assert_string_equal(r.disk.image, "noble");
+        assert_int_equal(r.disk.size_gb, 3);
+        assert_int_equal(instance_record_to_json(&r, &out, &n), 0);
+        assert_string_equal(out, rec);
+
+        _cleanup_free_ char *no_disk =
+            mutate(rec, ", \"disk\": {\"image\": \"noble\", \"size_gb\": 3}", "");
+        InstanceRecord bad = {0};
+        assert_int_equal(instance_record_from_json(no_disk, strlen(no_disk), &bad, &error),
+                         -EBADMSG);
+        assert_string_equal(error, "boot is required");
+}
+
 /* ---- FLEET-6: the Placement consumer in the record and the create body -------------------- */
 
 static const char spec_placement[] =
@@ -2215,6 +2284,8 @@ static void test_tree_delete(void **state)
 #define KERNEL_FD 17
 #define INITRD_FD 12
 #define DISK_FD 40
+#define ROOT_FD 23
+#define VOLUME_FD 50 /* and on */
 
 static void load_golden_record(const char *name, InstanceRecord *ret)
 {
@@ -2237,6 +2308,11 @@ static InstanceBootFiles golden_boot_files(const InstanceRecord *rec)
                 f.initrd = INITRD_FD;
         if (rec->boot.disk)
                 f.disk = DISK_FD;
+        if (rec->disk.image)
+                f.root = ROOT_FD;
+        for (size_t k = 0; k < rec->n_volumes; k++)
+                assert_int_equal(
+                    instance_boot_files_add_volume(&f, rec->volumes[k].id, VOLUME_FD + (int)k), 0);
         return f;
 }
 
@@ -2294,6 +2370,27 @@ static void test_command_kernel_only(void **state)
 static void test_command_disk_only(void **state)
 {
         assert_record_golden("disk-only", CONFIG_QEMU_ACCEL_AUTO, DATA_DIR);
+}
+
+/* VMM-1, VMM-2, DISK-5, DISK-9: an image's root overlay alone: qcow2 over its descriptor,
+ * discard and detect-zeroes unmap, the first boot device */
+static void test_command_image_root(void **state)
+{
+        assert_record_golden("image-root", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* VMM-1, VMM-2, DISK-8, DISK-9: the root overlay, then each volume in the record's order,
+ * qcow2 with its id as serial, read-only as attached (the seed comes with SEED-2) */
+static void test_command_image_volumes(void **state)
+{
+        assert_record_golden("image-volumes", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* VMM-1, DISK-5, DISK-6: direct kernel boot with the image as root disk, and a read-only
+ * boot.disk after it */
+static void test_command_image_kernel_disk(void **state)
+{
+        assert_record_golden("image-kernel-disk", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
 }
 
 /* VMM-1, INST-6: -kernel, -initrd, -append, then the disk, in this order, by descriptor */
@@ -2476,6 +2573,11 @@ int main(void)
             T(test_command_mdev),
             T(test_command_kernel_only),
             T(test_command_disk_only),
+            T(test_command_image_root),
+            T(test_command_image_volumes),
+            T(test_spec_image),
+            T(test_record_image_without_boot),
+            T(test_command_image_kernel_disk),
             T(test_command_kernel_initrd_cmdline_disk),
             T(test_command_accel),
             T(test_command_commas),
