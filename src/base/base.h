@@ -361,6 +361,12 @@ char *format_ipv4(uint32_t addr, char buf[static IPV4_STRLEN]);
  */
 int parse_ipv4_network(const char *s, unsigned min_prefix, unsigned max_prefix, uint32_t *ret,
                        unsigned *ret_prefix);
+/*
+ * A network interface name the kernel takes: 1..IFNAME_MAX bytes of printable ASCII without
+ * white space, '/' or ':', and not "." or "..".
+ */
+#define IFNAME_MAX 15 /* IFNAMSIZ less the NUL */
+bool ifname_is_valid(const char *s);
 /* "<lo>-<hi>", 1 <= lo <= hi <= 65535. -EINVAL, -ERANGE. */
 int parse_port_range(const char *s, uint16_t *ret_lo, uint16_t *ret_hi);
 /*

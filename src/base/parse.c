@@ -192,6 +192,18 @@ int parse_ipv4_network(const char *s, unsigned min_prefix, unsigned max_prefix, 
         return 0;
 }
 
+bool ifname_is_valid(const char *s)
+{
+        size_t n = s ? strlen(s) : 0;
+        if (n == 0 || n > IFNAME_MAX || streq(s, ".") || streq(s, ".."))
+                return false;
+        for (const char *c = s; *c; c++)
+                if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f || *c == '/' ||
+                    *c == ':')
+                        return false;
+        return true;
+}
+
 int parse_port_range(const char *s, uint16_t *ret_lo, uint16_t *ret_hi)
 {
         const char *dash = s ? strchr(s, '-') : NULL;

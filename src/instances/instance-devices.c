@@ -12,7 +12,6 @@
 
 #include "instance-record-internal.h"
 
-#define BRIDGE_NAME_MAX 15 /* IFNAMSIZ less the NUL */
 #define MAC_STRLEN 18      /* "52:54:00:xx:xx:xx" and the NUL */
 
 static const char *const volume_states[_INSTANCE_VOLUME_STATE_MAX] = {
@@ -169,7 +168,7 @@ static int port_check(const void *element, const char *path, void *view, int cod
 const JsonField instance_network_fields[] = {
     {"mode", JSON_FIELD_STRING, true, JSON_AT(InstanceNetworkView, mode)},
     {"bridge", JSON_FIELD_STRING, false, JSON_AT(InstanceNetworkView, bridge),
-     .max = BRIDGE_NAME_MAX},
+     .max = IFNAME_MAX},
     {"mac", JSON_FIELD_STRING, false, JSON_AT(InstanceNetworkView, mac)},
     {"ip", JSON_FIELD_STRING, false, JSON_AT(InstanceNetworkView, ip)},
     {"prefix", JSON_FIELD_INTEGER, false, JSON_AT(InstanceNetworkView, prefix)},
@@ -259,18 +258,6 @@ static bool mac_is_valid(const char *s)
         return true;
 }
 
-static bool bridge_name_is_valid(const char *s)
-{
-        /* What the kernel takes as an interface name: no '/', no white space, not . or .. */
-        if (!s[0] || streq(s, ".") || streq(s, ".."))
-                return false;
-        for (const char *c = s; *c; c++)
-                if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f || *c == '/' ||
-                    *c == ':')
-                        return false;
-        return true;
-}
-
 static int json_strings(json_t *a, char ***ret)
 {
         _cleanup_strv_free_ char **strv = NULL;
@@ -289,7 +276,7 @@ static int network_from_view(const InstanceNetworkView *v, json_t *o, int code,
         int mode = name_index(network_modes, _INSTANCE_NETWORK_MODE_MAX, v->mode);
         if (mode < 0)
                 return error_set(error, code, "network.mode must be nat, bridge or none");
-        if (v->bridge && !bridge_name_is_valid(v->bridge))
+        if (v->bridge && !ifname_is_valid(v->bridge))
                 return error_set(error, code, "network.bridge must be an interface name");
         if (v->mac && !mac_is_valid(v->mac))
                 return error_set(error, code,
