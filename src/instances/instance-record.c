@@ -153,6 +153,7 @@ void instance_spec_done(InstanceSpec *s)
         boot_done(&s->boot);
         free(s->profile);
         placement_done(&s->placement);
+        instance_network_done(&s->network);
         *s = (InstanceSpec){0};
 }
 
@@ -758,7 +759,8 @@ int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_siz
 typedef struct SpecKeys {
         const char *name;
         json_int_t vcpus, memory_mb;
-        json_t *boot, *gpu, *placement;
+        json_t *boot, *gpu, *placement, *network;
+        InstanceNetworkView network_v;
 } SpecKeys;
 
 static const JsonField spec_fields[] = {
@@ -768,6 +770,8 @@ static const JsonField spec_fields[] = {
     {"boot", JSON_FIELD_OBJECT, true, JSON_AT(SpecKeys, boot)},
     {"gpu", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, gpu)},
     {"placement", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, placement)},
+    {"network", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, network),
+     .fields = instance_network_body_fields, .nested_offset = JSON_AT(SpecKeys, network_v)},
     {NULL},
 };
 
@@ -818,6 +822,14 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
                 if (!gpu)
                         return error_set(error, SPEC_BAD, "placement needs gpu.profile");
                 r = placement_from_json(placement, SPEC_BAD, &s.placement, error);
+                if (r < 0)
+                        return r;
+        }
+        if (v.network) {
+                r = instance_network_from_view(&v.network_v, v.network, SPEC_BAD, &s.network,
+                                               error);
+                if (r >= 0)
+                        r = instance_network_body_check(&s.network, SPEC_BAD, error);
                 if (r < 0)
                         return r;
         }

@@ -184,6 +184,10 @@ typedef struct InstanceRecord {
 
 /* Frees the members (not r itself) and zeroes r. */
 void instance_record_done(InstanceRecord *r);
+/* Frees the NIC's members and zeroes it. */
+void instance_network_done(InstanceNetwork *n);
+/* A deep copy into *ret; -ENOMEM. */
+int instance_network_copy(const InstanceNetwork *n, InstanceNetwork *ret);
 /* A deep copy of the boot paths. */
 int instance_boot_copy(const InstanceBoot *from, InstanceBoot *ret);
 /* A deep copy. */
@@ -218,6 +222,8 @@ typedef struct InstanceSpec {
         char *profile; /* NULL without "gpu" */
         /* FLEET-6: "placement": {"consumer", "gpu"}; only with a profile. NULLs without. */
         InstancePlacement placement;
+        /* NET-1: "network" as given (mode INSTANCE_NETWORK_ABSENT without it; no mac). */
+        InstanceNetwork network;
 } InstanceSpec;
 
 void instance_spec_done(InstanceSpec *s);
