@@ -736,10 +736,18 @@ static int check_tun(HostCheck *hc, HostCheckResult *r)
         if (!hc->dev)
                 return root_unusable(r, "dev_root", hc->config->dev_root, hc->dev_error);
         int k = probe_device(hc->dev, "net/tun");
+        /* NET-3: every nat or bridge NIC is a TAP; a host that gives VMs none needs no tun. */
+        const ConfigNetwork *n = &hc->config->network;
+        bool nics = n->nat.enabled || (n->bridges && n->bridges[0]) ||
+                    config_network_default_mode(hc->config) != CONFIG_NETWORK_MODE_NONE;
+        if (k < 0 && nics)
+                return verdict(r, HOST_CHECK_FAIL, "load tun (modprobe tun)",
+                               "%s/net/tun: %s; every VM network interface is a TAP (NET-3)",
+                               hc->dev->path, strerror(-k));
         if (k < 0)
                 return verdict(r, HOST_CHECK_WARN, "load tun (modprobe tun)",
-                               "%s/net/tun: %s; not needed yet (VM network interfaces, which this "
-                               "build does not have)",
+                               "%s/net/tun: %s; not needed while VMs get no network interface "
+                               "(network.nat.enabled false, no network.bridges)",
                                hc->dev->path, strerror(-k));
         return verdict(r, HOST_CHECK_PASS, NULL, "%s/net/tun opens read-write", hc->dev->path);
 }
