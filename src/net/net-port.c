@@ -40,6 +40,9 @@ int net_nat_bridge_ensure(NetLink *l, const char *bridge, const NetSubnet *subne
         int r = net_link_get(l, bridge, &br);
         if (r == -ENODEV) {
                 r = net_link_add_bridge(l, bridge);
+                /* Another step may have made it a moment ago: theirs is as good. */
+                if (r == -EEXIST)
+                        r = 0;
                 if (r < 0)
                         return error_set(error, r, "network: create bridge %s: %s", bridge,
                                          strerror(-r));

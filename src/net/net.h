@@ -129,6 +129,44 @@ int net_link_has_address(NetLink *l, int ifindex, uint32_t addr, unsigned prefix
 /* The names of the ports of bridge master, NULL-terminated (strv_free() them). */
 int net_link_list_ports(NetLink *l, int master, char ***ret);
 
+/* ---- table inet vgpud (net-nft.c) --------------------------------------------------------- */
+
+#define NET_FORWARDS_MAX 65536 /* more than any port range holds */
+
+/* NET-1's port forward: host port -> guest_addr:guest. */
+typedef struct NetForward {
+        uint16_t host, guest;
+        bool udp;
+        uint32_t guest_addr; /* host byte order */
+} NetForward;
+
+typedef struct NetNatRules {
+        const char *bridge;
+        NetSubnet subnet;
+        bool isolate;
+        const NetForward *forwards;
+        size_t n_forwards;
+} NetNatRules;
+
+/*
+ * NET-4: the whole table, as nft(8) reads it: masquerade for the subnet leaving through any
+ * other interface; forward rules (replies and port forwards in, the subnet out, with isolate
+ * nothing between guests); one DNAT per forward, to any local address (fib daddr type local),
+ * in prerouting and in output. Forwards are sorted (tcp, then udp, by host port), so equal
+ * records render equal text. -EINVAL, -ENOMEM.
+ */
+int net_nft_render(const NetNatRules *rules, char **ret);
+
+/*
+ * Replaces table inet vgpud by ruleset in one libnftables transaction (add, delete, then the
+ * table): atomic, and nothing outside the table is touched. -EIO with `network: nftables:
+ * replace table vgpud: <nft's first error line>`.
+ */
+int net_nft_apply(const char *ruleset, char **error);
+
+/* The table as `nft list table inet vgpud` prints it; -ENOENT without one. */
+int net_nft_list(char **ret, char **error);
+
 /* ---- NET-3 and NET-4 as steps (net-port.c) ------------------------------------------------- */
 
 /*

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <nftables/libnftables.h>
 
 #include "base/base.h"
 #include "net/net.h"
@@ -214,6 +215,63 @@ static void test_port_bridge_missing_or_down(void **state)
         assert_int_equal(net_link_delete(l, "br-down"), 0);
 }
 
+/* nft(8)'s commands through libnftables, as another program on the host would run them. */
+static int nft_run(const char *commands)
+{
+        struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
+        assert_non_null(nft);
+        assert_int_equal(nft_ctx_buffer_output(nft), 0);
+        int r = nft_run_cmd_from_buffer(nft, commands);
+        nft_ctx_free(nft);
+        return r;
+}
+
+/* NET-4: the table replaces itself as a whole; other tables are never touched. */
+static void test_nft_apply(void **state)
+{
+        _cleanup_free_ char *error = NULL, *listed = NULL, *again = NULL, *text1 = NULL,
+                            *text2 = NULL;
+        NetSubnet s;
+        assert_int_equal(net_subnet_parse("10.233.0.0/24", &s), 0);
+        const NetForward fw[] = {{.host = 20022, .guest = 22, .guest_addr = 0x0ae90002}};
+        NetNatRules rules = {
+            .bridge = "vgpud0", .subnet = s, .isolate = true, .forwards = fw, .n_forwards = 1};
+        assert_int_equal(net_nft_list(&listed, &error), -ENOENT);
+        free(TAKE_PTR(error));
+
+        /* Someone else's table, which must survive every replace. */
+        assert_int_equal(nft_run("table inet other {\n"
+                                 "\tchain input {\n"
+                                 "\t\ttype filter hook input priority 0; policy accept;\n"
+                                 "\t\tiifname \"vgpud0\" accept\n"
+                                 "\t}\n"
+                                 "}\n"),
+                         0);
+        assert_int_equal(net_nft_render(&rules, &text1), 0);
+        if (net_nft_apply(text1, &error) < 0)
+                fail_msg("%s", error);
+        assert_int_equal(net_nft_list(&listed, &error), 0);
+        assert_non_null(strstr(listed, "tcp dport 20022 dnat ip to 10.233.0.2:22"));
+        assert_non_null(strstr(listed, "masquerade"));
+
+        /* The forward goes with the next replace: nothing of the old table stays. */
+        rules.n_forwards = 0;
+        assert_int_equal(net_nft_render(&rules, &text2), 0);
+        assert_int_equal(net_nft_apply(text2, &error), 0);
+        assert_int_equal(net_nft_list(&again, &error), 0);
+        assert_null(strstr(again, "dport 20022"));
+        assert_non_null(strstr(again, "masquerade"));
+
+        /* A refused ruleset changes nothing and says why (NET-8). */
+        assert_int_equal(net_nft_apply("table inet vgpud { chain c { nonsense; } }\n", &error),
+                         -EIO);
+        assert_true(startswith(error, "network: nftables: replace table vgpud: Error: "));
+        free(TAKE_PTR(listed));
+        assert_int_equal(net_nft_list(&listed, &error), 0);
+        assert_string_equal(listed, again);
+        assert_int_equal(nft_run("list table inet other"), 0);
+}
+
 static int enter_namespaces(void)
 {
         if (geteuid() != 0 || unshare(CLONE_NEWNET | CLONE_NEWNS) < 0)
@@ -269,6 +327,7 @@ int main(void)
             cmocka_unit_test(test_nat_bridge_name_taken),
             cmocka_unit_test(test_port_attach),
             cmocka_unit_test(test_port_bridge_missing_or_down),
+            cmocka_unit_test(test_nft_apply),
         };
         r = cmocka_run_group_tests_name("net-link", tests, NULL, NULL);
         remove_dev_root();

@@ -13,6 +13,7 @@
 
 #include "base/base.h"
 #include "net/net.h"
+#include "testlib.h"
 
 #define ID "k3x9q2m8v1c4z7n5b0wd"
 
@@ -175,13 +176,48 @@ static void test_allocate(void **state)
         assert_string_equal(a, "10.233.0.6");
 }
 
+static void assert_golden(const char *rel, const char *got)
+{
+        _cleanup_free_ char *want = NULL;
+        int r = test_golden_check(rel, got, &want);
+        if (r != 0)
+                fail_msg("%s differs (VGPUD_UPDATE_GOLDEN=1 rewrites it):\n--- got\n%s--- want\n%s",
+                         rel, got, want ? want : "(unreadable)\n");
+}
+
+/* NET-4, NET-11: the whole table, as a golden file; forwards sorted, tcp before udp */
+static void test_nft_render(void **state)
+{
+        NetSubnet s;
+        assert_int_equal(net_subnet_parse("10.233.0.0/24", &s), 0);
+        const NetForward forwards[] = {
+            {.host = 20443, .guest = 443, .guest_addr = 0x0ae90003},
+            {.host = 20053, .guest = 53, .udp = true, .guest_addr = 0x0ae90002},
+            {.host = 20022, .guest = 22, .guest_addr = 0x0ae90002},
+        };
+        NetNatRules rules = {.bridge = "vgpud0",
+                             .subnet = s,
+                             .isolate = true,
+                             .forwards = forwards,
+                             .n_forwards = ELEMENTSOF(forwards)};
+        _cleanup_free_ char *text = NULL, *plain = NULL, *bad = NULL;
+        assert_int_equal(net_nft_render(&rules, &text), 0);
+        assert_golden("golden/net/nft-isolated-forwards.txt", text);
+        /* Without isolate or forwards: the same table less those rules. */
+        rules = (NetNatRules){.bridge = "vgpud0", .subnet = s};
+        assert_int_equal(net_nft_render(&rules, &plain), 0);
+        assert_golden("golden/net/nft-plain.txt", plain);
+        rules.bridge = "bad name";
+        assert_int_equal(net_nft_render(&rules, &bad), -EINVAL);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_mac_derive),    cmocka_unit_test(test_mac_collision),
             cmocka_unit_test(test_mac_exhausted), cmocka_unit_test(test_tap_name),
             cmocka_unit_test(test_ipv4_parse),    cmocka_unit_test(test_subnet),
-            cmocka_unit_test(test_allocate),
+            cmocka_unit_test(test_allocate),      cmocka_unit_test(test_nft_render),
         };
         return cmocka_run_group_tests_name("net", tests, NULL, NULL);
 }
