@@ -167,6 +167,83 @@ int net_nft_apply(const char *ruleset, char **error);
 /* The table as `nft list table inet vgpud` prints it; -ENOENT without one. */
 int net_nft_list(char **ret, char **error);
 
+/* ---- dnsmasq's files (net-dnsmasq.c) ------------------------------------------------------- */
+
+#define NET_DNS_DOMAIN "vgpud.internal"
+#define NET_DNSMASQ_CONF "dnsmasq.conf"
+#define NET_DNSMASQ_DHCP_HOSTS "dhcp-hosts"
+#define NET_DNSMASQ_HOSTS "hosts"
+#define NET_DNSMASQ_LEASES "leases"
+
+/* One NAT instance as dnsmasq knows it. */
+typedef struct NetHost {
+        const char *name; /* INST-4's name: one DNS label */
+        const char *mac;
+        const char *ip;
+} NetHost;
+
+/* One DNS label of [a-z0-9-], not starting or ending with '-'. */
+bool net_dns_name_is_valid(const char *s);
+
+/*
+ * NET-6: the DHCP hosts file (`<mac>,<ip>,<name>` per host) and the hosts file (`<ip>
+ * <name>.vgpud.internal <name>`), sorted by address. -EINVAL for a host whose fields would not
+ * parse back.
+ */
+int net_dnsmasq_render_hosts(const NetHost *hosts, size_t n, char **ret_dhcp, char **ret_dns);
+
+/*
+ * NET-6: dnsmasq.conf for the NAT bridge: bound to the bridge only, static DHCP leases from the
+ * hosts file in dir, the gateway as router and name server, names under vgpud.internal, the
+ * host's resolvers (IPv4 only; others skipped) as upstream servers and nothing else.
+ */
+int net_dnsmasq_render_conf(const char *bridge, const NetSubnet *subnet, const char *dir,
+                            char *const *servers, char **ret);
+
+/* ---- the NAT network's host side (net-nat.c) ----------------------------------------------- */
+
+/* NET-10's steps, for vgpud_network_errors_total{step}. */
+typedef enum NetStep {
+        NET_STEP_TAP,
+        NET_STEP_LINK,
+        NET_STEP_NFT,
+        NET_STEP_DNSMASQ,
+        _NET_STEP_MAX,
+} NetStep;
+
+const char *net_step_to_string(NetStep s);
+
+typedef struct NetNatHost {
+        const char *bridge;
+        NetSubnet subnet;
+        bool isolate;
+        const NetForward *forwards;
+        size_t n_forwards;
+        const NetHost *hosts; /* every nat instance with an address */
+        size_t n_hosts;
+        const char *proc_root; /* <proc_root>/sys/net/ipv4/ip_forward */
+        const char *dir;       /* <runtime_dir>/network: dnsmasq's files, made when missing */
+        char *const *servers;  /* upstream name servers, NULL-terminated */
+} NetNatHost;
+
+typedef struct NetNatOutcome {
+        bool ip_forward_set; /* this pass turned net.ipv4.ip_forward on (logged once) */
+        bool conf_changed;   /* dnsmasq.conf was rewritten: dnsmasq must restart */
+        bool hosts_changed;  /* a hosts file was rewritten: dnsmasq must get SIGHUP */
+        NetStep failed;      /* _NET_STEP_MAX unless the pass failed */
+} NetNatOutcome;
+
+/*
+ * One idempotent pass over NET-4 and NET-6, blocking: the bridge with the gateway address and up,
+ * net.ipv4.ip_forward = 1, table inet vgpud replaced as a whole, dnsmasq's files rewritten
+ * crash-safely where they changed. Stops at the first failure, its step in ret->failed and its
+ * message in *error (`network: ...`).
+ */
+int net_nat_sync(const NetNatHost *h, NetNatOutcome *ret, char **error);
+
+/* The IPv4, non-loopback `nameserver` lines of a resolv.conf (a missing file has none). */
+int net_resolv_servers(const char *path, char ***ret);
+
 /* ---- NET-3 and NET-4 as steps (net-port.c) ------------------------------------------------- */
 
 /*

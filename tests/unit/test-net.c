@@ -211,6 +211,29 @@ static void test_nft_render(void **state)
         assert_int_equal(net_nft_render(&rules, &bad), -EINVAL);
 }
 
+/* NET-6, NET-11: dnsmasq's configuration and both hosts files, as golden files */
+static void test_dnsmasq_files(void **state)
+{
+        NetSubnet s;
+        assert_int_equal(net_subnet_parse("10.233.0.0/24", &s), 0);
+        char *servers[] = {(char *)"192.0.2.53", (char *)"not-an-address", NULL};
+        _cleanup_free_ char *conf = NULL, *dhcp = NULL, *dns = NULL, *e1 = NULL, *e2 = NULL;
+        assert_int_equal(
+            net_dnsmasq_render_conf("vgpud0", &s, "/run/vgpud/network", servers, &conf), 0);
+        assert_golden("golden/net/dnsmasq.conf", conf);
+        const NetHost hosts[] = {
+            {.name = "render-02", .mac = "52:54:00:35:1d:5c", .ip = "10.233.0.10"},
+            {.name = "render-01", .mac = "52:54:00:35:1d:5b", .ip = "10.233.0.2"},
+        };
+        assert_int_equal(net_dnsmasq_render_hosts(hosts, 2, &dhcp, &dns), 0);
+        assert_golden("golden/net/dnsmasq-dhcp-hosts", dhcp);
+        assert_golden("golden/net/dnsmasq-hosts", dns);
+        /* A name or MAC that would not parse back is refused, never written. */
+        const NetHost bad[] = {{.name = "a,b", .mac = "52:54:00:35:1d:5b", .ip = "10.233.0.2"}};
+        assert_int_equal(net_dnsmasq_render_hosts(bad, 1, &e1, &e2), -EINVAL);
+        assert_int_equal(net_dnsmasq_render_conf("vgpud0", &s, "relative", NULL, &e1), -EINVAL);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -218,6 +241,7 @@ int main(void)
             cmocka_unit_test(test_mac_exhausted), cmocka_unit_test(test_tap_name),
             cmocka_unit_test(test_ipv4_parse),    cmocka_unit_test(test_subnet),
             cmocka_unit_test(test_allocate),      cmocka_unit_test(test_nft_render),
+            cmocka_unit_test(test_dnsmasq_files),
         };
         return cmocka_run_group_tests_name("net", tests, NULL, NULL);
 }
