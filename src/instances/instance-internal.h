@@ -58,6 +58,7 @@ struct InstanceManager {
         char *runtime_instances;         /* <runtime_dir>/instances */
         const InstanceRecord **view;     /* instance_manager_list()'s array */
         size_t n_view;
+        struct InstanceNat *nat; /* the NAT network's host side (instance-nat.c); NULL until used */
 };
 
 /* ---- instance-manager.c -------------------------------------------------------------------- */
@@ -124,6 +125,24 @@ typedef struct InstanceCommandPaths {
 int instance_command_build(const InstanceRecord *rec, const Config *config,
                            const InstanceCommandPaths *paths, const InstanceBootFiles *files,
                            const InstanceNicFiles *nic, VmmCommand *ret, char **error);
+
+/* ---- instance-nat.c (NET-4, NET-6, NET-8) -------------------------------------------------- */
+
+typedef struct InstanceNat InstanceNat;
+
+/*
+ * Requests a pass of the NAT network's host side from the records as they are (no-op while
+ * network.nat.enabled is false): one pass at a time on the helper pool, a request during a pass
+ * runs one more after it. Each successful pass starts dnsmasq if it is not running, SIGHUPs it
+ * when a hosts file changed and restarts it when its configuration did.
+ */
+void instance_nat_sync(InstanceManager *m);
+/* The last pass's failure (NET-8 refuses nat creates meanwhile), NULL after a success. */
+const char *instance_nat_error(const InstanceManager *m);
+/* NET-10: a failure of step outside a pass (a TAP step's). */
+void instance_nat_count_error(InstanceManager *m, NetStep step);
+/* Stops dnsmasq (SIGTERM, reaped) and frees. */
+void instance_nat_free(InstanceNat *n);
 
 /* ---- instance-network.c (SPEC §20) --------------------------------------------------------- */
 

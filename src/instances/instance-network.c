@@ -161,6 +161,13 @@ static int plan_nat(InstanceManager *m, InstanceNetwork *n, InstanceFailure *ret
                         return -EEXIST;
                 }
         }
+        /* NET-8: while the host side cannot be made, a nat instance would have no network. */
+        const char *down = instance_nat_error(m);
+        if (down) {
+                instance_refuse(INSTANCE_FAILURE_PLACEMENT_DISABLED, ret_failure, ret_error,
+                                "network unavailable: %s", down);
+                return -EAGAIN;
+        }
         _cleanup_free_ char *problem = instance_network_records_problem(m, &subnet);
         if (problem) {
                 log_line(LOG_LEVEL_ERR, 0, "nat create refused: records disagree on addresses",
@@ -300,6 +307,7 @@ static void tap_opened(Op *op, int r, const char *error)
 {
         TapJob *j = op->job_data;
         if (r < 0) {
+                instance_nat_count_error(op->m, NET_STEP_TAP);
                 /* NET-7: a missing or down bridge is the host's state, not vgpud's failure. */
                 step_done(op, r,
                           j && j->bridge_down ? INSTANCE_FAILURE_INVALID_STATE
@@ -340,6 +348,9 @@ static void tap_run(Op *op)
                 return;
         }
         snprintf(j->bridge, sizeof j->bridge, "%s", bridge);
+        /* NET-4, NET-6: the instance's forwards and names reach the table and dnsmasq. */
+        if (j->nat)
+                instance_nat_sync(op->m);
         op_job_then(op, tap_job_run, j, tap_job_free, tap_opened);
 }
 

@@ -499,6 +499,16 @@ typedef struct InstanceReconcileResult {
 
 typedef void (*InstanceReconcileDone)(const InstanceReconcileResult *result, void *userdata);
 
+/* NET-10: the NAT network's figures. */
+typedef struct InstanceNatStats {
+        bool dnsmasq_up;
+        uint64_t dnsmasq_restarts;
+        uint64_t errors[4]; /* by NetStep: tap, link, nft, dnsmasq */
+        uint64_t addresses_allocated, addresses_free;
+} InstanceNatStats;
+
+void instance_nat_stats(const InstanceManager *m, InstanceNatStats *ret);
+
 /*
  * The instance stages of a reconcile pass. list_instances (REC-3) first, on the disk pool:
  * instances/ is listed again, leftover .deleted-* trees deleted (REC-10, INST-20), and a valid id

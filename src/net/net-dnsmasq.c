@@ -4,9 +4,13 @@
  * functions of the NAT network and the records, pinned by golden files. dnsmasq reads the two
  * host files again on SIGHUP, so a change of instances never restarts it.
  */
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "net/net.h"
 
@@ -96,8 +100,8 @@ int net_dnsmasq_render_conf(const char *bridge, const NetSubnet *subnet, const c
                       "local=/" NET_DNS_DOMAIN "/\n"
                       "no-hosts\n"
                       "no-resolv\n"
-                      "pid-file=\n",
-                      bridge, net, mask, gw, gw, dir, dir, dir) < 0)
+                      "pid-file=%s/" NET_DNSMASQ_PID "\n",
+                      bridge, net, mask, gw, gw, dir, dir, dir, dir) < 0)
                 return -ENOMEM;
         uint32_t a;
         for (char *const *s = servers; s && *s; s++)
@@ -105,4 +109,43 @@ int net_dnsmasq_render_conf(const char *bridge, const NetSubnet *subnet, const c
                         return -ENOMEM;
         *ret = TAKE_PTR(text);
         return 0;
+}
+
+int net_dnsmasq_stop_stale(const char *dir, const char *proc_root)
+{
+        _cleanup_free_ char *pidfile = NULL, *text = NULL, *cmdline_path = NULL, *cmdline = NULL,
+                            *want = NULL;
+        size_t size = 0;
+        if (strprintf(&pidfile, "%s/" NET_DNSMASQ_PID, dir) < 0 ||
+            strprintf(&want, "--conf-file=%s/" NET_DNSMASQ_CONF, dir) < 0)
+                return -ENOMEM;
+        int r = read_file_at(AT_FDCWD, pidfile, 64, &text, NULL);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return r;
+        uint32_t pid;
+        if (parse_uint32(strchomp(text), &pid) < 0 || pid < 2 || pid > INT32_MAX)
+                return 0;
+        if (strprintf(&cmdline_path, "%s/%u/cmdline", proc_root, pid) < 0)
+                return -ENOMEM;
+        if (read_file_at(AT_FDCWD, cmdline_path, 65536, &cmdline, &size) < 0)
+                return 0; /* gone */
+        /* Only the dnsmasq of this configuration: its arguments, NUL-separated, name our file. */
+        bool ours = false;
+        for (size_t i = 0; i < size; i += strlen(cmdline + i) + 1)
+                if (streq(cmdline + i, want))
+                        ours = true;
+        if (!ours)
+                return 0;
+        if (kill((pid_t)pid, SIGTERM) < 0)
+                return errno == ESRCH ? 0 : -errno;
+        for (int i = 0; i < 100; i++) { /* 2 s, bounded */
+                if (access(cmdline_path, F_OK) < 0)
+                        return 1;
+                struct timespec ts = {.tv_nsec = 20 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+        }
+        (void)kill((pid_t)pid, SIGKILL);
+        return 1;
 }

@@ -174,6 +174,7 @@ int net_nft_list(char **ret, char **error);
 #define NET_DNSMASQ_DHCP_HOSTS "dhcp-hosts"
 #define NET_DNSMASQ_HOSTS "hosts"
 #define NET_DNSMASQ_LEASES "leases"
+#define NET_DNSMASQ_PID "dnsmasq.pid"
 
 /* One NAT instance as dnsmasq knows it. */
 typedef struct NetHost {
@@ -199,6 +200,13 @@ int net_dnsmasq_render_hosts(const NetHost *hosts, size_t n, char **ret_dhcp, ch
  */
 int net_dnsmasq_render_conf(const char *bridge, const NetSubnet *subnet, const char *dir,
                             char *const *servers, char **ret);
+
+/*
+ * A dnsmasq that a vgpud killed with SIGKILL left running (it runs in a session of its own):
+ * the process of dir's pid file, if its arguments name dir's dnsmasq.conf, gets SIGTERM and, after
+ * 2 s, SIGKILL. 1 when one was stopped, 0 when there was none. Blocking.
+ */
+int net_dnsmasq_stop_stale(const char *dir, const char *proc_root);
 
 /* ---- the NAT network's host side (net-nat.c) ----------------------------------------------- */
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,8 @@ import tempfile
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    MNT, eq, exit_status, ok, poll, run_group, sim_ctl, start, stop, write_secret)
+    MNT, eq, exit_status, metric, ok, parse_metrics, poll, run_group, sim_ctl, start, stop,
+    write_secret)
 from vgpud_instances import (  # noqa: E402
     alive, console_text, create, delete, delete_when_idle, finish_run, get, make_images, pid_of,
     post, record, vmm_config, wait_exited)
@@ -103,6 +105,83 @@ def holds_tun(pid):
         if os.major(st.st_rdev) == 10 and os.minor(st.st_rdev) == 200:
             return True
     return False
+
+
+def table():
+    """`nft list table inet vgpud`, or "" without one."""
+    r = subprocess.run(["nft", "list", "table", "inet", "vgpud"], capture_output=True, text=True)
+    return r.stdout if r.returncode == 0 else ""
+
+
+def metrics(c):
+    return parse_metrics(c.get("/metrics").body.decode())
+
+
+def netns(name, addr, mac=None, gateway="10.233.0.1", bridge=NAT_BRIDGE):
+    """A namespace standing in for a guest or a remote client: a veth pair, one end in the
+    namespace with addr (and mac), the other on bridge (None: left in this namespace)."""
+    host_end, ns_end = name + "h", name + "g"
+    ip("netns", "add", name)
+    ip("link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+    ip("link", "set", ns_end, "netns", name)
+    if mac:
+        ip("-n", name, "link", "set", ns_end, "address", mac)
+    if addr:
+        ip("-n", name, "addr", "add", addr, "dev", ns_end)
+    ip("-n", name, "link", "set", ns_end, "up")
+    ip("-n", name, "link", "set", "lo", "up")
+    if bridge:
+        ip("link", "set", host_end, "master", bridge)
+    ip("link", "set", host_end, "up")
+    if addr and gateway:
+        ip("-n", name, "route", "add", "default", "via", gateway)
+    return host_end
+
+
+def netns_del(name):
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    subprocess.run(["ip", "link", "del", name + "h"], capture_output=True)
+
+
+LISTENER = """
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8080))
+s.listen(8)
+print("listening", flush=True)
+while True:
+    c, peer = s.accept()
+    c.sendall(b"hello from the guest, you are %s\\n" % peer[0].encode())
+    c.close()
+"""
+
+
+def fetch(addr, port, source=None):
+    try:
+        with socket.create_connection((addr, port), timeout=3, source_address=source) as s:
+            return s.recv(200).decode()
+    except OSError as e:
+        return "error: %s" % e
+
+
+def in_netns(name, *argv, timeout=20):
+    return subprocess.run(["ip", "netns", "exec", name] + list(argv), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def dnsmasq_pids():
+    pids = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % p, "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"dnsmasq"):
+                pids.append(int(p))
+    return pids
 
 
 # ---- the checks -----------------------------------------------------------------------------
@@ -307,6 +386,99 @@ def check_bridge_mode(c):
         subprocess.run(["ip", "link", "del", OPERATOR_BRIDGE], capture_output=True)
 
 
+def check_nat_host(c, work):
+    # NET-4: ip_forward, and one DNAT per forward in prerouting and output, in table vgpud.
+    web = created(c, "web", **nat("web", [{"host": 20001, "guest": 8080, "protocol": "tcp"}]))
+    if not web:
+        return
+    gip, gmac = web["network"]["ip"], web["network"]["mac"]
+    dnat = "fib daddr type local tcp dport 20001 dnat ip to %s:8080" % gip
+    ok(poll(lambda: table().count(dnat) == 2, 10),
+       "NET-4: the forward is a DNAT in prerouting and in output", table())
+    with open("/proc/sys/net/ipv4/ip_forward") as f:
+        eq(f.read().strip(), "1", "NET-4: net.ipv4.ip_forward is 1 (the test's namespace)")
+    hosts = os.path.join(work, "run", "network", "hosts")
+    dhcp_hosts = os.path.join(work, "run", "network", "dhcp-hosts")
+    ok(poll(lambda: os.path.exists(hosts) and
+            open(hosts).read() == "%s web.vgpud.internal web\n" % gip, 10),
+       "NET-6: the hosts file names the instance under vgpud.internal")
+    eq(open(dhcp_hosts).read(), "%s,%s,web\n" % (gmac, gip),
+       "NET-6: the DHCP hosts file gives its MAC its address")
+    ok(poll(lambda: metric(metrics(c), "vgpud_network_dnsmasq_up") == 1, 10),
+       "NET-6, NET-10: dnsmasq runs")
+    fams = metrics(c)
+    eq((metric(fams, "vgpud_network_addresses", state="allocated"),
+        metric(fams, "vgpud_network_addresses", state="free")), (1, 4),
+       "NET-10: addresses allocated and free")
+
+    listener = None
+    try:
+        # A guest-side namespace at the instance's address stands in for the guest's NIC.
+        netns("g1", gip + "/29")
+        listener = subprocess.Popen(["ip", "netns", "exec", "g1", sys.executable, "-c", LISTENER],
+                                    stdout=subprocess.PIPE, text=True)
+        ok(listener.stdout.readline().strip() == "listening", "the guest's listener runs")
+        # From this host, to a local address of it.
+        got = fetch("10.233.0.1", 20001)
+        ok(got.startswith("hello from the guest"),
+           "NET-4, NET-1: a TCP connection through the port forward from this host", got)
+        # From another host: a client namespace routed through this one.
+        netns("c1", "192.0.2.2/24", gateway="192.0.2.1", bridge=None)
+        ip("addr", "add", "192.0.2.1/24", "dev", "c1h")
+        got = in_netns("c1", sys.executable, "-c",
+                       "import socket; s = socket.create_connection(('192.0.2.1', 20001), 3); "
+                       "print(s.recv(200).decode(), end='')").stdout
+        ok(got.startswith("hello from the guest, you are 192.0.2.2"),
+           "NET-4: and from another host, the client's address kept", got)
+
+        # NET-6: DHCP for the instance's MAC answers its address; DNS its name.
+        netns("g2", None, mac=gmac)
+        r = in_netns("g2", "busybox", "udhcpc", "-i", "g2g", "-n", "-q", "-f", "-t", "5",
+                     "-T", "1", "-s", "/bin/true")
+        ok("lease of %s obtained" % gip in r.stdout + r.stderr,
+           "NET-6: dnsmasq answers a DHCP request for the instance's MAC with its address",
+           r.stdout + r.stderr)
+        r = subprocess.run(["busybox", "nslookup", "web.vgpud.internal", "10.233.0.1"],
+                           capture_output=True, text=True, timeout=20)
+        ok(gip in r.stdout.split("web.vgpud.internal", 1)[-1],
+           "NET-6: dnsmasq resolves <name>.vgpud.internal", r.stdout + r.stderr)
+
+        # REL-14: dnsmasq killed is restarted, and answers again.
+        before = metric(metrics(c), "vgpud_network_dnsmasq_restarts_total")
+        for pid in dnsmasq_pids():
+            os.kill(pid, signal.SIGKILL)
+        ok(poll(lambda: metric(metrics(c), "vgpud_network_dnsmasq_restarts_total") == before + 1
+                and metric(metrics(c), "vgpud_network_dnsmasq_up") == 1, 15),
+           "REL-14, NET-6, NET-10: a killed dnsmasq is restarted and counted")
+        ok(poll(lambda: gip in subprocess.run(
+            ["busybox", "nslookup", "web.vgpud.internal", "10.233.0.1"], capture_output=True,
+            text=True, timeout=20).stdout.split("web.vgpud.internal", 1)[-1], 10),
+           "REL-14: the restarted dnsmasq resolves the name again")
+
+        # REL-14: table vgpud flushed by hand is restored by the next reconcile pass.
+        subprocess.run(["nft", "flush", "table", "inet", "vgpud"], check=True)
+        ok(dnat not in table(), "the table was flushed")
+        ok(poll(lambda: table().count(dnat) == 2, 20),
+           "REL-14: the next pass restores table vgpud")
+        got = []
+        ok(poll(lambda: got.append(fetch("10.233.0.1", 20001)) or
+                got[-1].startswith("hello from the guest"), 10),
+           "REL-14: and the forward works again",
+           (got, table(), subprocess.run(["ip", "neigh"], capture_output=True, text=True).stdout))
+    finally:
+        if listener:
+            listener.kill()
+            listener.wait()
+        for n in ("g1", "g2", "c1"):
+            netns_del(n)
+
+    # NET-4, NET-6: the delete takes the forward and the names away.
+    eq(delete(c, web["id"])[0], 204, "web is deleted")
+    ok(poll(lambda: dnat not in table() and open(hosts).read() == "" and
+            open(dhcp_hosts).read() == "", 10),
+       "NET-4, NET-6: table and hosts files follow the delete")
+
+
 def check_faults(c):
     # REL-14: the NAT bridge deleted behind vgpud's back is made again by the next start.
     a = created(c, "fault-a")
@@ -383,6 +555,8 @@ def check_crash(work, config, secret, sock, daemons):
 
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-network-")
+    # dnsmasq reads its hosts files as nobody once it dropped root, as from /run/vgpud (0755).
+    os.chmod(work, 0o755)
     daemons = []
     try:
         make_images()
@@ -401,6 +575,7 @@ def main():
         daemons.append(d)
         if c:
             run_group("nat", lambda: check_nat(c, d))
+            run_group("nat-host", lambda: check_nat_host(c, work))
             run_group("body", lambda: check_body(c))
             run_group("ports", lambda: check_ports(c))
             run_group("exhausted", lambda: check_exhausted(c))
