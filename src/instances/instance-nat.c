@@ -166,6 +166,7 @@ typedef struct NatPass {
         NetHost *hosts;
         char **strings; /* what host and hosts borrow */
         char **servers;
+        char **taps;
         NetNatOutcome out;
         char *bridge, *proc_root, *dir;
         bool first; /* the first pass since start-up: a dnsmasq left by a killed vgpud goes */
@@ -178,6 +179,7 @@ static void nat_pass_free(void *data)
         free(p->hosts);
         strv_free(p->strings);
         strv_free(p->servers);
+        strv_free(p->taps);
         free(p->bridge);
         free(p->proc_root);
         free(p->dir);
@@ -275,6 +277,10 @@ static int nat_pass_new(InstanceNat *n, NatPass **ret)
                 if (w->mode != INSTANCE_NETWORK_NAT || !w->ip || !w->mac ||
                     parse_ipv4(w->ip, &addr) < 0)
                         continue;
+                char tap[IFNAMSIZ];
+                if (rec->state == INSTANCE_RUNNING && net_tap_name(rec->id, tap) >= 0 &&
+                    (r = strv_push(&p->taps, tap)) < 0)
+                        break;
                 NetHost *h = &p->hosts[p->host.n_hosts++];
                 if ((r = take(p, rec->name, &h->name)) < 0 || (r = take(p, w->mac, &h->mac)) < 0 ||
                     (r = take(p, w->ip, &h->ip)) < 0)
@@ -295,6 +301,7 @@ static int nat_pass_new(InstanceNat *n, NatPass **ret)
         p->host.hosts = p->hosts;
         p->host.proc_root = p->proc_root;
         p->host.dir = p->dir;
+        p->host.taps = p->taps;
         *ret = p;
         return 0;
 }
@@ -383,6 +390,7 @@ void instance_nat_stats(const InstanceManager *m, InstanceNatStats *ret)
         if (!m->nat)
                 return;
         ret->dnsmasq_up = m->nat->pid > 0;
+        ret->error = m->nat->error;
         ret->dnsmasq_restarts = m->nat->restarts;
         memcpy(ret->errors, m->nat->errors, sizeof ret->errors);
 }

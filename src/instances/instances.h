@@ -505,6 +505,7 @@ typedef struct InstanceNatStats {
         uint64_t dnsmasq_restarts;
         uint64_t errors[4]; /* by NetStep: tap, link, nft, dnsmasq */
         uint64_t addresses_allocated, addresses_free;
+        const char *error; /* the last pass's failure (NET-8), NULL after a success; borrowed */
 } InstanceNatStats;
 
 void instance_nat_stats(const InstanceManager *m, InstanceNatStats *ret);

@@ -122,6 +122,12 @@ int net_nat_sync(const NetNatHost *h, NetNatOutcome *ret, char **error)
                 r = error_set(error, r, "network: open rtnetlink: %s", strerror(-r));
         if (r >= 0)
                 r = net_nat_bridge_ensure(l, h->bridge, &h->subnet, error);
+        /* A TAP that is gone went with its VMM; one that is here belongs on the bridge. */
+        for (char *const *t = h->taps; r >= 0 && t && *t; t++) {
+                NetLinkInfo info;
+                if (net_link_get(l, *t, &info) >= 0)
+                        r = net_port_attach(l, *t, h->bridge, h->isolate, error);
+        }
         if (r >= 0)
                 r = ip_forward_on(h->proc_root, &o.ip_forward_set, error);
         if (r < 0) {

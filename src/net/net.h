@@ -232,6 +232,7 @@ typedef struct NetNatHost {
         const char *proc_root; /* <proc_root>/sys/net/ipv4/ip_forward */
         const char *dir;       /* <runtime_dir>/network: dnsmasq's files, made when missing */
         char *const *servers;  /* upstream name servers, NULL-terminated */
+        char *const *taps;     /* the TAPs of running nat instances, NULL-terminated */
 } NetNatHost;
 
 typedef struct NetNatOutcome {
@@ -243,6 +244,7 @@ typedef struct NetNatOutcome {
 
 /*
  * One idempotent pass over NET-4 and NET-6, blocking: the bridge with the gateway address and up,
+ * every TAP of taps that exists back on it (REL-14: a bridge made again has no ports),
  * net.ipv4.ip_forward = 1, table inet vgpud replaced as a whole, dnsmasq's files rewritten
  * crash-safely where they changed. Stops at the first failure, its step in ret->failed and its
  * message in *error (`network: ...`).

@@ -406,6 +406,19 @@ def check_nat_host(c, work):
        "NET-6: the DHCP hosts file gives its MAC its address")
     ok(poll(lambda: metric(metrics(c), "vgpud_network_dnsmasq_up") == 1, 10),
        "NET-6, NET-10: dnsmasq runs")
+    # NET-9: GET /network shows the host side.
+    net = c.get("/network").json()
+    eq((net["default_mode"], net["bridges"], net["nat"]["bridge"], net["nat"]["subnet"],
+        net["nat"]["gateway"]), ("nat", [OPERATOR_BRIDGE], NAT_BRIDGE, SUBNET, "10.233.0.1"),
+       "NET-9: /network shows the modes, bridges and the NAT network")
+    eq(net["nat"]["in_use"], [{"ip": gip, "mac": gmac, "instance_id": web["id"], "name": "web"}],
+       "NET-9: /network shows the addresses in use")
+    eq(net["nat"]["addresses"], {"allocated": 1, "free": 4}, "NET-9: and how many are free")
+    eq(net["nat"]["port_forwards"], [{"host": 20001, "protocol": "tcp", "guest": 8080,
+                                      "ip": gip, "instance_id": web["id"]}],
+       "NET-9: /network shows the port forwards")
+    ok(net["nat"]["dnsmasq"]["up"] and "error" not in net["nat"],
+       "NET-9: /network shows dnsmasq up and no failure", net["nat"])
     fams = metrics(c)
     eq((metric(fams, "vgpud_network_addresses", state="allocated"),
         metric(fams, "vgpud_network_addresses", state="free")), (1, 4),
@@ -484,6 +497,11 @@ def check_faults(c):
     a = created(c, "fault-a")
     if not a:
         return
+    # REL-14: deleted under a running guest, the next pass makes it again with the TAP on it.
+    ip("link", "del", NAT_BRIDGE)
+    ok(poll(lambda: (link(tap_of(a["id"])) or {}).get("master") == NAT_BRIDGE and
+            "10.233.0.1/29" in addresses(NAT_BRIDGE), 20),
+       "REL-14: the next pass makes the NAT bridge again and re-attaches running guests' TAPs")
     post(c, a["id"], "stop")
     ip("link", "del", NAT_BRIDGE)
     st, b = post(c, a["id"], "start")
