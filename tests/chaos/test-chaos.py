@@ -29,6 +29,7 @@
 # sets the count (default 50, REL-1's minimum). VGPUD_TEST_KEEP=<dir> keeps the logs of the
 # daemons of every iteration with a violation.
 import argparse
+import itertools
 import json
 import os
 import random
@@ -56,6 +57,7 @@ PHASE_WEIGHTS = (30, 20, 15, 20, 15)
 PROFILES = (("NVIDIA L40S-2Q", 65), ("NVIDIA L40S-1Q", 8), ("NVIDIA L40S-4Q", 7), (None, 20))
 FLAGS = (90, 7, 3)  # fake-qemu flags of a create (SIM-15): none, ignore-sigterm, hang-qmp
 CLIENTS = 3
+PORTS = itertools.count(20000)  # host ports of port forwards, one per create (NET-1)
 POPULATION = 12   # instances the clients keep around: creates and deletes balance near it
 WEDGED = 6        # VFs wedged per iteration, for the sentinel's quarantines (SENT-8)
 RECONCILE = 5     # gpu.reconcile_interval, seconds (CFG-3's minimum)
@@ -200,10 +202,15 @@ class Load:
         flag = rng.choices((None, "ignore-sigterm", "hang-qmp"), FLAGS)[0]
         if flag:
             sim_ctl("qemu %s %s" % (name, flag))
+        # REL-11: most get a port forward of their own, so table vgpud has something to keep.
+        extra = {}
+        if rng.random() < 0.7:
+            extra["network"] = {"mode": "nat", "ports": [
+                {"host": next(PORTS), "guest": 22, "protocol": "tcp"}]}
         token = self._begin("create", name)
         st = None
         try:
-            st, b = create(self.c, name, profile)
+            st, b = create(self.c, name, profile, **extra)
         finally:
             self._end(token, st)
         if st == 201:
@@ -711,6 +718,9 @@ def main():
     sys.stdout.flush()
     rng = random.Random(args.seed)
     work = tempfile.mkdtemp(prefix="vgpud-chaos-")
+    # dnsmasq reads its files as nobody, as from /run/vgpud (0755).
+    os.chmod(work, 0o755)
+    truth.NETWORK_DIR = os.path.join(work, "run", "network")
     run = Run(work, args.seed)
     tally = Tally()
     phases = {p: 0 for p in PHASES}
