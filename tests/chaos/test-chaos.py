@@ -20,7 +20,9 @@
 #
 # Output is TAP, one test point per iteration, then a summary line
 #   # chaos: <n> iterations, kills by phase: create=a stop=b start=c delete=d idle=e, violations: v
-# and each violation in detail. A violation is one problem (its kind and VF or record) from the
+# and each violation in detail. REL-11's network invariants are checked after each iteration as
+# well: no address held by two records, table vgpud and the dnsmasq hosts file equal to the
+# records, every TAP on a live VMM. A violation is one problem (its kind and VF or record) from the
 # iteration it first appears in until the first iteration without it.
 #
 # The run is seeded: random.Random(seed) chooses every iteration's kill phase and delay and
@@ -579,6 +581,28 @@ def check_checker(vfs):
        "REL-2 checker: a forbidden write, a VFIO node open on an unconfigured VF, two VMMs "
        "for one record, VMMs on VFs their records do not claim and a VMM without a record "
        "are each reported")
+
+    # REL-11's network damage, on a made-up reading: one address in two records, a hosts file
+    # that misses one, a table without a record's forward, a TAP of no live VMM.
+    pic = truth.Picture(FAKE_QEMU)
+    forward = {"host": 20000, "guest": 22, "protocol": "tcp"}
+    pic.records = {
+        ids["a"]: {"id": ids["a"], "name": "self-a", "state": "Running",
+                   "network": {"mode": "nat", "mac": "52:54:00:00:00:01", "ip": "10.233.0.2",
+                               "ports": [forward]}},
+        ids["b"]: {"id": ids["b"], "name": "self-b", "state": "Stopped",
+                   "network": {"mode": "nat", "mac": "52:54:00:00:00:02", "ip": "10.233.0.2"}},
+    }
+    pic.hosts = "10.233.0.2 self-a.vgpud.internal self-a\n"
+    pic.table = "table inet vgpud {\n\tchain postrouting {\n\t\tmasquerade\n\t}\n}\n"
+    tap = "vgt" + ids["c"][:12]
+    pic.taps, pic.vmms = [tap], {}
+    got = truth.check(pic, vt.VGPUD, {})
+    eq(sorted(set((v.kind, v.subject) for v in got)),
+       sorted([("address-twice", "10.233.0.2"), ("hosts-file", "hosts"), ("table", "vgpud"),
+               ("tap-orphan", tap)]),
+       "REL-11 checker: an address held twice, a hosts file and a table that differ from the "
+       "records and a TAP of no live VMM are each reported")
 
 
 # ---- the iterations ---------------------------------------------------------------------------
