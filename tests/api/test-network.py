@@ -547,10 +547,17 @@ def check_crash(work, config, secret, sock, daemons):
         if pid and alive(pid):
             os.kill(pid, signal.SIGKILL)
     ok(poll(lambda: taps() == [], 10), "decision 14: no TAP outlives its killed VMM", taps())
+    old = dnsmasq_pids()
+    ok(len(old) == 1, "the killed vgpud's dnsmasq runs on", old)
     d2, c2 = start(work, "crash-restart", config, secret, sock)
     daemons.append(d2)
     if not c2:
         return
+    # NET-6: the restarted vgpud stops the dnsmasq its predecessor left, and runs its own.
+    ok(poll(lambda: len(dnsmasq_pids()) == 1 and dnsmasq_pids() != old and
+            metric(metrics(c2), "vgpud_network_dnsmasq_up") == 1, 15),
+       "NET-6: after a kill -9 of vgpud, the restart runs exactly one dnsmasq, its own",
+       dnsmasq_pids())
     insts = c2.get("/instances").json()
     ips = [i["network"].get("ip") for i in insts]
     eq(sorted(ips), sorted(set(ips)), "NET-5: after the restart no address is held twice")
