@@ -726,6 +726,16 @@ static int setup(FakeQemu *q)
                 return log_error_errno(r, LOG_PREFIX "-chardev: listen on %s: %m",
                                        q->args.agent_socket);
 
+        /* SIM-15: QEMU would hold the TAP for its lifetime; this process keeps the inherited fd
+         * open until it exits, without reading from it. */
+        char tap[16] = "";
+        if (q->args.nic_fd >= 0) {
+                _cleanup_free_ char *error = NULL;
+                r = fq_check_tap(q->args.nic_fd, q->args.qmp_socket, tap, &error);
+                if (r < 0)
+                        return log_error_errno(r, LOG_PREFIX "%s", error);
+        }
+
         _cleanup_free_ char *flags = NULL;
         r = fq_flags_format(&q->flags, &flags);
         if (r < 0)
@@ -733,6 +743,9 @@ static int setup(FakeQemu *q)
         console_printf(q, "started name=%s pid=%d vf=%s flags=%s gpu=%s", q->args.name,
                        (int)getpid(), q->vf ? q->vf : "none", flags,
                        q->vf ? (q->failure_message ? "wedged" : "ok") : "none");
+        if (tap[0])
+                console_printf(q, "nic net0 tap=%s mac=%s vhost=%s", tap, q->args.nic_mac,
+                               q->args.nic_vhost ? "on" : "off");
         return 0;
 }
 

@@ -15,6 +15,7 @@
  *   fake-qemu: qmp command <name>               every QMP input; "(invalid)" when it names none
  *   fake-qemu: qmp command <name> unanswered (hang-qmp)
  *   fake-qemu: signal SIG<NAME> pid=<sender> action=<exit|ignore>   every signal received
+ *   fake-qemu: nic net0 tap=<name> mac=<mac> vhost=<on|off>   the TAP it holds (NET-3)
  *   fake-qemu: exit-early after <ms>ms
  *   fake-qemu: agent reply not written within 5000ms; dropped    AGENT-17's write timeout
  *   fake-qemu: exit status=<n> reason=<why>
@@ -60,6 +61,9 @@ typedef struct FqArgs {
         /* -blockdev nodes, each resolved to a device and an fd set of the right access mode */
         size_t n_readonly_drives, n_writable_drives;
         size_t n_nics;  /* tap netdevs, each on an open descriptor and used by a virtio-net-pci */
+        int nic_fd;     /* the first NIC's tap fd= (NET-3), -1 without a NIC */
+        bool nic_vhost; /* its vhost=on */
+        char *nic_mac;  /* its virtio-net-pci mac= */
         bool accel_kvm; /* -accel kvm given */
         bool accel_tcg; /* -accel tcg given */
         uint32_t vcpus;
@@ -67,6 +71,13 @@ typedef struct FqArgs {
 } FqArgs;
 
 void fq_args_done(FqArgs *a);
+
+/*
+ * SIM-15: the TAP vgpud passes as fd must be a TAP (TUNGETIFF) named "vgt" and the first 12
+ * characters of the instance id, which is the name of the QMP socket's directory (INST-1). On
+ * success *ret_name is the TAP's name. -EBADFD (not a TAP), -EINVAL (another name).
+ */
+int fq_check_tap(int fd, const char *qmp_socket, char ret_name[static 16], char **error);
 
 /*
  * Parses argv (argv[0] is skipped). QEMU's rules for option values apply: elements separated

@@ -9,8 +9,42 @@
 #include <string.h>
 
 #include "api-internal.h"
+#include "net/net.h"
 
 /* ---- JSON (API-7, API-8) ------------------------------------------------------------------- */
+
+/* NET-9: the NIC; "tap" only while the VMM runs, since the TAP lives exactly as long. */
+static int network_json(const InstanceRecord *r, json_t *o)
+{
+        const InstanceNetwork *n = &r->network;
+        static const char *const modes[] = {[INSTANCE_NETWORK_NAT] = "nat",
+                                            [INSTANCE_NETWORK_BRIDGE] = "bridge",
+                                            [INSTANCE_NETWORK_NONE] = "none"};
+        if (n->mode == INSTANCE_NETWORK_ABSENT || n->mode >= _INSTANCE_NETWORK_MODE_MAX)
+                return 0;
+        char tap[IFNAMSIZ];
+        bool running = r->state == INSTANCE_RUNNING && net_tap_name(r->id, tap) >= 0 &&
+                       n->mode != INSTANCE_NETWORK_NONE;
+        json_auto_t *ports = NULL;
+        if (n->n_ports > 0 && !(ports = json_array()))
+                return -ENOMEM;
+        for (size_t i = 0; i < n->n_ports; i++)
+                if (json_array_append_new(ports,
+                                          json_pack("{s:i, s:i, s:s}", "host", n->ports[i].host,
+                                                    "guest", n->ports[i].guest, "protocol",
+                                                    n->ports[i].udp ? "udp" : "tcp")) < 0)
+                        return -ENOMEM;
+        json_t *net = json_pack("{s:s, s:s*, s:s*, s:s*}", "mode", modes[n->mode], "bridge",
+                                n->bridge, "mac", n->mac, "ip", n->ip);
+        if (!net || json_object_set_new(o, "network", net) < 0)
+                return -ENOMEM;
+        if ((n->prefix > 0 && json_object_set_new(net, "prefix", json_integer(n->prefix)) < 0) ||
+            (n->gateway && json_object_set_new(net, "gateway", json_string(n->gateway)) < 0) ||
+            (running && json_object_set_new(net, "tap", json_string(tap)) < 0) ||
+            (ports && json_object_set_new(net, "ports", TAKE_PTR(ports)) < 0))
+                return -ENOMEM;
+        return 0;
+}
 
 int api_instance_json(const InstanceRecord *r, json_t **ret)
 {
@@ -43,7 +77,7 @@ int api_instance_json(const InstanceRecord *r, json_t **ret)
                       format_timestamp(r->created_at, created), "vcpus", (json_int_t)r->vcpus,
                       "memory_mb", (json_int_t)r->memory_mb, "boot", boot, "gpu", gpu, "placement",
                       placement, "error", r->error);
-        if (!o)
+        if (!o || network_json(r, o) < 0)
                 return -ENOMEM;
         /* DISK-8: volumes as the record holds them. */
         if (r->n_volumes > 0) {

@@ -25,6 +25,8 @@ int api_refuse_body(HttpRequest *req);
 void api_instances_done(ApiContext *ctx);
 int api_instance_json(const InstanceRecord *r, json_t **ret);
 int api_handle_instances_list(HttpRequest *req, void *userdata);
+/* GET /network (NET-9), api-network.c. */
+int api_handle_network(HttpRequest *req, void *userdata);
 int api_handle_instance_create(HttpRequest *req, void *userdata);
 int api_handle_instance_get(HttpRequest *req, void *userdata);
 int api_handle_instance_delete(HttpRequest *req, void *userdata);

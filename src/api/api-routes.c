@@ -558,6 +558,7 @@ static const HttpRoute routes[] = {
     {"DELETE", "/gpu/gpus/{address}/drain", handle_undrain, NULL, false},
     {"DELETE", "/gpu/gpus/{address}/records", handle_clear_gpu, NULL, false},
     {"GET", "/metrics", handle_metrics, NULL, false},
+    {"GET", "/network", api_handle_network, NULL, false},
     {"GET", "/instances", api_handle_instances_list, NULL, false},
     {"POST", "/instances", api_handle_instance_create, NULL, false},
     {"GET", "/instances/{id}", api_handle_instance_get, NULL, false},

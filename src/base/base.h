@@ -354,6 +354,28 @@ bool uuid_is_lowercase(const char *s);
 /* A MAC address as vgpud writes and QEMU reads it: six lowercase hex pairs joined by ':'. */
 bool mac_address_is_valid(const char *s);
 /*
+ * An IPv4 address in its one canonical dotted-quad spelling ("10.0.0.1", never "010.0.0.1"), as
+ * records compare addresses as text; *ret in host byte order.
+ */
+int parse_ipv4(const char *s, uint32_t *ret);
+/* Writes a host-order address as a dotted quad. */
+#define IPV4_STRLEN 16
+char *format_ipv4(uint32_t addr, char buf[static IPV4_STRLEN]);
+/*
+ * "a.b.c.d/n" with n in [min_prefix, max_prefix] and no host bits set (a network, not an
+ * address in it). -EINVAL for the form, -ERANGE for the prefix, -EADDRNOTAVAIL for host bits.
+ */
+int parse_ipv4_network(const char *s, unsigned min_prefix, unsigned max_prefix, uint32_t *ret,
+                       unsigned *ret_prefix);
+/*
+ * A network interface name the kernel takes: 1..IFNAME_MAX bytes of printable ASCII without
+ * white space, '/' or ':', and not "." or "..".
+ */
+#define IFNAME_MAX 15 /* IFNAMSIZ less the NUL */
+bool ifname_is_valid(const char *s);
+/* "<lo>-<hi>", 1 <= lo <= hi <= 65535. -EINVAL, -ERANGE. */
+int parse_port_range(const char *s, uint16_t *ret_lo, uint16_t *ret_hi);
+/*
  * QEMU's rule for ids and node names (-chardev id=, -blockdev node-name=, -netdev id=): a letter,
  * then letters, digits, '-', '.' and '_', at most 31 in all. Such a name needs no escaping in a
  * keyval option (VMM-2).

@@ -19,6 +19,7 @@ const char ctl_usage[] =
     "Commands:\n"
     "  resources                          capacity summary and profile availability\n"
     "  gpus                               GPUs and their VFs\n"
+    "  network                            the NAT network, its addresses and dnsmasq\n"
     "  health list                        VF health records and the quarantine breaker\n"
     "  health quarantine VF --reason R    keep a VF out of placement\n"
     "  health clear VF                    delete a VF's health record\n"
@@ -26,7 +27,7 @@ const char ctl_usage[] =
     "  health undrain GPU                 lift a GPU's drain (its VF records stay)\n"
     "  health clear-gpu GPU               delete the health records of a GPU's VFs\n"
     "  health breaker-reset               close an open quarantine breaker\n"
-    "  instances list                     every instance, its state and its VF\n"
+    "  instances list                     every instance, its state, its VF and its NIC\n"
     "  instances get ID                   one instance\n"
     "  instances create --name N --vcpus N --memory-mb N [--kernel P] [--initrd P]\n"
     "                   [--cmdline S] [--disk P] [--profile P]\n"
@@ -156,6 +157,7 @@ static const struct {
 } commands[] = {
     {{"resources", NULL}, CTL_COMMAND_RESOURCES, TARGET_NONE, 0, 0},
     {{"gpus", NULL}, CTL_COMMAND_GPUS, TARGET_NONE, 0, 0},
+    {{"network", NULL}, CTL_COMMAND_NETWORK, TARGET_NONE, 0, 0},
     {{"health", "list"}, CTL_COMMAND_HEALTH_LIST, TARGET_NONE, 0, 0},
     {{"health", "quarantine"}, CTL_COMMAND_HEALTH_QUARANTINE, TARGET_PCI_ADDRESS, REASON, REASON},
     {{"health", "clear"}, CTL_COMMAND_HEALTH_CLEAR, TARGET_PCI_ADDRESS, 0, 0},

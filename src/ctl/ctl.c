@@ -65,6 +65,7 @@ static const struct {
 } routes[_CTL_COMMAND_MAX] = {
     [CTL_COMMAND_RESOURCES] = {"GET", {"/resources"}, .print = ctl_print_resources},
     [CTL_COMMAND_GPUS] = {"GET", {"/gpus"}, .print = ctl_print_gpus},
+    [CTL_COMMAND_NETWORK] = {"GET", {"/network"}, .print = ctl_print_network},
     [CTL_COMMAND_HEALTH_LIST] = {"GET", {"/gpu/health"}, .print = ctl_print_health},
     [CTL_COMMAND_HEALTH_QUARANTINE] = {"POST",
                                        {"/gpu/vfs/", "/quarantine"},

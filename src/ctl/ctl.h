@@ -80,6 +80,7 @@ typedef enum CtlCommand {
         CTL_COMMAND_VERSION,
         CTL_COMMAND_RESOURCES,
         CTL_COMMAND_GPUS,
+        CTL_COMMAND_NETWORK,
         CTL_COMMAND_HEALTH_LIST,
         CTL_COMMAND_HEALTH_QUARANTINE,
         CTL_COMMAND_HEALTH_CLEAR,
@@ -189,6 +190,7 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const CtlRequest *r
  */
 int ctl_print_resources(FILE *out, json_t *body, char **error);
 int ctl_print_gpus(FILE *out, json_t *body, char **error);
+int ctl_print_network(FILE *out, json_t *body, char **error);
 int ctl_print_health(FILE *out, json_t *body, char **error);
 /* GET /instances: an array of API-7 instances, one table row each. */
 int ctl_print_instances(FILE *out, json_t *body, char **error);

@@ -18,9 +18,34 @@ static int check_boot_file(const char *field, const char *path, int fd, char **e
         return 0;
 }
 
+/* NET-3: a nat or bridge record has exactly one NIC, on the TAP its start opened. */
+static int add_nic(VmmCommand *c, const InstanceRecord *rec, const InstanceNicFiles *nic,
+                   char **error)
+{
+        bool wanted = rec->network.mode == INSTANCE_NETWORK_NAT ||
+                      rec->network.mode == INSTANCE_NETWORK_BRIDGE;
+        bool open = nic && nic->tap >= 0;
+        if (!wanted && open)
+                return error_set(error, -EINVAL,
+                                 "QEMU command line: a TAP is open but the record has no NIC");
+        if (!wanted)
+                return 0;
+        if (!open)
+                return error_set(error, -EINVAL, "QEMU command line: network: TAP is not open");
+        if (!rec->network.mac)
+                return error_set(error, -EINVAL, "QEMU command line: network.mac is missing");
+        int r = vmm_command_add_nic(c, &(VmmNic){.id = "net0",
+                                                 .tap_fd = nic->tap,
+                                                 .vhost_fd = nic->vhost,
+                                                 .mac = rec->network.mac});
+        if (r < 0)
+                return error_set(error, r, "QEMU command line: %s", strerror(-r));
+        return 0;
+}
+
 int instance_command_build(const InstanceRecord *rec, const Config *config,
                            const InstanceCommandPaths *paths, const InstanceBootFiles *files,
-                           VmmCommand *ret, char **error)
+                           const InstanceNicFiles *nic, VmmCommand *ret, char **error)
 {
         int r = check_boot_file("boot.kernel", rec->boot.kernel, files->kernel, error);
         if (r >= 0)
@@ -95,6 +120,10 @@ int instance_command_build(const InstanceRecord *rec, const Config *config,
                 if (r < 0)
                         return error_set(error, r, "QEMU command line: %s", strerror(-r));
         }
+
+        r = add_nic(&c, rec, nic, error);
+        if (r < 0)
+                return r;
 
         c.vfio_sysfsdev = rec->gpu.device_path;
         *ret = c;

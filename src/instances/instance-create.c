@@ -481,6 +481,7 @@ typedef struct SpawnData {
         char *runtime_dir;       /* <runtime_dir>/instances */
         char *console_log;       /* <data_dir>/instances/<id>/console.log */
         InstanceBootFiles files; /* the operation's, taken over (INST-6) */
+        InstanceNicFiles nic;    /* the TAP step's, taken over and closed after the spawn */
         int instances_dirfd;
         const Root *proc;
         VmmSpawned spawned;
@@ -492,6 +493,7 @@ void spawn_data_free(void *data)
         SpawnData *d = data;
         instance_record_done(&d->rec);
         instance_boot_files_close(&d->files);
+        instance_nic_files_close(&d->nic);
         free(d->runtime_dir);
         free(d->console_log);
         if (d->spawned_ok && d->spawned.pidfd >= 0)
@@ -511,7 +513,7 @@ static int spawn_vmm(SpawnData *d, int instance_dirfd, char **error)
                                             .agent_socket = rec->hypervisor.agent_socket,
                                             .console_log = d->console_log};
         VmmCommand cmd;
-        int r = instance_command_build(rec, d->config, &paths, &d->files, &cmd, error);
+        int r = instance_command_build(rec, d->config, &paths, &d->files, &d->nic, &cmd, error);
         if (r < 0)
                 return r;
         _cleanup_strv_free_ char **argv = NULL;
@@ -674,6 +676,8 @@ static void spawn_step_run(Op *op)
         d->spawned.pidfd = -1;
         d->files = op->boot_files;
         op->boot_files = INSTANCE_BOOT_FILES_NONE;
+        d->nic = op->nic;
+        op->nic = INSTANCE_NIC_FILES_NONE;
         free(i->rec.hypervisor.qmp_socket);
         free(i->rec.hypervisor.agent_socket);
         i->rec.hypervisor.qmp_socket = TAKE_PTR(qmp);
@@ -800,16 +804,23 @@ static const Step step_wait_ready = {.name = "wait_ready", .run = wait_ready_run
 /* ---- the lists ----------------------------------------------------------------------------- */
 
 static const Step *const create_steps[] = {
-    &step_insert, &step_check_paths, &step_admit,      &step_write_creating, &step_root_overlay,
-    &step_claim,  &step_spawn,       &step_wait_ready, &step_write_running,  NULL,
+    &step_insert,       &step_check_paths, &step_admit,        &step_write_creating,
+    &step_root_overlay, &step_claim,       &instance_step_tap, &step_spawn,
+    &step_wait_ready,   &step_write_running, NULL,
 };
 
 static const Step *const start_steps[] = {
-    &step_release_last,   &step_clear_last,
-    &step_check_paths,    &step_admit,
-    &step_write_creating, &step_claim,
-    &step_spawn,          &step_wait_ready,
-    &step_write_running,  NULL,
+    &step_release_last,
+    &step_clear_last,
+    &step_check_paths,
+    &step_admit,
+    &step_write_creating,
+    &step_claim,
+    &instance_step_tap,
+    &step_spawn,
+    &step_wait_ready,
+    &step_write_running,
+    NULL,
 };
 
 /* ---- the entry points ---------------------------------------------------------------------- */
@@ -992,6 +1003,11 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
                         rec->n_volumes = spec->n_volumes;
                 } else
                         r = -ENOMEM;
+        }
+        if (r >= 0 && instance_network_plan(m, &spec->network, rec, ret_failure, ret_error) < 0) {
+                instance_record_done(rec);
+                free(i);
+                return -EINVAL;
         }
         if (r >= 0)
                 r = instance_insert(m, i);

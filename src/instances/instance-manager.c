@@ -66,6 +66,8 @@ int instance_insert(InstanceManager *m, Instance *i)
 
 void instance_drop(InstanceManager *m, Instance *i)
 {
+        /* NET-4, NET-6: its address, name and forwards leave the table and dnsmasq's files. */
+        bool nat = i->rec.network.mode == INSTANCE_NETWORK_NAT;
         m->generation++;
         instance_index_remove(m, i);
         for (size_t k = 0; k < m->n_instances; k++)
@@ -76,6 +78,8 @@ void instance_drop(InstanceManager *m, Instance *i)
                         break;
                 }
         instance_free(i);
+        if (nat)
+                instance_nat_sync(m);
 }
 
 char *instance_runtime_path(const Instance *i, const char *name)
@@ -424,6 +428,7 @@ InstanceManager *instance_manager_free(InstanceManager *m)
         instance_sweep_free(m->sweep);
         free(m->view);
         claimer_free(m->claimer);
+        instance_nat_free(m->nat);
         sd_event_unref(m->event);
         free(m->boot_id);
         free(m->disabled_reason);

@@ -157,6 +157,7 @@ void instance_spec_done(InstanceSpec *s)
         free(s->disk.image);
         for (size_t i = 0; i < s->n_volumes; i++)
                 free(s->volumes[i].volume);
+        instance_network_done(&s->network);
         *s = (InstanceSpec){0};
 }
 
@@ -767,7 +768,8 @@ int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_siz
 typedef struct SpecKeys {
         const char *name, *image;
         json_int_t vcpus, memory_mb, disk_gb;
-        json_t *boot, *gpu, *placement, *volumes;
+        json_t *boot, *gpu, *placement, *volumes, *network;
+        InstanceNetworkView network_v;
 } SpecKeys;
 
 typedef struct SpecVolumeKeys {
@@ -797,6 +799,8 @@ static const JsonField spec_fields[] = {
      .element_size = sizeof(SpecVolumeKeys)},
     {"gpu", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, gpu)},
     {"placement", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, placement)},
+    {"network", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, network),
+     .fields = instance_network_body_fields, .nested_offset = JSON_AT(SpecKeys, network_v)},
     {NULL},
 };
 
@@ -872,6 +876,14 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
                 if (!gpu)
                         return error_set(error, SPEC_BAD, "placement needs gpu.profile");
                 r = placement_from_json(placement, SPEC_BAD, &s.placement, error);
+                if (r < 0)
+                        return r;
+        }
+        if (v.network) {
+                r = instance_network_from_view(&v.network_v, v.network, SPEC_BAD, &s.network,
+                                               error);
+                if (r >= 0)
+                        r = instance_network_body_check(&s.network, SPEC_BAD, error);
                 if (r < 0)
                         return r;
         }

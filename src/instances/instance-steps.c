@@ -58,6 +58,7 @@ void instance_op_free(Op *op)
         if (op->spawn)
                 spawn_data_free(op->spawn);
         instance_boot_files_close(&op->boot_files);
+        instance_nic_files_close(&op->nic);
         free(op->error);
         instance_spec_done(&op->spec);
         free(op);
@@ -144,7 +145,8 @@ Op *op_new(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc done, 
                    .m = m,
                    .done = done,
                    .userdata = userdata,
-                   .boot_files = INSTANCE_BOOT_FILES_NONE};
+                   .boot_files = INSTANCE_BOOT_FILES_NONE,
+                   .nic = INSTANCE_NIC_FILES_NONE};
         if (i)
                 i->op = op;
         return op;

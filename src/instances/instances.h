@@ -191,6 +191,10 @@ typedef struct InstanceRecord {
 
 /* Frees the members (not r itself) and zeroes r. */
 void instance_record_done(InstanceRecord *r);
+/* Frees the NIC's members and zeroes it. */
+void instance_network_done(InstanceNetwork *n);
+/* A deep copy into *ret; -ENOMEM. */
+int instance_network_copy(const InstanceNetwork *n, InstanceNetwork *ret);
 /* A deep copy of the boot paths. */
 int instance_boot_copy(const InstanceBoot *from, InstanceBoot *ret);
 /* A deep copy. */
@@ -233,6 +237,8 @@ typedef struct InstanceSpec {
                 bool readonly;
         } volumes[INSTANCE_VOLUMES_MAX];
         size_t n_volumes;
+        /* NET-1: "network" as given (mode INSTANCE_NETWORK_ABSENT without it; no mac). */
+        InstanceNetwork network;
 } InstanceSpec;
 
 void instance_spec_done(InstanceSpec *s);
@@ -524,6 +530,17 @@ typedef struct InstanceReconcileResult {
 } InstanceReconcileResult;
 
 typedef void (*InstanceReconcileDone)(const InstanceReconcileResult *result, void *userdata);
+
+/* NET-10: the NAT network's figures. */
+typedef struct InstanceNatStats {
+        bool dnsmasq_up;
+        uint64_t dnsmasq_restarts;
+        uint64_t errors[4]; /* by NetStep: tap, link, nft, dnsmasq */
+        uint64_t addresses_allocated, addresses_free;
+        const char *error; /* the last pass's failure (NET-8), NULL after a success; borrowed */
+} InstanceNatStats;
+
+void instance_nat_stats(const InstanceManager *m, InstanceNatStats *ret);
 
 /*
  * The instance stages of a reconcile pass. list_instances (REC-3) first, on the disk pool:

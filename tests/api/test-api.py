@@ -55,6 +55,11 @@ MET2 = [
      ["Creating", "Running", "Stopping", "Stopped", "Failed", "Deleting"]),
     ("vgpud_instances_vmm_forced_kills_total", "counter", "in_grace", ["true", "false"]),
     ("vgpud_instances_vgpu_quarantine_breaker_open", "gauge", None, []),
+    # NET-10
+    ("vgpud_network_addresses", "gauge", "state", ["allocated", "free"]),
+    ("vgpud_network_dnsmasq_up", "gauge", None, []),
+    ("vgpud_network_dnsmasq_restarts_total", "counter", None, []),
+    ("vgpud_network_errors_total", "counter", "step", ["tap", "link", "nft", "dnsmasq"]),
     ("vgpud_http_requests_total", "counter", "code", None),
     ("vgpud_build_info", "gauge", None, None),
 ]

@@ -279,7 +279,17 @@ static const char default_dump[] = "listen: \"127.0.0.1:8080\"\n"
                                    "  keystone:\n"
                                    "    auth_url: \"\"\n"
                                    "    application_credential_id: \"\"\n"
-                                   "    application_credential_secret_file: \"\"\n";
+                                   "    application_credential_secret_file: \"\"\n"
+                                   "network:\n"
+                                   "  default_mode: nat\n"
+                                   "  bridges: []\n"
+                                   "  dnsmasq_binary: \"/usr/sbin/dnsmasq\"\n"
+                                   "  nat:\n"
+                                   "    enabled: true\n"
+                                   "    bridge: \"vgpud0\"\n"
+                                   "    subnet: \"10.233.0.0/24\"\n"
+                                   "    isolate: true\n"
+                                   "    port_range: \"20000-29999\"\n";
 
 /* CFG-2 (--check-config shows the result), CFG-3 */
 static void test_dump_defaults(void **state)
@@ -339,7 +349,17 @@ static const char poison_yaml[] = "listen: \"[::1]:9090\"\n"
                                   "  keystone:\n"
                                   "    auth_url: https://keystone.poison/identity\n"
                                   "    application_credential_id: 0123abcd\n"
-                                  "    application_credential_secret_file: /poison/secret\n";
+                                  "    application_credential_secret_file: /poison/secret\n"
+                                  "network:\n"
+                                  "  default_mode: bridge\n"
+                                  "  bridges: [br-lan]\n"
+                                  "  dnsmasq_binary: /poison/dnsmasq\n"
+                                  "  nat:\n"
+                                  "    enabled: false\n"
+                                  "    bridge: poison0\n"
+                                  "    subnet: 192.168.0.0/16\n"
+                                  "    isolate: false\n"
+                                  "    port_range: 80-80\n";
 
 /* CFG-1, CFG-3: a file with every key, nested mappings for the dotted keys */
 static void test_every_key_loads(void **state)
@@ -394,6 +414,17 @@ static void test_every_key_loads(void **state)
         assert_string_equal(c->placement.keystone.application_credential_secret_file,
                             "/poison/secret");
 
+        /* NET-1, NET-4 */
+        assert_int_equal(c->network.default_mode, CONFIG_NETWORK_MODE_BRIDGE);
+        assert_int_equal(strv_length(c->network.bridges), 1);
+        assert_string_equal(c->network.bridges[0], "br-lan");
+        assert_string_equal(c->network.dnsmasq_binary, "/poison/dnsmasq");
+        assert_false(c->network.nat.enabled);
+        assert_string_equal(c->network.nat.bridge, "poison0");
+        assert_string_equal(c->network.nat.subnet, "192.168.0.0/16");
+        assert_false(c->network.nat.isolate);
+        assert_string_equal(c->network.nat.port_range, "80-80");
+
         /* every line of its dump but the section headers differs from the default dump */
         _cleanup_free_ char *text = dump(c);
         _cleanup_free_ char *mine = strdup(text), *theirs = strdup(default_dump);
@@ -402,6 +433,12 @@ static void test_every_key_loads(void **state)
         size_t lines = 0;
         for (; a && b; a = strtok_r(NULL, "\n", &save_a), b = strtok_r(NULL, "\n", &save_b)) {
                 lines++;
+                /* A list with an item takes a line more than the empty default list. */
+                if (streq(a, "  bridges:") && streq(b, "  bridges: []")) {
+                        a = strtok_r(NULL, "\n", &save_a);
+                        assert_string_equal(a, "  - \"br-lan\"");
+                        continue;
+                }
                 if (a[strlen(a) - 1] == ':') {
                         assert_string_equal(a, b);
                         continue;
@@ -411,7 +448,7 @@ static void test_every_key_loads(void **state)
         }
         assert_null(a);
         assert_null(b);
-        assert_int_equal(lines, 50);
+        assert_int_equal(lines, 60);
 }
 
 /* OPS-5: the shipped example has every key, each at its default */
@@ -965,6 +1002,50 @@ static void test_listen(void **state)
                          -EINVAL);
         /* a plain port number is no string */
         value_fails("listen", "8080", what, "\"8080\"");
+}
+
+/* NET-1, NET-4, CFG-3, CFG-4: the network keys and their refusals */
+static void test_network(void **state)
+{
+        _cleanup_(config_donep) Config *c = loaded("network:\n"
+                                                   "  bridges: [br-lan, vlan.100]\n"
+                                                   "  nat:\n"
+                                                   "    subnet: 10.1.0.0/29\n"
+                                                   "    port_range: 30000-30010\n");
+        assert_int_equal(strv_length(c->network.bridges), 2);
+        assert_string_equal(c->network.bridges[1], "vlan.100");
+        assert_int_equal(config_network_default_mode(c), CONFIG_NETWORK_MODE_NAT);
+        set_ok(c, "network.nat.enabled=false");
+        /* NET-1: without NAT, a body without "network" gets none. */
+        assert_int_equal(config_network_default_mode(c), CONFIG_NETWORK_MODE_NONE);
+        set_ok(c, "network.default_mode=bridge");
+        assert_int_equal(config_network_default_mode(c), CONFIG_NETWORK_MODE_BRIDGE);
+        set_ok(c, "network.bridges=[]");
+        assert_int_equal(strv_length(c->network.bridges), 0);
+        assert_non_null(c->network.bridges);
+
+        const char *subnet = "an IPv4 network a.b.c.d/n with n between 16 and 29 and no host "
+                             "bits set";
+        value_fails("network.nat.subnet", "10.0.0.0/8", subnet, "\"10.0.0.0/8\"");
+        value_fails("network.nat.subnet", "10.233.0.0/30", subnet, "\"10.233.0.0/30\"");
+        value_fails("network.nat.subnet", "10.233.0.1/24", subnet, "\"10.233.0.1/24\"");
+        value_fails("network.nat.subnet", "10.233.0.0", subnet, "\"10.233.0.0\"");
+        const char *range = "<lo>-<hi> with 1 <= lo <= hi <= 65535";
+        value_fails("network.nat.port_range", "29999-20000", range, "\"29999-20000\"");
+        value_fails("network.nat.port_range", "0-100", range, "\"0-100\"");
+        value_fails("network.nat.port_range", "20000", range, "\"20000\"");
+        const char *ifname = "an interface name (1 to 15 bytes, no '/', ':' or white space)";
+        value_fails("network.nat.bridge", "a-name-of-16-chr", ifname, "\"a-name-of-16-chr\"");
+        value_fails("network.nat.bridge", "br/0", ifname, "\"br/0\"");
+        value_fails("network.nat.bridge", "", ifname, "\"\"");
+        value_fails("network.default_mode", "bridged", "one of nat, bridge, none", "\"bridged\"");
+        LOAD_FAILS("network:\n  bridges: [br-lan, \"br 1\"]\n",
+                   "vgpud.yaml:2:21: network.bridges must be a list of at most 64 interface "
+                   "names, got \"br 1\"");
+        LOAD_FAILS("network:\n  bridges: br-lan\n",
+                   "vgpud.yaml:2:12: network.bridges must be a list of at most 64 interface "
+                   "names, got \"br-lan\"");
+        value_fails("network.dnsmasq_binary", "dnsmasq", "an absolute path", "\"dnsmasq\"");
 }
 
 /* INST-6, DISK-1 (decision in CFG-3): image_dirs is a list of absolute paths, <data_dir>/import
@@ -1769,6 +1850,7 @@ int main(void)
             cmocka_unit_test(test_dump_defaults),
             cmocka_unit_test(test_every_key_loads),
             cmocka_unit_test(test_example_file),
+            cmocka_unit_test(test_network),
             cmocka_unit_test(test_empty_documents),
             cmocka_unit_test(test_range_edges),
             cmocka_unit_test(test_quarantine_threshold),

@@ -2286,6 +2286,8 @@ static void test_tree_delete(void **state)
 #define DISK_FD 40
 #define ROOT_FD 23
 #define VOLUME_FD 50 /* and on */
+#define TAP_FD 21
+#define VHOST_FD 22
 
 static void load_golden_record(const char *name, InstanceRecord *ret)
 {
@@ -2316,7 +2318,20 @@ static InstanceBootFiles golden_boot_files(const InstanceRecord *rec)
         return f;
 }
 
-static void assert_record_golden(const char *name, ConfigQemuAccel accel, const char *data_dir)
+/* The TAP (and vhost-net) a start of rec would have opened (NET-3): none without a NIC. */
+static InstanceNicFiles golden_nic_files(const InstanceRecord *rec, bool vhost)
+{
+        InstanceNicFiles f = INSTANCE_NIC_FILES_NONE;
+        if (rec->network.mode == INSTANCE_NETWORK_NAT ||
+            rec->network.mode == INSTANCE_NETWORK_BRIDGE) {
+                f.tap = TAP_FD;
+                f.vhost = vhost ? VHOST_FD : -1;
+        }
+        return f;
+}
+
+static void assert_record_golden_nic(const char *name, ConfigQemuAccel accel, const char *data_dir,
+                                     bool vhost)
 {
         _cleanup_(instance_record_done) InstanceRecord rec = {0};
         _cleanup_free_ char *console = NULL, *error = NULL, *rel = NULL, *mismatch = NULL;
@@ -2330,8 +2345,9 @@ static void assert_record_golden(const char *name, ConfigQemuAccel accel, const 
                                             .agent_socket = rec.hypervisor.agent_socket,
                                             .console_log = console};
         const InstanceBootFiles files = golden_boot_files(&rec);
+        const InstanceNicFiles nic = golden_nic_files(&rec, vhost);
         VmmCommand cmd;
-        if (instance_command_build(&rec, &config, &paths, &files, &cmd, &error) < 0 ||
+        if (instance_command_build(&rec, &config, &paths, &files, &nic, &cmd, &error) < 0 ||
             vmm_command_argv(&cmd, &argv, &error) < 0)
                 fail_msg("%s: %s", name, error);
         assert_int_equal(strprintf(&rel, "golden/vmm/%s.txt", name), 0);
@@ -2340,7 +2356,58 @@ static void assert_record_golden(const char *name, ConfigQemuAccel accel, const 
                 fail_msg("%s", mismatch);
 }
 
+static void assert_record_golden(const char *name, ConfigQemuAccel accel, const char *data_dir)
+{
+        assert_record_golden_nic(name, accel, data_dir, false);
+}
+
 #define DATA_DIR "/var/lib/vgpud"
+
+/* VMM-1, VMM-2, NET-3: nat mode, the NIC on fd 3 before the vGPU; no vhost-net on the host */
+static void test_command_nic_nat(void **state)
+{
+        assert_record_golden("nic-nat", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* VMM-1, VMM-2, NET-3: bridge mode with vhost-net, TAP on fd 3 and vhost on fd 4 */
+static void test_command_nic_bridge(void **state)
+{
+        assert_record_golden_nic("nic-bridge", CONFIG_QEMU_ACCEL_TCG, DATA_DIR, true);
+}
+
+/* VMM-1, VMM-2, NET-1: mode none has no NIC at all */
+static void test_command_nic_none(void **state)
+{
+        assert_record_golden("nic-none", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* NET-3: the TAP is exactly the record's NIC: missing, or open without a NIC, is refused */
+static void test_command_nic_match(void **state)
+{
+        _cleanup_(instance_record_done) InstanceRecord rec = {0};
+        load_golden_record("nic-nat", &rec);
+        const Config config = {.qemu_binary = (char *)"/usr/bin/qemu-system-x86_64"};
+        const InstanceCommandPaths paths = {.qmp_socket = rec.hypervisor.qmp_socket,
+                                            .agent_socket = rec.hypervisor.agent_socket,
+                                            .console_log = "/c.log"};
+        const InstanceBootFiles files = golden_boot_files(&rec);
+        VmmCommand cmd;
+        _cleanup_free_ char *e1 = NULL, *e2 = NULL, *e3 = NULL;
+        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, NULL, &cmd, &e1),
+                         -EINVAL);
+        assert_string_equal(e1, "QEMU command line: network: TAP is not open");
+        const InstanceNicFiles nic = {.tap = TAP_FD, .vhost = -1};
+        rec.network.mode = INSTANCE_NETWORK_NONE;
+        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, &nic, &cmd, &e2),
+                         -EINVAL);
+        assert_string_equal(e2, "QEMU command line: a TAP is open but the record has no NIC");
+        rec.network.mode = INSTANCE_NETWORK_BRIDGE;
+        free(rec.network.mac);
+        rec.network.mac = NULL;
+        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, &nic, &cmd, &e3),
+                         -EINVAL);
+        assert_string_equal(e3, "QEMU command line: network.mac is missing");
+}
 
 /* VMM-1, VMM-2: a VM without a vGPU */
 static void test_command_no_gpu(void **state)
@@ -2435,7 +2502,8 @@ static void test_command_boot_files_match(void **state)
                 _cleanup_free_ char *error = NULL;
                 VmmCommand cmd;
                 assert_int_equal(
-                    instance_command_build(&rec, &config, &paths, &files, &cmd, &error), -EINVAL);
+                    instance_command_build(&rec, &config, &paths, &files, NULL, &cmd, &error),
+                    -EINVAL);
                 if (!strstr(error, missing[i]))
                         fail_msg("\"%s\" does not say \"%s\"", error, missing[i]);
         }
@@ -2445,7 +2513,7 @@ static void test_command_boot_files_match(void **state)
         files.disk = DISK_FD;
         _cleanup_free_ char *error = NULL;
         VmmCommand cmd;
-        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, &cmd, &error),
+        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, NULL, &cmd, &error),
                          -EINVAL);
         assert_non_null(strstr(error, "boot.disk is open but not in the record"));
 }
@@ -2582,6 +2650,10 @@ int main(void)
             T(test_command_accel),
             T(test_command_commas),
             T(test_command_boot_files_match),
+            T(test_command_nic_nat),
+            T(test_command_nic_bridge),
+            T(test_command_nic_none),
+            T(test_command_nic_match),
             T(test_steps_order_and_undo),
 #undef T
         };

@@ -17,9 +17,13 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <linux/if_tun.h>
+#include <net/if.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1581,9 +1585,35 @@ static void test_argv_disk(void **state)
  * a volume, the seed cdrom and a TAP with vhost-net, each cross-reference resolved; then the
  * refusals of each reference that does not hold.
  */
+/*
+ * A real TAP of that name, as vgpud opens it (NET-3): fake-qemu checks its descriptor with
+ * TUNGETIFF (SIM-15). In the network namespace main() made; -1 without one.
+ */
+static bool in_private_netns;
+
+static int open_tap(const char *name)
+{
+        if (!in_private_netns)
+                return -1;
+        int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        struct ifreq ifr = {.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR};
+        snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", name);
+        if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+#define TAP_NAME "vgtk3x9q2m8v1c4" /* "vgt" and INSTANCE_ID's first 12 characters */
+
 static void test_argv_drives_and_nic(void **state)
 {
         Fixture *f = *state;
+        if (!in_private_netns)
+                skip(); /* a TAP needs root, in a network namespace of the test's own (NET-11) */
         _cleanup_free_ char *disk_path = make_disk(f);
         const char *root = "{\"driver\":\"qcow2\",\"node-name\":\"root\",\"cache\":{\"direct\":"
                            "true},\"discard\":\"unmap\",\"detect-zeroes\":\"unmap\",\"file\":{"
@@ -1597,8 +1627,13 @@ static void test_argv_drives_and_nic(void **state)
                 const char *from, *to; /* an argument replaced in the good command line */
                 bool drop_tap;         /* descriptor 3 left closed */
                 const char *message;   /* NULL: starts */
+                const char *tap;       /* the TAP's name, NULL: /dev/null in its place */
         } cases[] = {
             {NULL, NULL, false, NULL},
+            /* SIM-15: fd 3 must be a TAP, the instance's own. */
+            {NULL, NULL, false, "fd=3 is not a TAP device", .tap = ""},
+            {NULL, NULL, false, "fd=3 is TAP vgtsomeoneelse, expected " TAP_NAME,
+             .tap = "vgtsomeoneelse"},
             {"tap,id=net0,fd=3,vhost=on,vhostfd=4", "tap,id=net0,fd=3,vhostfd=4", false,
              "vhostfd goes"},
             {"tap,id=net0,fd=3,vhost=on,vhostfd=4", "tap,id=net0,fd=3", false, NULL},
@@ -1653,15 +1688,21 @@ static void test_argv_drives_and_nic(void **state)
                 push(&argv, "-kernel");
                 push(&argv, disk_path); /* any readable file will do */
 
-                /* The TAP and vhost-net stand-ins: any open descriptors (fake-qemu checks that). */
-                _cleanup_close_ int tap = open("/dev/null", O_RDWR | O_CLOEXEC),
+                /* The TAP, and a vhost-net stand-in: any open descriptor. */
+                const char *tap_name = cases[i].tap ? cases[i].tap : TAP_NAME;
+                _cleanup_close_ int tap = tap_name[0] ? open_tap(tap_name)
+                                                      : open("/dev/null", O_RDWR | O_CLOEXEC),
                                     vhost = open("/dev/null", O_RDWR | O_CLOEXEC),
                                     rw1 = open(disk_path, O_RDWR | O_CLOEXEC),
                                     rw2 = open(disk_path, O_RDWR | O_CLOEXEC),
                                     ro = open(disk_path, O_RDONLY | O_CLOEXEC);
                 const int fds[] = {cases[i].drop_tap ? -1 : tap, vhost, rw1, rw2, ro};
                 assert_true(truncate(f->qemu_log, 0) == 0 || errno == ENOENT);
+                assert_true(tap >= 0);
                 spawn_passing_fds(f, argv, fds, ELEMENTSOF(fds));
+                if (i == 0)
+                        wait_console(f, "fake-qemu: nic net0 tap=" TAP_NAME
+                                        " mac=52:54:00:aa:bb:cc vhost=on\n");
                 assert_case_outcome(f, i, cases[i].message);
         }
 }
@@ -1718,5 +1759,7 @@ int main(void)
             T(test_argv_drives_and_nic),
 #undef T
         };
+        /* NET-11: TAPs only in a network namespace of this test's own, never the host's. */
+        in_private_netns = geteuid() == 0 && unshare(CLONE_NEWNET) == 0;
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
