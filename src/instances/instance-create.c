@@ -804,9 +804,9 @@ static const Step step_wait_ready = {.name = "wait_ready", .run = wait_ready_run
 /* ---- the lists ----------------------------------------------------------------------------- */
 
 static const Step *const create_steps[] = {
-    &step_insert,       &step_check_paths, &step_admit,        &step_write_creating,
-    &step_root_overlay, &step_claim,       &instance_step_tap, &step_spawn,
-    &step_wait_ready,   &step_write_running, NULL,
+    &step_insert, &step_check_paths,  &step_admit, &step_write_creating, &step_root_overlay,
+    &step_claim,  &instance_step_tap, &step_spawn, &step_wait_ready,     &step_write_running,
+    NULL,
 };
 
 static const Step *const start_steps[] = {
