@@ -394,6 +394,20 @@ bool resource_name_is_valid(const char *name);
 #define HOST_PATH_MAX 4096
 bool host_path_form_is_valid(const char *path);
 
+/*
+ * Arrays of pointers kept sorted by a string key each item holds (key_of), for lookups by id or
+ * name: sorted_find() says where key is (true) or would go (false, *ret_at the place);
+ * sorted_get() returns the item or NULL (a NULL key too); sorted_insert() grows the array by one
+ * (-EEXIST for a key already there, -ENOMEM); sorted_remove() takes that very item out (false
+ * when it is not there). Items are cast to and from void *.
+ */
+typedef const char *(*SortedKeyFunc)(const void *item);
+bool sorted_find(void *const *items, size_t n, const char *key, SortedKeyFunc key_of,
+                 size_t *ret_at);
+void *sorted_get(void *const *items, size_t n, const char *key, SortedKeyFunc key_of);
+int sorted_insert(void ***items, size_t *n, void *item, SortedKeyFunc key_of);
+bool sorted_remove(void **items, size_t *n, const void *item, SortedKeyFunc key_of);
+
 /* Durations in nanoseconds. */
 typedef uint64_t nsec_t;
 #define NSEC_PER_USEC ((nsec_t)1000)

@@ -24,52 +24,28 @@ struct ClaimIndex {
 
 /* ---- by id --------------------------------------------------------------------------------- */
 
-/* The position of id in m->by_id, or where it would go. */
-static size_t by_id_position(const InstanceManager *m, const char *id, bool *ret_found)
+static const char *instance_id_of(const void *item)
 {
-        size_t lo = 0, hi = m->n_instances;
-        while (lo < hi) {
-                size_t mid = lo + (hi - lo) / 2;
-                int c = strcmp(m->by_id[mid]->rec.id, id);
-                if (c == 0) {
-                        *ret_found = true;
-                        return mid;
-                }
-                if (c < 0)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
-        *ret_found = false;
-        return lo;
+        return ((const Instance *)item)->rec.id;
 }
 
 Instance *instance_find(const InstanceManager *m, const char *id)
 {
-        bool found;
-        if (!id || m->n_instances == 0)
-                return NULL;
-        size_t at = by_id_position(m, id, &found);
-        return found ? m->by_id[at] : NULL;
+        return sorted_get((void *const *)m->by_id, m->n_instances, id, instance_id_of);
 }
 
-/* Called with m->n_instances not yet counting i; by_id has room for it. */
-void instance_index_add(InstanceManager *m, Instance *i)
+/* Called with m->n_instances not yet counting i. */
+int instance_index_add(InstanceManager *m, Instance *i)
 {
-        bool found;
-        size_t at = by_id_position(m, i->rec.id, &found);
-        memmove(&m->by_id[at + 1], &m->by_id[at], (m->n_instances - at) * sizeof *m->by_id);
-        m->by_id[at] = i;
+        size_t n = m->n_instances;
+        return sorted_insert((void ***)&m->by_id, &n, i, instance_id_of);
 }
 
 /* Called with m->n_instances still counting i. */
 void instance_index_remove(InstanceManager *m, Instance *i)
 {
-        bool found;
-        size_t at = by_id_position(m, i->rec.id, &found);
-        if (found && m->by_id[at] == i)
-                memmove(&m->by_id[at], &m->by_id[at + 1],
-                        (m->n_instances - at - 1) * sizeof *m->by_id);
+        size_t n = m->n_instances;
+        (void)sorted_remove((void **)m->by_id, &n, i, instance_id_of);
 }
 
 /* ---- the VF a claim holds ------------------------------------------------------------------ */

@@ -70,9 +70,9 @@ struct InstanceManager {
 /* ---- instance-index.c ---------------------------------------------------------------------- */
 
 Instance *instance_find(const InstanceManager *m, const char *id);
-/* Keep the id index in step with the table: before n_instances counts i, and while it still does.
- */
-void instance_index_add(InstanceManager *m, Instance *i);
+/* Keep the id index in step with the table: before n_instances counts i (-EEXIST, -ENOMEM), and
+ * while it still does. */
+int instance_index_add(InstanceManager *m, Instance *i);
 void instance_index_remove(InstanceManager *m, Instance *i);
 /*
  * The VF the instance's claim holds, the one place that says so: the claim's VF, or the one a

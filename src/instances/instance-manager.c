@@ -49,11 +49,9 @@ int instance_insert(InstanceManager *m, Instance *i)
         if (!n)
                 return -ENOMEM;
         m->instances = n;
-        n = reallocarray(m->by_id, m->n_instances + 1, sizeof *n);
-        if (!n)
-                return -ENOMEM;
-        m->by_id = n;
-        instance_index_add(m, i);
+        int r = instance_index_add(m, i);
+        if (r < 0)
+                return r;
         size_t at = m->n_instances;
         while (at > 0 && instance_compare(m->instances[at - 1], i) > 0)
                 at--;

@@ -85,50 +85,29 @@ static ImageEntry *entry_free(ImageEntry *e)
         return NULL;
 }
 
-static ImageEntry *entry_find(ImageStore *s, const char *name, size_t *ret_index)
+static const char *entry_key(const void *item)
 {
-        size_t lo = 0, hi = s->n_entries;
-        while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                int c = strcmp(s->entries[mid]->image.name, name);
-                if (c == 0) {
-                        if (ret_index)
-                                *ret_index = mid;
-                        return s->entries[mid];
-                }
-                if (c < 0)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
-        if (ret_index)
-                *ret_index = lo;
-        return NULL;
+        return ((const ImageEntry *)item)->image.name;
+}
+
+static ImageEntry *entry_find(ImageStore *s, const char *name)
+{
+        return sorted_get((void *const *)s->entries, s->n_entries, name, entry_key);
 }
 
 static int entry_insert(ImageStore *s, ImageEntry *e)
 {
-        size_t at;
-        if (entry_find(s, e->image.name, &at))
-                return -EEXIST;
-        ImageEntry **grown = realloc(s->entries, (s->n_entries + 1) * sizeof *grown);
-        if (!grown)
-                return -ENOMEM;
-        s->entries = grown;
-        memmove(&s->entries[at + 1], &s->entries[at], (s->n_entries - at) * sizeof *grown);
-        s->entries[at] = e;
-        s->n_entries++;
+        int r = sorted_insert((void ***)&s->entries, &s->n_entries, e, entry_key);
+        if (r < 0)
+                return r;
         e->store = s;
         return 0;
 }
 
 static void entry_remove(ImageStore *s, ImageEntry *e)
 {
-        size_t at;
-        if (entry_find(s, e->image.name, &at) != e)
+        if (!sorted_remove((void **)s->entries, &s->n_entries, e, entry_key))
                 return;
-        memmove(&s->entries[at], &s->entries[at + 1], (s->n_entries - at - 1) * sizeof e);
-        s->n_entries--;
         entry_free(e);
 }
 
@@ -423,7 +402,7 @@ size_t image_store_list(ImageStore *s, const Image *const **ret)
 
 const Image *image_store_get(ImageStore *s, const char *name)
 {
-        ImageEntry *e = entry_find(s, name, NULL);
+        ImageEntry *e = entry_find(s, name);
         if (!e)
                 return NULL;
         entry_refresh(e);
@@ -443,7 +422,7 @@ unsigned image_store_count_users(ImageStore *s, const char *name)
 
 int image_store_disk_path(ImageStore *s, const char *name, char **ret)
 {
-        ImageEntry *e = entry_find(s, name, NULL);
+        ImageEntry *e = entry_find(s, name);
         if (!e || e->image.state != IMAGE_STATE_READY)
                 return -ENOENT;
         return strprintf(ret, "%s/" IMAGE_DIR_NAME "/%s/" IMAGE_FILE_NAME, s->cfg.data_dir, name) <
@@ -826,7 +805,7 @@ int image_store_import(ImageStore *s, const char *name, const char *source, cons
         if (sha256 && !sha256_text_is_valid(sha256))
                 return refuse(STORAGE_FAILURE_INVALID_REQUEST, ret_failure, ret_error, -EINVAL,
                               "sha256 must be 64 lowercase hex digits");
-        ImageEntry *old = entry_find(s, name, NULL);
+        ImageEntry *old = entry_find(s, name);
         if (old && old->image.state == IMAGE_STATE_IMPORTING)
                 return refuse(STORAGE_FAILURE_BUSY, ret_failure, ret_error, -EBUSY,
                               "image %s is being imported", name);
@@ -932,7 +911,7 @@ static void delete_ended(int r, void *data, const char *error, void *userdata)
 int image_store_delete(ImageStore *s, const char *name, ImageDoneFunc done, void *userdata,
                        StorageFailure *ret_failure, char **ret_error)
 {
-        ImageEntry *e = resource_name_is_valid(name) ? entry_find(s, name, NULL) : NULL;
+        ImageEntry *e = resource_name_is_valid(name) ? entry_find(s, name) : NULL;
         if (!e)
                 return refuse(STORAGE_FAILURE_NOT_FOUND, ret_failure, ret_error, -ENOENT,
                               "image %s not found", name);

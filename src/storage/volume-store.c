@@ -42,50 +42,29 @@ static VolumeEntry *entry_free(VolumeEntry *e)
         return NULL;
 }
 
-static VolumeEntry *entry_find(VolumeStore *s, const char *id, size_t *ret_index)
+static const char *entry_key(const void *item)
 {
-        size_t lo = 0, hi = s->n_entries;
-        while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                int c = strcmp(s->entries[mid]->volume.id, id);
-                if (c == 0) {
-                        if (ret_index)
-                                *ret_index = mid;
-                        return s->entries[mid];
-                }
-                if (c < 0)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
-        if (ret_index)
-                *ret_index = lo;
-        return NULL;
+        return ((const VolumeEntry *)item)->volume.id;
+}
+
+static VolumeEntry *entry_find(VolumeStore *s, const char *id)
+{
+        return sorted_get((void *const *)s->entries, s->n_entries, id, entry_key);
 }
 
 static int entry_insert(VolumeStore *s, VolumeEntry *e)
 {
-        size_t at;
-        if (entry_find(s, e->volume.id, &at))
-                return -EEXIST;
-        VolumeEntry **grown = realloc(s->entries, (s->n_entries + 1) * sizeof *grown);
-        if (!grown)
-                return -ENOMEM;
-        s->entries = grown;
-        memmove(&s->entries[at + 1], &s->entries[at], (s->n_entries - at) * sizeof *grown);
-        s->entries[at] = e;
-        s->n_entries++;
+        int r = sorted_insert((void ***)&s->entries, &s->n_entries, e, entry_key);
+        if (r < 0)
+                return r;
         e->store = s;
         return 0;
 }
 
 static void entry_remove(VolumeStore *s, VolumeEntry *e)
 {
-        size_t at;
-        if (entry_find(s, e->volume.id, &at) != e)
+        if (!sorted_remove((void **)s->entries, &s->n_entries, e, entry_key))
                 return;
-        memmove(&s->entries[at], &s->entries[at + 1], (s->n_entries - at - 1) * sizeof e);
-        s->n_entries--;
         entry_free(e);
 }
 
@@ -275,7 +254,7 @@ size_t volume_store_list(VolumeStore *s, const Volume *const **ret)
 
 const Volume *volume_store_get(VolumeStore *s, const char *id_or_name)
 {
-        VolumeEntry *e = random_id_is_valid(id_or_name) ? entry_find(s, id_or_name, NULL) : NULL;
+        VolumeEntry *e = random_id_is_valid(id_or_name) ? entry_find(s, id_or_name) : NULL;
         if (!e)
                 e = entry_by_name(s, id_or_name);
         return e && !e->pending ? &e->volume : NULL;
@@ -283,7 +262,7 @@ const Volume *volume_store_get(VolumeStore *s, const char *id_or_name)
 
 int volume_store_disk_path(VolumeStore *s, const char *id, char **ret)
 {
-        VolumeEntry *e = entry_find(s, id, NULL);
+        VolumeEntry *e = entry_find(s, id);
         if (!e || e->pending)
                 return -ENOENT;
         return strprintf(ret, "%s/" VOLUME_DIR_NAME "/%s/" VOLUME_FILE_NAME, s->cfg.data_dir, id) <
@@ -508,7 +487,7 @@ static void delete_ended(int r, void *data, const char *error, void *userdata)
 int volume_store_delete(VolumeStore *s, const char *id, VolumeDoneFunc done, void *userdata,
                         StorageFailure *ret_failure, char **ret_error)
 {
-        VolumeEntry *e = random_id_is_valid(id) ? entry_find(s, id, NULL) : NULL;
+        VolumeEntry *e = random_id_is_valid(id) ? entry_find(s, id) : NULL;
         if (!e || e->pending)
                 return refuse(STORAGE_FAILURE_NOT_FOUND, ret_failure, ret_error, -ENOENT,
                               "volume %s not found", id);

@@ -1892,6 +1892,37 @@ static void test_trivial_cleanup_func(void **state)
         assert_null(strv_free(NULL));
 }
 
+/* The sorted pointer arrays behind the instance, image and volume lookups (PERF-5, DISK-2). */
+static const char *sorted_key(const void *item)
+{
+        return item;
+}
+
+static void test_sorted(void **state)
+{
+        char *names[] = {"m", "c", "x", "a"};
+        void **items = NULL;
+        size_t n = 0, at;
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                assert_int_equal(sorted_insert(&items, &n, names[i], sorted_key), 0);
+        assert_int_equal(n, 4);
+        assert_string_equal(items[0], "a");
+        assert_string_equal(items[3], "x");
+        assert_int_equal(sorted_insert(&items, &n, names[0], sorted_key), -EEXIST);
+        assert_ptr_equal(sorted_get(items, n, "c", sorted_key), names[1]);
+        assert_null(sorted_get(items, n, "d", sorted_key));
+        assert_null(sorted_get(items, n, NULL, sorted_key));
+        assert_false(sorted_find(items, n, "d", sorted_key, &at));
+        assert_int_equal(at, 2); /* between c and m */
+        char other[] = "c";      /* the same key, another item: not removed */
+        assert_false(sorted_remove(items, &n, other, sorted_key));
+        assert_true(sorted_remove(items, &n, names[1], sorted_key));
+        assert_int_equal(n, 3);
+        assert_null(sorted_get(items, n, "c", sorted_key));
+        assert_string_equal(items[1], "m");
+        free(items);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -1945,6 +1976,7 @@ int main(void)
             cmocka_unit_test(test_escape_text_buf_cut),
             cmocka_unit_test(test_hex_value),
             cmocka_unit_test(test_trivial_cleanup_func),
+            cmocka_unit_test(test_sorted),
         };
         return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }
