@@ -220,8 +220,16 @@ def hostile_sources(work):
         qemu_img("create", "-q", "-f", fmt, path, "4M")
         out.append((fmt, path, "image format %s is not accepted: only raw and qcow2" % fmt))
     luks = os.path.join(IMAGES, "a.luks")
-    qemu_img("create", "-q", "-f", "luks", "--object", "secret,id=s0,data=pw", "-o",
-             "key-secret=s0,iter-time=10", luks, "4M")
+    # qemu-img times its PBKDF by CPU usage, which a loaded machine sometimes leaves
+    # unreadable ("Unable to get accurate CPU usage"): a bounded retry.
+    for attempt in range(5):
+        try:
+            qemu_img("create", "-q", "-f", "luks", "--object", "secret,id=s0,data=pw", "-o",
+                     "key-secret=s0,iter-time=10", luks, "4M")
+            break
+        except RuntimeError:
+            if attempt == 4:
+                raise
     out.append(("luks", luks, "image format luks is not accepted: only raw and qcow2"))
     cut = os.path.join(IMAGES, "cut.qcow2")
     with open(qcow2("whole.qcow2"), "rb") as f:
