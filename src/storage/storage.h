@@ -234,6 +234,13 @@ const Image *image_store_get_ready(ImageStore *s, const char *name);
 
 /* ---- volumes (volume-store.c, DISK-7) ------------------------------------------------------ */
 
+/* data_dir's filesystem (DISK-10), sampled on a worker by each storage stage, and at start-up. */
+typedef struct StorageSpace {
+        bool known;
+        uint64_t free_bytes;  /* f_bavail: what vgpud, not root's reserve, may use */
+        uint64_t total_bytes; /* f_blocks */
+} StorageSpace;
+
 #define VOLUME_DIR_NAME "volumes"
 #define VOLUME_FILE_NAME "volume.qcow2"
 #define VOLUME_RECORD_NAME "volume.json"
@@ -292,6 +299,9 @@ int volume_store_create(VolumeStore *s, const char *name, uint64_t size_gb, uint
 int volume_store_delete(VolumeStore *s, const char *id, VolumeDoneFunc done, void *userdata,
                         StorageFailure *ret_failure, char **ret_error);
 
+/* The space as last sampled; never waits (the loop reads it for /metrics, DISK-10). */
+const StorageSpace *volume_store_space(VolumeStore *s);
+
 /* DISK-11: a volume directory without volume.json younger than this may be a create in flight. */
 #define VOLUME_ORPHAN_MIN_AGE 300 /* seconds */
 
@@ -305,7 +315,8 @@ typedef void (*VolumeSweepFunc)(const VolumeSweepResult *result, void *userdata)
 /*
  * The reconciler's storage stage (DISK-11), on the disk pool: removes each volume directory
  * that no volume in memory names and that holds no volume.json (a create a crash cut short),
- * once its mtime is VOLUME_ORPHAN_MIN_AGE old at now, and each leftover `.deleted-*` tree.
+ * once its mtime is VOLUME_ORPHAN_MIN_AGE old at now, and each leftover `.deleted-*` tree; and
+ * samples data_dir's free space (DISK-10).
  * done runs on the loop with what was removed and what failed. -errno when it cannot start.
  */
 int volume_store_sweep(VolumeStore *s, Timestamp now, VolumeSweepFunc done, void *userdata);

@@ -56,6 +56,9 @@ MET2 = [
     ("vgpud_instances_vmm_forced_kills_total", "counter", "in_grace", ["true", "false"]),
     ("vgpud_instances_vgpu_quarantine_breaker_open", "gauge", None, []),
     ("vgpud_http_requests_total", "counter", "code", None),
+    ("vgpud_storage_free_bytes", "gauge", None, None),  # DISK-10
+    ("vgpud_images", "gauge", "state", ["importing", "ready", "failed"]),
+    ("vgpud_volumes", "gauge", "attached", ["true", "false"]),
     ("vgpud_build_info", "gauge", None, None),
 ]
 

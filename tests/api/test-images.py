@@ -490,6 +490,16 @@ def check_volumes(c):
        "DISK-8: the VMM gets the volume as a virtio disk with its id as serial", argv)
     eq(c.get("/volumes/" + vid).json().get("attachments"),
        [{"instance": a["id"], "readonly": False}], "DISK-7: attachments come from the records")
+    fams = parse_metrics(c.get("/metrics").body.decode())
+    eq((metric(fams, "vgpud_volumes", attached="true"), metric(fams, "vgpud_volumes",
+                                                              attached="false")), (1.0, 0.0),
+       "DISK-10: vgpud_volumes counts the volume as attached")
+    eq(metric(fams, "vgpud_images", state="ready"),
+       float(len([i for i in c.get("/images").json() if i["state"] == "ready"])),
+       "DISK-10: vgpud_images counts the ready images")
+    ok((metric(fams, "vgpud_storage_free_bytes") or 0) > 0,
+       "DISK-10: vgpud_storage_free_bytes is data_dir's free space",
+       metric(fams, "vgpud_storage_free_bytes"))
     for label, ro in (("read-write", False), ("read-only", True)):
         st, e = request(c, "POST", "/instances",
                         image_body("vol-b", "volroot", volumes=[{"volume": vid, "readonly": ro}]))
