@@ -812,6 +812,13 @@ static bool consumer_taken(const InstanceManager *m, const char *consumer)
 static int root_disk_size(InstanceManager *m, const InstanceDisk *disk, uint64_t *ret,
                           InstanceFailure *ret_failure, char **ret_error)
 {
+        /* DISK-10: an overlay starts empty; the floor is what a create must leave. */
+        _cleanup_free_ char *why = NULL;
+        if (m->cfg.check_space && m->cfg.check_space(0, &why, m->cfg.userdata) < 0) {
+                instance_refuse(INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
+                                "%s", why);
+                return -ENOSPC;
+        }
         const Image *image = m->cfg.images ? image_store_get(m->cfg.images, disk->image) : NULL;
         if (!image || image->state != IMAGE_STATE_READY) {
                 instance_refuse(INSTANCE_FAILURE_INVALID_REQUEST, ret_failure, ret_error,
@@ -922,9 +929,10 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
                 return -EEXIST;
         }
         uint64_t disk_gb = 0;
-        if (spec->disk.image &&
-            root_disk_size(m, &spec->disk, &disk_gb, ret_failure, ret_error) < 0)
-                return -EINVAL;
+        int rs =
+            spec->disk.image ? root_disk_size(m, &spec->disk, &disk_gb, ret_failure, ret_error) : 0;
+        if (rs < 0)
+                return rs;
         InstanceVolume volumes[INSTANCE_VOLUMES_MAX];
         int k = resolve_volumes(m, spec, volumes, ret_failure, ret_error);
         if (k < 0)

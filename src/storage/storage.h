@@ -165,12 +165,13 @@ int image_record_parse(const char *text, size_t size, const char *dir, Image *re
 /* Why a store refused a request (API-21's codes), images and volumes alike. */
 typedef enum StorageFailure {
         STORAGE_FAILURE_NONE,
-        STORAGE_FAILURE_INVALID_REQUEST, /* 400 */
-        STORAGE_FAILURE_NOT_FOUND,       /* 404 */
-        STORAGE_FAILURE_ALREADY_EXISTS,  /* 409 */
-        STORAGE_FAILURE_BUSY,            /* 409: an import of that name runs */
-        STORAGE_FAILURE_INVALID_STATE,   /* 409: in use, or importing */
-        STORAGE_FAILURE_INTERNAL,        /* 500 */
+        STORAGE_FAILURE_INVALID_REQUEST,        /* 400 */
+        STORAGE_FAILURE_NOT_FOUND,              /* 404 */
+        STORAGE_FAILURE_ALREADY_EXISTS,         /* 409 */
+        STORAGE_FAILURE_BUSY,                   /* 409: an import of that name runs */
+        STORAGE_FAILURE_INVALID_STATE,          /* 409: in use, or importing */
+        STORAGE_FAILURE_INSUFFICIENT_RESOURCES, /* 409: DISK-10's free-space floor */
+        STORAGE_FAILURE_INTERNAL,               /* 500 */
         _STORAGE_FAILURE_MAX,
 } StorageFailure;
 
@@ -186,6 +187,9 @@ typedef struct ImageStoreConfig {
         WorkerPool *helper_pool; /* qemu-img */
         /* How many instance records use the image (DISK-2 `instances`, DISK-4); NULL: none. */
         unsigned (*count_users)(const char *name, void *userdata);
+        /* DISK-10: 0, or < 0 with `insufficient storage: ...` when needed bytes more would
+         * leave less than storage.min_free; NULL: no check. */
+        int (*check_space)(uint64_t needed, char **error, void *userdata);
         void *userdata;
 } ImageStoreConfig;
 
@@ -269,6 +273,7 @@ typedef struct VolumeStoreConfig {
          * *ret (malloc'd) when there is one; NULL: none.
          */
         unsigned (*holder)(const char *id, char **ret, void *userdata);
+        int (*check_space)(uint64_t needed, char **error, void *userdata); /* as images' */
         void *userdata;
 } VolumeStoreConfig;
 
@@ -301,6 +306,14 @@ int volume_store_delete(VolumeStore *s, const char *id, VolumeDoneFunc done, voi
 
 /* The space as last sampled; never waits (the loop reads it for /metrics, DISK-10). */
 const StorageSpace *volume_store_space(VolumeStore *s);
+
+/*
+ * DISK-10: -ENOSPC with `insufficient storage: <free> free, <needed> needed` when needed bytes
+ * more would leave less than min_free_bytes (or min_free_percent of the filesystem, when
+ * min_free_bytes is 0) free; 0 when they fit or the space is not known yet.
+ */
+int storage_space_check(const StorageSpace *space, uint64_t min_free_bytes,
+                        unsigned min_free_percent, uint64_t needed, char **error);
 
 /* DISK-11: a volume directory without volume.json younger than this may be a create in flight. */
 #define VOLUME_ORPHAN_MIN_AGE 300 /* seconds */

@@ -51,6 +51,21 @@ const StorageSpace *volume_store_space(VolumeStore *s)
         return &s->space;
 }
 
+int storage_space_check(const StorageSpace *space, uint64_t min_free_bytes,
+                        unsigned min_free_percent, uint64_t needed, char **error)
+{
+        if (!space->known)
+                return 0;
+        uint64_t floor =
+            min_free_bytes ? min_free_bytes : space->total_bytes / 100 * min_free_percent;
+        uint64_t want = floor + needed < floor ? UINT64_MAX : floor + needed;
+        if (space->free_bytes >= want)
+                return 0;
+        return error_set(error, -ENOSPC,
+                         "insufficient storage: %" PRIu64 " free, %" PRIu64 " needed",
+                         space->free_bytes, want);
+}
+
 static VolumeEntry *entry_free(VolumeEntry *e)
 {
         if (e) {
@@ -428,6 +443,13 @@ int volume_store_create(VolumeStore *s, const char *name, uint64_t size_gb, uint
         if (entry_by_name(s, name))
                 return refuse(STORAGE_FAILURE_ALREADY_EXISTS, ret_failure, ret_error, -EEXIST,
                               "a volume named %s already exists", name);
+        if (s->cfg.check_space) {
+                _cleanup_free_ char *why = NULL;
+                int k = s->cfg.check_space(0, &why, s->cfg.userdata);
+                if (k < 0)
+                        return refuse(STORAGE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure,
+                                      ret_error, k, "%s", why);
+        }
 
         VolumeEntry *e = calloc(1, sizeof *e);
         CreateJob *j = calloc(1, sizeof *j);

@@ -12,6 +12,7 @@
 import hashlib
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -612,6 +613,41 @@ def check_crashing_qemu_img(work, secret, sock, daemons):
     stop(d, " (crashing qemu-img)")
 
 
+def check_space_floor(work, secret, sock, daemons):
+    # DISK-10: with storage.min_free above what the filesystem has free, an import, a volume
+    # create and a create with an image are refused 409 insufficient_resources, and nothing is
+    # written. A ready image is put in the store by hand for the create to name.
+    d = os.path.join(STORE, "floor")
+    os.makedirs(d)
+    qemu_img("create", "-q", "-f", "qcow2", os.path.join(d, "disk.qcow2"), "4M")
+    with open(os.path.join(d, "image.json"), "w") as f:
+        json.dump({"version": 1, "name": "floor", "state": "ready", "source": "/srv/floor.raw",
+                   "format": "raw", "created_at": "2026-01-02T03:04:05Z",
+                   "virtual_size_bytes": 4 << 20, "actual_size_bytes": 4096}, f)
+    config = vmm_config(os.path.join(work, "floor.yaml"), work,
+                        extra_vmm="storage:\n  min_free: 99%\n")
+    dm, c = start(work, "floor", config, secret, sock)
+    daemons.append(dm)
+    if not c:
+        return
+    eq(c.get("/images/floor").json().get("state"), "ready", "DISK-1: the image loads")
+    source = raw_image(os.path.join(IMAGES, "floor.raw"))
+    for label, path, body in (
+            ("an import", "/images", {"name": "nofit", "source": source}),
+            ("a volume create", "/volumes", {"name": "nofit", "size_gb": 1}),
+            ("a create with an image", "/instances", image_body("nofit", "floor"))):
+        r = c.request("POST", path, body)
+        e = error_of(r)[1]
+        ok(r.status == 409 and e.get("code") == "insufficient_resources" and
+           re.fullmatch(r"insufficient storage: \d+ free, \d+ needed", e.get("message", "")),
+           "DISK-10: %s below storage.min_free is 409 insufficient_resources" % label, e)
+    ok(not os.path.exists(os.path.join(STORE, "nofit")) and
+       os.listdir(os.path.join(MNT, "data", "volumes")) == [] and
+       c.get("/instances").json() == [], "DISK-10: and nothing is written")
+    eq(c.request("DELETE", "/images/floor").status, 204, "DISK-4: the image is deleted")
+    stop(dm, " (storage.min_free)")
+
+
 def qemu_img_pids():
     pids = []
     for p in os.listdir("/proc"):
@@ -684,6 +720,7 @@ def main():
                 delete_image(c, name)
             stop(d)
         run_group("crash", lambda: check_crashing_qemu_img(work, secret, sock, daemons))
+        run_group("space floor", lambda: check_space_floor(work, secret, sock, daemons))
         run_group("restart", lambda: check_restart(work, config, secret, sock, daemons))
     finally:
         for pid in qemu_img_pids():
