@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "instances/instance-internal.h"
@@ -508,14 +509,18 @@ static int spawn_vmm(SpawnData *d, int instance_dirfd, char **error)
 
 /*
  * DISK-9: cache.direct only where the file system takes O_DIRECT. Some accept the flag at open
- * and fail the reads (FUSE without direct I/O), so the probe reads the first block as QEMU
- * will, aligned.
+ * and then fail some reads: FUSE passes O_DIRECT reads through or not from one read to the next
+ * (QEMU then fails on the backing image's refcount table), so it never gets cache.direct; on
+ * others the probe reads the first block as QEMU will, aligned.
  */
+#define FUSE_SUPER_MAGIC 0x65735546
+
 static bool takes_direct_io(int dirfd, const char *name)
 {
         _cleanup_close_ int fd =
             openat(dirfd, name, O_RDONLY | O_DIRECT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0)
+        struct statfs sf;
+        if (fd < 0 || fstatfs(fd, &sf) < 0 || sf.f_type == FUSE_SUPER_MAGIC)
                 return false;
         void *buf = NULL;
         if (posix_memalign(&buf, 4096, 4096) != 0)
