@@ -222,6 +222,49 @@ static int write_network(MetricsWriter *w, const ApiContext *ctx)
         return r;
 }
 
+/* DISK-10: data_dir's free space as last sampled, images by state, volumes by attachment. */
+static int write_storage(MetricsWriter *w, const ApiContext *ctx)
+{
+        const StorageSpace *space = ctx->volumes ? volume_store_space(ctx->volumes) : NULL;
+        int r = write_single(w,
+                             &(Family){"vgpud_storage_free_bytes", METRIC_GAUGE,
+                                       "Free bytes on data_dir's filesystem, as last sampled."},
+                             space && space->known ? space->free_bytes : 0);
+        uint64_t by_state[_IMAGE_STATE_MAX] = {0};
+        const Image *const *images = NULL;
+        size_t n = ctx->images ? image_store_list(ctx->images, &images) : 0;
+        for (size_t k = 0; k < n; k++)
+                by_state[images[k]->state]++;
+        const char *states[_IMAGE_STATE_MAX];
+        for (size_t k = 0; k < _IMAGE_STATE_MAX; k++)
+                states[k] = image_state_to_string(k);
+        if (r >= 0)
+                r = write_labelled(
+                    w, &(Family){"vgpud_images", METRIC_GAUGE, "Images in the store by state."},
+                    "state", states, by_state, ELEMENTSOF(states));
+
+        /* attached: some instance record names the volume (DISK-7: records are the truth). */
+        uint64_t attached[2] = {0};
+        const Volume *const *volumes = NULL;
+        const InstanceRecord *const *records = NULL;
+        size_t n_volumes = ctx->volumes ? volume_store_list(ctx->volumes, &volumes) : 0;
+        size_t n_records = ctx->instances ? instance_manager_list(ctx->instances, &records) : 0;
+        for (size_t k = 0; k < n_volumes; k++) {
+                bool held = false;
+                for (size_t i = 0; !held && i < n_records; i++)
+                        for (size_t v = 0; !held && v < records[i]->n_volumes; v++)
+                                held = streq(records[i]->volumes[v].id, volumes[k]->id);
+                attached[held ? 0 : 1]++;
+        }
+        static const char *const attachment[] = {"true", "false"};
+        if (r >= 0)
+                r = write_labelled(w,
+                                   &(Family){"vgpud_volumes", METRIC_GAUGE,
+                                             "Volumes by whether an instance holds them."},
+                                   "attached", attachment, attached, ELEMENTSOF(attachment));
+        return r;
+}
+
 /* vgpud_http_requests_total, with its fixed statuses even before the listeners exist. */
 static int write_http(MetricsWriter *w, const ApiContext *ctx)
 {
@@ -303,6 +346,7 @@ int api_metrics_counters_text(const ApiContext *ctx, char **ret, size_t *ret_siz
         (void)write_instances(w, ctx);
         (void)write_network(w, ctx);
         (void)write_http(w, ctx);
+        (void)write_storage(w, ctx);
         (void)write_placement(w, ctx);
         if (metrics_family(w, "vgpud_build_info", METRIC_GAUGE,
                            "Version and commit of this vgpud; always 1.") >= 0)

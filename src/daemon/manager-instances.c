@@ -46,6 +46,17 @@ static unsigned volume_holder(const char *id, char **ret, void *userdata)
         return holders;
 }
 
+/* DISK-10: against data_dir's free space as the last storage stage sampled it. */
+static int check_space(uint64_t needed, char **error, void *userdata)
+{
+        Manager *m = userdata;
+        if (!m->volumes)
+                return 0;
+        const ConfigMinFree *min = &m->config.storage.min_free;
+        return storage_space_check(volume_store_space(m->volumes), min->bytes, min->percent, needed,
+                                   error);
+}
+
 int manager_instances_setup(Manager *m, char **error)
 {
         /*
@@ -78,6 +89,7 @@ int manager_instances_setup(Manager *m, char **error)
                                                 .disk_pool = m->disk_pool,
                                                 .helper_pool = m->helper_pool,
                                                 .count_users = count_image_users,
+                                                .check_space = check_space,
                                                 .userdata = m},
                             &m->images, error);
         if (r < 0)
@@ -89,6 +101,7 @@ int manager_instances_setup(Manager *m, char **error)
                                                   .disk_pool = m->disk_pool,
                                                   .helper_pool = m->helper_pool,
                                                   .holder = volume_holder,
+                                                  .check_space = check_space,
                                                   .userdata = m},
                              &m->volumes, error);
         if (r < 0)
@@ -131,6 +144,7 @@ int manager_instances_setup(Manager *m, char **error)
             .ops = m->device_ops,
             .images = m->images,
             .volumes = m->volumes,
+            .check_space = check_space,
             .claimer = {.sysfs = m->sysfs,
                         .tracker = m->tracker,
                         .proc = m->proc,

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "instances/instance-internal.h"
@@ -537,14 +538,18 @@ static int spawn_vmm(SpawnData *d, int instance_dirfd, char **error)
 
 /*
  * DISK-9: cache.direct only where the file system takes O_DIRECT. Some accept the flag at open
- * and fail the reads (FUSE without direct I/O), so the probe reads the first block as QEMU
- * will, aligned.
+ * and then fail some reads: FUSE passes O_DIRECT reads through or not from one read to the next
+ * (QEMU then fails on the backing image's refcount table), so it never gets cache.direct; on
+ * others the probe reads the first block as QEMU will, aligned.
  */
+#define FUSE_SUPER_MAGIC 0x65735546
+
 static bool takes_direct_io(int dirfd, const char *name)
 {
         _cleanup_close_ int fd =
             openat(dirfd, name, O_RDONLY | O_DIRECT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0)
+        struct statfs sf;
+        if (fd < 0 || fstatfs(fd, &sf) < 0 || sf.f_type == FUSE_SUPER_MAGIC)
                 return false;
         void *buf = NULL;
         if (posix_memalign(&buf, 4096, 4096) != 0)
@@ -853,6 +858,13 @@ static bool consumer_taken(const InstanceManager *m, const char *consumer)
 static int root_disk_size(InstanceManager *m, const InstanceDisk *disk, uint64_t *ret,
                           InstanceFailure *ret_failure, char **ret_error)
 {
+        /* DISK-10: an overlay starts empty; the floor is what a create must leave. */
+        _cleanup_free_ char *why = NULL;
+        if (m->cfg.check_space && m->cfg.check_space(0, &why, m->cfg.userdata) < 0) {
+                instance_refuse(INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
+                                "%s", why);
+                return -ENOSPC;
+        }
         const Image *image = m->cfg.images ? image_store_get(m->cfg.images, disk->image) : NULL;
         if (!image || image->state != IMAGE_STATE_READY) {
                 instance_refuse(INSTANCE_FAILURE_INVALID_REQUEST, ret_failure, ret_error,
@@ -963,9 +975,10 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
                 return -EEXIST;
         }
         uint64_t disk_gb = 0;
-        if (spec->disk.image &&
-            root_disk_size(m, &spec->disk, &disk_gb, ret_failure, ret_error) < 0)
-                return -EINVAL;
+        int rs =
+            spec->disk.image ? root_disk_size(m, &spec->disk, &disk_gb, ret_failure, ret_error) : 0;
+        if (rs < 0)
+                return rs;
         InstanceVolume volumes[INSTANCE_VOLUMES_MAX];
         int k = resolve_volumes(m, spec, volumes, ret_failure, ret_error);
         if (k < 0)

@@ -398,6 +398,8 @@ typedef struct InstanceManagerConfig {
         DeviceOps *ops;       /* releases (borrowed) */
         ImageStore *images;   /* DISK-5: the images root disks are made from (borrowed) */
         VolumeStore *volumes; /* DISK-8: the volumes instances attach (borrowed) */
+        /* DISK-10: as ImageStoreConfig's; checked for a create with an image. NULL: none. */
+        int (*check_space)(uint64_t needed, char **error, void *userdata);
         /* The claim flow's configuration; the manager fills in its owner (borrowed parts). */
         ClaimerConfig claimer;
         /*

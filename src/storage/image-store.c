@@ -816,6 +816,13 @@ int image_store_import(ImageStore *s, const char *name, const char *source, cons
                 return refuse(STORAGE_FAILURE_ALREADY_EXISTS, ret_failure, ret_error, -EEXIST,
                               "image %s exists already (%s); delete it first", name,
                               image_state_to_string(old->image.state));
+        if (s->cfg.check_space) {
+                _cleanup_free_ char *why = NULL;
+                int k = s->cfg.check_space(0, &why, s->cfg.userdata);
+                if (k < 0)
+                        return refuse(STORAGE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure,
+                                      ret_error, k, "%s", why);
+        }
 
         ImageEntry *e = calloc(1, sizeof *e);
         ImportStart *st = calloc(1, sizeof *st);

@@ -165,12 +165,13 @@ int image_record_parse(const char *text, size_t size, const char *dir, Image *re
 /* Why a store refused a request (API-21's codes), images and volumes alike. */
 typedef enum StorageFailure {
         STORAGE_FAILURE_NONE,
-        STORAGE_FAILURE_INVALID_REQUEST, /* 400 */
-        STORAGE_FAILURE_NOT_FOUND,       /* 404 */
-        STORAGE_FAILURE_ALREADY_EXISTS,  /* 409 */
-        STORAGE_FAILURE_BUSY,            /* 409: an import of that name runs */
-        STORAGE_FAILURE_INVALID_STATE,   /* 409: in use, or importing */
-        STORAGE_FAILURE_INTERNAL,        /* 500 */
+        STORAGE_FAILURE_INVALID_REQUEST,        /* 400 */
+        STORAGE_FAILURE_NOT_FOUND,              /* 404 */
+        STORAGE_FAILURE_ALREADY_EXISTS,         /* 409 */
+        STORAGE_FAILURE_BUSY,                   /* 409: an import of that name runs */
+        STORAGE_FAILURE_INVALID_STATE,          /* 409: in use, or importing */
+        STORAGE_FAILURE_INSUFFICIENT_RESOURCES, /* 409: DISK-10's free-space floor */
+        STORAGE_FAILURE_INTERNAL,               /* 500 */
         _STORAGE_FAILURE_MAX,
 } StorageFailure;
 
@@ -186,6 +187,9 @@ typedef struct ImageStoreConfig {
         WorkerPool *helper_pool; /* qemu-img */
         /* How many instance records use the image (DISK-2 `instances`, DISK-4); NULL: none. */
         unsigned (*count_users)(const char *name, void *userdata);
+        /* DISK-10: 0, or < 0 with `insufficient storage: ...` when needed bytes more would
+         * leave less than storage.min_free; NULL: no check. */
+        int (*check_space)(uint64_t needed, char **error, void *userdata);
         void *userdata;
 } ImageStoreConfig;
 
@@ -234,6 +238,13 @@ const Image *image_store_get_ready(ImageStore *s, const char *name);
 
 /* ---- volumes (volume-store.c, DISK-7) ------------------------------------------------------ */
 
+/* data_dir's filesystem (DISK-10), sampled on a worker by each storage stage, and at start-up. */
+typedef struct StorageSpace {
+        bool known;
+        uint64_t free_bytes;  /* f_bavail: what vgpud, not root's reserve, may use */
+        uint64_t total_bytes; /* f_blocks */
+} StorageSpace;
+
 #define VOLUME_DIR_NAME "volumes"
 #define VOLUME_FILE_NAME "volume.qcow2"
 #define VOLUME_RECORD_NAME "volume.json"
@@ -262,6 +273,7 @@ typedef struct VolumeStoreConfig {
          * *ret (malloc'd) when there is one; NULL: none.
          */
         unsigned (*holder)(const char *id, char **ret, void *userdata);
+        int (*check_space)(uint64_t needed, char **error, void *userdata); /* as images' */
         void *userdata;
 } VolumeStoreConfig;
 
@@ -292,6 +304,17 @@ int volume_store_create(VolumeStore *s, const char *name, uint64_t size_gb, uint
 int volume_store_delete(VolumeStore *s, const char *id, VolumeDoneFunc done, void *userdata,
                         StorageFailure *ret_failure, char **ret_error);
 
+/* The space as last sampled; never waits (the loop reads it for /metrics, DISK-10). */
+const StorageSpace *volume_store_space(VolumeStore *s);
+
+/*
+ * DISK-10: -ENOSPC with `insufficient storage: <free> free, <needed> needed` when needed bytes
+ * more would leave less than min_free_bytes (or min_free_percent of the filesystem, when
+ * min_free_bytes is 0) free; 0 when they fit or the space is not known yet.
+ */
+int storage_space_check(const StorageSpace *space, uint64_t min_free_bytes,
+                        unsigned min_free_percent, uint64_t needed, char **error);
+
 /* DISK-11: a volume directory without volume.json younger than this may be a create in flight. */
 #define VOLUME_ORPHAN_MIN_AGE 300 /* seconds */
 
@@ -305,7 +328,8 @@ typedef void (*VolumeSweepFunc)(const VolumeSweepResult *result, void *userdata)
 /*
  * The reconciler's storage stage (DISK-11), on the disk pool: removes each volume directory
  * that no volume in memory names and that holds no volume.json (a create a crash cut short),
- * once its mtime is VOLUME_ORPHAN_MIN_AGE old at now, and each leftover `.deleted-*` tree.
+ * once its mtime is VOLUME_ORPHAN_MIN_AGE old at now, and each leftover `.deleted-*` tree; and
+ * samples data_dir's free space (DISK-10).
  * done runs on the loop with what was removed and what failed. -errno when it cannot start.
  */
 int volume_store_sweep(VolumeStore *s, Timestamp now, VolumeSweepFunc done, void *userdata);

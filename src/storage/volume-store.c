@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/json-util.h"
@@ -31,7 +32,39 @@ struct VolumeStore {
         VolumeEntry **entries; /* sorted by id */
         size_t n_entries;
         const Volume **view;
+        StorageSpace space; /* data_dir's filesystem, as last sampled (DISK-10) */
 };
+
+/* fstatvfs() of data_dir's filesystem; blocking, so on a worker but at start-up. */
+static StorageSpace space_sample(int fd)
+{
+        struct statvfs st;
+        if (fstatvfs(fd, &st) < 0)
+                return (StorageSpace){0};
+        return (StorageSpace){.known = true,
+                              .free_bytes = (uint64_t)st.f_bavail * st.f_frsize,
+                              .total_bytes = (uint64_t)st.f_blocks * st.f_frsize};
+}
+
+const StorageSpace *volume_store_space(VolumeStore *s)
+{
+        return &s->space;
+}
+
+int storage_space_check(const StorageSpace *space, uint64_t min_free_bytes,
+                        unsigned min_free_percent, uint64_t needed, char **error)
+{
+        if (!space->known)
+                return 0;
+        uint64_t floor =
+            min_free_bytes ? min_free_bytes : space->total_bytes / 100 * min_free_percent;
+        uint64_t want = floor + needed < floor ? UINT64_MAX : floor + needed;
+        if (space->free_bytes >= want)
+                return 0;
+        return error_set(error, -ENOSPC,
+                         "insufficient storage: %" PRIu64 " free, %" PRIu64 " needed",
+                         space->free_bytes, want);
+}
 
 static VolumeEntry *entry_free(VolumeEntry *e)
 {
@@ -219,6 +252,7 @@ int volume_store_new(const VolumeStoreConfig *config, VolumeStore **ret, char **
         int r = store_load(s, error);
         if (r < 0)
                 return r;
+        s->space = space_sample(s->volumes_fd);
         *ret = TAKE_PTR(s);
         return 0;
 }
@@ -388,6 +422,13 @@ int volume_store_create(VolumeStore *s, const char *name, uint64_t size_gb, uint
         if (entry_by_name(s, name))
                 return refuse(STORAGE_FAILURE_ALREADY_EXISTS, ret_failure, ret_error, -EEXIST,
                               "a volume named %s already exists", name);
+        if (s->cfg.check_space) {
+                _cleanup_free_ char *why = NULL;
+                int k = s->cfg.check_space(0, &why, s->cfg.userdata);
+                if (k < 0)
+                        return refuse(STORAGE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure,
+                                      ret_error, k, "%s", why);
+        }
 
         VolumeEntry *e = calloc(1, sizeof *e);
         CreateJob *j = calloc(1, sizeof *j);
@@ -527,6 +568,8 @@ int volume_store_delete(VolumeStore *s, const char *id, VolumeDoneFunc done, voi
 /* ---- the reconciler's sweep (DISK-11) ----------------------------------------------------- */
 
 typedef struct SweepJob {
+        VolumeStore *store;
+        StorageSpace space;
         int volumes_fd;
         char **known; /* ids in memory, pending creates included */
         Timestamp now;
@@ -584,6 +627,7 @@ static int sweep_one(SweepJob *j, const char *name, char **error)
 static int sweep_run(void *data, char **error)
 {
         SweepJob *j = data;
+        j->space = space_sample(j->volumes_fd);
         /* A directory of its own: a dup would share the offset that earlier reads left at the
          * end. */
         int dup_fd = openat(j->volumes_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -620,6 +664,8 @@ static void sweep_ended(int r, void *data, const char *error, void *userdata)
                 return;
         if (r < 0 && strv_push(&j->result.failures, error) < 0)
                 log_error("volume sweep: out of memory");
+        if (j->space.known)
+                j->store->space = j->space;
         j->done(&j->result, j->userdata);
 }
 
@@ -628,6 +674,7 @@ int volume_store_sweep(VolumeStore *s, Timestamp now, VolumeSweepFunc done, void
         SweepJob *j = calloc(1, sizeof *j);
         if (!j)
                 return -ENOMEM;
+        j->store = s;
         j->now = now;
         j->done = done;
         j->userdata = userdata;

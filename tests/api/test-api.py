@@ -61,6 +61,9 @@ MET2 = [
     ("vgpud_network_dnsmasq_restarts_total", "counter", None, []),
     ("vgpud_network_errors_total", "counter", "step", ["tap", "link", "nft", "dnsmasq"]),
     ("vgpud_http_requests_total", "counter", "code", None),
+    ("vgpud_storage_free_bytes", "gauge", None, None),  # DISK-10
+    ("vgpud_images", "gauge", "state", ["importing", "ready", "failed"]),
+    ("vgpud_volumes", "gauge", "attached", ["true", "false"]),
     ("vgpud_build_info", "gauge", None, None),
 ]
 
