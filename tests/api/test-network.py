@@ -532,6 +532,46 @@ def check_faults(c):
         eq(delete(c, b2["id"])[0], 204, "fault-c is deleted")
 
 
+def check_nft_refusing(c):
+    # REL-14, NET-8: nft refusing the replace (another process owns a table of that name):
+    # nat creates fail closed naming the step, running VMs are untouched; once nft accepts
+    # again, the next pass brings creates back.
+    keep = created(c, "keep")
+    if not keep:
+        return
+    owner = subprocess.Popen(["nft", "-i"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        owner.stdin.write("delete table inet vgpud\nadd table inet vgpud { flags owner; }\n")
+        owner.stdin.flush()
+        ok(poll(lambda: "nftables" in c.get("/network").json()["nat"].get("error", ""), 20),
+           "REL-14: the next pass fails at nft and says so", c.get("/network").json()["nat"])
+        ok(metric(metrics(c), "vgpud_network_errors_total", step="nft") >= 1,
+           "NET-10: the failure is counted under step nft")
+        st, b = create(c, "refused")
+        ok(st == 503 and b.get("code") == "placement_disabled" and
+           b.get("message", "").startswith("network unavailable: network: nftables: replace "
+                                            "table vgpud: "),
+           "NET-8: a nat create fails closed, 503 naming the step", (st, b))
+        st, b = create(c, "no-nic", network={"mode": "none"})
+        ok(st == 201, "NET-8: a create without a NIC is not affected", (st, b))
+        if st == 201:
+            eq(delete(c, b["id"])[0], 204, "no-nic is deleted")
+        ok((get(c, keep["id"]) or {}).get("state") == "Running" and
+           (link(tap_of(keep["id"])) or {}).get("master") == NAT_BRIDGE,
+           "REL-14: the running VM is untouched")
+    finally:
+        owner.stdin.close()
+        owner.wait()
+    ok(poll(lambda: "error" not in c.get("/network").json()["nat"] and
+            "masquerade" in table(), 20),
+       "REL-14: once nft accepts again, the next pass restores the table")
+    again = created(c, "accepted")
+    for x in (keep, again):
+        if x:
+            eq(delete(c, x["id"])[0], 204, "%s is deleted" % x["name"])
+
+
 def check_crash(work, config, secret, sock, daemons):
     # Decision 14, NET-5: kill -9 of vgpud and of every VMM; the restart finds no TAP and no
     # address held twice, and the instances start again with their own.
@@ -606,6 +646,7 @@ def main():
             run_group("exhausted", lambda: check_exhausted(c))
             run_group("bridge", lambda: check_bridge_mode(c))
             run_group("faults", lambda: check_faults(c))
+            run_group("nft-refusing", lambda: check_nft_refusing(c))
             stop(d)
         run_group("crash", lambda: check_crash(work, config, secret, sock, daemons))
     finally:

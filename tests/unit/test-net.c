@@ -7,7 +7,9 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -234,6 +236,27 @@ static void test_dnsmasq_files(void **state)
         assert_int_equal(net_dnsmasq_render_conf("vgpud0", &s, "relative", NULL, &e1), -EINVAL);
 }
 
+/* NET-6: the host's IPv4 resolvers as dnsmasq's servers; loopback and IPv6 skipped */
+static void test_resolv_servers(void **state)
+{
+        char path[] = "/tmp/vgpud-resolv.XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        const char text[] = "# comment\nsearch example\nnameserver 192.0.2.53\n"
+                            "nameserver 127.0.0.53\nnameserver 2001:db8::1\n"
+                            "nameserver 010.1.1.1\nnameserver 198.51.100.7 # trailing\n";
+        assert_int_equal(write_all(fd, text, sizeof text - 1), 0);
+        close(fd);
+        _cleanup_strv_free_ char **servers = NULL, **none = NULL;
+        assert_int_equal(net_resolv_servers(path, &servers), 0);
+        assert_int_equal(strv_length(servers), 2);
+        assert_string_equal(servers[0], "192.0.2.53");
+        assert_string_equal(servers[1], "198.51.100.7");
+        unlink(path);
+        assert_int_equal(net_resolv_servers(path, &none), 0);
+        assert_int_equal(strv_length(none), 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -241,7 +264,7 @@ int main(void)
             cmocka_unit_test(test_mac_exhausted), cmocka_unit_test(test_tap_name),
             cmocka_unit_test(test_ipv4_parse),    cmocka_unit_test(test_subnet),
             cmocka_unit_test(test_allocate),      cmocka_unit_test(test_nft_render),
-            cmocka_unit_test(test_dnsmasq_files),
+            cmocka_unit_test(test_dnsmasq_files), cmocka_unit_test(test_resolv_servers),
         };
         return cmocka_run_group_tests_name("net", tests, NULL, NULL);
 }
