@@ -158,6 +158,21 @@ char *strchomp(char *s);
 /* Removes leading and trailing ASCII white space in place; returns the start. */
 char *strstrip(char *s);
 
+/*
+ * A DNS label as vgpud names things (INST-4, and a guest's host name, SEED-1): 1..63 bytes of
+ * [a-z0-9-], neither starting nor ending with '-', i.e. ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$.
+ * false for NULL.
+ */
+#define DNS_LABEL_MAX 63
+bool dns_label_is_valid(const char *s);
+
+/*
+ * True when s[0..n) is well-formed UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing
+ * above U+10FFFF, no sequence cut short. A NUL byte is U+0000 and valid here; callers that
+ * refuse it check for it themselves.
+ */
+bool utf8_is_valid(const char *s, size_t n);
+
 /* Number of strings in a NULL-terminated vector. */
 size_t strv_length(char *const *strv);
 

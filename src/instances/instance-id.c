@@ -58,13 +58,7 @@ bool instance_id_is_valid(const char *id)
 
 bool instance_name_is_valid(const char *name)
 {
-        size_t n = name ? strlen(name) : 0;
-        if (n == 0 || n > INSTANCE_NAME_MAX)
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!is_lower_alnum(name[i]) && (name[i] != '-' || i == 0 || i == n - 1))
-                        return false;
-        return true;
+        return dns_label_is_valid(name);
 }
 
 bool instance_path_form_is_valid(const char *path)

@@ -1,0 +1,165 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# build-image.sh OUTDIR VGPU_AGENT
+#
+# Builds the end-to-end tests' Debian 12 cloud image (SPEC SEED-6) into OUTDIR/debian-12.qcow2:
+# a whole disk that QEMU's firmware (SeaBIOS) boots as it boots a downloaded cloud image, with
+# no -kernel:
+#
+#   MBR partition table, syslinux's MBR code
+#   partition 1  FAT16 "BOOT", bootable: syslinux (ldlinux.sys), syslinux.cfg, vmlinuz, initrd.img
+#   partition 2  ext4 "root" (the filesystem UUID is in syslinux.cfg and /etc/fstab)
+#
+# The root filesystem comes from Debian packages only (mmdebstrap, --variant=apt plus the
+# packages in PACKAGES below): systemd as init, cloud-init with the NoCloud data source only
+# (no network probing for other clouds at boot), openssh-server, Debian's cloud kernel,
+# ifupdown as the network renderer cloud-init uses on Debian 12, and VGPU_AGENT installed as
+# /usr/local/sbin/vgpu-agent with packaging/guest/'s unit (enabled) and udev rule (AGENT-1).
+# SSH host keys and /etc/machine-id are removed, so every instance gets its own at first boot
+# (cloud-init writes the keys before sshd starts). cloud-init's default user is "debian".
+#
+# Unprivileged where the tools allow it: only mmdebstrap runs as root (its root mode writes a
+# directory tree with the packages' owners, which mkfs.ext4 -d copies as they are; its
+# unprivileged modes would hand over a tarball whose owners a user cannot unpack); the
+# filesystems are made from directories (mkfs.ext4 -d, mtools), syslinux is installed into the
+# FAT image file, and the disk is assembled with sfdisk and dd on regular files: no loop
+# device, no mount.
+#
+# Cached by a hash of the inputs (this script, the packages list, the agent binary, the unit and
+# the rule): when OUTDIR/image.stamp holds the current hash, nothing is done. A build works in
+# OUTDIR/tmp.*, renames the image into place and writes the stamp last, so an interrupted build
+# never looks complete. Concurrent runs wait for each other (flock). Downloaded packages are
+# kept in OUTDIR/debs, so a rebuild after an input change downloads nothing new.
+# Progress: one line per stage on stderr ("build-image: [3/6] ...").
+set -eu
+
+PACKAGES="systemd-sysv udev dbus cloud-init openssh-server linux-image-cloud-amd64
+initramfs-tools ifupdown isc-dhcp-client iproute2 netbase e2fsprogs kmod procps"
+SUITE=bookworm
+STAGES=6
+
+say() { echo "build-image: $*" >&2; }
+die() {
+        say "error: $*"
+        exit 1
+}
+stage() {
+        say "[$1/$STAGES] $2 ($(($(date +%s) - started))s)"
+}
+
+[ $# -eq 2 ] || {
+        echo "usage: $0 OUTDIR VGPU_AGENT" >&2
+        exit 2
+}
+started=$(date +%s)
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+guest_files=$(cd "$(dirname "$0")/../../packaging/guest" && pwd) ||
+        die "packaging/guest not found beside tests/"
+agent=$2
+[ -x "$agent" ] || die "$agent is not an executable vgpu-agent"
+mkdir -p "$1" || die "cannot create $1"
+out=$(cd "$1" && pwd)
+
+for tool in mmdebstrap mkfs.ext4 mkfs.vfat mcopy syslinux sfdisk qemu-img sha256sum flock; do
+        command -v "$tool" >/dev/null 2>&1 || die "$tool not found (scripts/deps.sh installs it)"
+done
+mbr=/usr/lib/syslinux/mbr/mbr.bin
+[ -r "$mbr" ] || die "$mbr missing (package syslinux-common)"
+
+key=$({
+        sha256sum <"$self"
+        echo "$PACKAGES $SUITE"
+        sha256sum <"$agent"
+        sha256sum <"$guest_files/vgpu-agent.service"
+        sha256sum <"$guest_files/60-vgpu-agent.rules"
+} | sha256sum | cut -d' ' -f1)
+
+exec 9>"$out/.lock"
+flock 9 || die "cannot lock $out/.lock"
+if [ -f "$out/debian-12.qcow2" ] && [ "$(cat "$out/image.stamp" 2>/dev/null)" = "$key" ]; then
+        say "cached: $out/debian-12.qcow2"
+        exit 0
+fi
+rm -f "$out/image.stamp"
+rm -rf "$out"/tmp.*
+tmp=$(mktemp -d "$out/tmp.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$out/debs"
+
+[ "$(id -u)" -eq 0 ] || die "mmdebstrap's root mode needs root (see the top of this script)"
+root_uuid=$(cat /proc/sys/kernel/random/uuid)
+stage 1 "mmdebstrap $SUITE: $(echo $PACKAGES | wc -w) packages and their dependencies"
+# shellcheck disable=SC2086
+mmdebstrap --quiet --variant=apt --include="$(echo $PACKAGES | tr ' ' ',')" \
+        --skip=download/empty \
+        --setup-hook='mkdir -p "$1/var/cache/apt/archives"' \
+        --setup-hook="sync-in '$out/debs' /var/cache/apt/archives" \
+        --customize-hook="sync-out /var/cache/apt/archives '$out/debs'" \
+        --customize-hook="upload '$agent' /usr/local/sbin/vgpu-agent" \
+        --customize-hook="upload '$guest_files/vgpu-agent.service' /etc/systemd/system/vgpu-agent.service" \
+        --customize-hook="upload '$guest_files/60-vgpu-agent.rules' /etc/udev/rules.d/60-vgpu-agent.rules" \
+        --customize-hook='chmod 0755 "$1/usr/local/sbin/vgpu-agent"' \
+        --customize-hook='ln -sf /etc/systemd/system/vgpu-agent.service "$1/etc/systemd/system/multi-user.target.wants/vgpu-agent.service"' \
+        --customize-hook="echo 'UUID=$root_uuid / ext4 errors=remount-ro 0 1' > \"\$1/etc/fstab\"" \
+        --customize-hook='printf "datasource_list: [NoCloud, None]\n" > "$1/etc/cloud/cloud.cfg.d/90-vgpud.cfg"' \
+        --customize-hook='printf "auto lo\niface lo inet loopback\n\nsource /etc/network/interfaces.d/*\n" > "$1/etc/network/interfaces"' \
+        --customize-hook='for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer; do ln -sf /dev/null "$1/etc/systemd/system/$u"; done' \
+        --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*; echo localhost > "$1/etc/hostname"; : > "$1/etc/machine-id"; rm -f "$1/var/lib/dbus/machine-id"' \
+        --customize-hook="copy-out /boot '$tmp'" \
+        "$SUITE" "$tmp/rootdir" >&2 || die "mmdebstrap failed"
+kernel=$(ls "$tmp"/boot/vmlinuz-* | tail -n 1)
+initrd=$(ls "$tmp"/boot/initrd.img-* | tail -n 1)
+[ -f "$kernel" ] && [ -f "$initrd" ] || die "no kernel or initrd in the image's /boot"
+
+stage 2 "root filesystem (ext4 from the tree, no mount)"
+root_mib=2560
+truncate -s "${root_mib}M" "$tmp/root.img"
+mkfs.ext4 -q -F -L root -U "$root_uuid" -d "$tmp/rootdir" "$tmp/root.img" >&2 ||
+        die "mkfs.ext4 failed"
+rm -rf "$tmp/rootdir"
+
+stage 3 "boot partition (FAT16, syslinux, kernel $(basename "$kernel"))"
+boot_mib=128
+truncate -s "${boot_mib}M" "$tmp/boot.img"
+mkfs.vfat -F 16 -n BOOT "$tmp/boot.img" >/dev/null || die "mkfs.vfat failed"
+cat >"$tmp/syslinux.cfg" <<EOF
+DEFAULT debian
+PROMPT 0
+TIMEOUT 0
+LABEL debian
+  LINUX /vmlinuz
+  INITRD /initrd.img
+  APPEND root=UUID=$root_uuid ro console=ttyS0,115200
+EOF
+cp "$kernel" "$tmp/vmlinuz"
+cp "$initrd" "$tmp/initrd.img"
+mcopy -i "$tmp/boot.img" "$tmp/syslinux.cfg" "$tmp/vmlinuz" "$tmp/initrd.img" ::/ ||
+        die "mcopy failed"
+syslinux --install "$tmp/boot.img" || die "syslinux --install failed"
+
+stage 4 "whole disk (MBR, boot loader, two partitions)"
+disk_mib=$((1 + boot_mib + root_mib))
+truncate -s "${disk_mib}M" "$tmp/disk.raw"
+printf 'label: dos\nstart=1MiB, size=%dMiB, type=6, bootable\nstart=%dMiB, size=%dMiB, type=83\n' \
+        "$boot_mib" "$((1 + boot_mib))" "$root_mib" | sfdisk -q "$tmp/disk.raw" >&2 ||
+        die "sfdisk failed"
+dd if="$mbr" of="$tmp/disk.raw" bs=440 count=1 conv=notrunc status=none
+dd if="$tmp/boot.img" of="$tmp/disk.raw" bs=1M seek=1 conv=notrunc,sparse status=none
+dd if="$tmp/root.img" of="$tmp/disk.raw" bs=1M seek=$((1 + boot_mib)) conv=notrunc,sparse \
+        status=none
+rm -f "$tmp/boot.img" "$tmp/root.img"
+
+stage 5 "qcow2"
+qemu-img convert -f raw -O qcow2 "$tmp/disk.raw" "$tmp/debian-12.qcow2" || die "qemu-img failed"
+{
+        echo "suite $SUITE"
+        echo "kernel $(basename "$kernel")"
+        echo "root_uuid $root_uuid"
+        echo "agent_sha256 $(sha256sum <"$agent" | cut -d' ' -f1)"
+} >"$tmp/image.info"
+mv "$tmp/image.info" "$out/image.info"
+mv "$tmp/debian-12.qcow2" "$out/debian-12.qcow2"
+sync -f "$out/debian-12.qcow2"
+echo "$key" >"$out/image.stamp"
+stage 6 "done: $out/debian-12.qcow2"
