@@ -13,9 +13,13 @@
 #
 # The root filesystem comes from Debian packages only (mmdebstrap, --variant=apt plus the
 # packages in PACKAGES below): systemd as init, cloud-init with the NoCloud data source only
-# (no network probing for other clouds at boot), openssh-server, Debian's cloud kernel,
+# (no network probing for other clouds at boot), openssh-server, Debian's kernel,
 # ifupdown as the network renderer cloud-init uses on Debian 12, and VGPU_AGENT installed as
 # /usr/local/sbin/vgpu-agent with packaging/guest/'s unit (enabled) and udev rule (AGENT-1).
+# The kernel is linux-image-amd64, not SEED-6's linux-image-cloud-amd64: Debian's cloud kernel
+# is built without AHCI (CONFIG_SATA_AHCI unset; it has ata_piix for i440fx only), so it never
+# sees the seed CD-ROM that SEED-2 attaches as ide-cd on q35's AHCI controller, and cloud-init
+# falls back to its None data source.
 # SSH host keys and /etc/machine-id are removed, so every instance gets its own at first boot
 # (cloud-init writes the keys before sshd starts). cloud-init's default user is "debian".
 #
@@ -34,7 +38,7 @@
 # Progress: one line per stage on stderr ("build-image: [3/6] ...").
 set -eu
 
-PACKAGES="systemd-sysv udev dbus cloud-init openssh-server linux-image-cloud-amd64
+PACKAGES="systemd-sysv udev dbus cloud-init openssh-server linux-image-amd64
 initramfs-tools ifupdown isc-dhcp-client iproute2 netbase e2fsprogs kmod procps"
 SUITE=bookworm
 STAGES=6
@@ -102,7 +106,7 @@ mmdebstrap --quiet --variant=apt --include="$(echo $PACKAGES | tr ' ' ',')" \
         --customize-hook='chmod 0755 "$1/usr/local/sbin/vgpu-agent"' \
         --customize-hook='ln -sf /etc/systemd/system/vgpu-agent.service "$1/etc/systemd/system/multi-user.target.wants/vgpu-agent.service"' \
         --customize-hook="echo 'UUID=$root_uuid / ext4 errors=remount-ro 0 1' > \"\$1/etc/fstab\"" \
-        --customize-hook='printf "datasource_list: [NoCloud, None]\n" > "$1/etc/cloud/cloud.cfg.d/90-vgpud.cfg"' \
+        --customize-hook='printf "datasource_list: [NoCloud, None]\nlocale: C.UTF-8\n" > "$1/etc/cloud/cloud.cfg.d/90-vgpud.cfg"' \
         --customize-hook='printf "auto lo\niface lo inet loopback\n\nsource /etc/network/interfaces.d/*\n" > "$1/etc/network/interfaces"' \
         --customize-hook='for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer; do ln -sf /dev/null "$1/etc/systemd/system/$u"; done' \
         --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*; echo localhost > "$1/etc/hostname"; : > "$1/etc/machine-id"; rm -f "$1/var/lib/dbus/machine-id"' \
