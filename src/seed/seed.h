@@ -34,7 +34,7 @@
 #define SEED_SSH_KEYS_MAX 64                /* SEED-1 */
 #define SEED_SSH_KEY_MAX 16384              /* SEED-1: bytes of one key line */
 #define SEED_USER_DATA_MAX 65536            /* SEED-1: bytes */
-#define SEED_VENDOR_DATA_MAX (1024 * 1024)  /* the operator's vendor-data file, bytes */
+#define SEED_VENDOR_DATA_MAX 65536          /* cloud_init.vendor_data_file (CFG-3 table), bytes */
 #define SEED_VOLUME_ID "cidata"             /* SEED-2: what NoCloud looks for */
 #define SEED_SEARCH_DOMAIN "vgpud.internal" /* SEED-3 */
 

@@ -950,7 +950,7 @@ static void test_vendor_data(void **state)
         char *none = NULL;
         assert_int_equal(seed_read_vendor_data(big_path, &none, &error), -EFBIG);
         assert_null(none);
-        assert_true(strstr(error, "is larger than 1048576 bytes"));
+        assert_true(strstr(error, "is larger than 65536 bytes"));
 
         int fd = openat(t->fd, "nul.yaml", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
         assert_true(fd >= 0);
