@@ -263,13 +263,14 @@ static int emit_static(Emitter *e, const SeedNetwork *n, char **error)
         emit_text(e, cidr);
         emit_sequence_end(e);
         if (n->gateway) {
-                emit_word(e, "routes");
-                emit_sequence_start(e);
-                emit_mapping_start(e);
-                emit_key_text(e, "to", "0.0.0.0/0");
-                emit_key_text(e, "via", n->gateway);
-                emit_mapping_end(e);
-                emit_sequence_end(e);
+                /*
+                 * The default route as `gateway4`, not as `routes: [{to: 0.0.0.0/0}]`: cloud-init
+                 * turns a route into `post-up route add ...` for ifupdown (Debian 12's
+                 * renderer), which needs net-tools that cloud images lack, and the route is
+                 * silently missing; gateway4 becomes ifupdown's own `gateway` line, netplan's
+                 * and networkd's gateway.
+                 */
+                emit_key_text(e, "gateway4", n->gateway);
         }
         bool nat = n->mode == SEED_NETWORK_NAT;
         if (nat || n->dns) {

@@ -153,9 +153,10 @@ def run(work):
                                   "2>/dev/null | head -n 3")
     ok("vgpud.internal" in out, "SEED-3: the search domain vgpud.internal reaches the guest",
        out + err)
-    rc, out, err = ssh(key, port, "cat /run/cloud-init/result.json")
-    ok(rc == 0 and "NoCloud" in out, "SEED-2: cloud-init found the seed (data source NoCloud)",
-       out + err)
+    # cloud-init's last stage may still run after sshd answers: wait for it (bounded).
+    rc, out, err = ssh(key, port, "timeout 120 cloud-init status --wait --long", timeout=150)
+    ok("status: done" in out and "DataSourceNoCloud" in out and "/dev/sr0" in out,
+       "SEED-2: cloud-init read the seed from the CD-ROM (NoCloud) and finished", out + err)
     rc, out, err = ssh(key, port, "systemctl is-active vgpu-agent.service; "
                                   "readlink /dev/virtio-ports/org.vgpud.agent.0")
     ok(rc == 0 and out.splitlines()[:1] == ["active"] and "vport" in out,

@@ -615,7 +615,10 @@ static void load_network(const SeedNetwork *n, Yaml *y)
         assert_int_equal(yaml_count(y, ""), 2);
 }
 
-/* SEED-3: nat is static: the address, a default route and DNS via the gateway, vgpud.internal. */
+/*
+ * SEED-3: nat is static: the address, the default route (gateway4) and DNS via the gateway,
+ * vgpud.internal.
+ */
 static void test_network_nat(void **state)
 {
         SeedNetwork n = {.mode = SEED_NETWORK_NAT,
@@ -632,9 +635,8 @@ static void test_network_nat(void **state)
         assert_text(&y, "ethernets.eth0.set-name", "eth0");
         assert_int_equal(yaml_count(&y, "ethernets.eth0.addresses"), 1);
         assert_text(&y, "ethernets.eth0.addresses[0]", "10.88.0.12/24");
-        assert_int_equal(yaml_count(&y, "ethernets.eth0.routes"), 1);
-        assert_text(&y, "ethernets.eth0.routes[0].to", "0.0.0.0/0");
-        assert_text(&y, "ethernets.eth0.routes[0].via", "10.88.0.1");
+        assert_text(&y, "ethernets.eth0.gateway4", "10.88.0.1");
+        assert_null(yaml_at(&y, "ethernets.eth0.routes"));
         assert_int_equal(yaml_count(&y, "ethernets.eth0.nameservers.addresses"), 1);
         assert_text(&y, "ethernets.eth0.nameservers.addresses[0]", "10.88.0.1");
         assert_int_equal(yaml_count(&y, "ethernets.eth0.nameservers.search"), 1);
@@ -658,7 +660,7 @@ static void test_network_bridge_static(void **state)
         assert_text(&y, "ethernets.eth0.match.macaddress", MAC);
         assert_text(&y, "ethernets.eth0.set-name", "eth0");
         assert_text(&y, "ethernets.eth0.addresses[0]", "192.0.2.10/26");
-        assert_text(&y, "ethernets.eth0.routes[0].via", "192.0.2.1");
+        assert_text(&y, "ethernets.eth0.gateway4", "192.0.2.1");
         assert_int_equal(yaml_count(&y, "ethernets.eth0.nameservers"), 1);
         assert_int_equal(yaml_count(&y, "ethernets.eth0.nameservers.addresses"), 2);
         assert_text(&y, "ethernets.eth0.nameservers.addresses[0]", "192.0.2.53");
@@ -671,7 +673,7 @@ static void test_network_bridge_static(void **state)
             .mode = SEED_NETWORK_BRIDGE, .mac = MAC, .ip = "192.0.2.10", .prefix = 24};
         load_network(&bare, &y);
         assert_int_equal(yaml_count(&y, "ethernets.eth0"), 3);
-        assert_null(yaml_at(&y, "ethernets.eth0.routes"));
+        assert_null(yaml_at(&y, "ethernets.eth0.gateway4"));
         assert_null(yaml_at(&y, "ethernets.eth0.nameservers"));
         yaml_done(&y);
 }
