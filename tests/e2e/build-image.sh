@@ -23,25 +23,27 @@
 # SSH host keys and /etc/machine-id are removed, so every instance gets its own at first boot
 # (cloud-init writes the keys before sshd starts). cloud-init's default user is "debian".
 #
-# Unprivileged where the tools allow it: only mmdebstrap runs as root (its root mode writes a
-# directory tree with the packages' owners, which mkfs.ext4 -d copies as they are; its
-# unprivileged modes would hand over a tarball whose owners a user cannot unpack); the
+# Unprivileged where the tools allow it: only mmdebstrap and the unpacking of its tarball run
+# as root (its root mode keeps the packages' owners, which tar restores and mkfs.ext4 -d copies
+# as they are; a user could unpack the tree only with its own uid on every file). The
 # filesystems are made from directories (mkfs.ext4 -d, mtools), syslinux is installed into the
 # FAT image file, and the disk is assembled with sfdisk and dd on regular files: no loop
 # device, no mount.
 #
 # Cached by a hash of the inputs (this script, the packages list, the agent binary, the unit and
-# the rule): when OUTDIR/image.stamp holds the current hash, nothing is done. A build works in
-# OUTDIR/tmp.*, renames the image into place and writes the stamp last, so an interrupted build
-# never looks complete. Concurrent runs wait for each other (flock). Downloaded packages are
-# kept in OUTDIR/debs, so a rebuild after an input change downloads nothing new.
-# Progress: one line per stage on stderr ("build-image: [3/6] ...").
+# the rule): when OUTDIR/image.stamp holds the current hash, nothing is done. The packages'
+# tree is cached on its own, as OUTDIR/base.tar, by the hash of the block that makes it, so a
+# new agent (any change to src/base or src/agent relinks it) costs an assembly of half a minute,
+# not a bootstrap. A build works in OUTDIR/tmp.*, renames its results into place and writes each
+# stamp last, so an interrupted build never looks complete. Concurrent runs wait for each other
+# (flock). Downloaded packages are kept in OUTDIR/debs, so a rebuild downloads nothing new.
+# Progress: one line per stage on stderr ("build-image: [3/7] ...").
 set -eu
 
 PACKAGES="systemd-sysv udev dbus cloud-init openssh-server linux-image-amd64
 initramfs-tools ifupdown isc-dhcp-client iproute2 netbase e2fsprogs kmod procps"
 SUITE=bookworm
-STAGES=6
+STAGES=7
 
 say() { echo "build-image: $*" >&2; }
 die() {
@@ -92,38 +94,59 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$out/debs"
 
 [ "$(id -u)" -eq 0 ] || die "mmdebstrap's root mode needs root (see the top of this script)"
-root_uuid=$(cat /proc/sys/kernel/random/uuid)
-stage 1 "mmdebstrap $SUITE: $(echo $PACKAGES | wc -w) packages and their dependencies"
-# shellcheck disable=SC2086
-mmdebstrap --quiet --variant=apt --include="$(echo $PACKAGES | tr ' ' ',')" \
-        --skip=download/empty \
-        --setup-hook='mkdir -p "$1/var/cache/apt/archives"' \
-        --setup-hook="sync-in '$out/debs' /var/cache/apt/archives" \
-        --customize-hook="sync-out /var/cache/apt/archives '$out/debs'" \
-        --customize-hook="upload '$agent' /usr/local/sbin/vgpu-agent" \
-        --customize-hook="upload '$guest_files/vgpu-agent.service' /etc/systemd/system/vgpu-agent.service" \
-        --customize-hook="upload '$guest_files/60-vgpu-agent.rules' /etc/udev/rules.d/60-vgpu-agent.rules" \
-        --customize-hook='chmod 0755 "$1/usr/local/sbin/vgpu-agent"' \
-        --customize-hook='ln -sf /etc/systemd/system/vgpu-agent.service "$1/etc/systemd/system/multi-user.target.wants/vgpu-agent.service"' \
-        --customize-hook="echo 'UUID=$root_uuid / ext4 errors=remount-ro 0 1' > \"\$1/etc/fstab\"" \
-        --customize-hook='printf "datasource_list: [NoCloud, None]\nlocale: C.UTF-8\n" > "$1/etc/cloud/cloud.cfg.d/90-vgpud.cfg"' \
-        --customize-hook='printf "auto lo\niface lo inet loopback\n\nsource /etc/network/interfaces.d/*\n" > "$1/etc/network/interfaces"' \
-        --customize-hook='for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer; do ln -sf /dev/null "$1/etc/systemd/system/$u"; done' \
-        --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*; echo localhost > "$1/etc/hostname"; : > "$1/etc/machine-id"; rm -f "$1/var/lib/dbus/machine-id"' \
-        --customize-hook="copy-out /boot '$tmp'" \
-        "$SUITE" "$tmp/rootdir" >&2 || die "mmdebstrap failed"
-kernel=$(ls "$tmp"/boot/vmlinuz-* | tail -n 1)
-initrd=$(ls "$tmp"/boot/initrd.img-* | tail -n 1)
-[ -f "$kernel" ] && [ -f "$initrd" ] || die "no kernel or initrd in the image's /boot"
+# ---- base tree: everything but the agent, cached as base.tar by the hash of this block ----
+base_key=$(sed -n '/^# ---- base tree/,/^# ---- end of base tree/p' "$self" | sha256sum |
+        cut -d' ' -f1)
+if [ -f "$out/base.tar" ] && [ "$(cat "$out/base.stamp" 2>/dev/null)" = "$base_key" ]; then
+        stage 1 "base tree: cached ($out/base.tar)"
+else
+        rm -f "$out/base.stamp"
+        stage 1 "mmdebstrap $SUITE: $(echo $PACKAGES | wc -w) packages and their dependencies"
+        # The initramfs holds what finds the root (virtio-blk, ext4), not every storage driver:
+        # initramfs-tools reads the list before the kernel's postinst builds it, which then
+        # takes seconds instead of minutes. dpkg skips its fsyncs: a failed build is discarded.
+        # shellcheck disable=SC2086
+        mmdebstrap --quiet --variant=apt --include="$(echo $PACKAGES | tr ' ' ',')" \
+                --dpkgopt=force-unsafe-io --skip=download/empty \
+                --setup-hook='mkdir -p "$1/var/cache/apt/archives"' \
+                --setup-hook="sync-in '$out/debs' /var/cache/apt/archives" \
+                --essential-hook='mkdir -p "$1/etc/initramfs-tools/conf.d" "$1/usr/share/initramfs-tools/modules.d"; echo MODULES=list > "$1/etc/initramfs-tools/conf.d/vgpud-image"; printf "virtio_pci\nvirtio_blk\next4\n" > "$1/usr/share/initramfs-tools/modules.d/vgpud-image"' \
+                --customize-hook="sync-out /var/cache/apt/archives '$out/debs'" \
+                --customize-hook='printf "datasource_list: [NoCloud, None]\nlocale: C.UTF-8\n" > "$1/etc/cloud/cloud.cfg.d/90-vgpud.cfg"' \
+                --customize-hook='printf "auto lo\niface lo inet loopback\n\nsource /etc/network/interfaces.d/*\n" > "$1/etc/network/interfaces"' \
+                --customize-hook='for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer; do ln -sf /dev/null "$1/etc/systemd/system/$u"; done' \
+                --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*; echo localhost > "$1/etc/hostname"; : > "$1/etc/machine-id"; rm -f "$1/var/lib/dbus/machine-id"' \
+                "$SUITE" "$tmp/base.tar" >&2 || die "mmdebstrap failed"
+        mv "$tmp/base.tar" "$out/base.tar"
+        echo "$base_key" >"$out/base.stamp"
+fi
+# ---- end of base tree ----
 
-stage 2 "root filesystem (ext4 from the tree, no mount)"
+stage 2 "root tree: the base, vgpu-agent with its unit and rule, fstab"
+root_uuid=$(cat /proc/sys/kernel/random/uuid)
+mkdir "$tmp/rootdir"
+tar -C "$tmp/rootdir" --numeric-owner -xpf "$out/base.tar" || die "cannot unpack base.tar"
+install -m 0755 "$agent" "$tmp/rootdir/usr/local/sbin/vgpu-agent"
+install -m 0644 "$guest_files/vgpu-agent.service" "$tmp/rootdir/etc/systemd/system/"
+install -m 0644 "$guest_files/60-vgpu-agent.rules" "$tmp/rootdir/etc/udev/rules.d/"
+mkdir -p "$tmp/rootdir/etc/systemd/system/multi-user.target.wants"
+ln -sf /etc/systemd/system/vgpu-agent.service \
+        "$tmp/rootdir/etc/systemd/system/multi-user.target.wants/vgpu-agent.service"
+echo "UUID=$root_uuid / ext4 errors=remount-ro 0 1" >"$tmp/rootdir/etc/fstab"
+kernel=$(ls "$tmp"/rootdir/boot/vmlinuz-* | tail -n 1)
+initrd=$(ls "$tmp"/rootdir/boot/initrd.img-* | tail -n 1)
+[ -f "$kernel" ] && [ -f "$initrd" ] || die "no kernel or initrd in the image's /boot"
+cp "$kernel" "$tmp/vmlinuz"
+cp "$initrd" "$tmp/initrd.img"
+
+stage 3 "root filesystem (ext4 from the tree, no mount)"
 root_mib=2560
 truncate -s "${root_mib}M" "$tmp/root.img"
 mkfs.ext4 -q -F -L root -U "$root_uuid" -d "$tmp/rootdir" "$tmp/root.img" >&2 ||
         die "mkfs.ext4 failed"
 rm -rf "$tmp/rootdir"
 
-stage 3 "boot partition (FAT16, syslinux, kernel $(basename "$kernel"))"
+stage 4 "boot partition (FAT16, syslinux, kernel $(basename "$kernel"))"
 boot_mib=128
 truncate -s "${boot_mib}M" "$tmp/boot.img"
 mkfs.vfat -F 16 -n BOOT "$tmp/boot.img" >/dev/null || die "mkfs.vfat failed"
@@ -136,13 +159,11 @@ LABEL debian
   INITRD /initrd.img
   APPEND root=UUID=$root_uuid ro console=ttyS0,115200
 EOF
-cp "$kernel" "$tmp/vmlinuz"
-cp "$initrd" "$tmp/initrd.img"
 mcopy -i "$tmp/boot.img" "$tmp/syslinux.cfg" "$tmp/vmlinuz" "$tmp/initrd.img" ::/ ||
         die "mcopy failed"
 syslinux --install "$tmp/boot.img" || die "syslinux --install failed"
 
-stage 4 "whole disk (MBR, boot loader, two partitions)"
+stage 5 "whole disk (MBR, boot loader, two partitions)"
 disk_mib=$((1 + boot_mib + root_mib))
 truncate -s "${disk_mib}M" "$tmp/disk.raw"
 printf 'label: dos\nstart=1MiB, size=%dMiB, type=6, bootable\nstart=%dMiB, size=%dMiB, type=83\n' \
@@ -154,7 +175,7 @@ dd if="$tmp/root.img" of="$tmp/disk.raw" bs=1M seek=$((1 + boot_mib)) conv=notru
         status=none
 rm -f "$tmp/boot.img" "$tmp/root.img"
 
-stage 5 "qcow2"
+stage 6 "qcow2"
 qemu-img convert -f raw -O qcow2 "$tmp/disk.raw" "$tmp/debian-12.qcow2" || die "qemu-img failed"
 {
         echo "suite $SUITE"
@@ -166,4 +187,4 @@ mv "$tmp/image.info" "$out/image.info"
 mv "$tmp/debian-12.qcow2" "$out/debian-12.qcow2"
 sync -f "$out/debian-12.qcow2"
 echo "$key" >"$out/image.stamp"
-stage 6 "done: $out/debian-12.qcow2"
+stage 7 "done: $out/debian-12.qcow2"
