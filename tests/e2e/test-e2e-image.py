@@ -166,7 +166,7 @@ def run(work):
     ok(reply is not None and reply.get("id") == "seed-e2e"
        and (reply.get("return") or {}).get("state") == "unknown",
        "SEED-6: the agent answers guest-gpu-init-status (unknown without a GPU)", reply)
-    rc, out, err = ssh(key, port, "sudo -n true 2>/dev/null; echo written > ~/probe; cat ~/probe")
+    rc, out, err = ssh(key, port, "echo written > ~/probe && sync && cat ~/probe")
     eq(out.splitlines()[-1:], ["written"], "SEED-6: the root disk is writable (the overlay)")
     digest_after = subprocess.run(["sha256sum", image], stdout=subprocess.PIPE,
                                   check=True).stdout.split()[0]
