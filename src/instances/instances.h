@@ -161,6 +161,11 @@ typedef struct InstanceHypervisor {
         uint64_t start_time;             /* with pid */
         char *boot_id;                   /* with pid */
         char *qmp_socket, *agent_socket; /* NULL when absent */
+        /*
+         * CONS-1's console socket; NULL when absent: a VMM started before the console became a
+         * socket writes console.log as a file until its next start.
+         */
+        char *console_socket;
 } InstanceHypervisor;
 
 typedef struct InstanceRecord {
@@ -259,6 +264,7 @@ void instance_boot_files_close(InstanceBootFiles *f);
 #define INSTANCE_QEMU_LOG_FILE "qemu.log"
 #define INSTANCE_QMP_SOCKET "qmp.sock"
 #define INSTANCE_AGENT_SOCKET "agent.sock"
+#define INSTANCE_CONSOLE_SOCKET "console.sock" /* CONS-1 */
 #define INSTANCE_DELETED_PREFIX ".deleted-"
 
 /*
