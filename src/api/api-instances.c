@@ -324,6 +324,86 @@ static void on_console(int r, const char *data, size_t size, const char *error, 
         http_request_unref(req);
 }
 
+/*
+ * CONS-2: a follower is a streamed answer fed by the instance's follow. Whichever side ends
+ * first tells the other: the follow's end ends the body; the client's leaving closes the follow.
+ */
+#define CONSOLE_STREAM_BUFFER (64 * 1024)
+
+typedef struct ConsoleFollower {
+        HttpStream *stream;
+        InstanceConsoleFollow *follow; /* NULL once the follow is over */
+} ConsoleFollower;
+
+static size_t follower_room(void *userdata)
+{
+        ConsoleFollower *cf = userdata;
+        return cf->stream ? http_stream_room(cf->stream) : 0;
+}
+
+static int follower_write(void *userdata, const char *data, size_t size)
+{
+        ConsoleFollower *cf = userdata;
+        return cf->stream ? http_stream_write(cf->stream, data, size) : -EPIPE;
+}
+
+static void follower_end(void *userdata)
+{
+        ConsoleFollower *cf = userdata;
+        cf->follow = NULL;
+        if (cf->stream)
+                http_stream_end(cf->stream);
+}
+
+static void follower_drained(HttpStream *s, void *userdata)
+{
+        ConsoleFollower *cf = userdata;
+        if (cf->follow)
+                instance_console_follow_wake(cf->follow);
+}
+
+static void follower_closed(HttpStream *s, void *userdata)
+{
+        ConsoleFollower *cf = userdata;
+        if (cf->follow)
+                instance_console_follow_close(cf->follow);
+        http_stream_unref(cf->stream);
+        free(cf);
+}
+
+static int console_follow(ApiContext *ctx, HttpRequest *req, const char *id, size_t tail)
+{
+        ConsoleFollower *cf = calloc(1, sizeof *cf);
+        if (!cf)
+                return -ENOMEM;
+        InstanceFailure f = INSTANCE_FAILURE_NONE;
+        _cleanup_free_ char *error = NULL;
+        int r = instance_manager_console_follow(
+            ctx->instances, id, tail,
+            &(InstanceConsoleSink){.room = follower_room,
+                                   .write = follower_write,
+                                   .end = follower_end,
+                                   .userdata = cf},
+            &cf->follow, &f, &error);
+        if (r < 0) {
+                free(cf);
+                return reply_failure(req, f, error);
+        }
+        r = http_reply_stream(req, MHD_HTTP_OK, "text/plain; charset=utf-8",
+                              &(HttpStreamConfig){.max_buffered = CONSOLE_STREAM_BUFFER,
+                                                  .drained = follower_drained,
+                                                  .closed = follower_closed,
+                                                  .userdata = cf},
+                              &cf->stream);
+        if (r < 0) {
+                instance_console_follow_close(cf->follow);
+                free(cf);
+                return r;
+        }
+        instance_console_follow_wake(cf->follow);
+        return 0;
+}
+
 int api_handle_instance_console(HttpRequest *req, void *userdata)
 {
         ApiContext *ctx = userdata;
@@ -335,6 +415,12 @@ int api_handle_instance_console(HttpRequest *req, void *userdata)
         if (q && parse_uint64_range(q, 1, CONSOLE_TAIL_MAX, &tail) < 0)
                 return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
                                         "tail_bytes must be 1..%d", CONSOLE_TAIL_MAX);
+        const char *follow = http_request_get_query(req, "follow");
+        if (follow && !streq(follow, "true") && !streq(follow, "false"))
+                return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                        "follow must be true or false");
+        if (follow && streq(follow, "true"))
+                return console_follow(ctx, req, id, (size_t)tail);
         InstanceFailure f = INSTANCE_FAILURE_NONE;
         _cleanup_free_ char *error = NULL;
         HttpRequest *ref = http_request_ref(req);

@@ -537,7 +537,7 @@ static int handle_breaker_reset(HttpRequest *req, void *userdata)
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
-static const char *const console_query[] = {"tail_bytes", NULL};
+static const char *const console_query[] = {"tail_bytes", "follow", NULL};
 
 static const HttpRoute routes[] = {
     {"GET", "/healthz", handle_healthz, NULL, true},

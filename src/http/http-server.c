@@ -40,7 +40,9 @@ struct HttpConnection {
         HttpListener *listener;
         int fd;
         sd_event_source *hup;
-        bool peer_closed; /* on the listener's list: checked after each MHD run */
+        HttpStream *stream; /* a streamed answer on this connection, told of a hang-up */
+        bool hup_seen;      /* the peer has shut down its sending side */
+        bool peer_closed;   /* on the listener's list: checked after each MHD run */
         HttpConnection *peer_closed_prev, *peer_closed_next;
 };
 
@@ -72,6 +74,21 @@ struct HttpRequest {
         bool flushing; /* answered after a suspension: counted in the listener's n_flushing */
         struct MHD_Response *response; /* set by a reply, until queued */
         unsigned status;               /* 0 until answered */
+        HttpStream *stream;            /* a streamed answer (CONS-2), until the request ends */
+};
+
+struct HttpStream {
+        unsigned n_ref;
+        HttpServer *server;
+        HttpRequest *req;  /* NULL once the request is over */
+        HttpConnection *hc; /* NULL when its connection is unwatched or gone */
+        char *buf;
+        size_t len, max;
+        bool ended, peer_gone, closed;
+        bool suspended; /* on the listener's list of suspended streams */
+        HttpStream *suspended_prev, *suspended_next;
+        sd_event_source *drain; /* drained() due on the loop */
+        HttpStreamConfig config;
 };
 
 struct HttpListener {
@@ -80,6 +97,7 @@ struct HttpListener {
         struct MHD_Daemon *daemon;
         sd_event_source *io, *timer;
         HttpRequest *suspended; /* so that freeing can resume them: MHD insists */
+        HttpStream *suspended_streams; /* likewise */
         unsigned n_flushing;    /* resumed with an answer that is not sent yet */
         HttpConnection *peer_closed;
         bool woken; /* a run at once is due; the timer says so already */
@@ -211,21 +229,42 @@ static int response_add_header(struct MHD_Response *resp, const char *name, cons
         return MHD_add_response_header(resp, name, value) == MHD_YES ? 0 : -ENOMEM;
 }
 
-static int request_set_answer(HttpRequest *req, unsigned status, const char *content_type,
-                              const void *body, size_t size, const char *allow,
-                              const char *const *headers)
+static int request_can_answer(HttpRequest *req, unsigned status)
 {
         if (req->response || req->state == REQUEST_ANSWERED)
                 return -EALREADY;
         if (!req->connection)
                 return -ECONNABORTED;
-        if (status < 100 || status > HTTP_STATUS_MAX || (size > 0 && !content_type))
+        if (status < 100 || status > HTTP_STATUS_MAX)
                 return -EINVAL;
+        return 0;
+}
 
+/* Takes resp: the answer is set (and a suspended request resumed to send it), or it is freed. */
+static int request_set_response(HttpRequest *req, unsigned status, struct MHD_Response *resp,
+                                const char *content_type, const char *allow,
+                                const char *const *headers);
+
+static int request_set_answer(HttpRequest *req, unsigned status, const char *content_type,
+                              const void *body, size_t size, const char *allow,
+                              const char *const *headers)
+{
+        int r = request_can_answer(req, status);
+        if (r < 0)
+                return r;
+        if (size > 0 && !content_type)
+                return -EINVAL;
         struct MHD_Response *resp =
             MHD_create_response_from_buffer(size, (void *)body, MHD_RESPMEM_MUST_COPY);
         if (!resp)
                 return -ENOMEM;
+        return request_set_response(req, status, resp, content_type, allow, headers);
+}
+
+static int request_set_response(HttpRequest *req, unsigned status, struct MHD_Response *resp,
+                                const char *content_type, const char *allow,
+                                const char *const *headers)
+{
         int r = 0;
         if (content_type)
                 r = response_add_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
@@ -266,6 +305,196 @@ int http_reply_with_headers(HttpRequest *req, unsigned status, const char *conte
                             const void *body, size_t size, const char *const *headers)
 {
         return request_set_answer(req, status, content_type, body, size, NULL, headers);
+}
+
+/* ---- streamed answers (CONS-2) --------------------------------------------------------------- */
+
+HttpStream *http_stream_ref(HttpStream *s)
+{
+        s->n_ref++;
+        return s;
+}
+
+HttpStream *http_stream_unref(HttpStream *s)
+{
+        if (!s || --s->n_ref > 0)
+                return NULL;
+        sd_event_source_disable_unref(s->drain);
+        free(s->buf);
+        free(s);
+        return NULL;
+}
+
+static void stream_suspended_remove(HttpStream *s)
+{
+        if (!s->suspended)
+                return;
+        HttpListener *l = s->req ? s->req->listener : NULL;
+        if (s->suspended_prev)
+                s->suspended_prev->suspended_next = s->suspended_next;
+        else if (l && l->suspended_streams == s)
+                l->suspended_streams = s->suspended_next;
+        if (s->suspended_next)
+                s->suspended_next->suspended_prev = s->suspended_prev;
+        s->suspended_prev = s->suspended_next = NULL;
+        s->suspended = false;
+}
+
+/* Something to send, or the end to tell: MHD takes the connection back at its next run. */
+static void stream_resume(HttpStream *s)
+{
+        if (!s->suspended || !s->req || !s->req->connection)
+                return;
+        HttpListener *l = s->req->listener;
+        stream_suspended_remove(s);
+        MHD_resume_connection(s->req->connection);
+        listener_wake(l);
+}
+
+static int on_stream_drain(sd_event_source *source, void *userdata)
+{
+        HttpStream *s = userdata;
+        s->drain = sd_event_source_disable_unref(s->drain);
+        if (!s->closed && !s->ended && s->config.drained)
+                s->config.drained(s, s->config.userdata);
+        return 0;
+}
+
+/* The producer hears of an empty buffer from the loop, never from inside MHD's run. */
+static void stream_schedule_drained(HttpStream *s)
+{
+        if (s->drain || s->closed || s->ended || !s->config.drained)
+                return;
+        if (sd_event_add_defer(s->server->event, &s->drain, on_stream_drain, s) < 0)
+                s->drain = NULL; /* out of memory: the next write's room still tells */
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+        HttpStream *s = cls;
+        if (s->len > 0) {
+                size_t n = s->len < max ? s->len : max;
+                memcpy(out, s->buf, n);
+                memmove(s->buf, s->buf + n, s->len - n);
+                s->len -= n;
+                if (s->len == 0)
+                        stream_schedule_drained(s);
+                return (ssize_t)n;
+        }
+        if (s->ended)
+                return MHD_CONTENT_READER_END_OF_STREAM;
+        if (s->peer_gone || !s->req || !s->req->connection)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* Nothing to send: out of MHD's loop until a write, an end or a hang-up. */
+        HttpListener *l = s->req->listener;
+        MHD_suspend_connection(s->req->connection);
+        s->suspended = true;
+        s->suspended_next = l->suspended_streams;
+        if (l->suspended_streams)
+                l->suspended_streams->suspended_prev = s;
+        l->suspended_streams = s;
+        return 0;
+}
+
+static void stream_response_free(void *cls)
+{
+        http_stream_unref(cls);
+}
+
+/* The request is over: the producer hears it once. */
+static void stream_close(HttpStream *s)
+{
+        if (s->closed)
+                return;
+        stream_suspended_remove(s);
+        s->closed = true;
+        s->req = NULL;
+        if (s->hc) {
+                s->hc->stream = NULL;
+                s->hc = NULL;
+        }
+        s->drain = sd_event_source_disable_unref(s->drain);
+        if (s->config.closed)
+                s->config.closed(s, s->config.userdata);
+}
+
+int http_reply_stream(HttpRequest *req, unsigned status, const char *content_type,
+                      const HttpStreamConfig *config, HttpStream **ret)
+{
+        int r = request_can_answer(req, status);
+        if (r < 0)
+                return r;
+        if (!content_type || config->max_buffered == 0)
+                return -EINVAL;
+        HttpStream *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        *s = (HttpStream){.n_ref = 1,
+                          .server = req->listener->server,
+                          .req = req,
+                          .max = config->max_buffered,
+                          .config = *config};
+        /* One reference for the producer, one for MHD's response, one for the request. */
+        struct MHD_Response *resp = MHD_create_response_from_callback(
+            MHD_SIZE_UNKNOWN, 4096, stream_read, http_stream_ref(s), stream_response_free);
+        if (!resp) {
+                s->n_ref--;
+                http_stream_unref(s);
+                return -ENOMEM;
+        }
+        r = request_set_response(req, status, resp, content_type, NULL,
+                                 (const char *const[]){"Cache-Control", "no-store", NULL});
+        if (r < 0) {
+                http_stream_unref(s);
+                return r;
+        }
+        req->stream = http_stream_ref(s);
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(req->connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        HttpConnection *hc = info ? info->socket_context : NULL;
+        if (hc) {
+                hc->stream = s;
+                s->hc = hc;
+                /* Gone while its answer was being prepared: the body ends at its first read. */
+                s->peer_gone = hc->hup_seen;
+        }
+        *ret = s;
+        return 0;
+}
+
+size_t http_stream_room(const HttpStream *s)
+{
+        return s->closed || s->ended || s->peer_gone ? 0 : s->max - s->len;
+}
+
+int http_stream_write(HttpStream *s, const void *data, size_t size)
+{
+        if (s->closed || s->peer_gone)
+                return -EPIPE;
+        if (s->ended)
+                return -EINVAL;
+        if (size > s->max - s->len)
+                return -ENOBUFS;
+        if (size == 0)
+                return 0;
+        if (!s->buf) {
+                s->buf = malloc(s->max);
+                if (!s->buf)
+                        return -ENOMEM;
+        }
+        memcpy(s->buf + s->len, data, size);
+        s->len += size;
+        stream_resume(s);
+        return 0;
+}
+
+void http_stream_end(HttpStream *s)
+{
+        if (s->ended)
+                return;
+        s->ended = true;
+        s->drain = sd_event_source_disable_unref(s->drain);
+        stream_resume(s);
 }
 
 static int reply_json_allow(HttpRequest *req, unsigned status, const json_t *body,
@@ -801,6 +1030,10 @@ static void on_request_done(void *cls, struct MHD_Connection *c, void **con_cls,
                  toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? NULL : termination_reason(toe), NULL);
 
         suspended_remove(req);
+        if (req->stream) {
+                stream_close(req->stream);
+                req->stream = http_stream_unref(req->stream);
+        }
         if (req->flushing && req->listener)
                 req->listener->n_flushing--;
         req->flushing = false;
@@ -841,6 +1074,12 @@ static int on_peer_hup(sd_event_source *source, int fd, uint32_t revents, void *
         HttpListener *l = hc->listener;
 
         (void)sd_event_source_set_enabled(source, SD_EVENT_OFF);
+        hc->hup_seen = true;
+        /* A streamed answer may be suspended, where MHD would never see the end: it ends now. */
+        if (hc->stream) {
+                hc->stream->peer_gone = true;
+                stream_resume(hc->stream);
+        }
         if (!hc->peer_closed) {
                 hc->peer_closed = true;
                 hc->peer_closed_next = l->peer_closed;
@@ -876,6 +1115,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                 if (!hc)
                         return;
                 peer_closed_remove(hc);
+                if (hc->stream)
+                        hc->stream->hc = NULL;
                 sd_event_source_disable_unref(hc->hup);
                 free(hc);
                 *socket_context = NULL;
@@ -1005,6 +1246,12 @@ static void listener_free(HttpListener *l)
                 /* MHD must not be stopped with suspended connections: resume them unanswered,
                  * and let one last run close them. */
                 bool resumed = false;
+                while (l->suspended_streams) {
+                        HttpStream *st = l->suspended_streams;
+                        st->peer_gone = true;
+                        stream_resume(st);
+                        resumed = true;
+                }
                 while (l->suspended) {
                         HttpRequest *req = l->suspended;
                         suspended_remove(req);

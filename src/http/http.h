@@ -179,6 +179,50 @@ HttpRequest *http_request_ref(HttpRequest *req);
 HttpRequest *http_request_unref(HttpRequest *req);
 DEFINE_TRIVIAL_CLEANUP_FUNC(HttpRequest *, http_request_unref);
 
+/* ---- streamed answers (CONS-2) --------------------------------------------------------------- */
+
+/*
+ * A body of unknown length, sent chunked as its producer writes it (the console's follow). The
+ * producer writes into a bounded buffer and learns from drained() when the client has taken it
+ * all, so a client that reads slowly slows the producer down and never grows vgpud. While the
+ * buffer is empty the connection is suspended: it costs no wake-ups and does not time out (a
+ * quiet console keeps its followers). A client that hangs up is noticed at once (EPOLLRDHUP),
+ * even while suspended; so is a client that only shuts down its sending side.
+ */
+typedef struct HttpStream HttpStream;
+
+typedef struct HttpStreamConfig {
+        size_t max_buffered; /* bytes written and not yet sent, at most */
+        /* The buffer has been sent in full: write more. Runs on the loop, never inside a write. */
+        void (*drained)(HttpStream *s, void *userdata);
+        /*
+         * The answer is over: the client went away, or an ended stream was sent in full, or the
+         * server is being freed. Runs once, on the loop; the stream takes no more writes.
+         */
+        void (*closed)(HttpStream *s, void *userdata);
+        void *userdata;
+} HttpStreamConfig;
+
+/*
+ * Answers req (from its handler, or later for a suspended request) with status and a streamed
+ * body of content_type. *ret is a reference for the producer: drop it with http_stream_unref().
+ * -EALREADY, -ECONNABORTED as http_reply(); -ENOMEM.
+ */
+int http_reply_stream(HttpRequest *req, unsigned status, const char *content_type,
+                      const HttpStreamConfig *config, HttpStream **ret);
+/* How many bytes http_stream_write() takes now; 0 once the answer is over or ended. */
+size_t http_stream_room(const HttpStream *s);
+/*
+ * Queues data (all or nothing): -ENOBUFS past the room, -EPIPE once the answer is over, -EINVAL
+ * after http_stream_end().
+ */
+int http_stream_write(HttpStream *s, const void *data, size_t size);
+/* No more data: the body ends once what is queued is sent. */
+void http_stream_end(HttpStream *s);
+HttpStream *http_stream_ref(HttpStream *s);
+HttpStream *http_stream_unref(HttpStream *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(HttpStream *, http_stream_unref);
+
 /* ---- the server ----------------------------------------------------------------------------- */
 
 typedef struct HttpServerConfig {

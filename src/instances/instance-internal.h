@@ -37,6 +37,7 @@ struct Instance {
         Claim *claim_token; /* the Claimer's save or clear in flight */
         bool claim_clear;
         unsigned writes; /* record writes in flight */
+        struct ConsoleFollowers *followers; /* CONS-2; NULL while nobody follows */
 };
 
 struct InstanceManager {
@@ -94,6 +95,13 @@ int instance_manager_reread_host(InstanceManager *m, const char *vf, GpuTrackerD
 
 /* Whether the instance passes a VFIO device to its VMM (VMM-10's ladder). */
 bool instance_has_vfio(const Instance *i);
+
+/* ---- instance-console.c (CONS-2) ------------------------------------------------------------ */
+
+/* The VMM has exited: followers read the log to its end, then end. */
+void instance_console_vmm_exited(Instance *i);
+/* The instance goes away: every follower ends now. */
+void instance_console_followers_free(Instance *i);
 
 /* ---- instance-command.c (VMM-1, decision 12) ----------------------------------------------- */
 

@@ -466,6 +466,37 @@ int instance_manager_console(InstanceManager *m, const char *id, size_t tail_byt
                              InstanceConsoleFunc done, void *userdata, InstanceFailure *ret_failure,
                              char **ret_error);
 
+/*
+ * Following the console (CONS-2): the last tail_bytes of console.log, then what the VMM appends,
+ * until the VMM exits (the log then read to its end) or the instance goes away; a follow of an
+ * instance without a running VMM ends after the tail. Reads run on the disk pool, one at a time
+ * per follower and no larger than the sink's room, started by inotify on the instance's
+ * directory (never a poll and never a read on the loop); a log truncated by VMM-8 is read again
+ * from its start. At most INSTANCE_CONSOLE_FOLLOWERS_MAX per instance (409 busy past that).
+ *
+ * The sink is the follower's client. Nothing is read until instance_console_follow_wake(), which
+ * its owner calls once the sink is ready and again whenever room frees up. end() says the follow
+ * is over; the follow is freed after it returns and must not be used again. A follow closed by
+ * its owner (instance_console_follow_close()) never calls end().
+ */
+#define INSTANCE_CONSOLE_FOLLOWERS_MAX 16
+#define INSTANCE_CONSOLE_READ_MAX (64u * 1024)
+
+typedef struct InstanceConsoleSink {
+        size_t (*room)(void *userdata);
+        int (*write)(void *userdata, const char *data, size_t size);
+        void (*end)(void *userdata);
+        void *userdata;
+} InstanceConsoleSink;
+
+typedef struct InstanceConsoleFollow InstanceConsoleFollow;
+
+int instance_manager_console_follow(InstanceManager *m, const char *id, size_t tail_bytes,
+                                    const InstanceConsoleSink *sink, InstanceConsoleFollow **ret,
+                                    InstanceFailure *ret_failure, char **ret_error);
+void instance_console_follow_wake(InstanceConsoleFollow *f);
+void instance_console_follow_close(InstanceConsoleFollow *f);
+
 /* Counters and figures for /metrics (MET-2). */
 typedef struct InstanceManagerStats {
         uint64_t by_state[_INSTANCE_STATE_MAX];

@@ -11,6 +11,11 @@
 #  - console: CONS-1's socket chardev with console.log as its logfile; a record from before the
 #    change (no hypervisor.console_socket) still loads, its running VMM, whose console is a plain
 #    file, is adopted, and the next start makes the console a socket.
+#  - follow: CONS-2's streamed console: the tail, then what is typed, as it is written; 16
+#    followers and a 17th refused 409 busy; a follower that hangs up frees its place; the
+#    loop answers meanwhile; VMM-8's truncation followed; the end when the VMM exits; a stopped
+#    instance's follow is its tail.
+import http.client
 import json
 import os
 import signal
@@ -22,7 +27,7 @@ import tempfile
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    eq, exit_status, ok, poll, run_group, start, stop, write_secret)
+    UnixConnection, eq, exit_status, ok, poll, run_group, start, stop, timed_get, write_secret)
 from vgpud_instances import (  # noqa: E402
     INSTANCES, alive, console_file, console_text, create_running, delete_all, finish_run, get,
     make_images, persisted, pid_of, post, record, runtime_dir, vmm_config, wait_state)
@@ -167,6 +172,134 @@ def check_console_socket(work, config, secret, sock, daemons):
             vmm.wait()
 
 
+class Follower:
+    """GET /instances/{id}/console?follow=true, read as it streams (chunked)."""
+
+    def __init__(self, c, iid, query="follow=true", timeout=10):
+        self.conn = UnixConnection(c.unix_path, timeout)
+        self.conn.request("GET", "/instances/%s/console?%s" % (iid, query),
+                          headers={"Authorization": "Bearer " + c.token})
+        self.r = self.conn.getresponse()
+        self.got = b""
+
+    def until(self, want, timeout=10):
+        """Reads until want has arrived (True), or the body ends or timeout passes (False)."""
+        self.conn.sock.settimeout(timeout)
+        try:
+            while want not in self.got:
+                chunk = self.r.read1(65536)
+                if not chunk:
+                    return False
+                self.got += chunk
+        except (TimeoutError, OSError, http.client.HTTPException):
+            return False
+        return True
+
+    def ends(self, timeout=10):
+        """Reads to the body's end: True when it ends (a complete chunked body) in time."""
+        self.conn.sock.settimeout(timeout)
+        try:
+            while True:
+                chunk = self.r.read1(65536)
+                if not chunk:
+                    return True
+                self.got += chunk
+        except (TimeoutError, OSError, http.client.HTTPException) as e:
+            self.error = repr(e)
+            return False
+
+    def close(self):
+        self.conn.close()
+
+
+def check_follow(work, config, secret, sock, daemons):
+    d, c = start(work, "f", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    iid = create_running(c, "con-f")["id"]
+    sock_path = console_socket(work, iid)
+    type_and_read(sock_path, b"before-follow\n", b"before-follow\n")
+
+    f = Follower(c, iid, "follow=true&tail_bytes=14")
+    eq((f.r.status, f.r.getheader("Content-Type"), f.r.getheader("Transfer-Encoding")),
+       (200, "text/plain; charset=utf-8", "chunked"),
+       "CONS-2, API-2: a follow answers 200 text/plain, chunked")
+    ok(f.until(b"before-follow\n") and f.got == b"before-follow\n",
+       "CONS-2: the follow starts with the last tail_bytes of the log", f.got)
+    type_and_read(sock_path, b"typed-while-following\n", b"typed-while-following\n")
+    ok(f.until(b"typed-while-following\n"),
+       "CONS-2: what the guest writes streams to the follower as it is written", f.got)
+
+    others = []
+    try:
+        for k in range(15):
+            others.append(Follower(c, iid, "follow=true&tail_bytes=1"))
+        eq([o.r.status for o in others], [200] * 15, "CONS-2: 16 followers are served")
+        extra = Follower(c, iid)
+        body = extra.r.read()
+        extra.close()
+        eq((extra.r.status, json.loads(body).get("code")), (409, "busy"),
+           "CONS-2, API-11: a 17th follower is refused 409 busy")
+        st, took = timed_get(c, "/healthz", 2.0)
+        ok(st == 200 and took < 1.0,
+           "CONS-2, GEN-2: the loop answers while 16 followers wait", (st, took))
+        others.pop().close()
+
+        def seventeenth():
+            x = Follower(c, iid, "follow=true&tail_bytes=1")
+            if x.r.status == 200:
+                others.append(x)
+                return True
+            x.r.read()
+            x.close()
+            return False
+        ok(poll(seventeenth, 5, 0.1), "CONS-2: a follower that hangs up frees its place")
+        type_and_read(sock_path, b"to-all\n", b"to-all\n")
+        ok(all(o.until(b"to-all\n", 5) for o in others),
+           "CONS-2: every follower sees the output")
+    finally:
+        for o in others:
+            o.close()
+
+    # VMM-8 stays: a log past vmm.console_max_bytes is truncated by the next pass, with its
+    # marker; the follower goes on from the log's new start.
+    big = b"x" * 1023 + b"\n"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock_path)
+    try:
+        for _ in range(80):
+            s.sendall(big)
+        ok(poll(lambda: "[vgpud: console log truncated]" in console_file(iid), 15, 0.1),
+           "VMM-8: the reconcile pass truncates an oversized console log with its marker")
+        ok(f.until(b"[vgpud: console log truncated]\n"),
+           "CONS-2, VMM-8: the follower sees the truncation marker", f.got[-200:])
+        s.sendall(b"after-truncation\n")
+        ok(f.until(b"after-truncation\n"),
+           "CONS-2, VMM-8: and what comes after it", f.got[-200:])
+    finally:
+        s.close()
+
+    eq(post(c, iid, "stop")[0], 200, "the followed instance stops")
+    ok(f.ends(), "CONS-2: the follow ends when the VMM exits", getattr(f, "error", None))
+    ok(b"fake-qemu: exit status=0" in f.got,
+       "CONS-2: the VMM's last words reach the follower before the end", f.got[-300:])
+    f.close()
+
+    g = Follower(c, iid, "follow=true&tail_bytes=200")
+    ok(g.r.status == 200 and g.ends() and b"fake-qemu: exit status=0" in g.got,
+       "CONS-2: following a stopped instance gives its tail and ends", g.got)
+    g.close()
+
+    r = c.get("/instances/%s/console?follow=yes" % iid)
+    eq((r.status, r.json().get("code")), (400, "invalid_request"),
+       "API-3: follow other than true or false is 400 invalid_request")
+    r = c.get("/instances/%s/console?follow=true" % ("z" * 20))
+    eq(r.status, 404, "CONS-2: following an unknown instance is 404")
+    eq(delete_all(c), [], "the instance deletes")
+    stop(d, " (f)")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-console-")
     daemons = []
@@ -176,6 +309,9 @@ def main():
         config = vmm_config(os.path.join(work, "vgpud.yaml"), work)
         sock = os.path.join(work, "api.sock")
         run_group("console", lambda: check_console_socket(work, config, secret, sock, daemons))
+        follow = vmm_config(os.path.join(work, "follow.yaml"), work, reconcile="5s",
+                            extra_vmm="  console_max_bytes: 65536\n")
+        run_group("follow", lambda: check_follow(work, follow, secret, sock, daemons))
     finally:
         finish_run(daemons, work)
     return exit_status()
