@@ -378,13 +378,12 @@ static int console_follow(ApiContext *ctx, HttpRequest *req, const char *id, siz
                 return -ENOMEM;
         InstanceFailure f = INSTANCE_FAILURE_NONE;
         _cleanup_free_ char *error = NULL;
-        int r = instance_manager_console_follow(
-            ctx->instances, id, tail,
-            &(InstanceConsoleSink){.room = follower_room,
-                                   .write = follower_write,
-                                   .end = follower_end,
-                                   .userdata = cf},
-            &cf->follow, &f, &error);
+        int r = instance_manager_console_follow(ctx->instances, id, tail,
+                                                &(InstanceConsoleSink){.room = follower_room,
+                                                                       .write = follower_write,
+                                                                       .end = follower_end,
+                                                                       .userdata = cf},
+                                                &cf->follow, &f, &error);
         if (r < 0) {
                 free(cf);
                 return reply_failure(req, f, error);

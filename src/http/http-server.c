@@ -80,7 +80,7 @@ struct HttpRequest {
 struct HttpStream {
         unsigned n_ref;
         HttpServer *server;
-        HttpRequest *req;  /* NULL once the request is over */
+        HttpRequest *req;   /* NULL once the request is over */
         HttpConnection *hc; /* NULL when its connection is unwatched or gone */
         char *buf;
         size_t len, max;
@@ -96,9 +96,9 @@ struct HttpListener {
         const char *kind; /* "tcp" or "unix", for logs */
         struct MHD_Daemon *daemon;
         sd_event_source *io, *timer;
-        HttpRequest *suspended; /* so that freeing can resume them: MHD insists */
+        HttpRequest *suspended;        /* so that freeing can resume them: MHD insists */
         HttpStream *suspended_streams; /* likewise */
-        unsigned n_flushing;    /* resumed with an answer that is not sent yet */
+        unsigned n_flushing;           /* resumed with an answer that is not sent yet */
         HttpConnection *peer_closed;
         bool woken; /* a run at once is due; the timer says so already */
 };
@@ -1247,9 +1247,11 @@ static void listener_free(HttpListener *l)
                  * and let one last run close them. */
                 bool resumed = false;
                 while (l->suspended_streams) {
+                        /* Its sources are gone: no stream_resume(), which would wake them. */
                         HttpStream *st = l->suspended_streams;
                         st->peer_gone = true;
-                        stream_resume(st);
+                        stream_suspended_remove(st);
+                        MHD_resume_connection(st->req->connection);
                         resumed = true;
                 }
                 while (l->suspended) {

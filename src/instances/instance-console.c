@@ -132,11 +132,11 @@ struct InstanceConsoleFollow {
         int dirfd;
         char id[INSTANCE_ID_LEN + 1];
         size_t tail;
-        uint64_t offset; /* the next byte to read, once started */
-        bool started;    /* the tail has been read (offset is known) */
-        bool at_eof;     /* the last read reached the end of the file */
-        bool dirty;      /* the file changed since the last read began */
-        bool ending;     /* the VMM has exited: end at the end of the file */
+        uint64_t offset;            /* the next byte to read, once started */
+        bool started;               /* the tail has been read (offset is known) */
+        bool at_eof;                /* the last read reached the end of the file */
+        bool dirty;                 /* the file changed since the last read began */
+        bool ending;                /* the VMM has exited: end at the end of the file */
         struct FollowRead *reading; /* the read on the pool, or NULL */
         bool closed;                /* closed or ended: freed when no read is left */
 };
@@ -238,8 +238,8 @@ static int follow_read_run(void *data, char **error)
         if (!j->data)
                 return error_set_oom(error);
         while (j->size < want) {
-                ssize_t k = pread(fd, j->data + j->size, want - j->size,
-                                  (off_t)(j->offset + j->size));
+                ssize_t k =
+                    pread(fd, j->data + j->size, want - j->size, (off_t)(j->offset + j->size));
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -318,8 +318,8 @@ static void follow_pump(InstanceConsoleFollow *f)
                           .dirfd = f->dirfd,
                           .first = !f->started,
                           .tail = f->tail,
-                          .want = room < INSTANCE_CONSOLE_READ_MAX ? room
-                                                                   : INSTANCE_CONSOLE_READ_MAX,
+                          .want =
+                              room < INSTANCE_CONSOLE_READ_MAX ? room : INSTANCE_CONSOLE_READ_MAX,
                           .offset = f->offset};
         memcpy(j->id, f->id, sizeof j->id);
         f->dirty = false;
@@ -397,8 +397,7 @@ static int followers_new(Instance *i, ConsoleFollowers **ret, char **error)
                                             IN_DONT_FOLLOW) < 0)
                 r = -errno;
         if (r >= 0)
-                r = worker_attach_io(m->event, &g->source, g->inotify_fd, on_followers_inotify,
-                                     g);
+                r = worker_attach_io(m->event, &g->source, g->inotify_fd, on_followers_inotify, g);
         if (r < 0) {
                 g->i = NULL;
                 followers_free(g);

@@ -36,7 +36,7 @@ struct Instance {
         Op *op;             /* the one operation (INST-9) */
         Claim *claim_token; /* the Claimer's save or clear in flight */
         bool claim_clear;
-        unsigned writes; /* record writes in flight */
+        unsigned writes;                    /* record writes in flight */
         struct ConsoleFollowers *followers; /* CONS-2; NULL while nobody follows */
 };
 
