@@ -120,7 +120,7 @@ static void test_embedded_document_is_the_file(void **state)
         assert_int_equal(api_openapi_yaml[size], 0);
 }
 
-/* API-2, API-12 */
+/* API-2, API-12, CONS-2 */
 static void test_route_table(void **state)
 {
         size_t n;
@@ -138,7 +138,8 @@ static void test_route_table(void **state)
                 if (streq(routes[i].pattern, "/instances/{id}/console")) {
                         assert_non_null(routes[i].query);
                         assert_string_equal(routes[i].query[0], "tail_bytes");
-                        assert_null(routes[i].query[1]);
+                        assert_string_equal(routes[i].query[1], "follow");
+                        assert_null(routes[i].query[2]);
                 } else
                         assert_null(routes[i].query);
         }
