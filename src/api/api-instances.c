@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api-internal.h"
+#include "http/websocket.h"
 
 /* ---- JSON (API-7, API-8) ------------------------------------------------------------------- */
 
@@ -400,6 +401,111 @@ static int console_follow(ApiContext *ctx, HttpRequest *req, const char *id, siz
                 return r;
         }
         instance_console_follow_wake(cf->follow);
+        return 0;
+}
+
+/*
+ * CONS-3: an attached client is a WebSocket bridged to the instance's console socket. The
+ * client's frames go to the console, paused while the console's queue is full; the console's
+ * output goes out as binary frames, and a client that does not take them is dropped (bounded
+ * queue). Whichever side ends first ends the other.
+ */
+#define CONSOLE_SUBPROTOCOL "vgpud.console.v1"
+#define CONSOLE_WEBSOCKET_QUEUE (256 * 1024)
+
+typedef struct ConsoleAttacher {
+        HttpWebSocket *ws;
+        InstanceConsoleAttach *attach; /* NULL once the console has closed */
+} ConsoleAttacher;
+
+static int attacher_send(void *userdata, const char *data, size_t size)
+{
+        ConsoleAttacher *ca = userdata;
+        return http_websocket_send(ca->ws, data, size);
+}
+
+static void attacher_writable(void *userdata)
+{
+        ConsoleAttacher *ca = userdata;
+        http_websocket_pause(ca->ws, false);
+}
+
+static void attacher_end(void *userdata)
+{
+        ConsoleAttacher *ca = userdata;
+        ca->attach = NULL;
+        http_websocket_close(ca->ws, WS_CLOSE_NORMAL, "console closed");
+}
+
+static void attacher_opened(HttpWebSocket *ws, void *userdata)
+{
+        ConsoleAttacher *ca = userdata;
+        if (ca->attach && instance_console_attach_start(ca->attach) < 0)
+                http_websocket_close(ws, WS_CLOSE_INTERNAL, "cannot watch the console");
+}
+
+static void attacher_data(HttpWebSocket *ws, const void *data, size_t size, void *userdata)
+{
+        ConsoleAttacher *ca = userdata;
+        if (!ca->attach)
+                return;
+        int r = instance_console_attach_write(ca->attach, data, size);
+        if (r > 0)
+                /* Taken, but the console is not keeping up: no more frames until it does. */
+                http_websocket_pause(ws, true);
+        else if (r < 0)
+                /* -ENOBUFS cannot happen: frames stop at the mark (r > 0) before it. */
+                http_websocket_close(ws, WS_CLOSE_INTERNAL, "console write failed");
+}
+
+static void attacher_closed(HttpWebSocket *ws, void *userdata)
+{
+        ConsoleAttacher *ca = userdata;
+        if (ca->attach)
+                instance_console_attach_close(ca->attach);
+        http_websocket_unref(ca->ws);
+        free(ca);
+}
+
+int api_handle_instance_console_attach(HttpRequest *req, void *userdata)
+{
+        ApiContext *ctx = userdata;
+        const char *id = id_param(req);
+        if (!id)
+                return 0;
+        int r = http_request_check_websocket(req, CONSOLE_SUBPROTOCOL);
+        if (r == -EINVAL)
+                return 0;
+        if (r < 0)
+                return r;
+        ConsoleAttacher *ca = calloc(1, sizeof *ca);
+        if (!ca)
+                return -ENOMEM;
+        InstanceFailure f = INSTANCE_FAILURE_NONE;
+        _cleanup_free_ char *error = NULL;
+        r = instance_manager_console_attach(
+            ctx->instances, id,
+            &(InstanceConsoleAttachSink){.send = attacher_send,
+                                         .writable = attacher_writable,
+                                         .end = attacher_end,
+                                         .userdata = ca},
+            &ca->attach, &f, &error);
+        if (r < 0) {
+                free(ca);
+                return reply_failure(req, f, error);
+        }
+        r = http_reply_websocket(req, CONSOLE_SUBPROTOCOL,
+                                 &(HttpWebSocketConfig){.max_queued = CONSOLE_WEBSOCKET_QUEUE,
+                                                        .opened = attacher_opened,
+                                                        .data = attacher_data,
+                                                        .closed = attacher_closed,
+                                                        .userdata = ca},
+                                 &ca->ws);
+        if (r < 0) {
+                instance_console_attach_close(ca->attach);
+                free(ca);
+                return r;
+        }
         return 0;
 }
 

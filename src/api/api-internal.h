@@ -34,6 +34,7 @@ int api_handle_instance_standby(HttpRequest *req, void *userdata);
 int api_handle_instance_snapshot(HttpRequest *req, void *userdata);
 int api_handle_instance_fork(HttpRequest *req, void *userdata);
 int api_handle_instance_console(HttpRequest *req, void *userdata);
+int api_handle_instance_console_attach(HttpRequest *req, void *userdata);
 
 /* api-ui.c: the web VF map at /ui/, public (API-12), its files embedded at build time. */
 extern const char api_ui_index_html[], api_ui_vgpud_js[], api_ui_vgpud_css[];

@@ -567,6 +567,8 @@ static const HttpRoute routes[] = {
     {"POST", "/instances/{id}/snapshot", api_handle_instance_snapshot, NULL, false},
     {"POST", "/instances/{id}/fork", api_handle_instance_fork, NULL, false},
     {"GET", "/instances/{id}/console", api_handle_instance_console, console_query, false},
+    {"GET", "/instances/{id}/console/attach", api_handle_instance_console_attach, NULL, false,
+     .websocket = true},
 };
 
 const HttpRoute *api_routes(size_t *ret_n)

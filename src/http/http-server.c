@@ -17,6 +17,7 @@
 #include <sys/un.h>
 
 #include "http-internal.h"
+#include "http/websocket.h"
 
 typedef enum RequestState {
         REQUEST_NEW,       /* headers in, nothing decided yet */
@@ -75,6 +76,7 @@ struct HttpRequest {
         struct MHD_Response *response; /* set by a reply, until queued */
         unsigned status;               /* 0 until answered */
         HttpStream *stream;            /* a streamed answer (CONS-2), until the request ends */
+        struct UpgradeHandle *upgrade; /* a WebSocket answer (CONS-3), until the request ends */
 };
 
 struct HttpStream {
@@ -96,9 +98,11 @@ struct HttpListener {
         const char *kind; /* "tcp" or "unix", for logs */
         struct MHD_Daemon *daemon;
         sd_event_source *io, *timer;
-        HttpRequest *suspended;        /* so that freeing can resume them: MHD insists */
-        HttpStream *suspended_streams; /* likewise */
-        unsigned n_flushing;           /* resumed with an answer that is not sent yet */
+        HttpRequest *suspended;         /* so that freeing can resume them: MHD insists */
+        HttpStream *suspended_streams;  /* likewise */
+        struct UpgradeHandle *upgrades; /* upgraded connections: given back before MHD stops */
+        bool freeing;                   /* its sources are gone: nothing may wake it */
+        unsigned n_flushing;            /* resumed with an answer that is not sent yet */
         HttpConnection *peer_closed;
         bool woken; /* a run at once is due; the timer says so already */
 };
@@ -497,6 +501,171 @@ void http_stream_end(HttpStream *s)
         stream_resume(s);
 }
 
+/* ---- WebSocket upgrades (CONS-3) ---------------------------------------------------------------
+ */
+
+/* Whether a comma-separated header value holds token (case-insensitive), as Connection does. */
+static bool header_has_token(const char *value, const char *token)
+{
+        size_t n = strlen(token);
+        for (const char *p = value; p && *p;) {
+                p += strspn(p, " \t,");
+                size_t k = strcspn(p, ",");
+                size_t t = k;
+                while (t > 0 && (p[t - 1] == ' ' || p[t - 1] == '\t'))
+                        t--;
+                if (t == n && strncasecmp(p, token, n) == 0)
+                        return true;
+                p += k;
+        }
+        return false;
+}
+
+#define WS_VERSION_ERROR \
+        "{\"code\":\"invalid_request\",\"message\":\"Sec-WebSocket-Version must be 13\"}"
+
+int http_request_check_websocket(HttpRequest *req, const char *subprotocol)
+{
+        struct MHD_Connection *c = req->connection;
+        if (!c)
+                return -ECONNABORTED;
+        const char *upgrade = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Upgrade");
+        const char *connection = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connection");
+        const char *version =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Version");
+        const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Key");
+        const char *protocols =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Protocol");
+        int r = 0;
+        if (!header_has_token(upgrade, "websocket") || !header_has_token(connection, "upgrade"))
+                r = http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                     "a WebSocket upgrade is required (Upgrade: websocket, "
+                                     "Connection: Upgrade)");
+        else if (!streq_ptr(version, "13"))
+                /* RFC 6455 4.4: the version the server speaks goes with the refusal. */
+                r = http_reply_with_headers(
+                    req, MHD_HTTP_BAD_REQUEST, "application/json", WS_VERSION_ERROR,
+                    strlen(WS_VERSION_ERROR),
+                    (const char *const[]){"Sec-WebSocket-Version", "13", NULL});
+        else if (!ws_key_is_valid(key))
+                r = http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                     "Sec-WebSocket-Key must be 16 bytes in base64");
+        else if (!ws_protocols_find(protocols, subprotocol, NULL, NULL, NULL))
+                r = http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                     "Sec-WebSocket-Protocol must offer %s", subprotocol);
+        else
+                return 0;
+        return r < 0 ? r : -EINVAL;
+}
+
+/*
+ * A WebSocket from its 101 on. MHD reports the request completed as soon as the 101 is queued
+ * and calls the upgrade handler after it, so the session outlives its request: the listener
+ * holds it here, and must give every upgraded connection back before MHD is stopped.
+ */
+typedef struct UpgradeHandle {
+        HttpListener *listener;
+        struct MHD_UpgradeResponseHandle *urh; /* NULL until upgraded */
+        HttpWebSocket *ws;
+        HttpRequest *req; /* while the request lasts */
+        struct UpgradeHandle *prev, *next;
+} UpgradeHandle;
+
+static void upgrade_drop(UpgradeHandle *h)
+{
+        HttpListener *l = h->listener;
+        if (h->prev)
+                h->prev->next = h->next;
+        else
+                l->upgrades = h->next;
+        if (h->next)
+                h->next->prev = h->prev;
+        http_websocket_unref(h->ws);
+        free(h);
+}
+
+/* The session is over: the connection goes back to MHD, which closes it in its next run. */
+static void upgrade_release(void *userdata)
+{
+        UpgradeHandle *h = userdata;
+        HttpListener *l = h->listener;
+        (void)MHD_upgrade_action(h->urh, MHD_UPGRADE_ACTION_CLOSE);
+        listener_wake(l);
+        upgrade_drop(h);
+}
+
+static void peer_closed_remove(HttpConnection *hc);
+
+static void on_upgrade(void *cls, struct MHD_Connection *c, void *con_cls, const char *extra_in,
+                       size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+        UpgradeHandle *h = cls;
+        h->urh = urh;
+        /* The session watches the socket from now on: the hang-up watch makes way for it. */
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        HttpConnection *hc = info ? info->socket_context : NULL;
+        if (hc) {
+                peer_closed_remove(hc);
+                hc->hup = sd_event_source_disable_unref(hc->hup);
+        }
+        http_websocket_upgraded(h->ws, sock, extra_in, extra_in_size, upgrade_release, h);
+}
+
+/* The request is over: a WebSocket whose 101 did not go out ends with it. */
+static void request_websocket_end(HttpRequest *req, bool completed)
+{
+        UpgradeHandle *h = TAKE_PTR(req->upgrade);
+        h->req = NULL;
+        if (completed && req->status == MHD_HTTP_SWITCHING_PROTOCOLS)
+                return; /* the upgrade handler takes it from here */
+        http_websocket_abort(h->ws);
+        upgrade_drop(h);
+}
+
+int http_reply_websocket(HttpRequest *req, const char *subprotocol,
+                         const HttpWebSocketConfig *config, HttpWebSocket **ret)
+{
+        int r = request_can_answer(req, MHD_HTTP_SWITCHING_PROTOCOLS);
+        if (r < 0)
+                return r;
+        char accept[WS_ACCEPT_LEN + 1];
+        r = ws_accept_key(
+            MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND, "Sec-WebSocket-Key"),
+            accept);
+        if (r < 0)
+                return r;
+        HttpListener *l = req->listener;
+        UpgradeHandle *h = calloc(1, sizeof *h);
+        if (!h)
+                return -ENOMEM;
+        HttpWebSocket *ws = http_websocket_new(l->server->event, config);
+        struct MHD_Response *resp = ws ? MHD_create_response_for_upgrade(on_upgrade, h) : NULL;
+        if (!resp) {
+                http_websocket_unref(ws);
+                free(h);
+                return -ENOMEM;
+        }
+        r = request_set_response(req, MHD_HTTP_SWITCHING_PROTOCOLS, resp, NULL, NULL,
+                                 (const char *const[]){"Upgrade", "websocket", "Connection",
+                                                       "Upgrade", "Sec-WebSocket-Accept", accept,
+                                                       "Sec-WebSocket-Protocol", subprotocol,
+                                                       NULL});
+        if (r < 0) {
+                http_websocket_unref(ws);
+                free(h);
+                return r;
+        }
+        *h = (UpgradeHandle){
+            .listener = l, .ws = http_websocket_ref(ws), .req = req, .next = l->upgrades};
+        if (l->upgrades)
+                l->upgrades->prev = h;
+        l->upgrades = h;
+        req->upgrade = h;
+        *ret = ws;
+        return 0;
+}
+
 static int reply_json_allow(HttpRequest *req, unsigned status, const json_t *body,
                             const char *allow)
 {
@@ -648,14 +817,29 @@ static int request_authenticate(HttpRequest *req)
                 r = error_set(&cause, -EACCES, "more than one Authorization header");
         else if (!s->secret)
                 r = error_set(&cause, -EACCES, "no jwt secret configured");
-        else
+        else {
+                const char *authorization = MHD_lookup_connection_value(
+                    req->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+                _cleanup_free_ char *from_protocol = NULL;
+                if (!authorization && req->route->websocket) {
+                        /* CONS-3: a browser offers its token as a subprotocol instead. */
+                        const char *bearer = NULL;
+                        size_t len = 0;
+                        (void)ws_protocols_find(
+                            MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND,
+                                                        "Sec-WebSocket-Protocol"),
+                            "", "bearer.", &bearer, &len);
+                        if (bearer &&
+                            strprintf(&from_protocol, "Bearer %.*s", (int)(len - strlen("bearer.")),
+                                      bearer + strlen("bearer.")) < 0)
+                                return -ENOMEM;
+                        authorization = from_protocol;
+                }
                 /* Every request is checked; a token accepted before skips the HMAC and the
                  * JSON until its exp (jwt_verify_cached()). */
-                r = http_auth_check_cached(
-                    s->tokens, s->secret,
-                    MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND,
-                                                MHD_HTTP_HEADER_AUTHORIZATION),
-                    clock_now(s->clock), &req->subject, &cause);
+                r = http_auth_check_cached(s->tokens, s->secret, authorization, clock_now(s->clock),
+                                           &req->subject, &cause);
+        }
         if (r == -EACCES)
                 log_line(LOG_LEVEL_DEBUG, 0, "http request refused", "path", req->parsed.path,
                          "peer", req->peer, "cause", cause, NULL);
@@ -1034,6 +1218,8 @@ static void on_request_done(void *cls, struct MHD_Connection *c, void **con_cls,
                 stream_close(req->stream);
                 req->stream = http_stream_unref(req->stream);
         }
+        if (req->upgrade)
+                request_websocket_end(req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
         if (req->flushing && req->listener)
                 req->listener->n_flushing--;
         req->flushing = false;
@@ -1170,6 +1356,8 @@ static unsigned listener_connections(HttpListener *l)
 /* Asks for an MHD run at once, e.g. after a resume, which MHD only notices in its next run. */
 static void listener_wake(HttpListener *l)
 {
+        if (l->freeing)
+                return;
         l->woken = true;
         /* Once the loop has finished, freeing the server sends what is due (listener_flush()). */
         if (sd_event_get_state(l->server->event) == SD_EVENT_FINISHED)
@@ -1238,6 +1426,7 @@ static void listener_free(HttpListener *l)
 {
         if (!l)
                 return;
+        l->freeing = true;
         sd_event_source_disable_unref(l->io);
         sd_event_source_disable_unref(l->timer);
         if (l->daemon)
@@ -1246,6 +1435,19 @@ static void listener_free(HttpListener *l)
                 /* MHD must not be stopped with suspended connections: resume them unanswered,
                  * and let one last run close them. */
                 bool resumed = false;
+                while (l->upgrades) {
+                        /* Upgraded connections must be given back before MHD stops (the
+                         * session's end releases its handle); one not upgraded yet just ends. */
+                        UpgradeHandle *h = l->upgrades;
+                        bool upgraded = h->urh;
+                        http_websocket_abort(h->ws);
+                        if (!upgraded) {
+                                if (h->req)
+                                        h->req->upgrade = NULL;
+                                upgrade_drop(h);
+                        }
+                        resumed = true;
+                }
                 while (l->suspended_streams) {
                         /* Its sources are gone: no stream_resume(), which would wake them. */
                         HttpStream *st = l->suspended_streams;
@@ -1293,14 +1495,14 @@ static int listener_new(HttpServer *s, const char *kind, int fd, unsigned idle_t
         *l = (HttpListener){.server = s, .kind = kind};
 
         l->daemon = MHD_start_daemon(
-            MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_access,
-            l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, l, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-            MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTIONS_MAX,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_POOL_SIZE,
-            MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout, MHD_OPTION_URI_LOG_CALLBACK,
-            on_request_start, l, MHD_OPTION_NOTIFY_COMPLETED, on_request_done, l,
-            MHD_OPTION_NOTIFY_CONNECTION, on_connection, l, MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
-            MHD_OPTION_END);
+            MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG, 0,
+            NULL, NULL, on_access, l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, l,
+            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+            (size_t)HTTP_POOL_SIZE, MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout,
+            MHD_OPTION_URI_LOG_CALLBACK, on_request_start, l, MHD_OPTION_NOTIFY_COMPLETED,
+            on_request_done, l, MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
+            MHD_OPTION_STRICT_FOR_CLIENT, (int)1, MHD_OPTION_END);
         if (!l->daemon) {
                 free(l);
                 return -EIO;

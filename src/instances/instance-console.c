@@ -6,8 +6,11 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/inotify.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "instances/instance-internal.h"
@@ -472,8 +475,189 @@ void instance_console_vmm_exited(Instance *i)
         }
 }
 
+static void attach_end(InstanceConsoleAttach *a);
+
 void instance_console_followers_free(Instance *i)
 {
         while (i->followers && i->followers->first)
                 follow_end(i->followers->first);
+        if (i->attached)
+                attach_end(i->attached);
+}
+
+/* ---- the attached client (CONS-3) ---------------------------------------------------------- */
+
+struct InstanceConsoleAttach {
+        Instance *i; /* NULL once closed or ended */
+        InstanceConsoleAttachSink sink;
+        sd_event *event;
+        int fd;
+        sd_event_source *io;
+        char *in; /* typed by the client, not yet taken by the console socket */
+        size_t in_len;
+        bool full; /* a write was refused: writable() is due once there is room */
+};
+
+static void attach_free(InstanceConsoleAttach *a)
+{
+        if (a->i)
+                a->i->attached = NULL;
+        sd_event_source_disable_unref(a->io);
+        if (a->fd >= 0)
+                close(a->fd);
+        sd_event_unref(a->event);
+        free(a->in);
+        free(a);
+}
+
+static void attach_end(InstanceConsoleAttach *a)
+{
+        InstanceConsoleAttachSink sink = a->sink;
+        attach_free(a);
+        sink.end(sink.userdata);
+}
+
+static int attach_update_events(InstanceConsoleAttach *a)
+{
+        if (!a->io)
+                return 0;
+        return sd_event_source_set_io_events(a->io,
+                                             EPOLLIN | EPOLLRDHUP | (a->in_len > 0 ? EPOLLOUT : 0));
+}
+
+/* Gives the console socket what it takes now; the rest waits for EPOLLOUT. */
+static int attach_flush(InstanceConsoleAttach *a)
+{
+        while (a->in_len > 0) {
+                ssize_t n = send(a->fd, a->in, a->in_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        break;
+                if (n <= 0)
+                        return n < 0 ? -errno : -EPIPE;
+                memmove(a->in, a->in + n, a->in_len - (size_t)n);
+                a->in_len -= (size_t)n;
+        }
+        return attach_update_events(a);
+}
+
+static int on_attach_io(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+{
+        InstanceConsoleAttach *a = userdata;
+        if (revents & EPOLLOUT) {
+                if (attach_flush(a) < 0) {
+                        attach_end(a);
+                        return 0;
+                }
+                if (a->full && a->in_len < INSTANCE_CONSOLE_INPUT_MAX) {
+                        a->full = false;
+                        a->sink.writable(a->sink.userdata);
+                        return 0; /* the owner may have closed it */
+                }
+        }
+        if (revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+                char buf[INSTANCE_CONSOLE_READ_MAX];
+                ssize_t n = recv(a->fd, buf, sizeof buf, MSG_DONTWAIT);
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        return 0;
+                /* The console's end: the VMM has exited (or closed it). */
+                if (n <= 0 || a->sink.send(a->sink.userdata, buf, (size_t)n) < 0)
+                        attach_end(a);
+        }
+        return 0;
+}
+
+int instance_manager_console_attach(InstanceManager *m, const char *id,
+                                    const InstanceConsoleAttachSink *sink,
+                                    InstanceConsoleAttach **ret, InstanceFailure *ret_failure,
+                                    char **ret_error)
+{
+        Instance *i = instance_find(m, id);
+        InstanceFailure f = INSTANCE_FAILURE_NONE;
+        if (!i) {
+                f = INSTANCE_FAILURE_NOT_FOUND;
+                (void)strprintf(ret_error, "instance %s not found", id);
+        } else if (i->attached) {
+                f = INSTANCE_FAILURE_BUSY;
+                (void)strprintf(ret_error, "instance %s already has an attached console", id);
+        } else if (!(i->vmm && !i->exited)) {
+                f = INSTANCE_FAILURE_INVALID_STATE;
+                (void)strprintf(ret_error, "instance %s is not running", id);
+        } else if (!i->rec.hypervisor.console_socket) {
+                f = INSTANCE_FAILURE_INVALID_STATE;
+                (void)strprintf(ret_error,
+                                "the console of instance %s is a plain file until its next "
+                                "start",
+                                id);
+        }
+        if (f != INSTANCE_FAILURE_NONE) {
+                *ret_failure = f;
+                return f == INSTANCE_FAILURE_NOT_FOUND ? -ENOENT : -EBUSY;
+        }
+
+        const char *path = i->rec.hypervisor.console_socket;
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (strlen(path) >= sizeof sa.sun_path) {
+                *ret_failure = INSTANCE_FAILURE_INTERNAL;
+                (void)strprintf(ret_error, "console socket of instance %s: path too long", id);
+                return -ENAMETOOLONG;
+        }
+        strcpy(sa.sun_path, path);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        /* A Unix socket connects at once or not at all; it never waits on the loop. */
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+                int r = -errno;
+                *ret_failure = INSTANCE_FAILURE_INTERNAL;
+                (void)strprintf(ret_error, "connect console socket of instance %s: %s", id,
+                                strerror(-r));
+                return r;
+        }
+        InstanceConsoleAttach *a = calloc(1, sizeof *a);
+        if (a)
+                a->in = malloc(2 * INSTANCE_CONSOLE_INPUT_MAX);
+        if (!a || !a->in) {
+                free(a);
+                *ret_failure = INSTANCE_FAILURE_INTERNAL;
+                *ret_error = strdup("out of memory");
+                return -ENOMEM;
+        }
+        *a = (InstanceConsoleAttach){
+            .i = i, .sink = *sink, .event = sd_event_ref(m->event), .fd = TAKE_FD(fd), .in = a->in};
+        i->attached = a;
+        *ret = a;
+        return 0;
+}
+
+int instance_console_attach_start(InstanceConsoleAttach *a)
+{
+        if (a->io)
+                return -EBUSY;
+        return sd_event_add_io(a->event, &a->io, a->fd, EPOLLIN | EPOLLRDHUP, on_attach_io, a);
+}
+
+int instance_console_attach_write(InstanceConsoleAttach *a, const void *data, size_t size)
+{
+        if (size > INSTANCE_CONSOLE_INPUT_MAX)
+                return -EMSGSIZE;
+        if (a->in_len >= INSTANCE_CONSOLE_INPUT_MAX) {
+                a->full = true;
+                return -ENOBUFS;
+        }
+        /* Room for one more piece past the mark: what was accepted is never lost. */
+        memcpy(a->in + a->in_len, data, size);
+        a->in_len += size;
+        int r = attach_flush(a);
+        if (r < 0)
+                return r;
+        if (a->in_len >= INSTANCE_CONSOLE_INPUT_MAX) {
+                a->full = true;
+                return 1;
+        }
+        return 0;
+}
+
+void instance_console_attach_close(InstanceConsoleAttach *a)
+{
+        attach_free(a);
 }

@@ -38,6 +38,7 @@ struct Instance {
         bool claim_clear;
         unsigned writes;                    /* record writes in flight */
         struct ConsoleFollowers *followers; /* CONS-2; NULL while nobody follows */
+        InstanceConsoleAttach *attached;    /* CONS-3; NULL while nobody is attached */
 };
 
 struct InstanceManager {
@@ -100,7 +101,7 @@ bool instance_has_vfio(const Instance *i);
 
 /* The VMM has exited: followers read the log to its end, then end. */
 void instance_console_vmm_exited(Instance *i);
-/* The instance goes away: every follower ends now. */
+/* The instance goes away: every follower ends now, and the attached client. */
 void instance_console_followers_free(Instance *i);
 
 /* ---- instance-command.c (VMM-1, decision 12) ----------------------------------------------- */

@@ -497,6 +497,41 @@ int instance_manager_console_follow(InstanceManager *m, const char *id, size_t t
 void instance_console_follow_wake(InstanceConsoleFollow *f);
 void instance_console_follow_close(InstanceConsoleFollow *f);
 
+/*
+ * Attaching to the console (CONS-3): a connection to the VMM's console socket (CONS-1), one per
+ * instance. Refused (409) while another is attached (busy), while no VMM runs (invalid_state),
+ * and for a VMM started before CONS-1, whose console is a plain file until its next start
+ * (invalid_state). The connection is made at once (a Unix socket connects without waiting);
+ * nothing is read until instance_console_attach_start().
+ *
+ * What the guest writes goes to the sink's send() as it comes, in pieces of at most
+ * INSTANCE_CONSOLE_READ_MAX bytes; a send() that fails ends the attach. What the client types
+ * goes in with instance_console_attach_write() (pieces of at most INSTANCE_CONSOLE_INPUT_MAX
+ * bytes), queued while the console socket does not take it: a write that brings the queue to
+ * INSTANCE_CONSOLE_INPUT_MAX bytes returns 1 (taken, but stop writing), a write while it is
+ * there -ENOBUFS (not taken); the sink's writable() says when there is room again. end() says the
+ * console has closed (the VMM exited, or the instance went away); the attach is freed after it
+ * returns. An attach closed by its owner never calls end().
+ */
+#define INSTANCE_CONSOLE_INPUT_MAX (64u * 1024)
+
+typedef struct InstanceConsoleAttachSink {
+        int (*send)(void *userdata, const char *data, size_t size);
+        void (*writable)(void *userdata);
+        void (*end)(void *userdata);
+        void *userdata;
+} InstanceConsoleAttachSink;
+
+typedef struct InstanceConsoleAttach InstanceConsoleAttach;
+
+int instance_manager_console_attach(InstanceManager *m, const char *id,
+                                    const InstanceConsoleAttachSink *sink,
+                                    InstanceConsoleAttach **ret, InstanceFailure *ret_failure,
+                                    char **ret_error);
+int instance_console_attach_start(InstanceConsoleAttach *a);
+int instance_console_attach_write(InstanceConsoleAttach *a, const void *data, size_t size);
+void instance_console_attach_close(InstanceConsoleAttach *a);
+
 /* Counters and figures for /metrics (MET-2). */
 typedef struct InstanceManagerStats {
         uint64_t by_state[_INSTANCE_STATE_MAX];

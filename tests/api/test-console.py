@@ -15,7 +15,14 @@
 #    followers and a 17th refused 409 busy; a follower that hangs up frees its place; the
 #    loop answers meanwhile; VMM-8's truncation followed; the end when the VMM exits; a stopped
 #    instance's follow is its tail.
+#  - attach: CONS-3's WebSocket: the handshake, typing and reading back, one client (409 busy),
+#    the token in the Authorization header or offered as a subprotocol (never echoed, never
+#    logged), the handshake's refusals, every protocol violation closed with its status code,
+#    pings past the HTTP idle timeout, a client that never reads dropped while the loop and the
+#    others go on, the close when the VMM exits.
 import http.client
+import threading
+import time
 import json
 import os
 import signal
@@ -28,6 +35,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
     UnixConnection, eq, exit_status, ok, poll, run_group, start, stop, timed_get, write_secret)
+from vgpud_ws import WebSocket  # noqa: E402
 from vgpud_instances import (  # noqa: E402
     INSTANCES, alive, console_file, console_text, create_running, delete_all, finish_run, get,
     make_images, persisted, pid_of, post, record, runtime_dir, vmm_config, wait_state)
@@ -152,6 +160,10 @@ def check_console_socket(work, config, secret, sock, daemons):
            "CONS-1: its console stays a plain file until the next start", record(iid))
         ok("fake-qemu: started name=con-a" in console_text(c, iid),
            "CONS-1: the plain-file console is still served by the console route")
+        w = attach(c, iid)
+        eq((w.status, json.loads(w.body or b"{}").get("code")), (409, "invalid_state"),
+           "CONS-1, CONS-3: attaching to a plain-file console is 409 invalid_state")
+        w.close()
 
         eq(post(c, iid, "stop")[0], 200, "the old-shape instance stops")
         vmm.wait(10)
@@ -300,6 +312,196 @@ def check_follow(work, config, secret, sock, daemons):
     stop(d, " (f)")
 
 
+def attach(c, iid, **kw):
+    kw.setdefault("token", c.token)
+    return WebSocket("/instances/%s/console/attach" % iid, unix_path=c.unix_path, **kw)
+
+
+def wait_attachable(c, iid, timeout=5):
+    """A new attach once the last one's end has freed the place; None when it never does."""
+    found = []
+
+    def once():
+        w = attach(c, iid)
+        if w.ok:
+            found.append(w)
+            return True
+        w.close()
+        return False
+    poll(once, timeout, 0.05)
+    return found[0] if found else None
+
+
+def violation(c, iid, raw):
+    """Attaches, sends raw bytes, and returns the close code the server answers with."""
+    w = wait_attachable(c, iid)
+    if not w:
+        return "no attach"
+    try:
+        w.send_raw(raw)
+        return w.close_code()
+    finally:
+        w.close()
+
+
+def check_attach(work, config, secret, sock, daemons):
+    from vgpud_ws import frame, OP_BINARY, OP_TEXT, OP_PING, Closed
+    d, c = start(work, "w", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    iid = create_running(c, "con-w")["id"]
+
+    w = attach(c, iid)
+    eq((w.status, w.headers.get("upgrade", "").lower(), w.headers.get("sec-websocket-protocol")),
+       (101, "websocket", "vgpud.console.v1"),
+       "CONS-3: the upgrade answers 101 with the subprotocol vgpud.console.v1")
+    ok(w.accept_ok(), "CONS-3: Sec-WebSocket-Accept is RFC 6455's hash of the key")
+    w.send(b"echo attached\n")
+    got = w.read_until(b"echo attached\n")
+    ok(b"echo attached\n" in got, "CONS-3: typed bytes reach the console and its output comes "
+       "back as binary frames", got)
+    ok(poll(lambda: "echo attached" in console_file(iid), 5, 0.05),
+       "CONS-3, CONS-1: the session is in console.log too")
+
+    second = attach(c, iid)
+    eq((second.status, json.loads(second.body or b"{}").get("code")), (409, "busy"),
+       "CONS-3, API-11: a second attach is 409 busy")
+    second.close()
+    f = Follower(c, iid, "follow=true&tail_bytes=1")
+    w.send(b"seen by followers\n")
+    ok(f.until(b"seen by followers\n"), "CONS-2, CONS-3: followers see the attached session")
+    f.close()
+    w.close()
+
+    # The token (API-12): checked before the upgrade, as a header or a subprotocol.
+    x = wait_attachable(c, iid)
+    ok(x is not None, "CONS-3: a client that hangs up frees the place")
+    if x:
+        x.close()
+    x = WebSocket("/instances/%s/console/attach" % iid, unix_path=c.unix_path)
+    eq(x.status, 401, "CONS-3, API-12: an attach without a token is 401")
+    x.close()
+    x = attach(c, iid, token=None, protocols=("vgpud.console.v1", "bearer." + c.token[:-2] + "xx"))
+    eq(x.status, 401, "CONS-3, API-12: a wrongly signed token offered as a subprotocol is 401")
+    x.close()
+
+    def by_protocol():
+        y = attach(c, iid, token=None, protocols=("vgpud.console.v1", "bearer." + c.token))
+        if y.ok:
+            return y
+        y.close()
+        return None
+    y = poll(by_protocol, 5, 0.05)
+    ok(y is not None and y.headers.get("sec-websocket-protocol") == "vgpud.console.v1",
+       "CONS-3: a browser's token offered as subprotocol bearer.<JWT> is accepted, and only "
+       "vgpud.console.v1 is answered", y and y.headers)
+    if y:
+        y.send(b"via protocol\n")
+        ok(b"via protocol\n" in y.read_until(b"via protocol\n"),
+           "CONS-3: the session by subprotocol token works")
+        y.close()
+    ok(c.token not in d.log_text() and c.token.split(".")[2] not in d.log_text(),
+       "CONS-3, API-20: the token is never logged")
+
+    # The handshake's refusals (RFC 6455 4.2.1).
+    x = attach(c, iid, protocols=("chat",))
+    eq((x.status, json.loads(x.body or b"{}").get("message")),
+       (400, "Sec-WebSocket-Protocol must offer vgpud.console.v1"),
+       "CONS-3: an attach not offering vgpud.console.v1 is 400")
+    x.close()
+    x = attach(c, iid, version="8")
+    eq((x.status, x.headers.get("sec-websocket-version")), (400, "13"),
+       "CONS-3: another WebSocket version is 400 naming version 13")
+    x.close()
+    r = c.get("/instances/%s/console/attach" % iid)
+    eq((r.status, r.json().get("code")), (400, "invalid_request"),
+       "CONS-3: a plain GET of the attach route is 400")
+
+    # Every violation closes with RFC 6455's status code.
+    eq(violation(c, iid, frame(OP_TEXT, b"ls\n")), 1003, "CONS-3: a text frame is closed 1003")
+    eq(violation(c, iid, frame(OP_BINARY, b"ls\n", mask=False)), 1002,
+       "CONS-3: an unmasked frame is closed 1002")
+    eq(violation(c, iid, frame(3, b"")), 1002, "CONS-3: opcode 3 is closed 1002")
+    eq(violation(c, iid, frame(OP_BINARY, b"", rsv=4)), 1002,
+       "CONS-3: a reserved bit is closed 1002")
+    eq(violation(c, iid, frame(OP_BINARY, b"", length=65537)), 1009,
+       "CONS-3: a frame over 64 KiB is closed 1009, from its header")
+    eq(violation(c, iid, frame(OP_PING, b"x" * 126)), 1002,
+       "CONS-3: a control frame over 125 bytes is closed 1002")
+
+    # Pings keep it alive past the HTTP idle timeout (10 s).
+    w = wait_attachable(c, iid)
+    pings = 0
+    if w:
+        deadline = time.monotonic() + 12
+        w.sock.settimeout(1)
+        while time.monotonic() < deadline:
+            try:
+                op, payload = w.recv_frame()
+            except (TimeoutError, OSError):
+                continue
+            if op == OP_PING:
+                pings += 1
+                w.send(payload, opcode=10)
+        w.sock.settimeout(10)
+        w.send(b"still here\n")
+        try:
+            alive = b"still here\n" in w.read_until(b"still here\n")
+        except (Closed, OSError):
+            alive = False
+        ok(pings >= 2 and alive,
+           "CONS-3: vgpud pings every 5 s and the session outlives the 10 s idle timeout",
+           pings)
+        w.close()
+
+    # A client that never reads: its queue fills, it is dropped; the loop never waits on it.
+    w = wait_attachable(c, iid)
+    if w:
+        w.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        w.sock.settimeout(20)
+        done = []
+
+        def flood():
+            try:
+                for _ in range(200):
+                    w.send(b"y" * 65536)
+            except OSError as e:
+                done.append(e)
+            done.append("sent")
+        t = threading.Thread(target=flood, daemon=True)
+        t.start()
+        worst = 0.0
+        for _ in range(20):
+            st, took = timed_get(c, "/healthz", 2.0)
+            worst = max(worst, took if st == 200 else 99)
+            time.sleep(0.05)
+        t.join(30)
+        ok(worst < 1.0, "CONS-3, GEN-2: the loop answers while a client does not read", worst)
+        x = wait_attachable(c, iid, 20)
+        ok(x is not None, "CONS-3: a client that never reads is dropped (bounded queue), and "
+           "the console is free again", done)
+        if x:
+            x.close()
+        w.close()
+
+    # The VMM exits: the session closes normally.
+    w = wait_attachable(c, iid)
+    if w:
+        eq(post(c, iid, "stop")[0], 200, "the attached instance stops")
+        eq(w.close_code(), 1000, "CONS-3: the VMM's exit closes the session with 1000")
+        w.close()
+    x = attach(c, iid)
+    eq((x.status, json.loads(x.body or b"{}").get("code")), (409, "invalid_state"),
+       "CONS-3: attaching to a stopped instance is 409 invalid_state")
+    x.close()
+    x = attach(c, "z" * 20)
+    eq(x.status, 404, "CONS-3: attaching to an unknown instance is 404")
+    x.close()
+    eq(delete_all(c), [], "the instance deletes")
+    stop(d, " (w)")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-console-")
     daemons = []
@@ -312,6 +514,7 @@ def main():
         follow = vmm_config(os.path.join(work, "follow.yaml"), work, reconcile="5s",
                             extra_vmm="  console_max_bytes: 65536\n")
         run_group("follow", lambda: check_follow(work, follow, secret, sock, daemons))
+        run_group("attach", lambda: check_attach(work, config, secret, sock, daemons))
     finally:
         finish_run(daemons, work)
     return exit_status()
