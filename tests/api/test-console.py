@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# test-console.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU
+# test-console.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU VGPUCTL
 #
 # The serial console (SPEC §22) against the real vgpud on a mounted vgpu-sim with fake-qemu as
 # the VMM, in run-sim-test.sh's private PID namespace (SIM-21). fake-qemu's console socket
@@ -20,7 +20,12 @@
 #    logged), the handshake's refusals, every protocol violation closed with its status code,
 #    pings past the HTTP idle timeout, a client that never reads dropped while the loop and the
 #    others go on, the close when the VMM exits.
+#  - vgpuctl: CONS-4's `instances console ID --follow` and `--attach`, the latter driven through a
+#    pty: raw mode while attached, typing and reading back, Ctrl-] detaching, and the terminal
+#    restored after a detach, a SIGTERM and a dropped connection.
 import http.client
+import pty
+import termios
 import threading
 import time
 import json
@@ -502,6 +507,155 @@ def check_attach(work, config, secret, sock, daemons):
     stop(d, " (w)")
 
 
+VGPUCTL = sys.argv[5] if len(sys.argv) > 5 else None
+
+
+class Pty:
+    """vgpuctl on a pty, as an operator's terminal would run it."""
+
+    def __init__(self, args):
+        self.master, self.slave = pty.openpty()
+        self.before = termios.tcgetattr(self.slave)
+        self.p = subprocess.Popen([VGPUCTL] + args, stdin=self.slave, stdout=self.slave,
+                                  stderr=self.slave, start_new_session=True, close_fds=True)
+        self.out = b""
+
+    def read_until(self, want, timeout=10):
+        deadline = time.monotonic() + timeout
+        while want not in self.out and time.monotonic() < deadline:
+            import select
+            r, _, _ = select.select([self.master], [], [], 0.1)
+            if r:
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                self.out += chunk
+        return want in self.out
+
+    def type(self, data):
+        os.write(self.master, data)
+
+    def wait(self, timeout=10):
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            return None
+
+    def raw_now(self):
+        a = termios.tcgetattr(self.slave)
+        return not (a[3] & (termios.ICANON | termios.ECHO))
+
+    def restored(self):
+        return termios.tcgetattr(self.slave) == self.before
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        for fd in (self.master, self.slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def check_vgpuctl(work, config, secret, sock, daemons):
+    if not VGPUCTL:
+        ok(False, "vgpuctl given as the fifth argument")
+        return
+    d, c = start(work, "v", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    iid = create_running(c, "con-v")["id"]
+    base = ["--unix", sock, "--token", c.token, "instances", "console", iid]
+
+    # --follow: the tail, then the output as it comes, until the VMM exits.
+    type_and_read(console_socket(work, iid), b"before-ctl-follow\n", b"before-ctl-follow\n")
+    f = subprocess.Popen([VGPUCTL] + base + ["--follow", "--tail-bytes", "18"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        got = b""
+        os.set_blocking(f.stdout.fileno(), False)
+
+        def more(want):
+            nonlocal got
+            while True:
+                try:
+                    chunk = f.stdout.read()
+                except (BlockingIOError, TypeError):
+                    chunk = None
+                if not chunk:
+                    return want in got
+                got += chunk
+        ok(poll(lambda: more(b"before-ctl-follow\n"), 10, 0.05),
+           "CONS-4, CONS-2: vgpuctl --follow prints the tail", got)
+        type_and_read(console_socket(work, iid), b"during-ctl-follow\n",
+                      b"during-ctl-follow\n")
+        ok(poll(lambda: more(b"during-ctl-follow\n"), 10, 0.05),
+           "CONS-4, CONS-2: and the output as it comes", got)
+        eq(post(c, iid, "stop")[0], 200, "the followed instance stops")
+        try:
+            rc = f.wait(10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        eq(rc, 0, "CONS-4: vgpuctl --follow ends with the VMM, exit 0")
+    finally:
+        if f.poll() is None:
+            f.kill()
+        f.wait()
+    eq(post(c, iid, "start")[1].get("state"), "Running", "the instance starts again")
+
+    # --attach through a pty: raw mode, type and read back, Ctrl-] detaches.
+    t = Pty(base + ["--attach"])
+    try:
+        ok(t.read_until(b"Ctrl-] detaches"), "CONS-4: vgpuctl --attach attaches", t.out)
+        ok(t.raw_now(), "CONS-4: the terminal is in raw mode while attached")
+        t.type(b"echo through-the-pty\r")
+        ok(t.read_until(b"echo through-the-pty\r"),
+           "CONS-4: what is typed reaches the guest and its output comes back", t.out)
+        t.type(b"\x1d")
+        eq(t.wait(), 0, "CONS-4: Ctrl-] detaches, exit 0")
+        ok(t.restored(), "CONS-4: the terminal is restored after a detach")
+        ok(t.read_until(b"vgpuctl: detached", 5), "CONS-4: vgpuctl says it detached",
+           t.out[-200:])
+    finally:
+        t.close()
+
+    t = Pty(base + ["--attach"])
+    try:
+        ok(t.read_until(b"Ctrl-] detaches"), "a second vgpuctl attaches once the first is gone",
+           t.out)
+        second = subprocess.run([VGPUCTL] + base + ["--attach"], stdin=subprocess.DEVNULL,
+                                capture_output=True, timeout=20)
+        ok(second.returncode == 1 and b"error: busy:" in second.stderr,
+           "CONS-4, CONS-3: another attach meanwhile is refused 409 busy, exit 1",
+           (second.returncode, second.stderr))
+        t.p.send_signal(signal.SIGTERM)
+        eq(t.wait(), 1, "CONS-4: SIGTERM ends the attach, exit 1")
+        ok(t.restored(), "CONS-4: the terminal is restored after SIGTERM")
+    finally:
+        t.close()
+
+    bad = subprocess.run([VGPUCTL] + base + ["--attach", "--follow"], capture_output=True,
+                         timeout=20)
+    eq(bad.returncode, 2, "CONS-4, OPS-8: --attach with --follow is a usage error")
+
+    t = Pty(base + ["--attach"])
+    try:
+        ok(t.read_until(b"Ctrl-] detaches"), "vgpuctl attaches again", t.out)
+        d.stop(signal.SIGKILL)  # the connection drops under it
+        eq(t.wait(), 3, "CONS-4, OPS-8: a dropped connection ends the attach, exit 3")
+        ok(t.restored(), "CONS-4: the terminal is restored after a dropped connection")
+    finally:
+        t.close()
+
+
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-console-")
     daemons = []
@@ -515,6 +669,7 @@ def main():
                             extra_vmm="  console_max_bytes: 65536\n")
         run_group("follow", lambda: check_follow(work, follow, secret, sock, daemons))
         run_group("attach", lambda: check_attach(work, config, secret, sock, daemons))
+        run_group("vgpuctl", lambda: check_vgpuctl(work, config, secret, sock, daemons))
     finally:
         finish_run(daemons, work)
     return exit_status()
