@@ -24,8 +24,6 @@
 #    pty: raw mode while attached, typing and reading back, Ctrl-] detaching, and the terminal
 #    restored after a detach, a SIGTERM and a dropped connection.
 import http.client
-import pty
-import termios
 import threading
 import time
 import json
@@ -40,6 +38,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
     UnixConnection, eq, exit_status, ok, poll, run_group, start, stop, timed_get, write_secret)
+from vgpud_pty import Pty  # noqa: E402
 from vgpud_ws import WebSocket  # noqa: E402
 from vgpud_instances import (  # noqa: E402
     INSTANCES, alive, console_file, console_text, create_running, delete_all, finish_run, get,
@@ -510,60 +509,6 @@ def check_attach(work, config, secret, sock, daemons):
 VGPUCTL = sys.argv[5] if len(sys.argv) > 5 else None
 
 
-class Pty:
-    """vgpuctl on a pty, as an operator's terminal would run it."""
-
-    def __init__(self, args):
-        self.master, self.slave = pty.openpty()
-        self.before = termios.tcgetattr(self.slave)
-        self.p = subprocess.Popen([VGPUCTL] + args, stdin=self.slave, stdout=self.slave,
-                                  stderr=self.slave, start_new_session=True, close_fds=True)
-        self.out = b""
-
-    def read_until(self, want, timeout=10):
-        deadline = time.monotonic() + timeout
-        while want not in self.out and time.monotonic() < deadline:
-            import select
-            r, _, _ = select.select([self.master], [], [], 0.1)
-            if r:
-                try:
-                    chunk = os.read(self.master, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                self.out += chunk
-        return want in self.out
-
-    def type(self, data):
-        os.write(self.master, data)
-
-    def wait(self, timeout=10):
-        try:
-            return self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-            return None
-
-    def raw_now(self):
-        a = termios.tcgetattr(self.slave)
-        return not (a[3] & (termios.ICANON | termios.ECHO))
-
-    def restored(self):
-        return termios.tcgetattr(self.slave) == self.before
-
-    def close(self):
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait()
-        for fd in (self.master, self.slave):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
 def check_vgpuctl(work, config, secret, sock, daemons):
     if not VGPUCTL:
         ok(False, "vgpuctl given as the fifth argument")
@@ -612,7 +557,7 @@ def check_vgpuctl(work, config, secret, sock, daemons):
     eq(post(c, iid, "start")[1].get("state"), "Running", "the instance starts again")
 
     # --attach through a pty: raw mode, type and read back, Ctrl-] detaches.
-    t = Pty(base + ["--attach"])
+    t = Pty([VGPUCTL] + base + ["--attach"])
     try:
         ok(t.read_until(b"Ctrl-] detaches"), "CONS-4: vgpuctl --attach attaches", t.out)
         ok(t.raw_now(), "CONS-4: the terminal is in raw mode while attached")
@@ -627,7 +572,7 @@ def check_vgpuctl(work, config, secret, sock, daemons):
     finally:
         t.close()
 
-    t = Pty(base + ["--attach"])
+    t = Pty([VGPUCTL] + base + ["--attach"])
     try:
         ok(t.read_until(b"Ctrl-] detaches"), "a second vgpuctl attaches once the first is gone",
            t.out)
@@ -646,7 +591,7 @@ def check_vgpuctl(work, config, secret, sock, daemons):
                          timeout=20)
     eq(bad.returncode, 2, "CONS-4, OPS-8: --attach with --follow is a usage error")
 
-    t = Pty(base + ["--attach"])
+    t = Pty([VGPUCTL] + base + ["--attach"])
     try:
         ok(t.read_until(b"Ctrl-] detaches"), "vgpuctl attaches again", t.out)
         d.stop(signal.SIGKILL)  # the connection drops under it
