@@ -39,6 +39,12 @@ int api_handle_instance_console_attach(HttpRequest *req, void *userdata);
 /* api-ui.c: the web VF map at /ui/, public (API-12), its files embedded at build time. */
 extern const char api_ui_index_html[], api_ui_vgpud_js[], api_ui_vgpud_css[];
 extern const size_t api_ui_index_html_size, api_ui_vgpud_js_size, api_ui_vgpud_css_size;
+/* xterm.js for the console (CONS-5), its style sheet and its licence. */
+extern const char api_ui_xterm_js[], api_ui_xterm_css[], api_ui_xterm_license[];
+extern const size_t api_ui_xterm_js_size, api_ui_xterm_css_size, api_ui_xterm_license_size;
+int api_handle_ui_xterm_js(HttpRequest *req, void *userdata);
+int api_handle_ui_xterm_css(HttpRequest *req, void *userdata);
+int api_handle_ui_xterm_license(HttpRequest *req, void *userdata);
 int api_handle_ui_index(HttpRequest *req, void *userdata);
 int api_handle_ui_js(HttpRequest *req, void *userdata);
 int api_handle_ui_css(HttpRequest *req, void *userdata);
