@@ -326,34 +326,62 @@ static void on_console(int r, const char *data, size_t size, const char *error, 
 }
 
 /*
- * CONS-2: a follower is a streamed answer fed by the instance's follow. Whichever side ends
- * first tells the other: the follow's end ends the body; the client's leaving closes the follow.
+ * CONS-2: a follower is a streamed answer fed by the instance's follow. The request waits
+ * (suspended) until the tail has been read, and is answered with it: whatever the guest writes
+ * once the client has its 200 is streamed. Whichever side ends first tells the other: the
+ * follow's end ends the body; the client's leaving closes the follow.
  */
 #define CONSOLE_STREAM_BUFFER (64 * 1024)
 
 typedef struct ConsoleFollower {
+        HttpRequest *req; /* until the answer starts */
         HttpStream *stream;
         InstanceConsoleFollow *follow; /* NULL once the follow is over */
 } ConsoleFollower;
 
+static void follower_drained(HttpStream *s, void *userdata);
+static void follower_closed(HttpStream *s, void *userdata);
+
+/* The tail is read: the answer starts. On failure the follower is the caller's to free. */
+static int follower_open(ConsoleFollower *cf)
+{
+        _cleanup_(http_request_unrefp) HttpRequest *req = TAKE_PTR(cf->req);
+        if (!req)
+                return -EPIPE;
+        return http_reply_stream(req, MHD_HTTP_OK, "text/plain; charset=utf-8",
+                                 &(HttpStreamConfig){.max_buffered = CONSOLE_STREAM_BUFFER,
+                                                     .drained = follower_drained,
+                                                     .closed = follower_closed,
+                                                     .userdata = cf},
+                                 &cf->stream);
+}
+
 static size_t follower_room(void *userdata)
 {
         ConsoleFollower *cf = userdata;
-        return cf->stream ? http_stream_room(cf->stream) : 0;
+        if (!cf->stream)
+                return cf->req ? CONSOLE_STREAM_BUFFER : 0;
+        return http_stream_room(cf->stream);
 }
 
 static int follower_write(void *userdata, const char *data, size_t size)
 {
         ConsoleFollower *cf = userdata;
-        return cf->stream ? http_stream_write(cf->stream, data, size) : -EPIPE;
+        if (!cf->stream && follower_open(cf) < 0)
+                return -EPIPE; /* the follow ends, and end() frees the follower */
+        return http_stream_write(cf->stream, data, size);
 }
 
 static void follower_end(void *userdata)
 {
         ConsoleFollower *cf = userdata;
         cf->follow = NULL;
-        if (cf->stream)
-                http_stream_end(cf->stream);
+        if (!cf->stream && follower_open(cf) < 0) {
+                /* No answer could start (the client has gone): nothing will call closed(). */
+                free(cf);
+                return;
+        }
+        http_stream_end(cf->stream);
 }
 
 static void follower_drained(HttpStream *s, void *userdata)
@@ -389,17 +417,13 @@ static int console_follow(ApiContext *ctx, HttpRequest *req, const char *id, siz
                 free(cf);
                 return reply_failure(req, f, error);
         }
-        r = http_reply_stream(req, MHD_HTTP_OK, "text/plain; charset=utf-8",
-                              &(HttpStreamConfig){.max_buffered = CONSOLE_STREAM_BUFFER,
-                                                  .drained = follower_drained,
-                                                  .closed = follower_closed,
-                                                  .userdata = cf},
-                              &cf->stream);
+        r = http_request_suspend(req);
         if (r < 0) {
                 instance_console_follow_close(cf->follow);
                 free(cf);
                 return r;
         }
+        cf->req = http_request_ref(req);
         instance_console_follow_wake(cf->follow);
         return 0;
 }
@@ -416,6 +440,8 @@ static int console_follow(ApiContext *ctx, HttpRequest *req, const char *id, siz
 typedef struct ConsoleAttacher {
         HttpWebSocket *ws;
         InstanceConsoleAttach *attach; /* NULL once the console has closed */
+        char id[INSTANCE_ID_LEN + 1];
+        char *peer; /* who is attached, for the log (the runbook's "who holds the console") */
 } ConsoleAttacher;
 
 static int attacher_send(void *userdata, const char *data, size_t size)
@@ -458,13 +484,21 @@ static void attacher_data(HttpWebSocket *ws, const void *data, size_t size, void
                 http_websocket_close(ws, WS_CLOSE_INTERNAL, "console write failed");
 }
 
+static void attacher_free(ConsoleAttacher *ca)
+{
+        free(ca->peer);
+        free(ca);
+}
+
 static void attacher_closed(HttpWebSocket *ws, void *userdata)
 {
         ConsoleAttacher *ca = userdata;
         if (ca->attach)
                 instance_console_attach_close(ca->attach);
+        log_line(LOG_LEVEL_INFO, 0, "console detached", "instance_id", ca->id, "peer", ca->peer,
+                 NULL);
         http_websocket_unref(ca->ws);
-        free(ca);
+        attacher_free(ca);
 }
 
 int api_handle_instance_console_attach(HttpRequest *req, void *userdata)
@@ -481,6 +515,12 @@ int api_handle_instance_console_attach(HttpRequest *req, void *userdata)
         ConsoleAttacher *ca = calloc(1, sizeof *ca);
         if (!ca)
                 return -ENOMEM;
+        snprintf(ca->id, sizeof ca->id, "%s", id);
+        ca->peer = strdup(http_request_get_peer(req) ? http_request_get_peer(req) : "-");
+        if (!ca->peer) {
+                free(ca);
+                return -ENOMEM;
+        }
         InstanceFailure f = INSTANCE_FAILURE_NONE;
         _cleanup_free_ char *error = NULL;
         r = instance_manager_console_attach(
@@ -491,7 +531,7 @@ int api_handle_instance_console_attach(HttpRequest *req, void *userdata)
                                          .userdata = ca},
             &ca->attach, &f, &error);
         if (r < 0) {
-                free(ca);
+                attacher_free(ca);
                 return reply_failure(req, f, error);
         }
         r = http_reply_websocket(req, CONSOLE_SUBPROTOCOL,
@@ -503,9 +543,11 @@ int api_handle_instance_console_attach(HttpRequest *req, void *userdata)
                                  &ca->ws);
         if (r < 0) {
                 instance_console_attach_close(ca->attach);
-                free(ca);
+                attacher_free(ca);
                 return r;
         }
+        log_line(LOG_LEVEL_INFO, 0, "console attached", "instance_id", ca->id, "peer", ca->peer,
+                 NULL);
         return 0;
 }
 

@@ -387,7 +387,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
         }
         if (s->ended)
                 return MHD_CONTENT_READER_END_OF_STREAM;
-        if (s->peer_gone || !s->req || !s->req->connection)
+        /* A server being freed must not be left with a suspended connection (MHD aborts). */
+        if (s->peer_gone || !s->req || !s->req->connection || s->server->stopping)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
         /* Nothing to send: out of MHD's loop until a write, an end or a hang-up. */
         HttpListener *l = s->req->listener;

@@ -274,7 +274,8 @@ static void follow_read_done(int r, void *data, const char *error, void *userdat
                 follow_end(f);
                 return;
         }
-        if (j->size > 0 && f->sink.write(f->sink.userdata, j->data, j->size) < 0) {
+        /* The first write comes once the tail is read, even an empty one: the sink answers then. */
+        if ((j->size > 0 || j->first) && f->sink.write(f->sink.userdata, j->data, j->size) < 0) {
                 follow_end(f);
                 return;
         }

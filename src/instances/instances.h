@@ -475,7 +475,9 @@ int instance_manager_console(InstanceManager *m, const char *id, size_t tail_byt
  * from its start. At most INSTANCE_CONSOLE_FOLLOWERS_MAX per instance (409 busy past that).
  *
  * The sink is the follower's client. Nothing is read until instance_console_follow_wake(), which
- * its owner calls once the sink is ready and again whenever room frees up. end() says the follow
+ * its owner calls once the sink is ready and again whenever room frees up. The first write()
+ * comes once the tail has been read, even when it is empty (size 0): whatever the VMM writes
+ * after that is streamed, so a client answered from there on misses nothing. end() says the follow
  * is over; the follow is freed after it returns and must not be used again. A follow closed by
  * its owner (instance_console_follow_close()) never calls end().
  */

@@ -20,6 +20,7 @@
 #    logged), the handshake's refusals, every protocol violation closed with its status code,
 #    pings past the HTTP idle timeout, a client that never reads dropped while the loop and the
 #    others go on, the close when the VMM exits.
+#  - shutdown: vgpud stops (OPS-3) while a follower and an attached client are connected.
 #  - vgpuctl: CONS-4's `instances console ID --follow` and `--attach`, the latter driven through a
 #    pty: raw mode while attached, typing and reading back, Ctrl-] detaching, and the terminal
 #    restored after a detach, a SIGTERM and a dropped connection.
@@ -223,6 +224,12 @@ class Follower:
         except (TimeoutError, OSError, http.client.HTTPException) as e:
             self.error = repr(e)
             return False
+
+    def let_go(self, timeout=10):
+        """True once the body ends or the connection closes; False if it still waits."""
+        if self.ends(timeout):
+            return True
+        return "timed out" not in getattr(self, "error", "timed out")
 
     def close(self):
         self.conn.close()
@@ -601,6 +608,41 @@ def check_vgpuctl(work, config, secret, sock, daemons):
         t.close()
 
 
+def check_shutdown(work, config, secret, sock, daemons):
+    # OPS-3 with the console in use: vgpud stops on SIGTERM while a follower and an attached
+    # client are connected; both end, and the VM runs on to be adopted by the next vgpud.
+    d, c = start(work, "s", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    iid = create_running(c, "con-s")["id"]
+    pid = pid_of(iid)
+    f = Follower(c, iid, "follow=true&tail_bytes=1")
+    w = attach(c, iid)
+    ok(f.r.status == 200 and w.ok, "a follower and an attached client are connected")
+    t0 = time.monotonic()
+    stop(d, " (s, with the console in use)")
+    ok(time.monotonic() - t0 < 10, "OPS-3: the console's clients do not hold the shutdown",
+       time.monotonic() - t0)
+    ok(f.let_go(5), "CONS-2: the follower is let go when vgpud stops (its body ends or its "
+       "connection closes)", getattr(f, "error", None))
+    ok(w.close_code() in (1000, 1001, None), "CONS-3: the attached client is let go")
+    f.close()
+    w.close()
+    ok(alive(pid), "OPS-3: the VM keeps running")
+    d, c = start(work, "s2", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    eq((get(c, iid) or {}).get("state"), "Running", "INST-21: the next vgpud adopts it")
+    w = wait_attachable(c, iid)
+    ok(w is not None, "CONS-3: and its console attaches again")
+    if w:
+        w.close()
+    eq(delete_all(c), [], "the instance deletes")
+    stop(d, " (s2)")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-console-")
     daemons = []
@@ -614,6 +656,7 @@ def main():
                             extra_vmm="  console_max_bytes: 65536\n")
         run_group("follow", lambda: check_follow(work, follow, secret, sock, daemons))
         run_group("attach", lambda: check_attach(work, config, secret, sock, daemons))
+        run_group("shutdown", lambda: check_shutdown(work, config, secret, sock, daemons))
         run_group("vgpuctl", lambda: check_vgpuctl(work, config, secret, sock, daemons))
     finally:
         finish_run(daemons, work)
