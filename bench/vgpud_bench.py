@@ -117,16 +117,18 @@ class Client:
 # ---- the daemon -----------------------------------------------------------------------------
 
 
-def write_config(work, nvml, listen="", unix_socket=True, extra="", log_level="info"):
+def write_config(work, nvml, listen="", unix_socket=True, extra="", log_level="info",
+                 data_dir=None):
     """vgpud's configuration on the mounted simulator, its own files under work; log_level info,
-    the level of PLACE-22's line (debug would add a line per request to every figure)."""
+    the level of PLACE-22's line (debug would add a line per request to every figure). data_dir
+    defaults to the simulator's data/; a benchmark of disk throughput gives a real one."""
     path = os.path.join(work, "vgpud.yaml")
     os.makedirs(os.path.join(work, "run"), exist_ok=True)
     with open(path, "w") as f:
         f.write('listen: "%s"\n' % listen)
         f.write('unix_socket: "%s"\n' % (os.path.join(work, "api.sock") if unix_socket else ""))
         f.write('jwt_secret_file: "%s/jwt.secret"\n' % work)
-        f.write('data_dir: "%s/data"\n' % MNT)
+        f.write('data_dir: "%s"\n' % (data_dir or os.path.join(MNT, "data")))
         f.write('runtime_dir: "%s/run"\n' % work)
         f.write('sysfs_root: "%s/sys"\n' % MNT)
         f.write('dev_root: "%s/dev"\n' % MNT)

@@ -12,10 +12,10 @@ set -eu
 packages="
   gcc clang lld libclang-rt-14-dev meson ninja-build pkg-config clang-format
   libjansson-dev libyaml-dev libfuse3-dev fuse3 libsystemd-dev libmicrohttpd-dev libjwt-dev
-  libcurl4-openssl-dev libcmocka-dev libssl-dev libsqlite3-dev sqlite3 git
+  libcurl4-openssl-dev libcmocka-dev libssl-dev libsqlite3-dev sqlite3 git libmnl-dev libnftables-dev nftables dnsmasq-base
   util-linux iproute2 psmisc python3 python3-yaml strace prometheus curl mandoc
   python3-placement
-  qemu-system-x86 busybox-static cpio xz-utils zstd
+  qemu-system-x86 qemu-utils busybox-static cpio xz-utils zstd
   libisofs-dev genisoimage
   mmdebstrap syslinux syslinux-common mtools dosfstools fdisk e2fsprogs openssh-client
   chromium chromium-driver

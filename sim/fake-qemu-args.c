@@ -13,6 +13,10 @@
 #include "fake-qemu.h"
 
 #include <fcntl.h>
+#include <linux/if_tun.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <sys/un.h>
@@ -245,11 +249,13 @@ static int opt_elements_parse_json(const char *option, const char *arg, OptEleme
 typedef enum ChardevKind {
         CHARDEV_SOCKET,
         CHARDEV_FILE,
+        CHARDEV_ANY, /* find_chardev(): either kind */
 } ChardevKind;
 
 typedef struct Chardev {
         char *id;
         char *path;
+        char *logfile; /* socket: a copy of the output (CONS-1); NULL when absent */
         ChardevKind kind;
         bool used;
 } Chardev;
@@ -272,6 +278,8 @@ typedef struct Node {
 /* A -netdev tap on inherited descriptors. */
 typedef struct Netdev {
         char *id;
+        int fd;
+        bool vhost;
         bool used;
 } Netdev;
 
@@ -279,6 +287,7 @@ typedef struct Netdev {
 typedef struct Use {
         char *device; /* "virtio-blk-pci", for messages */
         char *name;
+        char *mac; /* virtio-net-pci's mac= */
 } Use;
 
 /* Everything the loop collects before the cross-references can be resolved. */
@@ -312,6 +321,7 @@ static void uses_done(Use *u, size_t n)
         for (size_t i = 0; i < n; i++) {
                 free(u[i].device);
                 free(u[i].name);
+                free(u[i].mac);
         }
 }
 
@@ -321,6 +331,7 @@ static void args_state_done(ArgsState *s)
         for (size_t i = 0; i < s->n_chardevs; i++) {
                 free(s->chardevs[i].id);
                 free(s->chardevs[i].path);
+                free(s->chardevs[i].logfile);
         }
         s->n_chardevs = 0;
         free(s->mon_chardev);
@@ -341,11 +352,13 @@ void fq_args_done(FqArgs *a)
         free(a->name);
         free(a->qmp_socket);
         free(a->agent_socket);
+        free(a->console_socket);
         free(a->console_log);
         free(a->sysfsdev);
         free(a->kernel);
         free(a->initrd);
         free(a->append);
+        free(a->nic_mac);
         *a = (FqArgs){0};
 }
 
@@ -438,7 +451,7 @@ static int parse_chardev(ArgsState *s, const char *arg, char **error)
         if (r < 0)
                 return r;
 
-        const char *backend = opt_take(&o, NULL), *id = NULL, *path = NULL;
+        const char *backend = opt_take(&o, NULL), *id = NULL, *path = NULL, *logfile = NULL;
         ChardevKind kind;
         if (streq_ptr(backend, "socket")) {
                 kind = CHARDEV_SOCKET;
@@ -449,7 +462,8 @@ static int parse_chardev(ArgsState *s, const char *arg, char **error)
                 if (r < 0)
                         return r;
                 /* CONS-1's console socket keeps a copy of the output in a log file. */
-                const char *logfile = opt_take(&o, "logfile"), *logappend = NULL;
+                const char *logappend = NULL;
+                logfile = opt_take(&o, "logfile");
                 r = opt_take_choice(&o, "logappend", "on|off", arg, &logappend, error);
                 if (r < 0)
                         return r;
@@ -489,9 +503,10 @@ static int parse_chardev(ArgsState *s, const char *arg, char **error)
         Chardev *c = &s->chardevs[s->n_chardevs];
         c->id = strdup(id);
         c->path = strdup(path);
+        c->logfile = logfile ? strdup(logfile) : NULL;
         c->kind = kind;
         s->n_chardevs++; /* counted even on ENOMEM so that cleanup frees the half-made entry */
-        return c->id && c->path ? 0 : -ENOMEM;
+        return c->id && c->path && (!logfile || c->logfile) ? 0 : -ENOMEM;
 }
 
 static int parse_mon(ArgsState *s, const char *arg, char **error)
@@ -677,11 +692,11 @@ static int parse_netdev(ArgsState *s, const char *arg, char **error)
                 r = opt_take_choice(&o, "vhost", "on|off", arg, &vhost, error);
         if (r >= 0)
                 r = opt_check_all_taken(&o, arg, error);
-        int n = 0;
+        int n = 0, vn = 0;
         if (r >= 0)
                 r = parse_open_fd("-netdev", arg, "fd", fd, &n, error);
         if (r >= 0 && vhostfd)
-                r = parse_open_fd("-netdev", arg, "vhostfd", vhostfd, &n, error);
+                r = parse_open_fd("-netdev", arg, "vhostfd", vhostfd, &vn, error);
         if (r < 0)
                 return r;
         if (!!vhostfd != streq_ptr(vhost, "on"))
@@ -693,7 +708,7 @@ static int parse_netdev(ArgsState *s, const char *arg, char **error)
                         return error_set(error, -EEXIST, "-netdev %s: duplicate id '%s'", arg, id);
         if (s->n_netdevs == NETDEVS_MAX)
                 return error_set(error, -E2BIG, "-netdev %s: too many netdevs", arg);
-        s->netdevs[s->n_netdevs].id = strdup(id);
+        s->netdevs[s->n_netdevs] = (Netdev){.id = strdup(id), .fd = n, .vhost = !!vhostfd};
         if (!s->netdevs[s->n_netdevs].id)
                 return -ENOMEM;
         s->n_netdevs++;
@@ -804,8 +819,12 @@ static int parse_device(ArgsState *s, const char *arg, char **error)
                         return r;
                 if (!mac_address_is_valid(mac))
                         return error_set(error, -EINVAL, "-device %s: invalid mac '%s'", arg, mac);
-                return add_use(s->netdev_users, &s->n_netdev_users, NETDEV_USERS_MAX, driver, v,
-                               error);
+                r = add_use(s->netdev_users, &s->n_netdev_users, NETDEV_USERS_MAX, driver, v,
+                            error);
+                if (r < 0)
+                        return r;
+                s->netdev_users[s->n_netdev_users - 1].mac = strdup(mac);
+                return s->netdev_users[s->n_netdev_users - 1].mac ? 0 : -ENOMEM;
         }
 
         if (streq_ptr(driver, "vfio-pci")) {
@@ -898,7 +917,7 @@ static int find_chardev(ArgsState *s, const char *id, ChardevKind kind, const ch
                 Chardev *c = &s->chardevs[i];
                 if (!streq(c->id, id))
                         continue;
-                if (c->kind != kind)
+                if (kind != CHARDEV_ANY && c->kind != kind)
                         return error_set(error, -EINVAL, "%s: chardev '%s' must be a %s chardev",
                                          user, id, kind == CHARDEV_SOCKET ? "socket" : "file");
                 if (c->used)
@@ -991,6 +1010,11 @@ static int resolve_nics(ArgsState *s, char **error)
                                          "-device %s,netdev=%s: netdev is already in use",
                                          u->device, u->name);
                 n->used = true;
+                if (i == 0) {
+                        s->args.nic_fd = n->fd;
+                        s->args.nic_vhost = n->vhost;
+                        s->args.nic_mac = TAKE_PTR(s->netdev_users[i].mac);
+                }
         }
         for (size_t k = 0; k < s->n_netdevs; k++)
                 if (!s->netdevs[k].used)
@@ -1023,10 +1047,22 @@ static int resolve(ArgsState *s, char **error)
                 return r;
         s->args.qmp_socket = TAKE_PTR(c->path);
 
-        r = find_chardev(s, s->serial_chardev, CHARDEV_FILE, "-serial", &c, error);
+        /*
+         * The console is a file chardev (a VMM started before CONS-1) or a socket with a log
+         * file (CONS-1); fake-qemu needs the log either way, to find the simulator (SIM-15).
+         */
+        r = find_chardev(s, s->serial_chardev, CHARDEV_ANY, "-serial", &c, error);
         if (r < 0)
                 return r;
-        s->args.console_log = TAKE_PTR(c->path);
+        if (c->kind == CHARDEV_SOCKET) {
+                if (!c->logfile)
+                        return error_set(error, -EINVAL,
+                                         "-serial: socket chardev '%s' needs a logfile",
+                                         s->serial_chardev);
+                s->args.console_socket = TAKE_PTR(c->path);
+                s->args.console_log = TAKE_PTR(c->logfile);
+        } else
+                s->args.console_log = TAKE_PTR(c->path);
 
         if (!s->vser_id)
                 return error_set(
@@ -1085,9 +1121,33 @@ static bool option_takes_argument(const char *option)
         return false;
 }
 
+int fq_check_tap(int fd, const char *qmp_socket, char ret_name[static 16], char **error)
+{
+        struct ifreq ifr = {0};
+        if (ioctl(fd, TUNGETIFF, &ifr) < 0 || !(ifr.ifr_flags & IFF_TAP))
+                return error_set(error, -EBADFD, "-netdev tap: fd=%d is not a TAP device", fd);
+        /* <runtime_dir>/instances/<id>/qmp.sock: the id is the socket's directory. */
+        const char *end = strrchr(qmp_socket, '/'), *start = end;
+        while (start && start > qmp_socket && start[-1] != '/')
+                start--;
+        char want[IFNAMSIZ];
+        if (!end || end - start < 12)
+                return error_set(error, -EINVAL, "-netdev tap: no instance id in %s", qmp_socket);
+        snprintf(want, sizeof want, "vgt%.12s", start);
+        ifr.ifr_name[IFNAMSIZ - 1] = 0;
+        if (!streq(ifr.ifr_name, want))
+                return error_set(error, -EINVAL, "-netdev tap: fd=%d is TAP %s, expected %s", fd,
+                                 ifr.ifr_name, want);
+        if ((ifr.ifr_flags & (IFF_NO_PI | IFF_VNET_HDR)) != (IFF_NO_PI | IFF_VNET_HDR))
+                return error_set(error, -EINVAL,
+                                 "-netdev tap: TAP %s lacks IFF_NO_PI or IFF_VNET_HDR", want);
+        memcpy(ret_name, want, IFNAMSIZ);
+        return 0;
+}
+
 int fq_args_parse(int argc, char *const *argv, FqArgs *ret, char **error)
 {
-        _cleanup_(args_state_done) ArgsState s = {0};
+        _cleanup_(args_state_done) ArgsState s = {.args.nic_fd = -1};
         int r;
 
         for (int i = 1; i < argc; i++) {

@@ -15,9 +15,15 @@
  *   fake-qemu: qmp command <name>               every QMP input; "(invalid)" when it names none
  *   fake-qemu: qmp command <name> unanswered (hang-qmp)
  *   fake-qemu: signal SIG<NAME> pid=<sender> action=<exit|ignore>   every signal received
+ *   fake-qemu: nic net0 tap=<name> mac=<mac> vhost=<on|off>   the TAP it holds (NET-3)
  *   fake-qemu: exit-early after <ms>ms
  *   fake-qemu: agent reply not written within 5000ms; dropped    AGENT-17's write timeout
  *   fake-qemu: exit status=<n> reason=<why>
+ *
+ * With a console socket (CONS-1), the console stands in for a guest's serial line with echo on:
+ * every byte a client sends is written back to it and appended to the log, as a guest's tty
+ * echoes what is typed; the lines above go to the client as well as to the log. While no client
+ * is connected the output goes to the log only, as QEMU's wait=off sockets do.
  *
  * SIGTERM, SIGINT and SIGHUP exit 0 (SIGTERM not with ignore-sigterm); other catchable signals
  * are only logged. QMP lines end in "\r\n" like QEMU's; agent lines are compact and end in "\n".
@@ -49,17 +55,21 @@
 /* ---- command line (fake-qemu-args.c) ------------------------------------------------------- */
 
 typedef struct FqArgs {
-        char *name;         /* -name guest=<name> */
-        char *qmp_socket;   /* the socket chardev behind -mon ...,mode=control */
-        char *agent_socket; /* the socket chardev behind the org.vgpud.agent.0 port */
-        char *console_log;  /* the file chardev behind -serial */
-        char *sysfsdev;     /* -device vfio-pci,sysfsdev=...; NULL for a GPU-less VM */
-        char *kernel;       /* -kernel, -initrd, -append: NULL when absent */
+        char *name;           /* -name guest=<name> */
+        char *qmp_socket;     /* the socket chardev behind -mon ...,mode=control */
+        char *agent_socket;   /* the socket chardev behind the org.vgpud.agent.0 port */
+        char *console_socket; /* the socket chardev behind -serial (CONS-1); NULL for a file */
+        char *console_log;    /* its logfile, or the file chardev behind -serial */
+        char *sysfsdev;       /* -device vfio-pci,sysfsdev=...; NULL for a GPU-less VM */
+        char *kernel;         /* -kernel, -initrd, -append: NULL when absent */
         char *initrd;
         char *append;
         /* -blockdev nodes, each resolved to a device and an fd set of the right access mode */
         size_t n_readonly_drives, n_writable_drives;
         size_t n_nics;  /* tap netdevs, each on an open descriptor and used by a virtio-net-pci */
+        int nic_fd;     /* the first NIC's tap fd= (NET-3), -1 without a NIC */
+        bool nic_vhost; /* its vhost=on */
+        char *nic_mac;  /* its virtio-net-pci mac= */
         bool accel_kvm; /* -accel kvm given */
         bool accel_tcg; /* -accel tcg given */
         uint32_t vcpus;
@@ -67,6 +77,13 @@ typedef struct FqArgs {
 } FqArgs;
 
 void fq_args_done(FqArgs *a);
+
+/*
+ * SIM-15: the TAP vgpud passes as fd must be a TAP (TUNGETIFF) named "vgt" and the first 12
+ * characters of the instance id, which is the name of the QMP socket's directory (INST-1). On
+ * success *ret_name is the TAP's name. -EBADFD (not a TAP), -EINVAL (another name).
+ */
+int fq_check_tap(int fd, const char *qmp_socket, char ret_name[static 16], char **error);
 
 /*
  * Parses argv (argv[0] is skipped). QEMU's rules for option values apply: elements separated
@@ -143,8 +160,7 @@ json_t *fq_qmp_overlong_reply(void);
 /*
  * Answers one agent request line (AGENT-14, AGENT-15, AGENT-16) as the real agent does, for a guest
  * whose GPU initialised (failure_message NULL) or failed with that message: *ret is the reply line
- * with its
- * "\n", or NULL for a blank line. -ENOMEM.
+ * with its "\n", or NULL for a blank line. -ENOMEM.
  */
 int fq_agent_answer(const char *failure_message, const char *line, size_t size, char **ret);
 

@@ -189,6 +189,39 @@ static int write_instances(MetricsWriter *w, const ApiContext *ctx)
         return r;
 }
 
+/* NET-10: the NAT network's addresses and dnsmasq, and the network's failures by step. */
+static int write_network(MetricsWriter *w, const ApiContext *ctx)
+{
+        InstanceNatStats st = {0};
+        if (ctx->instances)
+                instance_nat_stats(ctx->instances, &st);
+        static const char *const states[] = {"allocated", "free"};
+        const uint64_t addresses[] = {st.addresses_allocated, st.addresses_free};
+        static const char *const steps[] = {"tap", "link", "nft", "dnsmasq"};
+        _Static_assert(ELEMENTSOF(steps) == ELEMENTSOF(st.errors), "one label per NetStep");
+        int r = write_labelled(w,
+                               &(Family){"vgpud_network_addresses", METRIC_GAUGE,
+                                         "Addresses of the NAT subnet by state."},
+                               "state", states, addresses, ELEMENTSOF(states));
+        if (r >= 0)
+                r = write_single(w,
+                                 &(Family){"vgpud_network_dnsmasq_up", METRIC_GAUGE,
+                                           "1 while the NAT network's dnsmasq runs."},
+                                 st.dnsmasq_up ? 1 : 0);
+        if (r >= 0)
+                r = write_single(w,
+                                 &(Family){"vgpud_network_dnsmasq_restarts_total", METRIC_COUNTER,
+                                           "Restarts of dnsmasq after it exited or failed to "
+                                           "start."},
+                                 st.dnsmasq_restarts);
+        if (r >= 0)
+                r = write_labelled(w,
+                                   &(Family){"vgpud_network_errors_total", METRIC_COUNTER,
+                                             "Network failures by step."},
+                                   "step", steps, st.errors, ELEMENTSOF(steps));
+        return r;
+}
+
 /* vgpud_http_requests_total, with its fixed statuses even before the listeners exist. */
 static int write_http(MetricsWriter *w, const ApiContext *ctx)
 {
@@ -268,6 +301,7 @@ int api_metrics_counters_text(const ApiContext *ctx, char **ret, size_t *ret_siz
          * differ from the gauges', so the two texts make one exposition. */
         (void)write_nvml(w, ctx);
         (void)write_instances(w, ctx);
+        (void)write_network(w, ctx);
         (void)write_http(w, ctx);
         (void)write_placement(w, ctx);
         if (metrics_family(w, "vgpud_build_info", METRIC_GAUGE,

@@ -285,6 +285,7 @@ void api_context_done(ApiContext *ctx)
                 waiter_free(w);
         }
         api_instances_done(ctx);
+        api_images_done(ctx);
         api_body_cache_done(&ctx->cache);
 }
 
@@ -537,7 +538,7 @@ static int handle_breaker_reset(HttpRequest *req, void *userdata)
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
-static const char *const console_query[] = {"tail_bytes", NULL};
+static const char *const console_query[] = {"tail_bytes", "follow", NULL};
 
 static const HttpRoute routes[] = {
     {"GET", "/healthz", handle_healthz, NULL, true},
@@ -547,6 +548,9 @@ static const HttpRoute routes[] = {
     {"GET", "/ui/", api_handle_ui_index, NULL, true},
     {"GET", "/ui/vgpud.js", api_handle_ui_js, NULL, true},
     {"GET", "/ui/vgpud.css", api_handle_ui_css, NULL, true},
+    {"GET", "/ui/xterm.js", api_handle_ui_xterm_js, NULL, true},
+    {"GET", "/ui/xterm.css", api_handle_ui_xterm_css, NULL, true},
+    {"GET", "/ui/xterm-LICENSE.txt", api_handle_ui_xterm_license, NULL, true},
     {"GET", "/resources", handle_resources, NULL, false},
     {"GET", "/gpus", handle_gpus, NULL, false},
     {"GET", "/gpu/health", handle_health, NULL, false},
@@ -557,6 +561,7 @@ static const HttpRoute routes[] = {
     {"DELETE", "/gpu/gpus/{address}/drain", handle_undrain, NULL, false},
     {"DELETE", "/gpu/gpus/{address}/records", handle_clear_gpu, NULL, false},
     {"GET", "/metrics", handle_metrics, NULL, false},
+    {"GET", "/network", api_handle_network, NULL, false},
     {"GET", "/instances", api_handle_instances_list, NULL, false},
     {"POST", "/instances", api_handle_instance_create, NULL, false},
     {"GET", "/instances/{id}", api_handle_instance_get, NULL, false},
@@ -567,6 +572,16 @@ static const HttpRoute routes[] = {
     {"POST", "/instances/{id}/snapshot", api_handle_instance_snapshot, NULL, false},
     {"POST", "/instances/{id}/fork", api_handle_instance_fork, NULL, false},
     {"GET", "/instances/{id}/console", api_handle_instance_console, console_query, false},
+    {"GET", "/instances/{id}/console/attach", api_handle_instance_console_attach, NULL, false,
+     .websocket = true},
+    {"GET", "/images", api_handle_images_list, NULL, false},
+    {"POST", "/images", api_handle_image_import, NULL, false},
+    {"GET", "/images/{name}", api_handle_image_get, NULL, false},
+    {"DELETE", "/images/{name}", api_handle_image_delete, NULL, false},
+    {"GET", "/volumes", api_handle_volumes_list, NULL, false},
+    {"POST", "/volumes", api_handle_volume_create, NULL, false},
+    {"GET", "/volumes/{id}", api_handle_volume_get, NULL, false},
+    {"DELETE", "/volumes/{id}", api_handle_volume_delete, NULL, false},
 };
 
 const HttpRoute *api_routes(size_t *ret_n)

@@ -47,34 +47,16 @@ const char *api_vf_state_to_string(ApiVfState s)
 
 int api_placement_disabled_reason(const ApiContext *ctx, char **ret)
 {
-        const char *reason = ctx->health ? health_store_unavailable_reason(ctx->health) : NULL;
-        if (!reason && ctx->tracker)
-                reason = gpu_tracker_error(ctx->tracker);
-        if (!reason && ctx->reconciler)
-                reason = reconciler_scan_error(ctx->reconciler);
-        if (!reason && ctx->instances)
-                reason = instance_manager_disabled_reason(ctx->instances); /* INST-22 */
-        if (reason) {
-                char *copy = strdup(reason);
-                if (!copy)
-                        return -ENOMEM;
-                *ret = copy;
-                return 1;
-        }
-        if (ctx->workers) {
-                /* GEN-4: with every extra thread stuck, no sysfs work can start. */
-                _cleanup_free_ char *pool_error = NULL;
-                int r = worker_pool_check_accepting(ctx->workers, &pool_error);
-                if (r < 0) {
-                        if (!pool_error &&
-                            strprintf(&pool_error, "sysfs worker pool: %s", strerror(-r)) < 0)
-                                return -ENOMEM;
-                        *ret = TAKE_PTR(pool_error);
-                        return 1;
-                }
-        }
-        *ret = NULL;
-        return 0;
+        /* With an instance manager, its answer: the one admission refuses with (MET-4). */
+        if (ctx->instances)
+                return instance_manager_placement_disabled_reason(ctx->instances, ret);
+        PlacementDisabledSources sources = {
+            .store_unavailable = ctx->health ? health_store_unavailable_reason(ctx->health) : NULL,
+            .discovery_error = ctx->tracker ? gpu_tracker_error(ctx->tracker) : NULL,
+            .scan_error = ctx->reconciler ? reconciler_scan_error(ctx->reconciler) : NULL,
+            .pool = ctx->workers,
+        };
+        return placement_disabled_reason(&sources, ret);
 }
 
 static bool is_quarantined(void *userdata, const char *vf)
@@ -174,17 +156,13 @@ static int compute_figures(ApiSnapshot *s)
                         s->vfs_uncertain++;
                 else
                         s->vfs_by_state[st]++;
-
-                if (!pv->readable)
-                        continue;
-                s->total_slots++;
-                if (pv->current_type != 0 || pv->has_mdev || pv->claimed || pv->reserved)
-                        s->used_slots++;
-                if (pv->quarantined)
-                        s->quarantined_slots++;
-                if (!disabled && placement_vf_is_allocatable(ps, pv))
-                        s->allocatable_slots++;
         }
+        PlacementSlots slots;
+        placement_count_slots(ps, disabled, &slots);
+        s->total_slots = slots.total;
+        s->used_slots = slots.used;
+        s->quarantined_slots = slots.quarantined;
+        s->allocatable_slots = slots.allocatable;
         if (disabled || s->n_profiles == 0)
                 return 0; /* every available is 0 while placement is disabled (API-5) */
 

@@ -40,12 +40,14 @@
 #include "metrics/metrics.h"
 #include "nvml/nvml.h"
 #include "placement/placement.h"
+#include "storage/storage.h"
 #include "worker/worker.h"
 
 /* ---- the view of the daemon's state ---------------------------------------------------------- */
 
 typedef struct ApiWaiter ApiWaiter;
 typedef struct InstanceWaiter InstanceWaiter;
+typedef struct ImageWaiter ImageWaiter;
 
 /* ---- rendered bodies, kept until what they show changes (PERF-1) ---------------------------- */
 
@@ -101,6 +103,8 @@ typedef struct ApiContext {
         Sentinel *sentinel;         /* the sentinel's counters (MET-2); NULL: zeros */
         Claimer *claimer;           /* reservations and claims (PLACE-21); NULL: none */
         InstanceManager *instances; /* the instances (INST); NULL: none (tests of reads) */
+        ImageStore *images;         /* the image store (DISK-1..4); NULL: none (tests of reads) */
+        VolumeStore *volumes;       /* volumes (DISK-7); NULL: none (tests of reads) */
         HttpServer *http;           /* for vgpud_http_requests_total; NULL before the listeners */
         /* The Placement sync's figures (FLEET-5); NULL while placement.url is empty, and then
          * its families are not exported (the whole of SPEC §18 is off). */
@@ -121,6 +125,8 @@ typedef struct ApiContext {
         unsigned n_suspended; /* requests suspended on health writes */
         /* Requests suspended on instance operations (INST-23); shutdown answers them 503. */
         InstanceWaiter *instance_waiters;
+        /* Requests suspended on image operations (DISK-2, DISK-4); shutdown answers them 503. */
+        ImageWaiter *image_waiters;
         /* The last rendered bodies (PERF-1); freed by api_context_done(). */
         ApiBodyCache cache;
 } ApiContext;

@@ -74,12 +74,18 @@ static inline void freep(void *p)
         free(*(void **)p);
 }
 
+/*
+ * Closes *fd and sets it to -1, so that a cleanup after an early closep() never closes the
+ * number again: by then another thread may have been given it (an accepted socket), and a
+ * second close would take that away.
+ */
 static inline void closep(int *fd)
 {
         if (*fd >= 0) {
                 int saved = errno;
                 close(*fd);
                 errno = saved;
+                *fd = -1;
         }
 }
 
@@ -157,14 +163,6 @@ char *strchomp(char *s);
 
 /* Removes leading and trailing ASCII white space in place; returns the start. */
 char *strstrip(char *s);
-
-/*
- * A DNS label as vgpud names things (INST-4, and a guest's host name, SEED-1): 1..63 bytes of
- * [a-z0-9-], neither starting nor ending with '-', i.e. ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$.
- * false for NULL.
- */
-#define DNS_LABEL_MAX 63
-bool dns_label_is_valid(const char *s);
 
 /*
  * True when s[0..n) is well-formed UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing
@@ -363,11 +361,46 @@ bool uuid_is_lowercase(const char *s);
 /* A MAC address as vgpud writes and QEMU reads it: six lowercase hex pairs joined by ':'. */
 bool mac_address_is_valid(const char *s);
 /*
+ * An IPv4 address in its one canonical dotted-quad spelling ("10.0.0.1", never "010.0.0.1"), as
+ * records compare addresses as text; *ret in host byte order.
+ */
+int parse_ipv4(const char *s, uint32_t *ret);
+/* Writes a host-order address as a dotted quad. */
+#define IPV4_STRLEN 16
+char *format_ipv4(uint32_t addr, char buf[static IPV4_STRLEN]);
+/*
+ * "a.b.c.d/n" with n in [min_prefix, max_prefix] and no host bits set (a network, not an
+ * address in it). -EINVAL for the form, -ERANGE for the prefix, -EADDRNOTAVAIL for host bits.
+ */
+int parse_ipv4_network(const char *s, unsigned min_prefix, unsigned max_prefix, uint32_t *ret,
+                       unsigned *ret_prefix);
+/*
+ * A network interface name the kernel takes: 1..IFNAME_MAX bytes of printable ASCII without
+ * white space, '/' or ':', and not "." or "..".
+ */
+#define IFNAME_MAX 15 /* IFNAMSIZ less the NUL */
+bool ifname_is_valid(const char *s);
+/* "<lo>-<hi>", 1 <= lo <= hi <= 65535. -EINVAL, -ERANGE. */
+int parse_port_range(const char *s, uint16_t *ret_lo, uint16_t *ret_hi);
+/*
  * QEMU's rule for ids and node names (-chardev id=, -blockdev node-name=, -netdev id=): a letter,
  * then letters, digits, '-', '.' and '_', at most 31 in all. Such a name needs no escaping in a
  * keyval option (VMM-2).
  */
 bool qemu_id_is_valid(const char *s);
+/* INST-3's ids, for instances and volumes: 20 characters of [a-z0-9] from getrandom(). */
+#define RANDOM_ID_LEN 20
+int random_id_generate(char ret[static RANDOM_ID_LEN + 1]);
+bool random_id_is_valid(const char *id);
+/* INST-4's pattern, for the names of instances, images and volumes and a guest's host name
+ * (SEED-1):
+ * ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ */
+#define RESOURCE_NAME_MAX 63
+bool resource_name_is_valid(const char *name);
+/* INST-6's form of a host path: absolute, at most HOST_PATH_MAX bytes, no "." or ".."
+ * component. */
+#define HOST_PATH_MAX 4096
+bool host_path_form_is_valid(const char *path);
 
 /* Durations in nanoseconds. */
 typedef uint64_t nsec_t;
@@ -450,6 +483,13 @@ const char *file_strerror(int r);
  * Returns the descriptor.
  */
 int openat_beneath(int dirfd, const char *path, int flags);
+
+/*
+ * Deletes dirfd/name and, for a directory, everything below it: never through a symlink (a link
+ * is removed as itself), never into another filesystem (-EXDEV), at most 32 levels deep (-ELOOP).
+ * A name that is gone already is no failure; name must be a single component (-EINVAL).
+ */
+int tree_delete_at(int dirfd, const char *name, char **error);
 
 /* Writes all of buf, retrying short writes and EINTR. */
 int write_all(int fd, const void *buf, size_t size);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 #include "base.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -191,4 +192,82 @@ int write_file_atomic_at(int dirfd, const char *name, const void *buf, size_t si
         if (r < 0)
                 return fail_at(WRITE_STEP_SYNC_DIR, failed_step, r);
         return 0;
+}
+
+/* ---- trees (INST-20, DISK-4) ------------------------------------------------------------------
+ */
+
+#define TREE_DEPTH_MAX 32
+
+static int tree_failed(char **error, int r, const char *path)
+{
+        _cleanup_free_ char *shown = escape_text(path, strlen(path), SIZE_MAX, ESCAPE_UTF8);
+        if (!shown)
+                return error_set_oom(error);
+        return error_set(error, r, "delete %s: %s", shown, strerror(-r));
+}
+
+/* Deletes name below parent, whose device is dev; path names it in messages. */
+static int tree_delete(int parent, const char *name, const char *path, dev_t dev, unsigned depth,
+                       char **error)
+{
+        struct stat st;
+        if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : tree_failed(error, negative_errno(), path);
+
+        /* A symlink is removed as itself, whatever it points to. */
+        if (!S_ISDIR(st.st_mode)) {
+                if (unlinkat(parent, name, 0) < 0 && errno != ENOENT)
+                        return tree_failed(error, negative_errno(), path);
+                return 0;
+        }
+        /* Another filesystem mounted in the tree is not ours to empty. */
+        if (st.st_dev != dev)
+                return error_set(error, -EXDEV, "delete %s: a mount point", path);
+        if (depth >= TREE_DEPTH_MAX)
+                return error_set(error, -ELOOP, "delete %s: nested deeper than %d directories",
+                                 path, TREE_DEPTH_MAX);
+
+        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : tree_failed(error, negative_errno(), path);
+        _cleanup_closedir_ DIR *d = fdopendir(fd);
+        if (!d) {
+                int r = negative_errno();
+                close(fd);
+                return tree_failed(error, r, path);
+        }
+
+        for (;;) {
+                errno = 0;
+                struct dirent *de = readdir(d);
+                if (!de) {
+                        if (errno != 0)
+                                return tree_failed(error, negative_errno(), path);
+                        break;
+                }
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                _cleanup_free_ char *child = NULL;
+                if (strprintf(&child, "%s/%s", path, de->d_name) < 0)
+                        return error_set_oom(error);
+                int r = tree_delete(dirfd(d), de->d_name, child, st.st_dev, depth + 1, error);
+                if (r < 0)
+                        return r;
+        }
+
+        if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                return tree_failed(error, negative_errno(), path);
+        return 0;
+}
+
+int tree_delete_at(int dirfd, const char *name, char **error)
+{
+        if (!name[0] || strchr(name, '/') || streq(name, ".") || streq(name, ".."))
+                return error_set(error, -EINVAL, "delete: %s is not a name in the directory",
+                                 name[0] ? name : "\"\"");
+        struct stat st;
+        if (fstat(dirfd, &st) < 0)
+                return tree_failed(error, negative_errno(), name);
+        return tree_delete(dirfd, name, name, st.st_dev, 0, error);
 }

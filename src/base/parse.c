@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
+#include <arpa/inet.h>
+#include <stdio.h>
+
 #include "base.h"
+
+#include <sys/random.h>
 
 static bool is_digit(char c)
 {
@@ -148,6 +153,83 @@ bool mac_address_is_valid(const char *s)
         return true;
 }
 
+int parse_ipv4(const char *s, uint32_t *ret)
+{
+        struct in_addr a;
+        char again[INET_ADDRSTRLEN];
+        if (!s || inet_pton(AF_INET, s, &a) != 1 || !inet_ntop(AF_INET, &a, again, sizeof again) ||
+            !streq(again, s))
+                return -EINVAL;
+        *ret = ntohl(a.s_addr);
+        return 0;
+}
+
+char *format_ipv4(uint32_t addr, char buf[static IPV4_STRLEN])
+{
+        snprintf(buf, IPV4_STRLEN, "%u.%u.%u.%u", addr >> 24, (addr >> 16) & 0xff,
+                 (addr >> 8) & 0xff, addr & 0xff);
+        return buf;
+}
+
+int parse_ipv4_network(const char *s, unsigned min_prefix, unsigned max_prefix, uint32_t *ret,
+                       unsigned *ret_prefix)
+{
+        const char *slash = s ? strchr(s, '/') : NULL;
+        if (!slash || (size_t)(slash - s) >= IPV4_STRLEN)
+                return -EINVAL;
+        char addr[IPV4_STRLEN];
+        memcpy(addr, s, (size_t)(slash - s));
+        addr[slash - s] = 0;
+        uint32_t a, prefix;
+        if (parse_ipv4(addr, &a) < 0 || parse_uint32(slash + 1, &prefix) < 0 ||
+            (slash[1] == '0' && slash[2]))
+                return -EINVAL;
+        if (prefix < min_prefix || prefix > max_prefix || prefix > 32)
+                return -ERANGE;
+        uint32_t host_mask = prefix == 0 ? UINT32_MAX : prefix == 32 ? 0 : UINT32_MAX >> prefix;
+        if (a & host_mask)
+                return -EADDRNOTAVAIL;
+        *ret = a;
+        *ret_prefix = prefix;
+        return 0;
+}
+
+bool ifname_is_valid(const char *s)
+{
+        size_t n = s ? strlen(s) : 0;
+        if (n == 0 || n > IFNAME_MAX || streq(s, ".") || streq(s, ".."))
+                return false;
+        for (const char *c = s; *c; c++)
+                if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f || *c == '/' ||
+                    *c == ':')
+                        return false;
+        return true;
+}
+
+int parse_port_range(const char *s, uint16_t *ret_lo, uint16_t *ret_hi)
+{
+        const char *dash = s ? strchr(s, '-') : NULL;
+        if (!dash || dash == s || (size_t)(dash - s) > 5)
+                return -EINVAL;
+        char lo_s[6];
+        memcpy(lo_s, s, (size_t)(dash - s));
+        lo_s[dash - s] = 0;
+        uint64_t lo, hi;
+        int r = parse_uint64_range(lo_s, 1, UINT16_MAX, &lo);
+        if (r >= 0)
+                r = parse_uint64_range(dash + 1, 1, UINT16_MAX, &hi);
+        if (r < 0)
+                return r;
+        /* Leading zeros would give one range two spellings. */
+        if (lo_s[0] == '0' || dash[1] == '0')
+                return -EINVAL;
+        if (lo > hi)
+                return -ERANGE;
+        *ret_lo = (uint16_t)lo;
+        *ret_hi = (uint16_t)hi;
+        return 0;
+}
+
 static bool is_ascii_letter(char c)
 {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
@@ -162,6 +244,76 @@ bool qemu_id_is_valid(const char *s)
                 if (!is_ascii_letter(*p) && !(*p >= '0' && *p <= '9') && *p != '-' && *p != '.' &&
                     *p != '_')
                         return false;
+        return true;
+}
+
+int random_id_generate(char ret[static RANDOM_ID_LEN + 1])
+{
+        static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+        /*
+         * 252 is the largest multiple of 36 that fits a byte: bytes at or above it are dropped,
+         * so that byte % 36 gives every character the same chance (no modulo bias).
+         */
+        const unsigned n_alphabet = sizeof alphabet - 1, limit = 256 / n_alphabet * n_alphabet;
+        char id[RANDOM_ID_LEN + 1];
+        size_t n = 0;
+
+        while (n < RANDOM_ID_LEN) {
+                uint8_t buf[32];
+                ssize_t k = getrandom(buf, sizeof buf, 0);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                if (k == 0)
+                        return -EIO;
+                for (ssize_t i = 0; i < k && n < RANDOM_ID_LEN; i++)
+                        if (buf[i] < limit)
+                                id[n++] = alphabet[buf[i] % n_alphabet];
+        }
+        id[n] = 0;
+        memcpy(ret, id, sizeof id);
+        return 0;
+}
+
+bool random_id_is_valid(const char *id)
+{
+        size_t n = 0;
+        for (; id && id[n]; n++)
+                if (n >= RANDOM_ID_LEN ||
+                    !((id[n] >= 'a' && id[n] <= 'z') || (id[n] >= '0' && id[n] <= '9')))
+                        return false;
+        return id && n == RANDOM_ID_LEN;
+}
+
+bool resource_name_is_valid(const char *name)
+{
+        size_t n = name ? strlen(name) : 0;
+        if (n == 0 || n > RESOURCE_NAME_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                bool alnum =
+                    (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9');
+                if (!alnum && (name[i] != '-' || i == 0 || i == n - 1))
+                        return false;
+        }
+        return true;
+}
+
+bool host_path_form_is_valid(const char *path)
+{
+        size_t n = path ? strlen(path) : 0;
+        if (n == 0 || n > HOST_PATH_MAX || path[0] != '/')
+                return false;
+        for (const char *c = path; *c;) {
+                while (*c == '/')
+                        c++;
+                size_t len = strcspn(c, "/");
+                if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+                        return false;
+                c += len;
+        }
         return true;
 }
 

@@ -95,19 +95,6 @@ int strv_copy(char *const *strv, char ***ret)
         return 0;
 }
 
-bool dns_label_is_valid(const char *s)
-{
-        size_t n = s ? strlen(s) : 0;
-        if (n == 0 || n > DNS_LABEL_MAX)
-                return false;
-        for (size_t i = 0; i < n; i++) {
-                bool alnum = (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9');
-                if (!alnum && (s[i] != '-' || i == 0 || i == n - 1))
-                        return false;
-        }
-        return true;
-}
-
 bool utf8_is_valid(const char *s, size_t n)
 {
         const unsigned char *p = (const unsigned char *)s;

@@ -93,8 +93,7 @@ void claimer_maybe_start_discovery(Claimer *cl)
         cl->stats.discoveries++;
 }
 
-/* ---- waiting (PLACE-7, PLACE-8, PLACE-9, PLACE-10)
- * ----------------------------------------------------------------- */
+/* ---- waiting (PLACE-7, PLACE-8, PLACE-9, PLACE-10) ------------------------------------------ */
 
 static int pairs_add(Pair **pairs, size_t *n, const char *pf, uint32_t type)
 {

@@ -16,15 +16,17 @@
 /* ---- the key table -------------------------------------------------------------------------- */
 
 typedef enum KeyKind {
-        KIND_SECTION,   /* a nested mapping: "gpu", "gpu.breaker" */
-        KIND_STRING,    /* char *, checked by a StringRule */
-        KIND_PATH_LIST, /* char **, directories */
-        KIND_UINT,      /* unsigned */
-        KIND_UINT64,    /* uint64_t */
-        KIND_DURATION,  /* nsec_t */
-        KIND_BOOL,      /* bool */
-        KIND_ENUM,      /* an int-sized enum */
-        KIND_MODE,      /* mode_t */
+        KIND_SECTION,  /* a nested mapping: "gpu", "gpu.breaker" */
+        KIND_STRING,   /* char *, checked by a StringRule */
+        KIND_LIST,     /* char **, each item checked by the key's rule; at least .min items */
+        KIND_UINT,     /* unsigned */
+        KIND_UINT64,   /* uint64_t */
+        KIND_DURATION, /* nsec_t */
+        KIND_BOOL,     /* bool */
+        KIND_ENUM,     /* an int-sized enum */
+        KIND_MODE,     /* mode_t */
+        KIND_SIZE,     /* uint64_t bytes: digits with an optional B, KiB, MiB, GiB or TiB */
+        KIND_MIN_FREE, /* ConfigMinFree: "<0..99>%" or a size */
 } KeyKind;
 
 typedef enum StringRule {
@@ -38,6 +40,9 @@ typedef enum StringRule {
         RULE_HOST_NAME,   /* letters, digits, '-', '.', '_' (FLEET-2's provider names), or empty */
         RULE_TOKEN,       /* printable ASCII without spaces, or empty */
         RULE_PATH_OR_EMPTY, /* absolute, or empty */
+        RULE_IFNAME,        /* an interface name the kernel takes (NET-1, NET-4) */
+        RULE_SUBNET,        /* IPv4 CIDR /16../29 without host bits (network.nat.subnet) */
+        RULE_PORT_RANGE,    /* "<lo>-<hi>", 1 <= lo <= hi <= 65535 */
 } StringRule;
 
 typedef struct EnumValue {
@@ -67,7 +72,12 @@ _Static_assert(sizeof(ConfigPlacementAuth) == sizeof(int), "enums are stored as 
 /* Field lists for the table below; each entry is {KIND(...)}. */
 #define SECTION(n) .name = n, .kind = KIND_SECTION
 #define STRING(n, f, r) .name = n, .kind = KIND_STRING, .offset = FIELD(f, char *), .rule = r
-#define PATH_LIST(n, f) .name = n, .kind = KIND_PATH_LIST, .offset = FIELD(f, char **)
+#define PATH_LIST(n, f)                                                                    \
+        .name = n, .kind = KIND_LIST, .offset = FIELD(f, char **), .rule = RULE_DIRECTORY, \
+        .min = 1, .max = CONFIG_IMAGE_DIRS_MAX
+#define NAME_LIST(n, f, hi)                                                                       \
+        .name = n, .kind = KIND_LIST, .offset = FIELD(f, char **), .rule = RULE_IFNAME, .min = 0, \
+        .max = hi
 #define UINT(n, f, lo, hi) \
         .name = n, .kind = KIND_UINT, .offset = FIELD(f, unsigned), .min = lo, .max = hi
 #define UINT64(n, f, lo, hi) \
@@ -79,6 +89,9 @@ _Static_assert(sizeof(ConfigPlacementAuth) == sizeof(int), "enums are stored as 
         .name = n, .kind = KIND_ENUM, .offset = FIELD(f, type), .values = v, \
         .n_values = ELEMENTSOF(v)
 #define MODE(n, f) .name = n, .kind = KIND_MODE, .offset = FIELD(f, mode_t), .max = 0777
+#define SIZE(n, f, lo, hi) \
+        .name = n, .kind = KIND_SIZE, .offset = FIELD(f, uint64_t), .min = lo, .max = hi
+#define MIN_FREE(n, f) .name = n, .kind = KIND_MIN_FREE, .offset = FIELD(f, ConfigMinFree)
 
 static const EnumValue qemu_accels[] = {
     {"auto", CONFIG_QEMU_ACCEL_AUTO},
@@ -94,6 +107,12 @@ static const EnumValue placement_policies[] = {
 static const EnumValue placement_auths[] = {
     {"noauth", CONFIG_PLACEMENT_AUTH_NOAUTH},
     {"keystone", CONFIG_PLACEMENT_AUTH_KEYSTONE},
+};
+
+static const EnumValue network_modes[] = {
+    {"nat", CONFIG_NETWORK_MODE_NAT},
+    {"bridge", CONFIG_NETWORK_MODE_BRIDGE},
+    {"none", CONFIG_NETWORK_MODE_NONE},
 };
 
 static const EnumValue log_levels[] = {
@@ -124,6 +143,11 @@ static const ConfigKey config_keys[] = {
     {DURATION("vmm.boot_timeout", vmm.boot_timeout, NSEC_PER_SEC, 10 * NSEC_PER_MIN)},
     {DURATION("vmm.stop_timeout", vmm.stop_timeout, NSEC_PER_SEC, 10 * NSEC_PER_MIN)},
     {UINT64("vmm.console_max_bytes", vmm.console_max_bytes, 65536, 1073741824)},
+    {SECTION("storage")},
+    {MIN_FREE("storage.min_free", storage.min_free)},
+    {SIZE("storage.max_image_size", storage.max_image_size, UINT64_C(1) << 20, UINT64_C(1) << 50)},
+    {UINT("storage.max_disk_gb", storage.max_disk_gb, 1, 65536)},
+    {STRING("storage.qemu_img_binary", storage.qemu_img_binary, RULE_PATH)},
     {SECTION("gpu")},
     {UINT("gpu.vf_quarantine_threshold", gpu.vf_quarantine_threshold, 1, 64)},
     {ENUM("gpu.placement_policy", gpu.placement_policy, PlacementPolicy, placement_policies)},
@@ -155,6 +179,17 @@ static const ConfigKey config_keys[] = {
             placement.keystone.application_credential_id, RULE_TOKEN)},
     {STRING("placement.keystone.application_credential_secret_file",
             placement.keystone.application_credential_secret_file, RULE_PATH_OR_EMPTY)},
+    /* NET-1, NET-4..6: after placement, so that each area's keys stay together. */
+    {SECTION("network")},
+    {ENUM("network.default_mode", network.default_mode, ConfigNetworkMode, network_modes)},
+    {NAME_LIST("network.bridges", network.bridges, CONFIG_BRIDGES_MAX)},
+    {STRING("network.dnsmasq_binary", network.dnsmasq_binary, RULE_PATH)},
+    {SECTION("network.nat")},
+    {BOOL("network.nat.enabled", network.nat.enabled)},
+    {STRING("network.nat.bridge", network.nat.bridge, RULE_IFNAME)},
+    {STRING("network.nat.subnet", network.nat.subnet, RULE_SUBNET)},
+    {BOOL("network.nat.isolate", network.nat.isolate)},
+    {STRING("network.nat.port_range", network.nat.port_range, RULE_PORT_RANGE)},
 };
 
 #define N_KEYS ELEMENTSOF(config_keys)
@@ -186,6 +221,51 @@ static const char *enum_name(const EnumValue *values, size_t n, int value)
         return NULL;
 }
 
+/* ---- sizes (storage.*) ---------------------------------------------------------------------- */
+
+#define SIZE_STRLEN 24
+
+static const struct {
+        const char *suffix;
+        unsigned shift;
+} size_units[] = {{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}, {"", 0}};
+
+/* Digits (no leading zero) and an optional binary unit: "2TiB", "512MiB", "1048576". */
+static int parse_size(const char *s, uint64_t *ret)
+{
+        size_t digits = strspn(s, "0123456789");
+        if (digits == 0 || (s[0] == '0' && digits > 1))
+                return -EINVAL;
+        for (size_t i = 0; i < ELEMENTSOF(size_units); i++) {
+                if (!streq(s + digits, size_units[i].suffix))
+                        continue;
+                _cleanup_free_ char *number = strndup(s, digits);
+                uint64_t n;
+                if (!number)
+                        return -ENOMEM;
+                if (parse_uint64(number, &n) < 0 || n > (UINT64_MAX >> size_units[i].shift))
+                        return -ERANGE;
+                *ret = n << size_units[i].shift;
+                return 0;
+        }
+        return -EINVAL;
+}
+
+/* The largest unit that states bytes exactly. */
+static char *format_size(uint64_t bytes, char buf[static SIZE_STRLEN])
+{
+        for (size_t i = 0; i < ELEMENTSOF(size_units); i++) {
+                uint64_t unit = UINT64_C(1) << size_units[i].shift;
+                if (bytes != 0 && bytes % unit == 0) {
+                        snprintf(buf, SIZE_STRLEN, "%" PRIu64 "%s", bytes / unit,
+                                 size_units[i].suffix);
+                        return buf;
+                }
+        }
+        snprintf(buf, SIZE_STRLEN, "%" PRIu64, bytes);
+        return buf;
+}
+
 const char *config_qemu_accel_to_string(ConfigQemuAccel a)
 {
         return enum_name(qemu_accels, ELEMENTSOF(qemu_accels), (int)a);
@@ -201,6 +281,18 @@ const char *config_placement_auth_to_string(ConfigPlacementAuth a)
         return enum_name(placement_auths, ELEMENTSOF(placement_auths), (int)a);
 }
 
+const char *config_network_mode_to_string(ConfigNetworkMode m)
+{
+        return enum_name(network_modes, ELEMENTSOF(network_modes), (int)m);
+}
+
+ConfigNetworkMode config_network_default_mode(const Config *c)
+{
+        if (c->network.default_mode == CONFIG_NETWORK_MODE_NAT && !c->network.nat.enabled)
+                return CONFIG_NETWORK_MODE_NONE;
+        return c->network.default_mode;
+}
+
 /* ---- life cycle ----------------------------------------------------------------------------- */
 
 void config_done(Config *c)
@@ -209,20 +301,20 @@ void config_done(Config *c)
                 const ConfigKey *k = &config_keys[i];
                 if (k->kind == KIND_STRING)
                         freep(key_field(c, k));
-                else if (k->kind == KIND_PATH_LIST)
+                else if (k->kind == KIND_LIST)
                         strv_freep(key_field(c, k));
         }
         *c = (Config){};
 }
 
-/* [<data_dir>/images], the image_dirs that follow data_dir until image_dirs is set. */
+/* [<data_dir>/import], the image_dirs that follow data_dir until image_dirs is set (DISK-1). */
 static int image_dirs_for_data_dir(const char *data_dir, char ***ret)
 {
         _cleanup_strv_free_ char **dirs = NULL;
         _cleanup_free_ char *images = NULL;
 
         /* "/" is the one directory path that keeps its trailing slash. */
-        if (strprintf(&images, "%s/images", streq(data_dir, "/") ? "" : data_dir) < 0)
+        if (strprintf(&images, "%s/import", streq(data_dir, "/") ? "" : data_dir) < 0)
                 return -ENOMEM;
         if (strv_push(&dirs, images) < 0)
                 return -ENOMEM;
@@ -246,11 +338,16 @@ int config_init_defaults(Config *ret)
             {offsetof(Config, proc_root), "/proc"},
             {offsetof(Config, nvml_library), "libnvidia-ml.so.1"},
             {offsetof(Config, qemu_binary), "/usr/bin/qemu-system-x86_64"},
+            {offsetof(Config, storage.qemu_img_binary), "/usr/bin/qemu-img"},
             {offsetof(Config, placement.url), ""},
             {offsetof(Config, placement.host_name), ""},
             {offsetof(Config, placement.keystone.auth_url), ""},
             {offsetof(Config, placement.keystone.application_credential_id), ""},
             {offsetof(Config, placement.keystone.application_credential_secret_file), ""},
+            {offsetof(Config, network.dnsmasq_binary), "/usr/sbin/dnsmasq"},
+            {offsetof(Config, network.nat.bridge), "vgpud0"},
+            {offsetof(Config, network.nat.subnet), "10.233.0.0/24"},
+            {offsetof(Config, network.nat.port_range), "20000-29999"},
         };
         _cleanup_(config_done) Config c = {
             .unix_socket_mode = 0600,
@@ -261,6 +358,12 @@ int config_init_defaults(Config *ret)
                     .boot_timeout = 30 * NSEC_PER_SEC,
                     .stop_timeout = 30 * NSEC_PER_SEC,
                     .console_max_bytes = 16777216,
+                },
+            .storage =
+                {
+                    .min_free = {.percent = 5},
+                    .max_image_size = UINT64_C(2) << 40,
+                    .max_disk_gb = 4096,
                 },
             .gpu =
                 {
@@ -287,6 +390,11 @@ int config_init_defaults(Config *ret)
                     .auth = CONFIG_PLACEMENT_AUTH_NOAUTH,
                     .sync_interval = 30 * NSEC_PER_SEC,
                     .orphan_grace = 10 * NSEC_PER_MIN,
+                },
+            .network =
+                {
+                    .default_mode = CONFIG_NETWORK_MODE_NAT,
+                    .nat = {.enabled = true, .isolate = true},
                 },
         };
 
@@ -317,7 +425,7 @@ int config_copy(const Config *c, Config *ret)
 
         /* First forget the borrowed pointers, so a failure half way frees only the copies. */
         for (size_t i = 0; i < N_KEYS; i++)
-                if (config_keys[i].kind == KIND_STRING || config_keys[i].kind == KIND_PATH_LIST)
+                if (config_keys[i].kind == KIND_STRING || config_keys[i].kind == KIND_LIST)
                         *(void **)key_field(&t, &config_keys[i]) = NULL;
 
         for (size_t i = 0; i < N_KEYS; i++) {
@@ -326,7 +434,7 @@ int config_copy(const Config *c, Config *ret)
                         const char *s = *(char *const *)key_field_const(c, k);
                         if (s && !(*(char **)key_field(&t, k) = strdup(s)))
                                 return -ENOMEM;
-                } else if (k->kind == KIND_PATH_LIST) {
+                } else if (k->kind == KIND_LIST) {
                         char *const *strv = *(char **const *)key_field_const(c, k);
                         if (strv && list_copy(strv, key_field(&t, k)) < 0)
                                 return -ENOMEM;
@@ -476,6 +584,18 @@ static bool string_is_valid(StringRule rule, const char *s)
                 return n <= CONFIG_CREDENTIAL_ID_MAX && printable_without_spaces(s);
         case RULE_PATH_OR_EMPTY:
                 return n == 0 || absolute;
+        case RULE_IFNAME:
+                return ifname_is_valid(s);
+        case RULE_SUBNET: {
+                uint32_t network;
+                unsigned prefix;
+                return parse_ipv4_network(s, CONFIG_SUBNET_PREFIX_MIN, CONFIG_SUBNET_PREFIX_MAX,
+                                          &network, &prefix) >= 0;
+        }
+        case RULE_PORT_RANGE: {
+                uint16_t lo, hi;
+                return parse_port_range(s, &lo, &hi) >= 0;
+        }
         }
         return false;
 }
@@ -548,10 +668,30 @@ static void key_describe(const ConfigKey *k, char *buf, size_t size)
                 case RULE_PATH_OR_EMPTY:
                         snprintf(buf, size, "an absolute path, or empty");
                         return;
+                case RULE_IFNAME:
+                        snprintf(buf, size,
+                                 "an interface name (1 to %d bytes, no '/', ':' or "
+                                 "white space)",
+                                 IFNAME_MAX);
+                        return;
+                case RULE_SUBNET:
+                        snprintf(buf, size,
+                                 "an IPv4 network a.b.c.d/n with n between %d and %d "
+                                 "and no host bits set",
+                                 CONFIG_SUBNET_PREFIX_MIN, CONFIG_SUBNET_PREFIX_MAX);
+                        return;
+                case RULE_PORT_RANGE:
+                        snprintf(buf, size, "<lo>-<hi> with 1 <= lo <= hi <= 65535");
+                        return;
                 }
                 break;
-        case KIND_PATH_LIST:
-                snprintf(buf, size, "a list of 1 to %d absolute paths", CONFIG_IMAGE_DIRS_MAX);
+        case KIND_LIST:
+                if (k->rule == RULE_IFNAME)
+                        snprintf(buf, size, "a list of at most %" PRIu64 " interface names",
+                                 k->max);
+                else
+                        snprintf(buf, size, "a list of %" PRIu64 " to %" PRIu64 " absolute paths",
+                                 k->min, k->max);
                 return;
         case KIND_UINT:
         case KIND_UINT64:
@@ -573,6 +713,13 @@ static void key_describe(const ConfigKey *k, char *buf, size_t size)
         }
         case KIND_MODE:
                 snprintf(buf, size, "an octal mode from 0000 to 0777");
+                return;
+        case KIND_SIZE:
+                snprintf(buf, size, "a size between %s and %s", format_size(k->min, lo),
+                         format_size(k->max, hi));
+                return;
+        case KIND_MIN_FREE:
+                snprintf(buf, size, "a percentage from 0%% to 99%%, or a size");
                 return;
         }
         snprintf(buf, size, "a valid value");
@@ -817,7 +964,7 @@ static int loader_value_error(Loader *l, const ConfigKey *k, const yaml_event_t 
         return loader_error(l, node->start_mark, "%s must be %s, got %s", k->name, what, got);
 }
 
-/* Stores a string, keeping image_dirs on <data_dir>/images until image_dirs is set. */
+/* Stores a string, keeping image_dirs on <data_dir>/import until image_dirs is set. */
 static int config_store_string(Config *c, const ConfigKey *k, char *s)
 {
         _cleanup_free_ char *value = s;
@@ -895,8 +1042,32 @@ static int apply_scalar(Loader *l, Config *c, const ConfigKey *k, const yaml_eve
                         return loader_value_error(l, k, node, NULL);
                 *(mode_t *)field = (mode_t)strtoul(v, NULL, 8);
                 return 0;
+        case KIND_SIZE: {
+                uint64_t bytes;
+                if (parse_size(v, &bytes) < 0 || bytes < k->min || bytes > k->max)
+                        return loader_value_error(l, k, node, NULL);
+                *(uint64_t *)field = bytes;
+                return 0;
+        }
+        case KIND_MIN_FREE: {
+                ConfigMinFree m = {0};
+                size_t n = strlen(v);
+                uint64_t u;
+                if (n >= 2 && v[n - 1] == '%') {
+                        _cleanup_free_ char *digits = strndup(v, n - 1);
+                        if (!digits)
+                                return oom(l);
+                        if ((digits[0] == '0' && digits[1]) ||
+                            parse_uint64_range(digits, 0, 99, &u) < 0)
+                                return loader_value_error(l, k, node, NULL);
+                        m.percent = (unsigned)u;
+                } else if (parse_size(v, &m.bytes) < 0 || m.bytes == 0)
+                        return loader_value_error(l, k, node, NULL);
+                *(ConfigMinFree *)field = m;
+                return 0;
+        }
         case KIND_SECTION:
-        case KIND_PATH_LIST:
+        case KIND_LIST:
                 break;
         }
         return loader_value_error(l, k, node, NULL);
@@ -919,30 +1090,34 @@ static int apply_path_list(Loader *l, Config *c, const ConfigKey *k, const yaml_
                 if (item.type == YAML_SEQUENCE_END_EVENT)
                         break;
                 if (item.type != YAML_SCALAR_EVENT || scalar_has_nul(&item) ||
-                    plain_is_not_string(&item) || n == CONFIG_IMAGE_DIRS_MAX)
+                    plain_is_not_string(&item) || n == k->max)
                         return loader_value_error(l, k, &item, NULL);
-                if (string_normalize(RULE_DIRECTORY, (const char *)item.data.scalar.value, &s) < 0)
+                if (string_normalize(k->rule, (const char *)item.data.scalar.value, &s) < 0)
                         return oom(l);
-                if (!string_is_valid(RULE_DIRECTORY, s))
+                if (!string_is_valid(k->rule, s))
                         return loader_value_error(l, k, &item, NULL);
                 if (strv_push(&dirs, s) < 0)
                         return oom(l);
                 n++;
         }
-        if (n == 0)
+        if (n < k->min)
                 return loader_value_error(l, k, node, "an empty list");
+        /* An empty list is a list, not "unset". */
+        if (!dirs && !(dirs = calloc(1, sizeof(char *))))
+                return oom(l);
 
         char ***field = key_field(c, k);
         strv_freep(field);
         *field = TAKE_PTR(dirs);
-        c->image_dirs_set = true;
+        if (streq(k->name, "image_dirs"))
+                c->image_dirs_set = true;
         return 0;
 }
 
 /* Applies the value node that starts with node (a scalar, or a sequence for a list key). */
 static int apply_node(Loader *l, Config *c, const ConfigKey *k, const yaml_event_t *node)
 {
-        if (k->kind == KIND_PATH_LIST)
+        if (k->kind == KIND_LIST)
                 return apply_path_list(l, c, k, node);
         if (node->type != YAML_SCALAR_EVENT)
                 return loader_value_error(l, k, node, NULL);
@@ -1216,12 +1391,12 @@ int config_check_paths(const Config *c, char **error)
                                 v = "";
                         if (!string_is_valid(k->rule, v))
                                 return stored_value_error(k, v, error);
-                } else if (k->kind == KIND_PATH_LIST) {
+                } else if (k->kind == KIND_LIST) {
                         char *const *dirs = *(char **const *)key_field_const(c, k);
-                        if (!dirs || !dirs[0])
+                        if (strv_length(dirs) < k->min || strv_length(dirs) > k->max)
                                 return stored_value_error(k, NULL, error);
-                        for (size_t j = 0; dirs[j]; j++)
-                                if (!string_is_valid(RULE_DIRECTORY, dirs[j]))
+                        for (size_t j = 0; dirs && dirs[j]; j++)
+                                if (!string_is_valid(k->rule, dirs[j]))
                                         return stored_value_error(k, dirs[j], error);
                 }
         }
@@ -1322,7 +1497,7 @@ static int emit_value(Emitter *e, const Config *c, const ConfigKey *k)
                 const char *v = *(char *const *)field;
                 return emit_scalar(e, v ? v : "", true);
         }
-        case KIND_PATH_LIST: {
+        case KIND_LIST: {
                 yaml_event_t ev;
                 int ok = yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1,
                                                               YAML_BLOCK_SEQUENCE_STYLE);
@@ -1353,6 +1528,15 @@ static int emit_value(Emitter *e, const Config *c, const ConfigKey *k)
         case KIND_MODE:
                 snprintf(buf, sizeof buf, "%04o", (unsigned)*(const mode_t *)field);
                 return emit_scalar(e, buf, false);
+        case KIND_SIZE:
+                return emit_scalar(e, format_size(*(const uint64_t *)field, buf), false);
+        case KIND_MIN_FREE: {
+                const ConfigMinFree *m = field;
+                if (m->bytes)
+                        return emit_scalar(e, format_size(m->bytes, buf), false);
+                snprintf(buf, sizeof buf, "%u%%", m->percent);
+                return emit_scalar(e, buf, false);
+        }
         case KIND_SECTION:
                 break;
         }

@@ -120,6 +120,49 @@ typedef struct ConfigPlacement {
         ConfigKeystone keystone;
 } ConfigPlacement;
 
+/* storage.min_free (DISK-10): a share of the filesystem or a number of bytes. */
+typedef struct ConfigMinFree {
+        unsigned percent; /* 0..99; used when bytes is 0 */
+        uint64_t bytes;
+} ConfigMinFree;
+
+/* Disks (SPEC §19). */
+typedef struct ConfigStorage {
+        ConfigMinFree min_free;  /* default 5% */
+        uint64_t max_image_size; /* bytes, 1MiB..1PiB, default 2TiB (DISK-3) */
+        unsigned max_disk_gb;    /* 1..65536, default 4096 (DISK-5, DISK-7) */
+        char *qemu_img_binary;   /* absolute path, default /usr/bin/qemu-img */
+} ConfigStorage;
+/* network.default_mode (NET-1). */
+typedef enum ConfigNetworkMode {
+        CONFIG_NETWORK_MODE_NAT,
+        CONFIG_NETWORK_MODE_BRIDGE,
+        CONFIG_NETWORK_MODE_NONE,
+} ConfigNetworkMode;
+
+/* network.nat.subnet's prefix lengths (CFG-3). */
+#define CONFIG_SUBNET_PREFIX_MIN 16
+#define CONFIG_SUBNET_PREFIX_MAX 29
+
+/* Bounds on network.bridges, so a hostile file cannot make the list grow without end (GEN-5). */
+#define CONFIG_BRIDGES_MAX 64
+
+/* network.nat.* (NET-4..6): the bridge, subnet and rules vgpud owns. */
+typedef struct ConfigNat {
+        bool enabled;     /* default true */
+        char *bridge;     /* an interface name, default "vgpud0" */
+        char *subnet;     /* IPv4 CIDR /16../29 without host bits, default "10.233.0.0/24" */
+        bool isolate;     /* default true: guests never reach each other */
+        char *port_range; /* "<lo>-<hi>", default "20000-29999" */
+} ConfigNat;
+
+typedef struct ConfigNetwork {
+        ConfigNetworkMode default_mode; /* default nat; see config_network_default_mode() */
+        char **bridges;                 /* interface names, NULL-terminated; may be empty */
+        ConfigNat nat;
+        char *dnsmasq_binary; /* absolute path, default /usr/sbin/dnsmasq */
+} ConfigNetwork;
+
 /*
  * Every key of CFG-3. Strings are owned by the Config and never NULL once it is initialised;
  * "" means "disabled" where CFG-3 allows empty (listen, unix_socket, nvml_library). Directory
@@ -140,14 +183,17 @@ typedef struct Config {
         ConfigQemuAccel qemu_accel;
         /*
          * NULL-terminated, 1..CONFIG_IMAGE_DIRS_MAX entries. Until image_dirs is set, it
-         * follows data_dir as [<data_dir>/images]; image_dirs_set says it was set.
+         * follows data_dir as [<data_dir>/import] (DISK-1: never inside the image store);
+         * image_dirs_set says it was set.
          */
         char **image_dirs;
         bool image_dirs_set;
         int log_level; /* LOG_LEVEL_ERR..LOG_LEVEL_DEBUG */
         ConfigVmm vmm;
+        ConfigStorage storage;
         ConfigGpu gpu;
         ConfigPlacement placement;
+        ConfigNetwork network;
 } Config;
 
 /* Fills *ret with the CFG-3 defaults. -ENOMEM. */
@@ -230,3 +276,10 @@ bool config_runtime_dir_is_valid(const char *path);
 const char *config_qemu_accel_to_string(ConfigQemuAccel a);
 const char *placement_policy_to_string(PlacementPolicy p);
 const char *config_placement_auth_to_string(ConfigPlacementAuth a);
+const char *config_network_mode_to_string(ConfigNetworkMode m);
+
+/*
+ * NET-1: the mode of a create body without "network": network.default_mode, except that nat
+ * means none while network.nat.enabled is false.
+ */
+ConfigNetworkMode config_network_default_mode(const Config *c);

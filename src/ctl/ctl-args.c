@@ -19,6 +19,7 @@ const char ctl_usage[] =
     "Commands:\n"
     "  resources                          capacity summary and profile availability\n"
     "  gpus                               GPUs and their VFs\n"
+    "  network                            the NAT network, its addresses and dnsmasq\n"
     "  health list                        VF health records and the quarantine breaker\n"
     "  health quarantine VF --reason R    keep a VF out of placement\n"
     "  health clear VF                    delete a VF's health record\n"
@@ -26,7 +27,7 @@ const char ctl_usage[] =
     "  health undrain GPU                 lift a GPU's drain (its VF records stay)\n"
     "  health clear-gpu GPU               delete the health records of a GPU's VFs\n"
     "  health breaker-reset               close an open quarantine breaker\n"
-    "  instances list                     every instance, its state and its VF\n"
+    "  instances list                     every instance, its state, its VF and its NIC\n"
     "  instances get ID                   one instance\n"
     "  instances create --name N --vcpus N --memory-mb N [--kernel P] [--initrd P]\n"
     "                   [--cmdline S] [--disk P] [--profile P]\n"
@@ -34,8 +35,10 @@ const char ctl_usage[] =
     "  instances start ID                 boot a stopped or failed instance\n"
     "  instances stop ID                  shut an instance down and release its VF\n"
     "  instances delete ID                stop an instance and remove it\n"
-    "  instances console ID [--tail-bytes N]\n"
-    "                                     the end of the guest console (default 64 KiB)\n"
+    "  instances console ID [--tail-bytes N] [--follow]\n"
+    "                                     the end of the guest console (default 64 KiB);\n"
+    "                                     with --follow, then its output as it comes\n"
+    "  instances console ID --attach      type into the guest console (Ctrl-] detaches)\n"
     "  token mint --secret-file F [--ttl D] [--sub S]\n"
     "                                     print a bearer token (default TTL 1h)\n"
     "  fleet hosts --placement URL --hosts FILE\n"
@@ -90,6 +93,8 @@ typedef enum CtlOption {
         OPT_HOSTS,
         OPT_HOST,
         OPT_COUNT,
+        OPT_FOLLOW,
+        OPT_ATTACH,
         _OPT_MAX,
 } CtlOption;
 
@@ -125,6 +130,8 @@ static const struct {
     [OPT_HOSTS] = {"--hosts", true},
     [OPT_HOST] = {"--host", true},
     [OPT_COUNT] = {"--count", true},
+    [OPT_FOLLOW] = {"--follow", false},
+    [OPT_ATTACH] = {"--attach", false},
 };
 
 /* What a command's positional argument is; it becomes part of the request path. */
@@ -156,6 +163,7 @@ static const struct {
 } commands[] = {
     {{"resources", NULL}, CTL_COMMAND_RESOURCES, TARGET_NONE, 0, 0},
     {{"gpus", NULL}, CTL_COMMAND_GPUS, TARGET_NONE, 0, 0},
+    {{"network", NULL}, CTL_COMMAND_NETWORK, TARGET_NONE, 0, 0},
     {{"health", "list"}, CTL_COMMAND_HEALTH_LIST, TARGET_NONE, 0, 0},
     {{"health", "quarantine"}, CTL_COMMAND_HEALTH_QUARANTINE, TARGET_PCI_ADDRESS, REASON, REASON},
     {{"health", "clear"}, CTL_COMMAND_HEALTH_CLEAR, TARGET_PCI_ADDRESS, 0, 0},
@@ -172,7 +180,7 @@ static const struct {
     {{"instances", "console"},
      CTL_COMMAND_INSTANCES_CONSOLE,
      TARGET_INSTANCE_ID,
-     OPT_BIT(OPT_TAIL_BYTES),
+     OPT_BIT(OPT_TAIL_BYTES) | OPT_BIT(OPT_FOLLOW) | OPT_BIT(OPT_ATTACH),
      0},
     {{"token", "mint"}, CTL_COMMAND_TOKEN_MINT, TARGET_NONE, MINT, OPT_BIT(OPT_SECRET_FILE)},
     {{"fleet", "hosts"}, CTL_COMMAND_FLEET_HOSTS, TARGET_NONE, FLEET, FLEET_REQUIRED},
@@ -468,6 +476,15 @@ static int parse_console(const char *const *values, CtlArgs *a, char **error)
 {
         uint64_t n;
 
+        /* CONS-4: following and attaching are two different ways in. */
+        a->follow = values[OPT_FOLLOW] != NULL;
+        a->attach = values[OPT_ATTACH] != NULL;
+        if (a->follow && a->attach)
+                return error_set(error, -EINVAL, "--follow and --attach exclude each other");
+        if (a->attach && values[OPT_TAIL_BYTES])
+                return error_set(error, -EINVAL,
+                                 "--tail-bytes goes with a tail or --follow, "
+                                 "not --attach");
         if (!values[OPT_TAIL_BYTES])
                 return 0;
         if (parse_uint64_range(values[OPT_TAIL_BYTES], 1, CTL_CONSOLE_TAIL_MAX, &n) < 0)
@@ -661,6 +678,9 @@ int ctl_args_parse(int argc, char *const *argv, const CtlEnv *env, CtlArgs *ret,
                                 return error_set(error, -EINVAL, "option %s takes no value",
                                                  options[o].name);
                         flags[o] = true;
+                        /* A command's own flags are checked against it like its values. */
+                        if (o >= _OPT_GLOBAL_MAX)
+                                values[o] = "";
                         continue;
                 }
                 if (eq)

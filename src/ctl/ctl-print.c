@@ -474,19 +474,25 @@ typedef struct InstanceView {
         const char *kernel, *initrd, *cmdline, *disk;
         const char *profile, *device_path, *mdev_uuid, *claimed_at;
         const char *consumer; /* FLEET-6's placement consumer */
+        const char *net_mode, *net_bridge, *net_mac, *net_ip, *net_tap; /* NET-9 */
 } InstanceView;
 
 static int instance_unpack(json_t *j, InstanceView *ret, char **error)
 {
         InstanceView v = {};
-        json_t *boot = NULL, *gpu = NULL, *placement = NULL;
+        json_t *boot = NULL, *gpu = NULL, *placement = NULL, *network = NULL;
         json_error_t e;
 
-        if (json_unpack_ex(j, &e, 0, "{s:s, s:s, s:s, s:s, s:I, s:I, s?o, s?o, s?o, s?s}", "id",
-                           &v.id, "name", &v.name, "state", &v.state, "created_at", &v.created_at,
-                           "vcpus", &v.vcpus, "memory_mb", &v.memory_mb, "boot", &boot, "gpu", &gpu,
-                           "placement", &placement, "error", &v.error) < 0)
+        if (json_unpack_ex(j, &e, 0, "{s:s, s:s, s:s, s:s, s:I, s:I, s?o, s?o, s?o, s?s, s?o}",
+                           "id", &v.id, "name", &v.name, "state", &v.state, "created_at",
+                           &v.created_at, "vcpus", &v.vcpus, "memory_mb", &v.memory_mb, "boot",
+                           &boot, "gpu", &gpu, "placement", &placement, "error", &v.error,
+                           "network", &network) < 0)
                 return shape_error(error, "instance", &e);
+        if (network && json_unpack_ex(network, &e, 0, "{s:s, s?s, s?s, s?s, s?s}", "mode",
+                                      &v.net_mode, "bridge", &v.net_bridge, "mac", &v.net_mac, "ip",
+                                      &v.net_ip, "tap", &v.net_tap) < 0)
+                return shape_error(error, "instance network", &e);
         if (boot && json_unpack_ex(boot, &e, 0, "{s?s, s?s, s?s, s?s}", "kernel", &v.kernel,
                                    "initrd", &v.initrd, "cmdline", &v.cmdline, "disk", &v.disk) < 0)
                 return shape_error(error, "instance boot", &e);
@@ -530,10 +536,11 @@ int ctl_print_instances(FILE *out, json_t *body, char **error)
                 return 0;
         }
 
-        r = ctl_table_init(&t, 8);
+        r = ctl_table_init(&t, 10);
         if (r >= 0)
                 r = ctl_table_add_row(&t, (const char *[]){"ID", "NAME", "STATE", "VCPUS", "MEMORY",
-                                                           "PROFILE", "VF", "CREATED"});
+                                                           "PROFILE", "VF", "NETWORK", "IP",
+                                                           "CREATED"});
         if (r < 0)
                 return format_failed(error, r);
 
@@ -548,7 +555,7 @@ int ctl_print_instances(FILE *out, json_t *body, char **error)
                 r = ctl_table_add_row(&t, (const char *[]){v.id, v.name, v.state,
                                                            format_int(v.vcpus, b_vcpus), b_memory,
                                                            v.profile, device_name(v.device_path),
-                                                           v.created_at});
+                                                           v.net_mode, v.net_ip, v.created_at});
                 if (r < 0)
                         return format_failed(error, r);
         }
@@ -586,6 +593,11 @@ int ctl_print_instance(FILE *out, json_t *body, char **error)
             {"mdev uuid", v.mdev_uuid},
             {"claimed", v.claimed_at},
             {"placement consumer", v.consumer},
+            {"network", v.net_mode},
+            {"bridge", v.net_bridge},
+            {"mac", v.net_mac},
+            {"ip", v.net_ip},
+            {"tap", v.net_tap},
         };
 
         r = ctl_table_init(&t, 2);
@@ -595,5 +607,73 @@ int ctl_print_instance(FILE *out, json_t *body, char **error)
         if (r < 0)
                 return format_failed(error, r);
         r = ctl_table_print(&t, out, "");
+        return r < 0 ? format_failed(error, r) : 0;
+}
+
+/* NET-9's GET /network: the modes, the NAT network, then its addresses in use. */
+int ctl_print_network(FILE *out, json_t *body, char **error)
+{
+        _cleanup_(ctl_table_done) CtlTable t = {}, u = {};
+        const char *mode, *bridge, *subnet, *gateway, *range, *nat_error = NULL;
+        json_t *bridges, *in_use, *forwards;
+        json_int_t allocated, free_, restarts;
+        int enabled, isolate, up;
+        json_error_t e;
+        if (json_unpack_ex(body, &e, 0,
+                           "{s:s, s:o, s:{s:b, s:s, s:s, s:s, s:b, s:s, s:{s:I, s:I}, s:o, s:o, "
+                           "s:{s:b, s:I}, s?s}}",
+                           "default_mode", &mode, "bridges", &bridges, "nat", "enabled", &enabled,
+                           "bridge", &bridge, "subnet", &subnet, "gateway", &gateway, "isolate",
+                           &isolate, "port_range", &range, "addresses", "allocated", &allocated,
+                           "free", &free_, "in_use", &in_use, "port_forwards", &forwards, "dnsmasq",
+                           "up", &up, "restarts", &restarts, "error", &nat_error) < 0 ||
+            !json_is_array(bridges) || !json_is_array(in_use))
+                return shape_error(error, "network", &e);
+        _cleanup_free_ char *names = strdup("");
+        size_t i;
+        json_t *j;
+        json_array_foreach (bridges, i, j)
+                if (!names || !json_is_string(j) ||
+                    strextend(&names, "%s%s", i ? ", " : "", json_string_value(j)) < 0)
+                        return format_failed(error, -ENOMEM);
+        char b_alloc[INT_STRLEN], b_free[INT_STRLEN], b_restarts[INT_STRLEN];
+        const char *const rows[][2] = {
+            {"default mode", mode},
+            {"bridges", names[0] ? names : "-"},
+            {"nat", enabled ? "enabled" : "disabled"},
+            {"nat bridge", bridge},
+            {"subnet", subnet},
+            {"gateway", gateway},
+            {"isolate", isolate ? "yes" : "no"},
+            {"port range", range},
+            {"addresses allocated", format_int(allocated, b_alloc)},
+            {"addresses free", format_int(free_, b_free)},
+            {"dnsmasq", up ? "up" : "down"},
+            {"dnsmasq restarts", format_int(restarts, b_restarts)},
+            {"error", nat_error},
+        };
+        int r = ctl_table_init(&t, 2);
+        for (size_t k = 0; r >= 0 && k < ELEMENTSOF(rows); k++)
+                if (rows[k][1])
+                        r = ctl_table_add_row(&t, rows[k]);
+        if (r >= 0)
+                r = ctl_table_print(&t, out, "");
+        if (r < 0 || json_array_size(in_use) == 0)
+                return r < 0 ? format_failed(error, r) : 0;
+        r = ctl_table_init(&u, 4);
+        if (r >= 0)
+                r = ctl_table_add_row(&u, (const char *[]){"IP", "MAC", "INSTANCE", "NAME"});
+        json_array_foreach (in_use, i, j) {
+                const char *ip, *mac = NULL, *id, *name;
+                if (json_unpack_ex(j, &e, 0, "{s:s, s?s, s:s, s:s}", "ip", &ip, "mac", &mac,
+                                   "instance_id", &id, "name", &name) < 0)
+                        return shape_error(error, "network in_use", &e);
+                if (r >= 0)
+                        r = ctl_table_add_row(&u, (const char *[]){ip, mac, id, name});
+        }
+        if (r >= 0) {
+                fputc('\n', out);
+                r = ctl_table_print(&u, out, "");
+        }
         return r < 0 ? format_failed(error, r) : 0;
 }

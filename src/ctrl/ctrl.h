@@ -14,7 +14,8 @@
  *  2. the instance stages through the InstanceManager: list_instances (REC-3: a record that
  *     cannot be read stops the pass), then stale claims whose VMM is provably gone are
  *     released (release_stale, REC-4, REC-5), Deleting records completed, leftover .deleted-*
- *     trees deleted and consoles truncated (REC-10, VMM-8);
+ *     trees deleted and consoles truncated (REC-10, VMM-8); beside them the storage stage
+ *     (DISK-11) removes volume directories a crashed create left;
  *  3. the GPU stage of the host's framework, with the pass's scan: on vendor VFIO
  *     reset_unclaimed_vfs (REC-6, REC-7): every dirty VF that is neither uncertain, reserved,
  *     claimed, busy nor held open gets 0 written; on mdev reconcile_devices (REC-8): every mdev
@@ -47,6 +48,7 @@
 #include "health/health.h"
 #include "instances/instances.h"
 #include "nvml/nvml.h"
+#include "storage/storage.h"
 #include "sysfs/sysfs.h"
 #include "worker/worker.h"
 
@@ -69,6 +71,7 @@ typedef struct ReconcilerConfig {
         InstanceManager *instances; /* borrowed */
         DeviceOps *ops;             /* borrowed */
         WriteGate *gate;            /* PLACE-9 for the GPU stages' writes (borrowed) */
+        VolumeStore *volumes;       /* DISK-11's storage stage; NULL: none (borrowed) */
         /* A pass has ended (startup: it was the start-up pass). */
         void (*pass_done)(void *userdata, bool startup);
         void *userdata;
@@ -99,6 +102,7 @@ typedef enum ReconcileStage {
         RECONCILE_STAGE_RELEASE_STALE,
         RECONCILE_STAGE_RESET_UNCLAIMED_VFS,
         RECONCILE_STAGE_RECONCILE_DEVICES,
+        RECONCILE_STAGE_STORAGE, /* DISK-11 */
         _RECONCILE_STAGE_MAX,
 } ReconcileStage;
 
@@ -130,8 +134,7 @@ const char *reconciler_scan_error(const Reconciler *r);
  */
 int orphan_mdev_check(const Root *sysfs, const char *uuid, Timestamp now, char **error);
 
-/* ---- the sentinel (SENT-1, SENT-2, SENT-3, SENT-4, SENT-5, SENT-6, SENT-7, SENT-8, SENT-9,
- * SENT-10, SENT-11, SENT-12; sentinel.c) ------------------------------------------------- */
+/* ---- the sentinel (every SENT requirement; sentinel.c) --------------------------------------- */
 
 /*
  * The Sentinel asks each running vGPU guest's agent, over the VMM's agent.sock chardev (never

@@ -49,6 +49,7 @@ static const char *const stage_names[_RECONCILE_STAGE_MAX] = {
     [RECONCILE_STAGE_RELEASE_STALE] = "release_stale",
     [RECONCILE_STAGE_RESET_UNCLAIMED_VFS] = "reset_unclaimed_vfs",
     [RECONCILE_STAGE_RECONCILE_DEVICES] = "reconcile_devices",
+    [RECONCILE_STAGE_STORAGE] = "storage",
 };
 
 const char *reconcile_stage_to_string(ReconcileStage s)
@@ -236,6 +237,10 @@ static void set_scan_error(Reconciler *rc, char *error)
                 log_line(LOG_LEVEL_INFO, 0, "open-handle scan succeeded again", NULL);
         free(rc->scan_error);
         rc->scan_error = error;
+        /* Admission decides on it too (INST-11). */
+        if (rc->config.instances &&
+            instance_manager_set_scan_error(rc->config.instances, error) < 0)
+                log_line(LOG_LEVEL_ERR, -ENOMEM, "cannot pass the scan error to admission", NULL);
 }
 
 /* A scan the pool ended (deadline, no thread) fails with the pool's text, named as a scan. */
@@ -332,9 +337,33 @@ static void on_instances_done(const InstanceReconcileResult *res, void *userdata
         pass_step_done(rc);
 }
 
+/* DISK-11: what the storage stage removed and what it could not. */
+static void on_storage_done(const VolumeSweepResult *res, void *userdata)
+{
+        Reconciler *rc = userdata;
+        rc->pass->removed += res->removed;
+        for (char **f = res->failures; f && *f; f++)
+                stage_failed(rc, RECONCILE_STAGE_STORAGE, "volumes", *f);
+        pass_step_done(rc);
+}
+
+static void start_storage_stage(Reconciler *rc)
+{
+        if (!rc->config.volumes)
+                return;
+        int r = volume_store_sweep(rc->config.volumes,
+                                   clock_now(rc->config.clock ? rc->config.clock : &clock_realtime),
+                                   on_storage_done, rc);
+        if (r >= 0)
+                rc->pass->pending++;
+        else
+                stage_failed(rc, RECONCILE_STAGE_STORAGE, "start", strerror(-r));
+}
+
 static void start_instance_stages(Reconciler *rc)
 {
         Pass *p = rc->pass;
+        start_storage_stage(rc);
         if (!rc->config.instances)
                 return;
         if (!p->scan) {

@@ -157,8 +157,7 @@ int sentinel_parse_reply(const char *line, size_t size, uint64_t id, SentinelRes
         return 1;
 }
 
-/* ---- reports (SENT-7, SENT-8, SENT-9, SENT-10)
- * ------------------------------------------------------------------ */
+/* ---- reports (SENT-7, SENT-8, SENT-9, SENT-10) ---------------------------------------------- */
 
 static void report_unlink(Report *rp)
 {
@@ -344,8 +343,7 @@ static void report(Sentinel *s, const Target *t, SentinelResult result, const ch
         on_report_done(s->config.health, r, &res, error, rp);
 }
 
-/* ---- checks (SENT-4, SENT-5, SENT-6)
- * -------------------------------------------------------------------- */
+/* ---- checks (SENT-4, SENT-5, SENT-6) -------------------------------------------------------- */
 
 static void start_queued(Sentinel *s);
 
@@ -666,8 +664,7 @@ static void start_queued(Sentinel *s)
         maybe_round_done(s);
 }
 
-/* ---- ticks (SENT-1, SENT-2, SENT-3)
- * --------------------------------------------------------------------- */
+/* ---- ticks (SENT-1, SENT-2, SENT-3) --------------------------------------------------------- */
 
 static void queue_clear(Sentinel *s)
 {

@@ -20,29 +20,30 @@ static const char *guard_store_unavailable(void *userdata)
         return m->health ? health_store_unavailable_reason(m->health) : NULL;
 }
 
-static char *placement_disabled(void *userdata)
+/* DISK-2's `instances`, DISK-4's refusal: records in any state whose root disk is the image. */
+static unsigned count_image_users(const char *name, void *userdata)
 {
         Manager *m = userdata;
-        char *reason = NULL;
-        if (api_placement_disabled_reason(&m->api, &reason) < 0)
-                return strdup("out of memory");
-        return reason;
+        const InstanceRecord *const *list = NULL;
+        size_t n = m->instances ? instance_manager_list(m->instances, &list) : 0;
+        unsigned users = 0;
+        for (size_t k = 0; k < n; k++)
+                users += streq_ptr(list[k]->disk.image, name);
+        return users;
 }
 
-/* INST-10's figures, from the snapshot /resources shows (MET-4). */
-static int slot_figures(void *userdata, uint64_t *ret_total, uint64_t *ret_used,
-                        uint64_t *ret_allocatable, bool *ret_has_gpu)
+/* DISK-7: a volume's holders are the records that attach it. */
+static unsigned volume_holder(const char *id, char **ret, void *userdata)
 {
         Manager *m = userdata;
-        _cleanup_api_snapshot_ ApiSnapshot *s = NULL;
-        int r = api_snapshot_build(&m->api, &s);
-        if (r < 0)
-                return r;
-        *ret_total = s->total_slots;
-        *ret_used = s->used_slots;
-        *ret_allocatable = s->allocatable_slots;
-        *ret_has_gpu = s->has_gpu;
-        return 0;
+        const InstanceRecord *const *list = NULL;
+        size_t n = m->instances ? instance_manager_list(m->instances, &list) : 0;
+        unsigned holders = 0;
+        for (size_t k = 0; k < n; k++)
+                for (size_t i = 0; i < list[k]->n_volumes; i++)
+                        if (streq(list[k]->volumes[i].id, id) && holders++ == 0)
+                                *ret = strdup(list[k]->id);
+        return holders;
 }
 
 int manager_instances_setup(Manager *m, char **error)
@@ -67,6 +68,32 @@ int manager_instances_setup(Manager *m, char **error)
                         return error_set(error, r, "set up the %s worker pool: %s",
                                          pools[i].config.name, strerror(-r));
         }
+
+        /* DISK-1: the image store loads before the records that name its images. */
+        r = image_store_new(&(ImageStoreConfig){.data_dir_fd = m->data_dir_fd,
+                                                .data_dir = m->config.data_dir,
+                                                .image_dirs = m->config.image_dirs,
+                                                .qemu_img = m->config.storage.qemu_img_binary,
+                                                .max_image_size = m->config.storage.max_image_size,
+                                                .disk_pool = m->disk_pool,
+                                                .helper_pool = m->helper_pool,
+                                                .count_users = count_image_users,
+                                                .userdata = m},
+                            &m->images, error);
+        if (r < 0)
+                return error_prefix(error, r, "load the image store");
+        m->api.images = m->images;
+        r = volume_store_new(&(VolumeStoreConfig){.data_dir_fd = m->data_dir_fd,
+                                                  .data_dir = m->config.data_dir,
+                                                  .qemu_img = m->config.storage.qemu_img_binary,
+                                                  .disk_pool = m->disk_pool,
+                                                  .helper_pool = m->helper_pool,
+                                                  .holder = volume_holder,
+                                                  .userdata = m},
+                             &m->volumes, error);
+        if (r < 0)
+                return error_prefix(error, r, "load the volume store");
+        m->api.volumes = m->volumes;
 
         m->instances_dirfd =
             openat(m->data_dir_fd, "instances", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -102,6 +129,8 @@ int manager_instances_setup(Manager *m, char **error)
             .disk_pool = m->disk_pool,
             .helper_pool = m->helper_pool,
             .ops = m->device_ops,
+            .images = m->images,
+            .volumes = m->volumes,
             .claimer = {.sysfs = m->sysfs,
                         .tracker = m->tracker,
                         .proc = m->proc,
@@ -114,8 +143,6 @@ int manager_instances_setup(Manager *m, char **error)
                         .sysfs_timeout = m->config.gpu.sysfs_timeout,
                         .policy = m->config.gpu.placement_policy,
                         .guard = guard},
-            .placement_disabled = placement_disabled,
-            .slot_figures = slot_figures,
             .consumer_released = manager_fleet_consumer_released,
             .userdata = m,
         };
@@ -140,5 +167,7 @@ void manager_instances_free(Manager *m)
 {
         m->instances = instance_manager_free(m->instances);
         m->device_ops = device_ops_free(m->device_ops);
+        m->images = image_store_free(m->images);
+        m->volumes = volume_store_free(m->volumes);
         closep(&m->instances_dirfd);
 }

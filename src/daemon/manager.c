@@ -381,6 +381,7 @@ static int setup_reconciler(Manager *m)
             .instances = m->instances,
             .ops = m->device_ops,
             .gate = m->write_gate,
+            .volumes = m->volumes,
             .pass_done = on_pass_done,
             .userdata = m,
         };

@@ -323,8 +323,7 @@ void health_record_unquarantine(HealthRecord *r)
         r->reason = NULL;
 }
 
-/* ---- parse (HEALTH-1, HEALTH-2, HEALTH-3, HEALTH-4, HEALTH-5, HEALTH-6)
- * ------------------------------------------------------------------- */
+/* ---- parse (HEALTH-1, HEALTH-2, HEALTH-3, HEALTH-4, HEALTH-5, HEALTH-6) --------------------- */
 
 #define UNMARSHAL_PREFIX "unmarshal VF health state: "
 #define VALIDATE_PREFIX "validate VF health state"

@@ -325,8 +325,7 @@ int health_store_set_driver_version(HealthStore *s, const char *version, char **
 /* HEALTH-21: retries a latched load, re-persists after a latched write error; else no I/O. */
 int health_store_repair(HealthStore *s, char **error);
 
-/* ---- the write cycle (HEALTH-18, HEALTH-19, HEALTH-20)
- * ------------------------------------------------------- */
+/* ---- the write cycle (HEALTH-18, HEALTH-19, HEALTH-20) -------------------------------------- */
 
 /* A write is queued and no read or write is in flight. */
 bool health_store_write_pending(const HealthStore *s);

@@ -37,11 +37,10 @@
 #define DATA_DIR_PROBE_DEPTH 3
 
 /*
- * CFG-3's paths for storage.qemu_img_binary and network.dnsmasq_binary. This build has neither
- * key (they come with the image store and NAT networking), so their defaults stand in.
+ * CFG-3's path for storage.qemu_img_binary. This build has no such key (it comes with the image
+ * store), so its default stands in; network.dnsmasq_binary is read from the configuration.
  */
 #define QEMU_IMG_BINARY "/usr/bin/qemu-img"
-#define DNSMASQ_BINARY "/usr/sbin/dnsmasq"
 
 #define NVIDIA_VENDOR "0x10de"
 
@@ -725,10 +724,22 @@ static int check_qemu_img(HostCheck *hc, HostCheckResult *r)
                                    "install qemu-utils before images and volumes are used");
 }
 
+/* NET-6: the NAT network's DHCP and DNS; without NAT no VM needs it. */
 static int check_dnsmasq(HostCheck *hc, HostCheckResult *r)
 {
-        return check_future_helper(r, DNSMASQ_BINARY, "NAT networking",
-                                   "install dnsmasq-base before NAT networking is used");
+        const char *path = hc->config->network.dnsmasq_binary;
+        struct stat st;
+        bool usable = stat(path, &st) >= 0 && S_ISREG(st.st_mode) && access(path, X_OK) >= 0;
+        if (usable)
+                return verdict(r, HOST_CHECK_PASS, NULL, "%s present (for NAT networking)", path);
+        if (!hc->config->network.nat.enabled)
+                return verdict(r, HOST_CHECK_WARN, "install dnsmasq-base before enabling NAT",
+                               "%s: not usable; not needed yet (NAT networking, which "
+                               "network.nat.enabled turns off)",
+                               path);
+        return verdict(r, HOST_CHECK_FAIL, "install dnsmasq-base (or set network.dnsmasq_binary)",
+                       "%s is no executable file; the NAT network's DHCP and DNS need it (NET-6)",
+                       path);
 }
 
 static int check_tun(HostCheck *hc, HostCheckResult *r)
@@ -736,10 +747,18 @@ static int check_tun(HostCheck *hc, HostCheckResult *r)
         if (!hc->dev)
                 return root_unusable(r, "dev_root", hc->config->dev_root, hc->dev_error);
         int k = probe_device(hc->dev, "net/tun");
+        /* NET-3: every nat or bridge NIC is a TAP; a host that gives VMs none needs no tun. */
+        const ConfigNetwork *n = &hc->config->network;
+        bool nics = n->nat.enabled || (n->bridges && n->bridges[0]) ||
+                    config_network_default_mode(hc->config) != CONFIG_NETWORK_MODE_NONE;
+        if (k < 0 && nics)
+                return verdict(r, HOST_CHECK_FAIL, "load tun (modprobe tun)",
+                               "%s/net/tun: %s; every VM network interface is a TAP (NET-3)",
+                               hc->dev->path, strerror(-k));
         if (k < 0)
                 return verdict(r, HOST_CHECK_WARN, "load tun (modprobe tun)",
-                               "%s/net/tun: %s; not needed yet (VM network interfaces, which this "
-                               "build does not have)",
+                               "%s/net/tun: %s; not needed while VMs get no network interface "
+                               "(network.nat.enabled false, no network.bridges)",
                                hc->dev->path, strerror(-k));
         return verdict(r, HOST_CHECK_PASS, NULL, "%s/net/tun opens read-write", hc->dev->path);
 }

@@ -18,9 +18,34 @@ static int check_boot_file(const char *field, const char *path, int fd, char **e
         return 0;
 }
 
+/* NET-3: a nat or bridge record has exactly one NIC, on the TAP its start opened. */
+static int add_nic(VmmCommand *c, const InstanceRecord *rec, const InstanceNicFiles *nic,
+                   char **error)
+{
+        bool wanted = rec->network.mode == INSTANCE_NETWORK_NAT ||
+                      rec->network.mode == INSTANCE_NETWORK_BRIDGE;
+        bool open = nic && nic->tap >= 0;
+        if (!wanted && open)
+                return error_set(error, -EINVAL,
+                                 "QEMU command line: a TAP is open but the record has no NIC");
+        if (!wanted)
+                return 0;
+        if (!open)
+                return error_set(error, -EINVAL, "QEMU command line: network: TAP is not open");
+        if (!rec->network.mac)
+                return error_set(error, -EINVAL, "QEMU command line: network.mac is missing");
+        int r = vmm_command_add_nic(c, &(VmmNic){.id = "net0",
+                                                 .tap_fd = nic->tap,
+                                                 .vhost_fd = nic->vhost,
+                                                 .mac = rec->network.mac});
+        if (r < 0)
+                return error_set(error, r, "QEMU command line: %s", strerror(-r));
+        return 0;
+}
+
 int instance_command_build(const InstanceRecord *rec, const Config *config,
                            const InstanceCommandPaths *paths, const InstanceBootFiles *files,
-                           VmmCommand *ret, char **error)
+                           const InstanceNicFiles *nic, VmmCommand *ret, char **error)
 {
         int r = check_boot_file("boot.kernel", rec->boot.kernel, files->kernel, error);
         if (r >= 0)
@@ -45,6 +70,46 @@ int instance_command_build(const InstanceRecord *rec, const Config *config,
         c.initrd_fd = files->initrd;
         c.cmdline = rec->boot.cmdline;
 
+        /* DISK-5, DISK-9: the root overlay, qcow2 over its descriptor, the first boot device. */
+        if (rec->disk.image && files->root < 0)
+                return error_set(error, -EINVAL, "QEMU command line: the root disk is not open");
+        if (rec->disk.image) {
+                r = vmm_command_add_drive(&c, &(VmmDrive){.node_name = "root",
+                                                          .format = VMM_DRIVE_QCOW2,
+                                                          .fd = files->root,
+                                                          .cache_direct = files->root_direct,
+                                                          .discard_unmap = true,
+                                                          .detect_zeroes_unmap = true,
+                                                          .device = VMM_DRIVE_VIRTIO_BLK,
+                                                          .bootindex = 1});
+                if (r < 0)
+                        return error_set(error, r, "QEMU command line: %s", strerror(-r));
+        }
+
+        /* DISK-8, DISK-9: each attached volume, qcow2 over its descriptor, its id as serial. */
+        if (files->n_volumes != rec->n_volumes)
+                return error_set(error, -EINVAL,
+                                 "QEMU command line: %zu volumes open, %zu in the record",
+                                 files->n_volumes, rec->n_volumes);
+        for (size_t k = 0; k < rec->n_volumes; k++) {
+                const InstanceVolume *v = &rec->volumes[k];
+                const char *node = files->volume_nodes[k];
+                if (!startswith(node, "vol-") || !streq(node + 4, v->id))
+                        return error_set(error, -EINVAL,
+                                         "QEMU command line: volume %s is not the one open", v->id);
+                r = vmm_command_add_drive(&c, &(VmmDrive){.node_name = node,
+                                                          .format = VMM_DRIVE_QCOW2,
+                                                          .read_only = v->readonly,
+                                                          .fd = files->volumes[k],
+                                                          .cache_direct = files->volumes_direct,
+                                                          .discard_unmap = !v->readonly,
+                                                          .detect_zeroes_unmap = !v->readonly,
+                                                          .device = VMM_DRIVE_VIRTIO_BLK,
+                                                          .serial = v->id});
+                if (r < 0)
+                        return error_set(error, r, "QEMU command line: %s", strerror(-r));
+        }
+
         /* DISK-6: boot.disk raw and read-only, shared by every VM that names it. */
         if (files->disk >= 0) {
                 r = vmm_command_add_drive(&c, &(VmmDrive){.node_name = "bootdisk",
@@ -55,6 +120,10 @@ int instance_command_build(const InstanceRecord *rec, const Config *config,
                 if (r < 0)
                         return error_set(error, r, "QEMU command line: %s", strerror(-r));
         }
+
+        r = add_nic(&c, rec, nic, error);
+        if (r < 0)
+                return r;
 
         c.vfio_sysfsdev = rec->gpu.device_path;
         *ret = c;

@@ -40,39 +40,65 @@ static InstanceFailure claim_failure_map(ClaimFailure f)
         }
 }
 
+/*
+ * INST-10's figures from the view /resources shows (MET-4): the host with the Claimer's overlays.
+ * 0 with has_gpu false when there is no vGPU host; -ENOMEM.
+ */
+static int slot_figures(InstanceManager *m, bool disabled, PlacementSlots *ret, bool *ret_has_gpu)
+{
+        GpuTracker *t = m->cfg.claimer.tracker;
+        const GpuHost *h = t ? gpu_tracker_host(t) : NULL;
+        /* DISC-7: a discovery error is never "no vGPU host". */
+        *ret_has_gpu = (h && h->framework != GPU_FRAMEWORK_NONE) || (t && gpu_tracker_error(t));
+        *ret = (PlacementSlots){};
+        if (!h)
+                return 0;
+        PlacementOverlays o;
+        claimer_fill_overlays(m->claimer, &o);
+        _cleanup_placement_view_ PlacementView *view = NULL;
+        int r = placement_view_build(h, &o, &view);
+        if (r < 0)
+                return r;
+        placement_count_slots(&view->snapshot, disabled, ret);
+        return 0;
+}
+
 /* INST-10, INST-11: 0 when admitted, else the refusal. */
 static int admit(InstanceManager *m, InstanceFailure *ret_failure, char **ret_error)
 {
-        _cleanup_free_ char *disabled =
-            m->cfg.placement_disabled ? m->cfg.placement_disabled(m->cfg.userdata) : NULL;
+        _cleanup_free_ char *disabled = NULL;
+        int r = instance_manager_placement_disabled_reason(m, &disabled);
+        if (r < 0) {
+                instance_refuse(INSTANCE_FAILURE_INTERNAL, ret_failure, ret_error, "out of memory");
+                return r;
+        }
         if (disabled) {
                 instance_refuse(INSTANCE_FAILURE_PLACEMENT_DISABLED, ret_failure, ret_error,
                                 "insufficient GPU: vGPU placement is disabled: %s", disabled);
                 return -EAGAIN;
         }
-        uint64_t total = 0, used = 0, allocatable = 0;
-        bool has_gpu = false;
-        int r = m->cfg.slot_figures
-                    ? m->cfg.slot_figures(m->cfg.userdata, &total, &used, &allocatable, &has_gpu)
-                    : -ENODEV;
+        PlacementSlots slots;
+        bool has_gpu;
+        r = slot_figures(m, false, &slots, &has_gpu);
         if (r < 0 || !has_gpu) {
                 instance_refuse(INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
                                 "insufficient GPU: no GPU available on this host");
                 return -ENOSPC;
         }
-        if (allocatable == 0) {
+        if (slots.allocatable == 0) {
                 instance_refuse(INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
                                 "insufficient GPU: no allocatable vgpu slots available (%" PRIu64
                                 " total, %" PRIu64 " in use)",
-                                total, used);
+                                slots.total, slots.used);
                 return -ENOSPC;
         }
-        if (allocatable <= m->admitted_unreserved) {
-                instance_refuse(
-                    INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
-                    "insufficient GPU: requested 1 vgpu slot(s), but only %" PRIu64 " available",
-                    allocatable > m->admitted_unreserved ? allocatable - m->admitted_unreserved
-                                                         : 0);
+        if (slots.allocatable <= m->admitted_unreserved) {
+                instance_refuse(INSTANCE_FAILURE_INSUFFICIENT_RESOURCES, ret_failure, ret_error,
+                                "insufficient GPU: requested 1 vgpu slot(s), but only %" PRIu64
+                                " available",
+                                slots.allocatable > m->admitted_unreserved
+                                    ? slots.allocatable - m->admitted_unreserved
+                                    : 0);
                 return -ENOSPC;
         }
         return 0;
@@ -257,6 +283,146 @@ static void creating_undo(Op *op)
 static const Step step_write_creating = {
     .name = "write_creating", .run = creating_run, .undo = creating_undo, .undo_failed = true};
 
+/* ---- the root overlay (DISK-5) ------------------------------------------------------------- */
+
+#define ROOT_OVERLAY "root.qcow2"
+
+typedef struct Overlay {
+        int instances_dirfd;
+        char id[INSTANCE_ID_LEN + 1];
+        char *qemu_img, *backing, *target;
+        uint64_t size;
+} Overlay;
+
+static void overlay_free(void *data)
+{
+        Overlay *o = data;
+        free(o->qemu_img);
+        free(o->backing);
+        free(o->target);
+        free(o);
+}
+
+static int unlink_overlay(int instances_dirfd, const char *id)
+{
+        _cleanup_close_ int dfd =
+            openat(instances_dirfd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (unlinkat(dfd, ROOT_OVERLAY, 0) < 0 && errno != ENOENT)
+                return -errno;
+        return 0;
+}
+
+/* qemu-img writes the overlay; it reaches the disk before the claim relies on it. */
+static int overlay_run(void *data, char **error)
+{
+        Overlay *o = data;
+        int r =
+            qemu_img_create(o->qemu_img, o->target, o->backing, o->size,
+                            mono_clock_now(&mono_clock_system) + QEMU_IMG_CREATE_TIMEOUT, error);
+        _cleanup_close_ int dfd =
+            r < 0 ? -1 : openat(o->instances_dirfd, o->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (r >= 0 && dfd < 0)
+                r = error_set(error, -errno, "open instance directory %s: %m", o->id);
+        if (r >= 0) {
+                _cleanup_close_ int fd = open_own_file_at(dfd, ROOT_OVERLAY, O_RDONLY, 0);
+                if (fd < 0 || fsync(fd) < 0 || fsync_directory_at(dfd, ".") < 0)
+                        r = error_set(error, fd < 0 ? fd : -errno, "sync %s/" ROOT_OVERLAY ": %s",
+                                      o->id, fd < 0 ? file_strerror(fd) : strerror(errno));
+        }
+        if (r < 0)
+                (void)unlink_overlay(o->instances_dirfd, o->id); /* nothing half-made stays */
+        return r;
+}
+
+static void overlay_made(Op *op, int r, const char *error)
+{
+        if (r < 0) {
+                step_failed(op, r, INSTANCE_FAILURE_INTERNAL, error, "create root disk");
+                return;
+        }
+        done_ok(op);
+}
+
+static void overlay_step_run(Op *op)
+{
+        InstanceRecord *rec = &op->i->rec;
+        if (!rec->disk.image) {
+                done_ok(op);
+                return;
+        }
+        Overlay *o = calloc(1, sizeof *o);
+        if (!o) {
+                overlay_made(op, -ENOMEM, "out of memory");
+                return;
+        }
+        o->instances_dirfd = op->m->cfg.instances_dirfd;
+        snprintf(o->id, sizeof o->id, "%s", rec->id);
+        o->size = rec->disk.size_gb << 30;
+        int r = op->m->cfg.images
+                    ? image_store_disk_path(op->m->cfg.images, rec->disk.image, &o->backing)
+                    : -ENOENT;
+        if (r == -ENOENT) {
+                overlay_free(o);
+                step_done(op, r, INSTANCE_FAILURE_INVALID_REQUEST,
+                          "image is not ready (deleted or failed meanwhile)");
+                return;
+        }
+        if (r < 0 || strdup_nullable(op->m->config->storage.qemu_img_binary, &o->qemu_img) < 0 ||
+            strprintf(&o->target, "%s/instances/%s/" ROOT_OVERLAY, op->m->config->data_dir,
+                      rec->id) < 0) {
+                overlay_free(o);
+                overlay_made(op, -ENOMEM, "out of memory");
+                return;
+        }
+        op_helper_job_then(op, QEMU_IMG_CREATE_TIMEOUT + 5 * NSEC_PER_SEC, overlay_run, o,
+                           overlay_free, overlay_made);
+}
+
+typedef struct OverlayRemoval {
+        int instances_dirfd;
+        char id[INSTANCE_ID_LEN + 1];
+} OverlayRemoval;
+
+static int overlay_remove_run(void *data, char **error)
+{
+        OverlayRemoval *o = data;
+        int r = unlink_overlay(o->instances_dirfd, o->id);
+        if (r < 0)
+                return error_set(error, r, "remove %s/" ROOT_OVERLAY ": %s", o->id, strerror(-r));
+        return 0;
+}
+
+static void overlay_removed(Op *op, int r, const char *error)
+{
+        if (r < 0)
+                log_line(LOG_LEVEL_WARNING, r, "cannot remove root disk after a failed create",
+                         "instance_id", op->i->rec.id, "error", error, NULL);
+        step_undone(op);
+}
+
+/* The record's removal would take the overlay too; the undo does not rely on it. */
+static void overlay_undo(Op *op)
+{
+        if (!op->i->rec.disk.image) {
+                step_undone(op);
+                return;
+        }
+        OverlayRemoval *o = calloc(1, sizeof *o);
+        if (!o) {
+                overlay_removed(op, -ENOMEM, "out of memory");
+                return;
+        }
+        o->instances_dirfd = op->m->cfg.instances_dirfd;
+        snprintf(o->id, sizeof o->id, "%s", op->i->rec.id);
+        op_job_then(op, overlay_remove_run, o, free, overlay_removed);
+}
+
+/* INST-12: after the record, before the claim; a start keeps the overlay and skips this. */
+static const Step step_root_overlay = {
+    .name = "root_overlay", .run = overlay_step_run, .undo = overlay_undo, .undo_failed = true};
+
 /* ---- the claim (INST-12) ------------------------------------------------------------------- */
 
 static void claim_done(const ClaimResult *res, void *userdata)
@@ -307,8 +473,7 @@ static void claim_undo(Op *op)
 static const Step step_claim = {
     .name = "claim", .run = claim_run, .undo = claim_undo, .undo_failed = true};
 
-/* ---- the spawn (VMM-1, VMM-2, VMM-3, VMM-4, INST-13, VMM-14)
- * ------------------------------------------------- */
+/* ---- the spawn (VMM-1, VMM-2, VMM-3, VMM-4, INST-13, VMM-14) -------------------------------- */
 
 typedef struct SpawnData {
         InstanceRecord rec;      /* a copy: the worker reads it while the loop goes on */
@@ -316,6 +481,7 @@ typedef struct SpawnData {
         char *runtime_dir;       /* <runtime_dir>/instances */
         char *console_log;       /* <data_dir>/instances/<id>/console.log */
         InstanceBootFiles files; /* the operation's, taken over (INST-6) */
+        InstanceNicFiles nic;    /* the TAP step's, taken over and closed after the spawn */
         int instances_dirfd;
         const Root *proc;
         VmmSpawned spawned;
@@ -327,6 +493,7 @@ void spawn_data_free(void *data)
         SpawnData *d = data;
         instance_record_done(&d->rec);
         instance_boot_files_close(&d->files);
+        instance_nic_files_close(&d->nic);
         free(d->runtime_dir);
         free(d->console_log);
         if (d->spawned_ok && d->spawned.pidfd >= 0)
@@ -344,9 +511,10 @@ static int spawn_vmm(SpawnData *d, int instance_dirfd, char **error)
         const InstanceRecord *rec = &d->rec;
         const InstanceCommandPaths paths = {.qmp_socket = rec->hypervisor.qmp_socket,
                                             .agent_socket = rec->hypervisor.agent_socket,
+                                            .console_socket = rec->hypervisor.console_socket,
                                             .console_log = d->console_log};
         VmmCommand cmd;
-        int r = instance_command_build(rec, d->config, &paths, &d->files, &cmd, error);
+        int r = instance_command_build(rec, d->config, &paths, &d->files, &d->nic, &cmd, error);
         if (r < 0)
                 return r;
         _cleanup_strv_free_ char **argv = NULL;
@@ -368,6 +536,25 @@ static int spawn_vmm(SpawnData *d, int instance_dirfd, char **error)
         return 0;
 }
 
+/*
+ * DISK-9: cache.direct only where the file system takes O_DIRECT. Some accept the flag at open
+ * and fail the reads (FUSE without direct I/O), so the probe reads the first block as QEMU
+ * will, aligned.
+ */
+static bool takes_direct_io(int dirfd, const char *name)
+{
+        _cleanup_close_ int fd =
+            openat(dirfd, name, O_RDONLY | O_DIRECT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        void *buf = NULL;
+        if (posix_memalign(&buf, 4096, 4096) != 0)
+                return false;
+        bool ok = pread(fd, buf, 4096, 0) > 0;
+        free(buf);
+        return ok;
+}
+
 static int spawn_run(void *data, char **error)
 {
         SpawnData *d = data;
@@ -385,10 +572,37 @@ static int spawn_run(void *data, char **error)
         /* Stale sockets of an earlier VMM would make QEMU's bind fail. */
         (void)unlinkat(ifd, INSTANCE_QMP_SOCKET, 0);
         (void)unlinkat(ifd, INSTANCE_AGENT_SOCKET, 0);
+        (void)unlinkat(ifd, INSTANCE_CONSOLE_SOCKET, 0);
         _cleanup_close_ int dfd =
             openat(d->instances_dirfd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0)
                 return error_set(error, -errno, "open instance directory %s: %m", id);
+        if (d->rec.disk.image) {
+                /* DISK-5: the overlay by descriptor, like every other disk (DISK-9). */
+                closep(&d->files.root);
+                d->files.root = open_own_file_at(dfd, ROOT_OVERLAY, O_RDWR, 0);
+                if (d->files.root < 0)
+                        return error_set(error, d->files.root,
+                                         "open root disk %s/" ROOT_OVERLAY ": %s", id,
+                                         file_strerror(d->files.root));
+                d->files.root_direct = takes_direct_io(dfd, ROOT_OVERLAY);
+        }
+        /* DISK-8: each attached volume by descriptor, read-only where the record says so. */
+        for (size_t k = 0; k < d->rec.n_volumes; k++) {
+                const InstanceVolume *v = &d->rec.volumes[k];
+                _cleanup_free_ char *path = NULL;
+                if (strprintf(&path, "%s/" VOLUME_DIR_NAME "/%s/" VOLUME_FILE_NAME,
+                              d->config->data_dir, v->id) < 0)
+                        return error_set_oom(error);
+                int fd = open_own_file_at(AT_FDCWD, path, v->readonly ? O_RDONLY : O_RDWR, 0);
+                if (fd < 0)
+                        return error_set(error, fd, "open volume %s: %s", v->id, file_strerror(fd));
+                int r = instance_boot_files_add_volume(&d->files, v->id, fd);
+                if (r < 0)
+                        return error_set(error, r, "open volume %s: %s", v->id, strerror(-r));
+                if (k == 0)
+                        d->files.volumes_direct = takes_direct_io(AT_FDCWD, path);
+        }
         return spawn_vmm(d, dfd, error);
 }
 
@@ -455,8 +669,9 @@ static void spawn_step_run(Op *op)
         InstanceManager *m = op->m;
         _cleanup_free_ char *qmp = instance_runtime_path(i, INSTANCE_QMP_SOCKET);
         _cleanup_free_ char *agent = instance_runtime_path(i, INSTANCE_AGENT_SOCKET);
+        _cleanup_free_ char *console = instance_runtime_path(i, INSTANCE_CONSOLE_SOCKET);
         SpawnData *d = calloc(1, sizeof *d);
-        if (!qmp || !agent || !d) {
+        if (!qmp || !agent || !console || !d) {
                 free(d);
                 step_done(op, -ENOMEM, INSTANCE_FAILURE_INTERNAL, "out of memory");
                 return;
@@ -464,10 +679,15 @@ static void spawn_step_run(Op *op)
         d->spawned.pidfd = -1;
         d->files = op->boot_files;
         op->boot_files = INSTANCE_BOOT_FILES_NONE;
+        d->nic = op->nic;
+        op->nic = INSTANCE_NIC_FILES_NONE;
         free(i->rec.hypervisor.qmp_socket);
         free(i->rec.hypervisor.agent_socket);
+        free(i->rec.hypervisor.console_socket);
         i->rec.hypervisor.qmp_socket = TAKE_PTR(qmp);
         i->rec.hypervisor.agent_socket = TAKE_PTR(agent);
+        /* CONS-1: every start makes the console a socket, whatever the record had before. */
+        i->rec.hypervisor.console_socket = TAKE_PTR(console);
         if (instance_record_copy(&i->rec, &d->rec) < 0 ||
             strprintf(&d->runtime_dir, "%s", m->runtime_instances) < 0 ||
             strprintf(&d->console_log, "%s/instances/%s/%s", m->config->data_dir, i->rec.id,
@@ -590,17 +810,23 @@ static const Step step_wait_ready = {.name = "wait_ready", .run = wait_ready_run
 /* ---- the lists ----------------------------------------------------------------------------- */
 
 static const Step *const create_steps[] = {
-    &step_insert,         &step_check_paths,   &step_admit,
-    &step_write_creating, &step_claim,         &step_spawn,
-    &step_wait_ready,     &step_write_running, NULL,
+    &step_insert,       &step_check_paths, &step_admit,        &step_write_creating,
+    &step_root_overlay, &step_claim,       &instance_step_tap, &step_spawn,
+    &step_wait_ready,   &step_write_running, NULL,
 };
 
 static const Step *const start_steps[] = {
-    &step_release_last,   &step_clear_last,
-    &step_check_paths,    &step_admit,
-    &step_write_creating, &step_claim,
-    &step_spawn,          &step_wait_ready,
-    &step_write_running,  NULL,
+    &step_release_last,
+    &step_clear_last,
+    &step_check_paths,
+    &step_admit,
+    &step_write_creating,
+    &step_claim,
+    &instance_step_tap,
+    &step_spawn,
+    &step_wait_ready,
+    &step_write_running,
+    NULL,
 };
 
 /* ---- the entry points ---------------------------------------------------------------------- */
@@ -624,6 +850,94 @@ static bool consumer_taken(const InstanceManager *m, const char *consumer)
                 if (streq_ptr(m->instances[k]->rec.placement.consumer, consumer))
                         return true;
         return false;
+}
+
+/*
+ * DISK-5: a ready image, and a size from its virtual size rounded up to whole GiB to
+ * storage.max_disk_gb (the image's size when disk_gb is not given).
+ */
+static int root_disk_size(InstanceManager *m, const InstanceDisk *disk, uint64_t *ret,
+                          InstanceFailure *ret_failure, char **ret_error)
+{
+        const Image *image = m->cfg.images ? image_store_get(m->cfg.images, disk->image) : NULL;
+        if (!image || image->state != IMAGE_STATE_READY) {
+                instance_refuse(INSTANCE_FAILURE_INVALID_REQUEST, ret_failure, ret_error,
+                                image ? "image %s is not ready (%s)" : "image %s not found",
+                                disk->image, image ? image_state_to_string(image->state) : "");
+                return -EINVAL;
+        }
+        uint64_t least = (image->virtual_size + (UINT64_C(1) << 30) - 1) >> 30;
+        if (least == 0)
+                least = 1;
+        uint64_t size = disk->size_gb ? disk->size_gb : least;
+        uint64_t most = m->config->storage.max_disk_gb;
+        if (size < least || size > most) {
+                instance_refuse(INSTANCE_FAILURE_INVALID_REQUEST, ret_failure, ret_error,
+                                "disk_gb must be %" PRIu64 "..%" PRIu64
+                                " (image %s's virtual size to storage.max_disk_gb)",
+                                least, most, disk->image);
+                return -EINVAL;
+        }
+        *ret = size;
+        return 0;
+}
+
+/* DISK-8: who holds a volume, other than `self`: its read-write holder, else a read-only one. */
+static const Instance *volume_holder(const InstanceManager *m, const char *id, const Instance *self,
+                                     bool *ret_readonly)
+{
+        const Instance *ro = NULL;
+        for (size_t k = 0; k < m->n_instances; k++) {
+                const Instance *i = m->instances[k];
+                for (size_t v = 0; i != self && v < i->rec.n_volumes; v++) {
+                        if (!streq(i->rec.volumes[v].id, id))
+                                continue;
+                        if (!i->rec.volumes[v].readonly) {
+                                *ret_readonly = false;
+                                return i;
+                        }
+                        ro = i;
+                }
+        }
+        *ret_readonly = true;
+        return ro;
+}
+
+/*
+ * DISK-8: each volume by id or name, at most one read-write holder or any number of read-only
+ * ones, never both (409 invalid_state naming the holder).
+ */
+static int resolve_volumes(InstanceManager *m, const InstanceSpec *spec, InstanceVolume *ret,
+                           InstanceFailure *ret_failure, char **ret_error)
+{
+        for (size_t k = 0; k < spec->n_volumes; k++) {
+                const char *ref = spec->volumes[k].volume;
+                const Volume *v = m->cfg.volumes ? volume_store_get(m->cfg.volumes, ref) : NULL;
+                if (!v) {
+                        instance_refuse(INSTANCE_FAILURE_INVALID_REQUEST, ret_failure, ret_error,
+                                        "volumes[%zu]: volume %s not found", k, ref);
+                        return -EINVAL;
+                }
+                for (size_t j = 0; j < k; j++)
+                        if (streq(ret[j].id, v->id)) {
+                                instance_refuse(INSTANCE_FAILURE_INVALID_REQUEST, ret_failure,
+                                                ret_error, "volumes[%zu]: volume %s is given twice",
+                                                k, v->id);
+                                return -EINVAL;
+                        }
+                bool held_ro = false;
+                const Instance *h = volume_holder(m, v->id, NULL, &held_ro);
+                if (h && (!held_ro || !spec->volumes[k].readonly)) {
+                        instance_refuse(INSTANCE_FAILURE_INVALID_STATE, ret_failure, ret_error,
+                                        "volume %s is attached %s to instance %s", v->id,
+                                        held_ro ? "read-only" : "read-write", h->rec.id);
+                        return -EBUSY;
+                }
+                memcpy(ret[k].id, v->id, sizeof ret[k].id);
+                ret[k].readonly = spec->volumes[k].readonly;
+                ret[k].state = INSTANCE_VOLUME_ATTACHED;
+        }
+        return 0;
 }
 
 int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, InstanceDoneFunc done,
@@ -654,6 +968,14 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
                                 spec->placement.consumer);
                 return -EEXIST;
         }
+        uint64_t disk_gb = 0;
+        if (spec->disk.image &&
+            root_disk_size(m, &spec->disk, &disk_gb, ret_failure, ret_error) < 0)
+                return -EINVAL;
+        InstanceVolume volumes[INSTANCE_VOLUMES_MAX];
+        int k = resolve_volumes(m, spec, volumes, ret_failure, ret_error);
+        if (k < 0)
+                return k;
         /* Admission answers at once when it refuses (INST-10, INST-11); it runs again after INST-6.
          */
         if (spec->profile && admit(m, ret_failure, ret_error) < 0)
@@ -676,8 +998,23 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
         if (r >= 0 && spec->profile && !(rec->gpu.profile = strdup(spec->profile)))
                 r = -ENOMEM;
         if (r >= 0 && (strdup_nullable(spec->placement.consumer, &rec->placement.consumer) < 0 ||
-                       strdup_nullable(spec->placement.gpu, &rec->placement.gpu) < 0))
+                       strdup_nullable(spec->placement.gpu, &rec->placement.gpu) < 0 ||
+                       strdup_nullable(spec->disk.image, &rec->disk.image) < 0))
                 r = -ENOMEM;
+        rec->disk.size_gb = disk_gb;
+        if (r >= 0 && spec->n_volumes > 0) {
+                rec->volumes = calloc(spec->n_volumes, sizeof *rec->volumes);
+                if (rec->volumes) {
+                        memcpy(rec->volumes, volumes, spec->n_volumes * sizeof *volumes);
+                        rec->n_volumes = spec->n_volumes;
+                } else
+                        r = -ENOMEM;
+        }
+        if (r >= 0 && instance_network_plan(m, &spec->network, rec, ret_failure, ret_error) < 0) {
+                instance_record_done(rec);
+                free(i);
+                return -EINVAL;
+        }
         if (r >= 0)
                 r = instance_insert(m, i);
         if (r < 0) {

@@ -12,14 +12,18 @@
 
 #include "instance-record-internal.h"
 
-#define BRIDGE_NAME_MAX 15 /* IFNAMSIZ less the NUL */
-#define MAC_STRLEN 18      /* "52:54:00:xx:xx:xx" and the NUL */
+#define MAC_STRLEN 18 /* "52:54:00:xx:xx:xx" and the NUL */
 
 static const char *const volume_states[_INSTANCE_VOLUME_STATE_MAX] = {
     [INSTANCE_VOLUME_ATTACHED] = "attached",
     [INSTANCE_VOLUME_ATTACHING] = "attaching",
     [INSTANCE_VOLUME_DETACHING] = "detaching",
 };
+
+const char *instance_volume_state_to_string(InstanceVolumeState s)
+{
+        return s < _INSTANCE_VOLUME_STATE_MAX ? volume_states[s] : NULL;
+}
 
 static const char *const network_modes[_INSTANCE_NETWORK_MODE_MAX] = {
     [INSTANCE_NETWORK_NAT] = "nat",
@@ -38,7 +42,7 @@ static int name_index(const char *const *names, size_t n, const char *s)
 
 /* ---- lifetime ------------------------------------------------------------------------------ */
 
-static void network_done(InstanceNetwork *n)
+void instance_network_done(InstanceNetwork *n)
 {
         free(n->bridge);
         free(n->mac);
@@ -56,7 +60,7 @@ void instance_devices_done(InstanceRecord *r)
         free(r->volumes);
         r->volumes = NULL;
         r->n_volumes = 0;
-        network_done(&r->network);
+        instance_network_done(&r->network);
         strv_free(r->cloud_init.ssh_authorized_keys);
         free(r->cloud_init.user_data);
         free(r->cloud_init.hostname);
@@ -76,24 +80,29 @@ static int memdup_array(const void *from, size_t n, size_t size, void **ret)
         return 0;
 }
 
+int instance_network_copy(const InstanceNetwork *n, InstanceNetwork *ret)
+{
+        InstanceNetwork c = {.mode = n->mode, .prefix = n->prefix, .n_ports = n->n_ports};
+        if (strdup_nullable(n->bridge, &c.bridge) < 0 || strdup_nullable(n->mac, &c.mac) < 0 ||
+            strdup_nullable(n->ip, &c.ip) < 0 || strdup_nullable(n->gateway, &c.gateway) < 0 ||
+            strv_copy(n->dns, &c.dns) < 0 ||
+            memdup_array(n->ports, n->n_ports, sizeof *n->ports, (void **)&c.ports) < 0) {
+                instance_network_done(&c);
+                return -ENOMEM;
+        }
+        *ret = c;
+        return 0;
+}
+
 int instance_devices_copy(const InstanceRecord *from, InstanceRecord *to)
 {
-        const InstanceNetwork *n = &from->network;
         const InstanceCloudInit *c = &from->cloud_init;
         to->disk.size_gb = from->disk.size_gb;
         to->n_volumes = from->n_volumes;
-        to->network.mode = n->mode;
-        to->network.prefix = n->prefix;
-        to->network.n_ports = n->n_ports;
         if (strdup_nullable(from->disk.image, &to->disk.image) < 0 ||
             memdup_array(from->volumes, from->n_volumes, sizeof *from->volumes,
                          (void **)&to->volumes) < 0 ||
-            strdup_nullable(n->bridge, &to->network.bridge) < 0 ||
-            strdup_nullable(n->mac, &to->network.mac) < 0 ||
-            strdup_nullable(n->ip, &to->network.ip) < 0 ||
-            strdup_nullable(n->gateway, &to->network.gateway) < 0 ||
-            strv_copy(n->dns, &to->network.dns) < 0 ||
-            memdup_array(n->ports, n->n_ports, sizeof *n->ports, (void **)&to->network.ports) < 0 ||
+            instance_network_copy(&from->network, &to->network) < 0 ||
             strv_copy(c->ssh_authorized_keys, &to->cloud_init.ssh_authorized_keys) < 0 ||
             strdup_nullable(c->user_data, &to->cloud_init.user_data) < 0 ||
             strdup_nullable(c->hostname, &to->cloud_init.hostname) < 0) {
@@ -168,9 +177,23 @@ static int port_check(const void *element, const char *path, void *view, int cod
 
 const JsonField instance_network_fields[] = {
     {"mode", JSON_FIELD_STRING, true, JSON_AT(InstanceNetworkView, mode)},
-    {"bridge", JSON_FIELD_STRING, false, JSON_AT(InstanceNetworkView, bridge),
-     .max = BRIDGE_NAME_MAX},
+    {"bridge", JSON_FIELD_STRING, false, JSON_AT(InstanceNetworkView, bridge), .max = IFNAME_MAX},
     {"mac", JSON_FIELD_STRING, false, JSON_AT(InstanceNetworkView, mac)},
+    {"ip", JSON_FIELD_STRING, false, JSON_AT(InstanceNetworkView, ip)},
+    {"prefix", JSON_FIELD_INTEGER, false, JSON_AT(InstanceNetworkView, prefix)},
+    {"gateway", JSON_FIELD_STRING, false, JSON_AT(InstanceNetworkView, gateway)},
+    {"dns", JSON_FIELD_ARRAY, false, JSON_AT(InstanceNetworkView, dns), .max = INSTANCE_DNS_MAX,
+     .element_type = JSON_FIELD_STRING, .each = dns_check},
+    {"ports", JSON_FIELD_ARRAY, false, JSON_AT(InstanceNetworkView, ports),
+     .max = INSTANCE_PORTS_MAX, .element_type = JSON_FIELD_OBJECT, .element_fields = port_fields,
+     .element_size = sizeof(InstancePortView), .each = port_check},
+    {NULL},
+};
+
+/* NET-1: the create body's "network", the record's fields but the MAC, which vgpud derives. */
+const JsonField instance_network_body_fields[] = {
+    {"mode", JSON_FIELD_STRING, true, JSON_AT(InstanceNetworkView, mode)},
+    {"bridge", JSON_FIELD_STRING, false, JSON_AT(InstanceNetworkView, bridge), .max = IFNAME_MAX},
     {"ip", JSON_FIELD_STRING, false, JSON_AT(InstanceNetworkView, ip)},
     {"prefix", JSON_FIELD_INTEGER, false, JSON_AT(InstanceNetworkView, prefix)},
     {"gateway", JSON_FIELD_STRING, false, JSON_AT(InstanceNetworkView, gateway)},
@@ -259,18 +282,6 @@ static bool mac_is_valid(const char *s)
         return true;
 }
 
-static bool bridge_name_is_valid(const char *s)
-{
-        /* What the kernel takes as an interface name: no '/', no white space, not . or .. */
-        if (!s[0] || streq(s, ".") || streq(s, ".."))
-                return false;
-        for (const char *c = s; *c; c++)
-                if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f || *c == '/' ||
-                    *c == ':')
-                        return false;
-        return true;
-}
-
 static int json_strings(json_t *a, char ***ret)
 {
         _cleanup_strv_free_ char **strv = NULL;
@@ -283,13 +294,13 @@ static int json_strings(json_t *a, char ***ret)
         return 0;
 }
 
-static int network_from_view(const InstanceNetworkView *v, json_t *o, int code,
-                             InstanceNetwork *ret, char **error)
+int instance_network_from_view(const InstanceNetworkView *v, json_t *o, int code,
+                               InstanceNetwork *ret, char **error)
 {
         int mode = name_index(network_modes, _INSTANCE_NETWORK_MODE_MAX, v->mode);
         if (mode < 0)
                 return error_set(error, code, "network.mode must be nat, bridge or none");
-        if (v->bridge && !bridge_name_is_valid(v->bridge))
+        if (v->bridge && !ifname_is_valid(v->bridge))
                 return error_set(error, code, "network.bridge must be an interface name");
         if (v->mac && !mac_is_valid(v->mac))
                 return error_set(error, code,
@@ -307,7 +318,7 @@ static int network_from_view(const InstanceNetworkView *v, json_t *o, int code,
             strdup_nullable(v->ip, &n.ip) < 0 || strdup_nullable(v->gateway, &n.gateway) < 0 ||
             json_strings(v->dns, &n.dns) < 0 ||
             (n_ports > 0 && !(n.ports = calloc(n_ports, sizeof *n.ports)))) {
-                network_done(&n);
+                instance_network_done(&n);
                 return error_set_oom(error);
         }
         /* Each port was checked by port_check() as the table read it. */
@@ -350,8 +361,8 @@ int instance_devices_from_view(const InstanceDevicesView *v, int code, InstanceR
         int k;
         if ((v->disk && (k = disk_from_view(&v->disk_v, code, &r->disk, error)) < 0) ||
             (k = volumes_from_json(v->volumes, code, r, error)) < 0 ||
-            (v->network &&
-             (k = network_from_view(&v->network_v, v->network, code, &r->network, error)) < 0) ||
+            (v->network && (k = instance_network_from_view(&v->network_v, v->network, code,
+                                                           &r->network, error)) < 0) ||
             (v->cloud_init &&
              (k = cloud_init_from_view(&v->cloud_init_v, code, &r->cloud_init, error)) < 0))
                 return k;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Instance files: INST-6's confinement of boot paths and the layout under
- * <data_dir>/instances (INST-1, INST-20). Blocking; run on workers.
+ * Instance files: boot paths (INST-6's confinement is storage_open_source()'s) and the layout
+ * under <data_dir>/instances (INST-1, INST-20). Blocking; run on workers.
  *
  * Everything below instances/ is reached by *at() from the instances directory's descriptor and
  * never through a symlink: an id is checked (INST-3) before it becomes a path, directories are
@@ -12,9 +12,9 @@
 #include <sys/stat.h>
 
 #include "instance-record-internal.h"
+#include "storage/storage.h"
 
 #define TEMP_SUFFIX ".tmp" /* what write_file_atomic_at() appends */
-#define TREE_DEPTH_MAX 32
 
 static int invalid_id(const char *id, char **error)
 {
@@ -26,141 +26,42 @@ static int invalid_id(const char *id, char **error)
 
 /* ---- boot paths (INST-6) ------------------------------------------------------------------- */
 
-/* Whether path lies strictly below dir; both absolute and without trailing slashes but "/". */
-static bool path_is_below(const char *path, const char *dir)
-{
-        size_t n = strlen(dir);
-        while (n > 1 && dir[n - 1] == '/')
-                n--;
-        if (n == 1 && dir[0] == '/')
-                return path[0] == '/' && path[1] != 0;
-        return strncmp(path, dir, n) == 0 && path[n] == '/' && path[n + 1] != 0;
-}
-
-static bool below_any(const char *path, char *const *dirs)
-{
-        for (char *const *d = dirs; d && *d; d++)
-                if (path_is_below(path, *d))
-                        return true;
-        return false;
-}
-
-static int boot_path_failed(char **error, const char *field, const char *path, const char *why)
-{
-        _cleanup_free_ char *shown = escape_text(path, strlen(path), SIZE_MAX, ESCAPE_UTF8);
-        if (!shown)
-                return error_set_oom(error);
-        return error_set(error, -EINVAL, "boot.%s %s: %s", field, shown, why);
-}
-
-/* The resolved image dir that real lies below, or NULL. */
-static const char *real_dir_of(const char *real, char *const *real_dirs)
-{
-        for (char *const *d = real_dirs; d && *d; d++)
-                if (path_is_below(real, *d))
-                        return *d;
-        return NULL;
-}
-
-/*
- * Opens one boot file as INST-6 says and returns the descriptor. The typed path must lie under
- * an image dir as written, and its real path under a resolved one; the file is then opened
- * beneath that resolved dir by the remainder of the real path with every symlink refused
- * (openat_beneath), so a link or directory swapped in after realpath() fails the open instead of
- * redirecting it. Callers hand the descriptor on, never the path.
- */
-static int boot_file_open(const char *field, const char *path, char *const *image_dirs,
-                          char *const *real_dirs, char **error)
-{
-        if (!instance_path_form_is_valid(path))
-                return boot_path_failed(error, field, path,
-                                        "must be an absolute path without . or .. components");
-        /*
-         * As written first: a path outside that links in would be resolved once here and again
-         * by whoever opens it later; and a missing file outside reads like any other refusal,
-         * so that an API client cannot probe which host files exist.
-         */
-        if (!below_any(path, image_dirs))
-                return boot_path_failed(error, field, path, "not under image_dirs");
-
-        _cleanup_free_ char *real = realpath(path, NULL);
-        if (!real) {
-                int r = negative_errno();
-                if (r == -ENOMEM)
-                        return error_set_oom(error);
-                return boot_path_failed(error, field, path, strerror(-r));
-        }
-        const char *dir = real_dir_of(real, real_dirs);
-        if (!dir)
-                return boot_path_failed(error, field, path, "not under image_dirs");
-        const char *rel = real + strlen(dir);
-        while (*rel == '/')
-                rel++;
-
-        _cleanup_close_ int dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (dirfd < 0)
-                return boot_path_failed(error, field, path, strerror(errno));
-
-        /* fstatat() first: opening a device node (even to read) can have effects of its own. */
-        struct stat st;
-        if (fstatat(dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                return boot_path_failed(error, field, path, strerror(errno));
-        if (!S_ISREG(st.st_mode))
-                return boot_path_failed(error, field, path, "not a regular file");
-
-        /* O_NONBLOCK: should a FIFO replace the file meanwhile, the open must not wait. */
-        _cleanup_close_ int fd = openat_beneath(dirfd, rel, O_RDONLY | O_NOCTTY | O_NONBLOCK);
-        if (fd < 0) {
-                _cleanup_free_ char *why = NULL;
-                if (strprintf(&why, "cannot be read: %s", strerror(-fd)) < 0)
-                        return error_set_oom(error);
-                return boot_path_failed(error, field, path, why);
-        }
-        if (fstat(fd, &st) < 0)
-                return boot_path_failed(error, field, path, strerror(errno));
-        if (!S_ISREG(st.st_mode))
-                return boot_path_failed(error, field, path, "not a regular file");
-        if (fcntl(fd, F_SETFL, 0) < 0)
-                return boot_path_failed(error, field, path, strerror(errno));
-        return TAKE_FD(fd);
-}
-
 void instance_boot_files_close(InstanceBootFiles *f)
 {
         closep(&f->kernel);
         closep(&f->initrd);
         closep(&f->disk);
+        closep(&f->root);
+        for (size_t i = 0; i < f->n_volumes; i++)
+                closep(&f->volumes[i]);
         *f = INSTANCE_BOOT_FILES_NONE;
+}
+
+int instance_boot_files_add_volume(InstanceBootFiles *f, const char *id, int fd)
+{
+        if (f->n_volumes == INSTANCE_VOLUMES_MAX) {
+                closep(&fd);
+                return -E2BIG;
+        }
+        snprintf(f->volume_nodes[f->n_volumes], sizeof f->volume_nodes[0], "vol-%s", id);
+        f->volumes[f->n_volumes++] = fd;
+        return 0;
 }
 
 int instance_boot_files_open(const InstanceBoot *boot, char *const *image_dirs,
                              InstanceBootFiles *ret, char **error)
 {
-        /* An image dir that does not resolve confines nothing: it is left out. */
-        _cleanup_strv_free_ char **real_dirs = NULL;
-        for (char *const *d = image_dirs; d && *d; d++) {
-                _cleanup_free_ char *real = realpath(*d, NULL);
-                if (!real) {
-                        if (errno == ENOMEM)
-                                return error_set_oom(error);
-                        continue;
-                }
-                if (strv_push(&real_dirs, real) < 0)
-                        return error_set_oom(error);
-        }
-
         _cleanup_(instance_boot_files_close) InstanceBootFiles files = INSTANCE_BOOT_FILES_NONE;
         const struct {
-                const char *field, *path;
+                const char *label, *path;
                 int *fd;
-        } paths[] = {{"kernel", boot->kernel, &files.kernel},
-                     {"initrd", boot->initrd, &files.initrd},
-                     {"disk", boot->disk, &files.disk}};
+        } paths[] = {{"boot.kernel", boot->kernel, &files.kernel},
+                     {"boot.initrd", boot->initrd, &files.initrd},
+                     {"boot.disk", boot->disk, &files.disk}};
         for (size_t i = 0; i < ELEMENTSOF(paths); i++) {
                 if (!paths[i].path)
                         continue;
-                int fd =
-                    boot_file_open(paths[i].field, paths[i].path, image_dirs, real_dirs, error);
+                int fd = storage_open_source(paths[i].label, paths[i].path, image_dirs, error);
                 if (fd < 0)
                         return fd;
                 *paths[i].fd = fd;
@@ -321,6 +222,10 @@ int instance_record_load_at(int instances_dirfd, const char *runtime_instances, 
         if (k >= 0)
                 k = check_socket_path(id, runtime_instances, "agent_socket", INSTANCE_AGENT_SOCKET,
                                       rec.hypervisor.agent_socket, error);
+        if (k >= 0)
+                k = check_socket_path(id, runtime_instances, "console_socket",
+                                      INSTANCE_CONSOLE_SOCKET, rec.hypervisor.console_socket,
+                                      error);
         if (k < 0)
                 return k;
         *ret = rec;
@@ -330,77 +235,9 @@ int instance_record_load_at(int instances_dirfd, const char *runtime_instances, 
 
 /* ---- removal and listing (INST-20) --------------------------------------------------------- */
 
-static int tree_failed(char **error, int r, const char *path)
-{
-        _cleanup_free_ char *shown = escape_text(path, strlen(path), SIZE_MAX, ESCAPE_UTF8);
-        if (!shown)
-                return error_set_oom(error);
-        return error_set(error, r, "delete %s: %s", shown, strerror(-r));
-}
-
-/* Deletes name below parent, whose device is dev; path names it in messages. */
-static int tree_delete(int parent, const char *name, const char *path, dev_t dev, unsigned depth,
-                       char **error)
-{
-        struct stat st;
-        if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                return errno == ENOENT ? 0 : tree_failed(error, negative_errno(), path);
-
-        /* A symlink is removed as itself, whatever it points to. */
-        if (!S_ISDIR(st.st_mode)) {
-                if (unlinkat(parent, name, 0) < 0 && errno != ENOENT)
-                        return tree_failed(error, negative_errno(), path);
-                return 0;
-        }
-        /* Another filesystem mounted in the tree is not ours to empty. */
-        if (st.st_dev != dev)
-                return error_set(error, -EXDEV, "delete %s: a mount point", path);
-        if (depth >= TREE_DEPTH_MAX)
-                return error_set(error, -ELOOP, "delete %s: nested deeper than %d directories",
-                                 path, TREE_DEPTH_MAX);
-
-        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return errno == ENOENT ? 0 : tree_failed(error, negative_errno(), path);
-        _cleanup_closedir_ DIR *d = fdopendir(fd);
-        if (!d) {
-                int r = negative_errno();
-                close(fd);
-                return tree_failed(error, r, path);
-        }
-
-        for (;;) {
-                errno = 0;
-                struct dirent *de = readdir(d);
-                if (!de) {
-                        if (errno != 0)
-                                return tree_failed(error, negative_errno(), path);
-                        break;
-                }
-                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                        continue;
-                _cleanup_free_ char *child = NULL;
-                if (strprintf(&child, "%s/%s", path, de->d_name) < 0)
-                        return error_set_oom(error);
-                int r = tree_delete(dirfd(d), de->d_name, child, st.st_dev, depth + 1, error);
-                if (r < 0)
-                        return r;
-        }
-
-        if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-                return tree_failed(error, negative_errno(), path);
-        return 0;
-}
-
 int instance_tree_delete_at(int dirfd, const char *name, char **error)
 {
-        if (!name[0] || strchr(name, '/') || streq(name, ".") || streq(name, ".."))
-                return error_set(error, -EINVAL, "delete: %s is not a name in the directory",
-                                 name[0] ? name : "\"\"");
-        struct stat st;
-        if (fstat(dirfd, &st) < 0)
-                return tree_failed(error, negative_errno(), name);
-        return tree_delete(dirfd, name, name, st.st_dev, 0, error);
+        return tree_delete_at(dirfd, name, error);
 }
 
 int instance_remove_at(int instances_dirfd, const char *id, char **error)

@@ -11,6 +11,7 @@
  */
 
 #include "instances/instances.h"
+#include "net/net.h"
 
 typedef struct Instance Instance;
 typedef struct Op Op;
@@ -36,7 +37,9 @@ struct Instance {
         Op *op;             /* the one operation (INST-9) */
         Claim *claim_token; /* the Claimer's save or clear in flight */
         bool claim_clear;
-        unsigned writes; /* record writes in flight */
+        unsigned writes;                    /* record writes in flight */
+        struct ConsoleFollowers *followers; /* CONS-2; NULL while nobody follows */
+        InstanceConsoleAttach *attached;    /* CONS-3; NULL while nobody is attached */
 };
 
 typedef struct ClaimIndex ClaimIndex;
@@ -53,6 +56,7 @@ struct InstanceManager {
         ClaimIndex *claims; /* the claims by VF (instance-index.c) */
         char *boot_id;
         char *disabled_reason;           /* INST-22 */
+        char *scan_error;                /* DEV-14, as the reconciler reports it */
         uint64_t admitted_unreserved;    /* INST-10 */
         uint64_t forced_kills[2];        /* VMM-12 [in_grace] */
         uint64_t liveness_uncertain;     /* VMM-19 */
@@ -62,6 +66,7 @@ struct InstanceManager {
         char *runtime_instances;         /* <runtime_dir>/instances */
         const InstanceRecord **view;     /* instance_manager_list()'s array */
         size_t n_view;
+        struct InstanceNat *nat; /* the NAT network's host side (instance-nat.c); NULL until used */
 };
 
 /* ---- instance-index.c ---------------------------------------------------------------------- */
@@ -114,7 +119,23 @@ int instance_manager_reread_host(InstanceManager *m, const char *vf, GpuTrackerD
 /* Whether the instance passes a VFIO device to its VMM (VMM-10's ladder). */
 bool instance_has_vfio(const Instance *i);
 
+/* ---- instance-console.c (CONS-2) ------------------------------------------------------------ */
+
+/* The VMM has exited: followers read the log to its end, then end. */
+void instance_console_vmm_exited(Instance *i);
+/* The instance goes away: every follower ends now, and the attached client. */
+void instance_console_followers_free(Instance *i);
+
 /* ---- instance-command.c (VMM-1, decision 12) ----------------------------------------------- */
+
+/* The NIC's descriptors a start opened (NET-3): -1 where there is none. */
+typedef struct InstanceNicFiles {
+        int tap, vhost;
+} InstanceNicFiles;
+
+#define INSTANCE_NIC_FILES_NONE ((InstanceNicFiles){.tap = -1, .vhost = -1})
+
+void instance_nic_files_close(InstanceNicFiles *f);
 
 /* Where the VMM's channels live: the runtime directory's sockets and the data directory's log. */
 typedef struct InstanceCommandPaths {
@@ -127,11 +148,48 @@ typedef struct InstanceCommandPaths {
 /*
  * The QEMU command of rec under config, pure: the boot files are files' descriptors (INST-6),
  * which must be exactly those the record names (-EINVAL otherwise), and every string of *ret is
- * borrowed from rec, config and paths. Render it with vmm_command_argv().
+ * borrowed from rec, config and paths. nic holds the TAP (and vhost-net) of a record whose
+ * network mode is nat or bridge, and only then (NET-3). Render it with vmm_command_argv().
  */
 int instance_command_build(const InstanceRecord *rec, const Config *config,
                            const InstanceCommandPaths *paths, const InstanceBootFiles *files,
-                           VmmCommand *ret, char **error);
+                           const InstanceNicFiles *nic, VmmCommand *ret, char **error);
+
+/* ---- instance-nat.c (NET-4, NET-6, NET-8) -------------------------------------------------- */
+
+typedef struct InstanceNat InstanceNat;
+
+/*
+ * Requests a pass of the NAT network's host side from the records as they are (no-op while
+ * network.nat.enabled is false): one pass at a time on the helper pool, a request during a pass
+ * runs one more after it. Each successful pass starts dnsmasq if it is not running, SIGHUPs it
+ * when a hosts file changed and restarts it when its configuration did.
+ */
+void instance_nat_sync(InstanceManager *m);
+/* The last pass's failure (NET-8 refuses nat creates meanwhile), NULL after a success. */
+const char *instance_nat_error(const InstanceManager *m);
+/* NET-10: a failure of step outside a pass (a TAP step's). */
+void instance_nat_count_error(InstanceManager *m, NetStep step);
+/* Stops dnsmasq (SIGTERM, reaped) and frees. */
+void instance_nat_free(InstanceNat *n);
+
+/* ---- instance-network.c (SPEC §20) --------------------------------------------------------- */
+
+/*
+ * At create, before the record is first written: the record's network from the body's (want;
+ * mode absent means network.default_mode), checked against the configuration (NET-1: the
+ * bridge allow-list, nat enabled, the port range, host ports no other record forwards), with
+ * its MAC (NET-2) and, in nat mode, the lowest free address of the subnet (NET-5). Refusals:
+ * 400 invalid_request, 409 already_exists (a host port's holder named), 409
+ * insufficient_resources (the subnet is full), 409 invalid_state (nat disabled), 503 while the
+ * records disagree on addresses. rec's network is replaced, on failure too (it is freed with
+ * rec).
+ */
+int instance_network_plan(InstanceManager *m, const InstanceNetwork *want, InstanceRecord *rec,
+                          InstanceFailure *ret_failure, char **ret_error);
+
+/* NET-5: NULL while no nat record names an address outside subnet or one another holds. */
+char *instance_network_records_problem(const InstanceManager *m, const NetSubnet *subnet);
 
 /* ---- the operations (instance-steps.c, instance-create.c, instance-stop.c, ...) ------------- */
 
@@ -223,6 +281,14 @@ typedef struct Step {
         bool undo_failed;
 } Step;
 
+/*
+ * NET-3 as a step of create and start, after the claim and before the spawn: the TAP, on its
+ * bridge (the NAT bridge ensured first, NET-4), into op->nic; the spawn takes the descriptors.
+ * A bridge-mode bridge that is missing or down is 409 invalid_state (NET-7); every other failure
+ * names its step (NET-8). The undo closes the descriptors, which removes the TAP.
+ */
+extern const Step instance_step_tap;
+
 /* A step's continuation after a record write, a job on the disk pool or a release. */
 typedef void (*OpStep)(Op *op, int r, const char *error);
 
@@ -261,6 +327,7 @@ struct Op {
          * so that a path swapped in between is never opened.
          */
         InstanceBootFiles boot_files;
+        InstanceNicFiles nic; /* create, start: the TAP step's, handed to the spawn (NET-3) */
 };
 
 /* A new operation, the instance's one (INST-9); NULL without memory. */
@@ -297,6 +364,10 @@ void step_written(Op *op, int r, const char *error);
 typedef int (*JobFunc)(void *data, char **error);
 /* Runs run(data) on the disk pool; next gets its result. data is freed with free_data. */
 void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpStep next);
+/* The same on the helper pool, for helper programs (qemu-img), with a deadline: a job past it
+ * continues with -ETIMEDOUT and no job data. */
+void op_helper_job_then(Op *op, nsec_t timeout, JobFunc run, void *data, void (*free_data)(void *),
+                        OpStep next);
 /* Releases the claim if there is one through the PLACE-9 gate; next gets the result. */
 void op_release_then(Op *op, bool after_vmm_exit, OpStep next);
 /* Removes the instance's directory (INST-18) on the disk pool. */

@@ -37,6 +37,7 @@ static Instance *instance_free(Instance *i)
                 return NULL;
         if (i->op)
                 instance_op_free(i->op);
+        instance_console_followers_free(i);
         vmm_free(i->vmm);
         instance_record_done(&i->rec);
         free(i);
@@ -66,6 +67,8 @@ int instance_insert(InstanceManager *m, Instance *i)
 
 void instance_drop(InstanceManager *m, Instance *i)
 {
+        /* NET-4, NET-6: its address, name and forwards leave the table and dnsmasq's files. */
+        bool nat = i->rec.network.mode == INSTANCE_NETWORK_NAT;
         m->generation++;
         instance_index_remove(m, i);
         for (size_t k = 0; k < m->n_instances; k++)
@@ -76,6 +79,8 @@ void instance_drop(InstanceManager *m, Instance *i)
                         break;
                 }
         instance_free(i);
+        if (nat)
+                instance_nat_sync(m);
 }
 
 char *instance_runtime_path(const Instance *i, const char *name)
@@ -172,6 +177,7 @@ static void on_vmm_exited(Vmm *v, const VmmExit *exit, void *userdata)
         Instance *i = userdata;
         i->exited = true;
         i->last_exit = *exit;
+        instance_console_vmm_exited(i);
         if (exit->status_known && exit->signal == SIGKILL && !exit->killed_by_us &&
             instance_has_vfio(i))
                 /* VMM-13: a kill vgpud did not send is worth the same warning. */
@@ -269,6 +275,9 @@ int instance_set_identity(Instance *i, pid_t pid, uint64_t start_time)
 
 void instance_forget_vmm(Instance *i)
 {
+        /* A stop's done runs before the exit callback, and may forget the VMM first (CONS-2). */
+        if (i->vmm)
+                instance_console_vmm_exited(i);
         i->vmm = vmm_free(i->vmm);
         i->exited = false;
 }
@@ -424,9 +433,11 @@ InstanceManager *instance_manager_free(InstanceManager *m)
         instance_sweep_free(m->sweep);
         free(m->view);
         claimer_free(m->claimer);
+        instance_nat_free(m->nat);
         sd_event_unref(m->event);
         free(m->boot_id);
         free(m->disabled_reason);
+        free(m->scan_error);
         free(m->runtime_instances);
         free(m);
         return NULL;
@@ -464,13 +475,36 @@ const char *instance_manager_disabled_reason(const InstanceManager *m)
         return m->disabled_reason;
 }
 
+int instance_manager_placement_disabled_reason(const InstanceManager *m, char **ret)
+{
+        const ClaimerConfig *c = &m->cfg.claimer;
+        PlacementDisabledSources sources = {
+            .store_unavailable =
+                c->guard.store_unavailable ? c->guard.store_unavailable(c->guard.userdata) : NULL,
+            .discovery_error = c->tracker ? gpu_tracker_error(c->tracker) : NULL,
+            .scan_error = m->scan_error,
+            .records_error = m->disabled_reason,
+            .pool = c->pool,
+        };
+        return placement_disabled_reason(&sources, ret);
+}
+
+int instance_manager_set_scan_error(InstanceManager *m, const char *error)
+{
+        char *copy = NULL;
+        if (strdup_nullable(error, &copy) < 0)
+                return -ENOMEM;
+        free(m->scan_error);
+        m->scan_error = copy;
+        return 0;
+}
+
 uint64_t instance_manager_generation(const InstanceManager *m)
 {
         return m->generation;
 }
 
-/* ---- start-up (GEN-10, INST-20, INST-21, INST-22)
- * -------------------------------------------------------- */
+/* ---- start-up (GEN-10, INST-20, INST-21, INST-22) ------------------------------------------- */
 
 /* Whether a process listens on <dir>/qmp.sock or agent.sock (INST-20, VMM-17). */
 static bool runtime_dir_is_listened(const InstanceManager *m, const char *dir)

@@ -524,6 +524,8 @@ int instance_manager_reconcile(InstanceManager *m, DeviceScan *scan, InstanceRec
                      .done = done,
                      .userdata = userdata};
         m->sweep = s;
+        /* NET-4, REL-14: bridge, table and hosts files made equal to the records again. */
+        instance_nat_sync(m);
         int r = submit_list(s);
         if (r < 0) {
                 s->result.unreadable++;

@@ -69,6 +69,22 @@ extern const JsonField instance_disk_fields[];
 extern const JsonField instance_volume_fields[];
 extern const JsonField instance_network_fields[];
 extern const JsonField instance_cloud_init_fields[];
+/* NET-1: the create body's "network" (instance_network_fields without the derived mac). */
+extern const JsonField instance_network_body_fields[];
+/*
+ * The network object o, as a table read it into v, checked (the mode's name, interface name,
+ * MAC and address forms, the prefix's range) into *ret; code and a message naming the field on
+ * failure.
+ */
+int instance_network_from_view(const InstanceNetworkView *v, json_t *o, int code,
+                               InstanceNetwork *ret, char **error);
+/*
+ * NET-1's rules within a create body (instance-network.c): a bridge only and always in bridge
+ * mode; ip, prefix, gateway and dns only in bridge mode, ip and prefix together, gateway and dns
+ * only with them; ports only in nat mode, each host port and protocol once. The rules that need
+ * the configuration or the other records are instance_network_plan()'s.
+ */
+int instance_network_body_check(const InstanceNetwork *n, int code, char **error);
 int instance_volume_check(const void *element, const char *path, void *view, int code,
                           char **error);
 

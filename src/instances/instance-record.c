@@ -84,6 +84,7 @@ void instance_record_clear_hypervisor(InstanceRecord *r)
         free(r->hypervisor.boot_id);
         free(r->hypervisor.qmp_socket);
         free(r->hypervisor.agent_socket);
+        free(r->hypervisor.console_socket);
         r->hypervisor = (InstanceHypervisor){0};
 }
 
@@ -141,6 +142,7 @@ int instance_record_copy(const InstanceRecord *r, InstanceRecord *ret)
             strdup_nullable(r->hypervisor.boot_id, &c.hypervisor.boot_id) < 0 ||
             strdup_nullable(r->hypervisor.qmp_socket, &c.hypervisor.qmp_socket) < 0 ||
             strdup_nullable(r->hypervisor.agent_socket, &c.hypervisor.agent_socket) < 0 ||
+            strdup_nullable(r->hypervisor.console_socket, &c.hypervisor.console_socket) < 0 ||
             instance_devices_copy(r, &c) < 0)
                 return -ENOMEM;
         *ret = c;
@@ -154,6 +156,10 @@ void instance_spec_done(InstanceSpec *s)
         boot_done(&s->boot);
         free(s->profile);
         placement_done(&s->placement);
+        free(s->disk.image);
+        for (size_t i = 0; i < s->n_volumes; i++)
+                free(s->volumes[i].volume);
+        instance_network_done(&s->network);
         *s = (InstanceSpec){0};
 }
 
@@ -197,8 +203,7 @@ static bool is_printable_ascii(const char *s, size_t max)
         return n > 0;
 }
 
-/* ---- the values INST-4, INST-5, INST-6 and API-9 have in common
- * ----------------------------------------- */
+/* ---- the values INST-4, INST-5, INST-6 and API-9 have in common ----------------------------- */
 
 static int check_name(const char *name, int code, char **error)
 {
@@ -251,11 +256,16 @@ static const JsonField boot_fields[] = {
     {NULL},
 };
 
-/* boot of a record or a create body: INST-5 and INST-6's form. */
-static int boot_from_json(json_t *o, int code, InstanceBoot *ret, char **error)
+/*
+ * boot of a record or a create body: INST-5 and INST-6's form. With a root disk from an image
+ * (DISK-5) boot may be absent (o NULL) or hold a kernel alone.
+ */
+static int boot_from_json(json_t *o, bool has_image, int code, InstanceBoot *ret, char **error)
 {
         BootKeys v = {0};
-        int r = json_schema_read(o, "boot", boot_fields, &v, code, error);
+        if (!o && !has_image)
+                return error_set(error, code, "boot is required");
+        int r = o ? json_schema_read(o, "boot", boot_fields, &v, code, error) : 0;
         if (r < 0)
                 return r;
         const char *kernel = v.kernel, *initrd = v.initrd, *cmdline = v.cmdline, *disk = v.disk;
@@ -269,7 +279,7 @@ static int boot_from_json(json_t *o, int code, InstanceBoot *ret, char **error)
                                  INSTANCE_CMDLINE_MAX);
         if (cmdline && strchr(cmdline, '\n'))
                 return error_set(error, code, "boot.cmdline must not contain a newline");
-        if (!kernel && !disk)
+        if (!kernel && !disk && !has_image)
                 return error_set(error, code, "boot needs boot.kernel or boot.disk");
         /* QEMU refuses -initrd and -append without -kernel: say so before anything runs. */
         if (!kernel && initrd)
@@ -439,7 +449,7 @@ static int gpu_from_json(json_t *o, InstanceGpu *ret, char **error)
 
 typedef struct HypervisorKeys {
         json_int_t pid, start_time;
-        const char *boot_id, *qmp_socket, *agent_socket;
+        const char *boot_id, *qmp_socket, *agent_socket, *console_socket;
 } HypervisorKeys;
 
 static const JsonField hypervisor_fields[] = {
@@ -448,6 +458,7 @@ static const JsonField hypervisor_fields[] = {
     {"boot_id", JSON_FIELD_STRING, false, JSON_AT(HypervisorKeys, boot_id)},
     {"qmp_socket", JSON_FIELD_STRING, false, JSON_AT(HypervisorKeys, qmp_socket)},
     {"agent_socket", JSON_FIELD_STRING, false, JSON_AT(HypervisorKeys, agent_socket)},
+    {"console_socket", JSON_FIELD_STRING, false, JSON_AT(HypervisorKeys, console_socket)},
     {NULL},
 };
 
@@ -458,7 +469,8 @@ static int hypervisor_from_json(json_t *o, InstanceHypervisor *ret, char **error
         if (r < 0)
                 return r;
         json_int_t pid = v.pid, start_time = v.start_time;
-        const char *boot_id = v.boot_id, *qmp = v.qmp_socket, *agent = v.agent_socket;
+        const char *boot_id = v.boot_id, *qmp = v.qmp_socket, *agent = v.agent_socket,
+                   *console = v.console_socket;
 
         bool has_pid = json_object_get(o, "pid"), has_start = json_object_get(o, "start_time");
         /* The VMM's identity is whole or absent: a pid alone could name another process. */
@@ -475,14 +487,18 @@ static int hypervisor_from_json(json_t *o, InstanceHypervisor *ret, char **error
                                  "hypervisor.boot_id must be 1..%d printable ASCII characters",
                                  BOOT_ID_MAX);
         if ((qmp && (r = check_path(qmp, "hypervisor.qmp_socket", RECORD_BAD, error)) < 0) ||
-            (agent && (r = check_path(agent, "hypervisor.agent_socket", RECORD_BAD, error)) < 0))
+            (agent && (r = check_path(agent, "hypervisor.agent_socket", RECORD_BAD, error)) < 0) ||
+            (console &&
+             (r = check_path(console, "hypervisor.console_socket", RECORD_BAD, error)) < 0))
                 return r;
 
         InstanceHypervisor h = {.pid = (pid_t)pid, .start_time = (uint64_t)start_time};
         if (strdup_nullable(boot_id, &h.boot_id) < 0 || strdup_nullable(qmp, &h.qmp_socket) < 0 ||
-            strdup_nullable(agent, &h.agent_socket) < 0) {
+            strdup_nullable(agent, &h.agent_socket) < 0 ||
+            strdup_nullable(console, &h.console_socket) < 0) {
                 free(h.boot_id);
                 free(h.qmp_socket);
+                free(h.agent_socket);
                 return error_set_oom(error);
         }
         *ret = h;
@@ -503,7 +519,7 @@ static const JsonField record_fields[] = {
     {"state", JSON_FIELD_STRING, true, JSON_AT(RecordKeys, state)},
     {"created_at", JSON_FIELD_STRING, true, JSON_AT(RecordKeys, created_at)},
     {"error", JSON_FIELD_STRING, false, JSON_AT(RecordKeys, error)},
-    {"boot", JSON_FIELD_OBJECT, true, JSON_AT(RecordKeys, boot)},
+    {"boot", JSON_FIELD_OBJECT, false, JSON_AT(RecordKeys, boot)}, /* DISK-5: or disk.image */
     {"vcpus", JSON_FIELD_INTEGER, true, JSON_AT(RecordKeys, vcpus)},
     {"memory_mb", JSON_FIELD_INTEGER, true, JSON_AT(RecordKeys, memory_mb)},
     {"gpu", JSON_FIELD_OBJECT, false, JSON_AT(RecordKeys, gpu)},
@@ -562,7 +578,10 @@ int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret,
         rec.vcpus = (uint32_t)vcpus;
         rec.memory_mb = (uint64_t)memory_mb;
         rec.gpu.claimed_at = TIMESTAMP_MISSING;
-        r = boot_from_json(boot, RECORD_BAD, &rec.boot, error);
+        r = instance_devices_from_view(&v.devices, RECORD_BAD, &rec, error);
+        if (r < 0)
+                return r;
+        r = boot_from_json(boot, rec.disk.image != NULL, RECORD_BAD, &rec.boot, error);
         if (r < 0)
                 return r;
         if (gpu && (r = gpu_from_json(gpu, &rec.gpu, error)) < 0)
@@ -574,9 +593,6 @@ int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret,
             (r = placement_from_json(placement, RECORD_BAD, &rec.placement, error)) < 0)
                 return r;
         if (hypervisor && (r = hypervisor_from_json(hypervisor, &rec.hypervisor, error)) < 0)
-                return r;
-        r = instance_devices_from_view(&v.devices, RECORD_BAD, &rec, error);
-        if (r < 0)
                 return r;
         if (strdup_nullable(name, &rec.name) < 0 || strdup_nullable(failure, &rec.error) < 0)
                 return error_set_oom(error);
@@ -675,7 +691,8 @@ static int hypervisor_to_json(json_t *o, const InstanceHypervisor *h)
                 return r;
         if ((r = instance_json_put_string(o, "boot_id", h->boot_id)) < 0 ||
             (r = instance_json_put_string(o, "qmp_socket", h->qmp_socket)) < 0 ||
-            (r = instance_json_put_string(o, "agent_socket", h->agent_socket)) < 0)
+            (r = instance_json_put_string(o, "agent_socket", h->agent_socket)) < 0 ||
+            (r = instance_json_put_string(o, "console_socket", h->console_socket)) < 0)
                 return r;
         return 0;
 }
@@ -753,24 +770,46 @@ int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_siz
         return instance_record_encode(r, ret, ret_size, &error);
 }
 
-/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7)
- * ---------------------------------------------------- */
+/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7) -------------------------------- */
 
 #define SPEC_BAD (-EINVAL)
 
 typedef struct SpecKeys {
-        const char *name;
-        json_int_t vcpus, memory_mb;
-        json_t *boot, *gpu, *placement;
+        const char *name, *image;
+        json_int_t vcpus, memory_mb, disk_gb;
+        json_t *boot, *gpu, *placement, *volumes, *network;
+        InstanceNetworkView network_v;
 } SpecKeys;
+
+typedef struct SpecVolumeKeys {
+        const char *volume;
+        bool readonly;
+} SpecVolumeKeys;
+
+static const JsonField spec_volume_fields[] = {
+    {"volume", JSON_FIELD_STRING, true, JSON_AT(SpecVolumeKeys, volume), 64},
+    {"readonly", JSON_FIELD_BOOLEAN, false, JSON_AT(SpecVolumeKeys, readonly)},
+    {NULL},
+};
 
 static const JsonField spec_fields[] = {
     {"name", JSON_FIELD_STRING, true, JSON_AT(SpecKeys, name)},
     {"vcpus", JSON_FIELD_INTEGER, true, JSON_AT(SpecKeys, vcpus)},
     {"memory_mb", JSON_FIELD_INTEGER, true, JSON_AT(SpecKeys, memory_mb)},
-    {"boot", JSON_FIELD_OBJECT, true, JSON_AT(SpecKeys, boot)},
+    {"image", JSON_FIELD_STRING, false, JSON_AT(SpecKeys, image)},      /* DISK-5 */
+    {"disk_gb", JSON_FIELD_INTEGER, false, JSON_AT(SpecKeys, disk_gb)}, /* DISK-5 */
+    {"boot", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, boot)}, /* API-9: without image only */
+    {.key = "volumes",                                           /* DISK-8 */
+     .type = JSON_FIELD_ARRAY,
+     .offset = JSON_AT(SpecKeys, volumes),
+     .max = INSTANCE_VOLUMES_MAX,
+     .element_type = JSON_FIELD_OBJECT,
+     .element_fields = spec_volume_fields,
+     .element_size = sizeof(SpecVolumeKeys)},
     {"gpu", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, gpu)},
     {"placement", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, placement)},
+    {"network", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, network),
+     .fields = instance_network_body_fields, .nested_offset = JSON_AT(SpecKeys, network_v)},
     {NULL},
 };
 
@@ -804,7 +843,32 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
             .vcpus = (uint32_t)vcpus,
             .memory_mb = (uint64_t)memory_mb,
         };
-        r = boot_from_json(boot, SPEC_BAD, &s.boot, error);
+        /* DISK-5: the image by name; disk_gb's range against the image is the manager's. */
+        if (v.image && !resource_name_is_valid(v.image))
+                return error_set(error, SPEC_BAD,
+                                 "image must match ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$");
+        if (v.disk_gb && !v.image)
+                return error_set(error, SPEC_BAD, "disk_gb needs image");
+        if (v.image && (v.disk_gb < 0 || (uint64_t)v.disk_gb > INSTANCE_DISK_GB_MAX ||
+                        (v.disk_gb == 0 && json_object_get(root, "disk_gb"))))
+                return error_set(error, SPEC_BAD, "disk_gb must be 1..%" PRIu64,
+                                 INSTANCE_DISK_GB_MAX);
+        s.disk.size_gb = (uint64_t)v.disk_gb;
+        if (strdup_nullable(v.image, &s.disk.image) < 0)
+                return error_set_oom(error);
+        for (size_t i = 0; v.volumes && i < json_array_size(v.volumes); i++) {
+                json_t *e = json_array_get(v.volumes, i);
+                const char *ref = json_string_value(json_object_get(e, "volume"));
+                for (size_t j = 0; j < i; j++)
+                        if (streq(s.volumes[j].volume, ref))
+                                return error_set(error, SPEC_BAD,
+                                                 "volumes[%zu].volume repeats volumes[%zu]", i, j);
+                if (!(s.volumes[i].volume = strdup(ref)))
+                        return error_set_oom(error);
+                s.volumes[i].readonly = json_is_true(json_object_get(e, "readonly"));
+                s.n_volumes = i + 1;
+        }
+        r = boot_from_json(boot, v.image != NULL, SPEC_BAD, &s.boot, error);
         if (r < 0)
                 return r;
         if (gpu) {
@@ -821,6 +885,14 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
                 if (!gpu)
                         return error_set(error, SPEC_BAD, "placement needs gpu.profile");
                 r = placement_from_json(placement, SPEC_BAD, &s.placement, error);
+                if (r < 0)
+                        return r;
+        }
+        if (v.network) {
+                r = instance_network_from_view(&v.network_v, v.network, SPEC_BAD, &s.network,
+                                               error);
+                if (r >= 0)
+                        r = instance_network_body_check(&s.network, SPEC_BAD, error);
                 if (r < 0)
                         return r;
         }

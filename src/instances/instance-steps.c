@@ -58,6 +58,7 @@ void instance_op_free(Op *op)
         if (op->spawn)
                 spawn_data_free(op->spawn);
         instance_boot_files_close(&op->boot_files);
+        instance_nic_files_close(&op->nic);
         free(op->error);
         instance_spec_done(&op->spec);
         free(op);
@@ -144,7 +145,8 @@ Op *op_new(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc done, 
                    .m = m,
                    .done = done,
                    .userdata = userdata,
-                   .boot_files = INSTANCE_BOOT_FILES_NONE};
+                   .boot_files = INSTANCE_BOOT_FILES_NONE,
+                   .nic = INSTANCE_NIC_FILES_NONE};
         if (i)
                 i->op = op;
         return op;
@@ -328,8 +330,8 @@ int instance_set_error(InstanceRecord *rec, const char *text)
 
 void instance_remove_runtime(Instance *i)
 {
-        const char *names[] = {INSTANCE_QMP_SOCKET, INSTANCE_AGENT_SOCKET};
-        for (size_t k = 0; k < 2; k++) {
+        const char *names[] = {INSTANCE_QMP_SOCKET, INSTANCE_AGENT_SOCKET, INSTANCE_CONSOLE_SOCKET};
+        for (size_t k = 0; k < ELEMENTSOF(names); k++) {
                 _cleanup_free_ char *p = instance_runtime_path(i, names[k]);
                 if (p && unlink(p) < 0 && errno != ENOENT)
                         log_line(LOG_LEVEL_WARNING, -errno, "cannot remove VMM socket", "path", p,
@@ -370,7 +372,8 @@ static void op_job_free(void *data)
         free(j);
 }
 
-void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpStep next)
+static void job_then(Op *op, WorkerPool *pool, nsec_t timeout, JobFunc run, void *data,
+                     void (*free_data)(void *), OpStep next)
 {
         op->next = next;
         OpJob *j = calloc(1, sizeof *j);
@@ -382,8 +385,9 @@ void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpS
         }
         *j = (OpJob){.op = op, .run = run, .data = data, .free_data = free_data};
         _cleanup_free_ char *error = NULL;
-        int r = worker_pool_submit(op->m->cfg.disk_pool,
+        int r = worker_pool_submit(pool,
                                    &(WorkerJob){.key = op->i ? op->i->rec.id : NULL,
+                                                .timeout = timeout,
                                                 .run = op_job_run,
                                                 .done = op_job_done,
                                                 .data = j,
@@ -396,8 +400,18 @@ void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpS
         }
 }
 
-/* ---- releases (INST-14, INST-15, INST-17, INST-18)
- * -------------------------------------------------------- */
+void op_job_then(Op *op, JobFunc run, void *data, void (*free_data)(void *), OpStep next)
+{
+        job_then(op, op->m->cfg.disk_pool, 0, run, data, free_data, next);
+}
+
+void op_helper_job_then(Op *op, nsec_t timeout, JobFunc run, void *data, void (*free_data)(void *),
+                        OpStep next)
+{
+        job_then(op, op->m->cfg.helper_pool, timeout, run, data, free_data, next);
+}
+
+/* ---- releases (INST-14, INST-15, INST-17, INST-18) ------------------------------------------ */
 
 /* DISC-20: the host picture follows a release, and NVML's cache with it (NVML-14). */
 /* The release's result waits here for the host's re-read (DISC-20). */

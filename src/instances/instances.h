@@ -24,9 +24,9 @@
 #include <sys/types.h>
 
 #include "base/base.h"
+#include "storage/storage.h"
 
-/* ---- identity and validation (INST-3, INST-4, INST-5, INST-6, INST-7)
- * --------------------------------------------------- */
+/* ---- identity and validation (INST-3, INST-4, INST-5, INST-6, INST-7) ----------------------- */
 
 #define INSTANCE_ID_LEN 20
 #define INSTANCE_NAME_MAX 63
@@ -123,6 +123,9 @@ typedef enum InstanceVolumeState {
         _INSTANCE_VOLUME_STATE_MAX,
 } InstanceVolumeState;
 
+/* "attached", "attaching", "detaching" (INST-2). */
+const char *instance_volume_state_to_string(InstanceVolumeState s);
+
 /* DISK-8: one attached volume. */
 typedef struct InstanceVolume {
         char id[INSTANCE_ID_LEN + 1];
@@ -165,6 +168,11 @@ typedef struct InstanceHypervisor {
         uint64_t start_time;             /* with pid */
         char *boot_id;                   /* with pid */
         char *qmp_socket, *agent_socket; /* NULL when absent */
+        /*
+         * CONS-1's console socket; NULL when absent: a VMM started before the console became a
+         * socket writes console.log as a file until its next start.
+         */
+        char *console_socket;
 } InstanceHypervisor;
 
 typedef struct InstanceRecord {
@@ -188,6 +196,10 @@ typedef struct InstanceRecord {
 
 /* Frees the members (not r itself) and zeroes r. */
 void instance_record_done(InstanceRecord *r);
+/* Frees the NIC's members and zeroes it. */
+void instance_network_done(InstanceNetwork *n);
+/* A deep copy into *ret; -ENOMEM. */
+int instance_network_copy(const InstanceNetwork *n, InstanceNetwork *ret);
 /* A deep copy of the boot paths. */
 int instance_boot_copy(const InstanceBoot *from, InstanceBoot *ret);
 /* A deep copy. */
@@ -212,8 +224,7 @@ void instance_record_clear_hypervisor(InstanceRecord *r);
 int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_size);
 int instance_record_from_json(const char *buf, size_t size, InstanceRecord *ret, char **error);
 
-/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7)
- * ---------------------------------------------------- */
+/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7) -------------------------------- */
 
 typedef struct InstanceSpec {
         char *name;
@@ -223,16 +234,25 @@ typedef struct InstanceSpec {
         char *profile; /* NULL without "gpu" */
         /* FLEET-6: "placement": {"consumer", "gpu"}; only with a profile. NULLs without. */
         InstancePlacement placement;
+        /* DISK-5: "image" and "disk_gb" (size_gb 0: the image's size). image NULL: none. */
+        InstanceDisk disk;
+        /* DISK-8: "volumes": [{"volume": "<id or name>", "readonly"?}], at most 8. */
+        struct {
+                char *volume;
+                bool readonly;
+        } volumes[INSTANCE_VOLUMES_MAX];
+        size_t n_volumes;
+        /* NET-1: "network" as given (mode INSTANCE_NETWORK_ABSENT without it; no mac). */
+        InstanceNetwork network;
 } InstanceSpec;
 
 void instance_spec_done(InstanceSpec *s);
 
 /*
  * Parses and validates a create body: exactly the keys of API-9 and FLEET-6's "placement" (other
- * keys, wrong types,
- * malformed or duplicate-key JSON, nesting over 16 are refused), INST-4's name pattern, INST-5's
- * ranges, and INST-6's form of the boot paths (absolute, ≤ 4096 bytes, no "." or ".."
- * components; the file checks are instance_boot_files_open()'s). "placement" needs both its
+ * keys, wrong types, malformed or duplicate-key JSON, nesting over 16 are refused), INST-4's name
+ * pattern, INST-5's ranges, and INST-6's form of the boot paths (absolute, ≤ 4096 bytes, no "." or
+ * ".." components; the file checks are instance_boot_files_open()'s). "placement" needs both its
  * keys, placement.consumer a canonical lowercase UUID, placement.gpu a PCI address in DISC-8's
  * form, and "gpu" beside it. -EINVAL with a message that names the field (INST-7), e.g. `vcpus
  * must be 1..256`, `boot.kernel must be an absolute path without . or .. components`.
@@ -242,9 +262,21 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
 /* The open boot files of an instance (INST-6): -1 where a file is not given. */
 typedef struct InstanceBootFiles {
         int kernel, initrd, disk;
+        int root;         /* DISK-5: <id>/root.qcow2, read-write; opened right before a spawn */
+        bool root_direct; /* DISK-9: its file system takes O_DIRECT */
+        /* DISK-8: the record's attached volumes, in its order; opened right before a spawn, each
+         * with its QEMU node name "vol-<id>" (instance_boot_files_add_volume()). */
+        int volumes[INSTANCE_VOLUMES_MAX];
+        char volume_nodes[INSTANCE_VOLUMES_MAX][sizeof "vol-" + INSTANCE_ID_LEN];
+        size_t n_volumes;
+        bool volumes_direct;
 } InstanceBootFiles;
 
-#define INSTANCE_BOOT_FILES_NONE ((InstanceBootFiles){.kernel = -1, .initrd = -1, .disk = -1})
+/* Takes over fd as the next volume's descriptor; -E2BIG past INSTANCE_VOLUMES_MAX. */
+int instance_boot_files_add_volume(InstanceBootFiles *f, const char *id, int fd);
+
+#define INSTANCE_BOOT_FILES_NONE \
+        ((InstanceBootFiles){.kernel = -1, .initrd = -1, .disk = -1, .root = -1})
 
 /*
  * INST-6, blocking (run on a worker): opens each given boot path read-only. A path must lie,
@@ -264,6 +296,7 @@ void instance_boot_files_close(InstanceBootFiles *f);
 #define INSTANCE_QEMU_LOG_FILE "qemu.log"
 #define INSTANCE_QMP_SOCKET "qmp.sock"
 #define INSTANCE_AGENT_SOCKET "agent.sock"
+#define INSTANCE_CONSOLE_SOCKET "console.sock" /* CONS-1 */
 #define INSTANCE_DELETED_PREFIX ".deleted-"
 
 /*
@@ -368,17 +401,11 @@ typedef struct InstanceManagerConfig {
         /* Helper programs (qemu-img, dnsmasq) and file copies: every job with a deadline, apart
          * from the disk pool so that none of them delays a record write (GEN-4; borrowed). */
         WorkerPool *helper_pool;
-        DeviceOps *ops; /* releases (borrowed) */
+        DeviceOps *ops;       /* releases (borrowed) */
+        ImageStore *images;   /* DISK-5: the images root disks are made from (borrowed) */
+        VolumeStore *volumes; /* DISK-8: the volumes instances attach (borrowed) */
         /* The claim flow's configuration; the manager fills in its owner (borrowed parts). */
         ClaimerConfig claimer;
-        /*
-         * INST-11: placement_disabled_reason as the API shows it, NULL while enabled. The
-         * manager's own INST-22 reason is part of it (instance_manager_disabled_reason()).
-         */
-        char *(*placement_disabled)(void *userdata);
-        /* INST-10: allocatable VFs now, from the shared snapshot (PLACE-21). */
-        int (*slot_figures)(void *userdata, uint64_t *ret_total, uint64_t *ret_used,
-                            uint64_t *ret_allocatable, bool *ret_has_gpu);
         /*
          * FLEET-6, INST-14: optional; the instance that held Placement consumer `consumer` is
          * gone, deleted (INST-18, REC-10) or its create rolled back after vgpud had taken it on
@@ -419,6 +446,15 @@ Claimer *instance_manager_get_claimer(InstanceManager *m);
  * failure, not a bad record); NULL when every record loaded.
  */
 const char *instance_manager_disabled_reason(const InstanceManager *m);
+
+/*
+ * placement_disabled_reason (INST-11, API-5): the health store's, the host's discovery error, the
+ * reconciler's scan error (instance_manager_set_scan_error()), INST-22's, or the sysfs pool's
+ * refusal; placement_disabled_reason()'s rule. Admission refuses with it and /resources shows it.
+ */
+int instance_manager_placement_disabled_reason(const InstanceManager *m, char **ret);
+/* DEV-14: the reconciler's open-handle scan failed with error, or succeeded again (NULL). */
+int instance_manager_set_scan_error(InstanceManager *m, const char *error);
 
 /*
  * The operations (INST-12, INST-13, INST-14, INST-15, INST-16, INST-17, INST-18, INST-19, INST-24,
@@ -468,6 +504,74 @@ int instance_manager_console(InstanceManager *m, const char *id, size_t tail_byt
                              InstanceConsoleFunc done, void *userdata, InstanceFailure *ret_failure,
                              char **ret_error);
 
+/*
+ * Following the console (CONS-2): the last tail_bytes of console.log, then what the VMM appends,
+ * until the VMM exits (the log then read to its end) or the instance goes away; a follow of an
+ * instance without a running VMM ends after the tail. Reads run on the disk pool, one at a time
+ * per follower and no larger than the sink's room, started by inotify on the instance's
+ * directory (never a poll and never a read on the loop); a log truncated by VMM-8 is read again
+ * from its start. At most INSTANCE_CONSOLE_FOLLOWERS_MAX per instance (409 busy past that).
+ *
+ * The sink is the follower's client. Nothing is read until instance_console_follow_wake(), which
+ * its owner calls once the sink is ready and again whenever room frees up. The first write()
+ * comes once the tail has been read, even when it is empty (size 0): whatever the VMM writes
+ * after that is streamed, so a client answered from there on misses nothing. end() says the follow
+ * is over; the follow is freed after it returns and must not be used again. A follow closed by
+ * its owner (instance_console_follow_close()) never calls end().
+ */
+#define INSTANCE_CONSOLE_FOLLOWERS_MAX 16
+#define INSTANCE_CONSOLE_READ_MAX (64u * 1024)
+
+typedef struct InstanceConsoleSink {
+        size_t (*room)(void *userdata);
+        int (*write)(void *userdata, const char *data, size_t size);
+        void (*end)(void *userdata);
+        void *userdata;
+} InstanceConsoleSink;
+
+typedef struct InstanceConsoleFollow InstanceConsoleFollow;
+
+int instance_manager_console_follow(InstanceManager *m, const char *id, size_t tail_bytes,
+                                    const InstanceConsoleSink *sink, InstanceConsoleFollow **ret,
+                                    InstanceFailure *ret_failure, char **ret_error);
+void instance_console_follow_wake(InstanceConsoleFollow *f);
+void instance_console_follow_close(InstanceConsoleFollow *f);
+
+/*
+ * Attaching to the console (CONS-3): a connection to the VMM's console socket (CONS-1), one per
+ * instance. Refused (409) while another is attached (busy), while no VMM runs (invalid_state),
+ * and for a VMM started before CONS-1, whose console is a plain file until its next start
+ * (invalid_state). The connection is made at once (a Unix socket connects without waiting);
+ * nothing is read until instance_console_attach_start().
+ *
+ * What the guest writes goes to the sink's send() as it comes, in pieces of at most
+ * INSTANCE_CONSOLE_READ_MAX bytes; a send() that fails ends the attach. What the client types
+ * goes in with instance_console_attach_write() (pieces of at most INSTANCE_CONSOLE_INPUT_MAX
+ * bytes), queued while the console socket does not take it: a write that brings the queue to
+ * INSTANCE_CONSOLE_INPUT_MAX bytes returns 1 (taken, but stop writing), a write while it is
+ * there -ENOBUFS (not taken); the sink's writable() says when there is room again. end() says the
+ * console has closed (the VMM exited, or the instance went away); the attach is freed after it
+ * returns. An attach closed by its owner never calls end().
+ */
+#define INSTANCE_CONSOLE_INPUT_MAX (64u * 1024)
+
+typedef struct InstanceConsoleAttachSink {
+        int (*send)(void *userdata, const char *data, size_t size);
+        void (*writable)(void *userdata);
+        void (*end)(void *userdata);
+        void *userdata;
+} InstanceConsoleAttachSink;
+
+typedef struct InstanceConsoleAttach InstanceConsoleAttach;
+
+int instance_manager_console_attach(InstanceManager *m, const char *id,
+                                    const InstanceConsoleAttachSink *sink,
+                                    InstanceConsoleAttach **ret, InstanceFailure *ret_failure,
+                                    char **ret_error);
+int instance_console_attach_start(InstanceConsoleAttach *a);
+int instance_console_attach_write(InstanceConsoleAttach *a, const void *data, size_t size);
+void instance_console_attach_close(InstanceConsoleAttach *a);
+
 /* Counters and figures for /metrics (MET-2). */
 typedef struct InstanceManagerStats {
         uint64_t by_state[_INSTANCE_STATE_MAX];
@@ -500,6 +604,17 @@ typedef struct InstanceReconcileResult {
 } InstanceReconcileResult;
 
 typedef void (*InstanceReconcileDone)(const InstanceReconcileResult *result, void *userdata);
+
+/* NET-10: the NAT network's figures. */
+typedef struct InstanceNatStats {
+        bool dnsmasq_up;
+        uint64_t dnsmasq_restarts;
+        uint64_t errors[4]; /* by NetStep: tap, link, nft, dnsmasq */
+        uint64_t addresses_allocated, addresses_free;
+        const char *error; /* the last pass's failure (NET-8), NULL after a success; borrowed */
+} InstanceNatStats;
+
+void instance_nat_stats(const InstanceManager *m, InstanceNatStats *ret);
 
 /*
  * The instance stages of a reconcile pass. list_instances (REC-3) first, on the disk pool:

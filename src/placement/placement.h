@@ -171,9 +171,10 @@ bool placement_vf_is_allocatable(const PlacementSnapshot *snapshot, const Placem
 
 /*
  * Chooses a VF for request->profile (PLACE-3, PLACE-4, PLACE-5, PLACE-6, PLACE-11, PLACE-13,
- * PLACE-14, PLACE-15). On failure *error says why in the exact SPEC text, and the result is -ENOENT
- * 400 unknown_profile: no catalog has the name and every catalog came from NVML; -ENOSPC  409
- * insufficient_resources (PLACE-18 second case, PLACE-19; FLEET-6: no room on request->gpu);
+ * PLACE-14, PLACE-15). On failure *error says why in the exact SPEC text, and the result is
+ *   -ENOENT  400 unknown_profile: no catalog has the name and every catalog came from NVML;
+ *   -ENOSPC  409 insufficient_resources (PLACE-18 second case, PLACE-19; FLEET-6: no room on
+ *            request->gpu);
  *   -ENODEV  409 insufficient_resources too: request->gpu is not in the snapshot (FLEET-6);
  *   -EINVAL  a missing argument, or a picker answer out of range;
  *   -ENOMEM.
@@ -273,3 +274,30 @@ int placement_view_build(const GpuHost *host, const PlacementOverlays *overlays,
 PlacementView *placement_view_free(PlacementView *v);
 DEFINE_TRIVIAL_CLEANUP_FUNC(PlacementView *, placement_view_free);
 #define _cleanup_placement_view_ _cleanup_(placement_view_freep)
+
+/* ---- what admission and /resources both decide on (MET-4) ------------------------------------ */
+
+/*
+ * The sources of placement_disabled_reason (INST-11, API-5), each NULL while it has nothing to
+ * say. The first that says something is the reason, in this order.
+ */
+typedef struct PlacementDisabledSources {
+        const char *store_unavailable; /* HEALTH-16: the health store's own reason */
+        const char *discovery_error;   /* DISC-7 */
+        const char *scan_error;        /* DEV-14: the reconciler's open-handle scan */
+        const char *records_error;     /* INST-22: a record that cannot be loaded */
+        WorkerPool *pool; /* GEN-4: with every extra thread stuck, no sysfs work can start */
+} PlacementDisabledSources;
+
+/* 1 and a malloc'd reason while placement is disabled, 0 and NULL while not; -ENOMEM. */
+int placement_disabled_reason(const PlacementDisabledSources *sources, char **ret);
+
+/* API-5's slot figures of a snapshot: every readable VF is a slot. */
+typedef struct PlacementSlots {
+        uint64_t total;
+        uint64_t used; /* configured, an mdev, claimed or reserved */
+        uint64_t quarantined;
+        uint64_t allocatable; /* 0 while placement is disabled */
+} PlacementSlots;
+
+void placement_count_slots(const PlacementSnapshot *snapshot, bool disabled, PlacementSlots *ret);

@@ -240,7 +240,7 @@ int seed_cloud_init_check(const SeedCloudInit *c, const char *path, int code, ch
                                          "%s.user_data (put the keys in the user data)",
                                          path, path);
         }
-        if (c->hostname && !dns_label_is_valid(c->hostname))
+        if (c->hostname && !resource_name_is_valid(c->hostname))
                 return error_set(error, code,
                                  "%s.hostname must match ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
                                  path);

@@ -163,7 +163,7 @@ int seed_render_meta_data(const char *instance_id, const char *hostname, SeedFil
 {
         if (!instance_id || !*instance_id)
                 return error_set(error, -EINVAL, "meta-data needs an instance id");
-        if (!dns_label_is_valid(hostname))
+        if (!resource_name_is_valid(hostname))
                 return error_set(error, -EINVAL,
                                  "hostname must match ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$");
         Emitter e;
@@ -195,7 +195,7 @@ int seed_render_user_data(const SeedCloudInit *c, const char *hostname, SeedFile
                 *ret = f;
                 return 0;
         }
-        if (!dns_label_is_valid(hostname))
+        if (!resource_name_is_valid(hostname))
                 return error_set(error, -EINVAL,
                                  "hostname must match ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$");
 

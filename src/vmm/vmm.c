@@ -372,8 +372,7 @@ int vmm_attach_event(Vmm *v, sd_event *event)
         return 0;
 }
 
-/* ---- the ladder (VMM-10, VMM-11, VMM-12, VMM-13)
- * --------------------------------------------------------------- */
+/* ---- the ladder (VMM-10, VMM-11, VMM-12, VMM-13) -------------------------------------------- */
 
 static void ladder_fail(Vmm *v)
 {

@@ -140,7 +140,7 @@ static int spawn_setup(SpawnSetup *s, const ChildFds *c)
 
 static bool limits_wanted(const SpawnLimits *l)
 {
-        return l->as_bytes || l->cpu_seconds || l->nofile;
+        return l->as_bytes || l->cpu_seconds || l->nofile || l->nice;
 }
 
 /* sh -c STOP_THEN_EXEC argv[0] argv[1]...: "$0" is the helper's path, "$@" its arguments. */
@@ -176,6 +176,8 @@ static int apply_limits(pid_t pid, const SpawnLimits *l)
                 if (prlimit(pid, limits[i].resource, &rl, NULL) < 0)
                         return negative_errno();
         }
+        if (l->nice > 0 && setpriority(PRIO_PROCESS, (id_t)pid, l->nice) < 0)
+                return negative_errno();
         return 0;
 }
 
@@ -328,8 +330,10 @@ static int wait_readable(int fd, nsec_t deadline)
         }
 }
 
-/* Reads the child's output to EOF: 0, -ETIME at the deadline, -errno. */
-static int collect_output(int fd, nsec_t deadline, size_t max, char **buf, size_t *size)
+/* Reads the child's output to EOF, streaming it to req's on_output: 0, -ETIME at the
+ * deadline, -errno. */
+static int collect_output(const SpawnRequest *req, int fd, nsec_t deadline, size_t max, char **buf,
+                          size_t *size)
 {
         char chunk[4096];
 
@@ -344,6 +348,8 @@ static int collect_output(int fd, nsec_t deadline, size_t max, char **buf, size_
                         return negative_errno();
                 if (n == 0)
                         return 0;
+                if (req->on_output)
+                        req->on_output(chunk, (size_t)n, req->output_userdata);
                 size_t room = *size < max ? max - *size : 0;
                 size_t keep = (size_t)n < room ? (size_t)n : room;
                 if (keep == 0)
@@ -400,7 +406,7 @@ int spawn_run_helper(const SpawnRequest *req, nsec_t deadline, size_t max_output
                                  strerror(-s.pidfd_error));
         }
 
-        r = collect_output(out.fd[0], deadline, max_output, &output, &size);
+        r = collect_output(req, out.fd[0], deadline, max_output, &output, &size);
         /* Output closed is not an exit: a child may close it and go on. */
         if (r >= 0 && (r = wait_readable(pidfd, deadline)) == 0)
                 r = -ETIME;

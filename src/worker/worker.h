@@ -267,6 +267,8 @@ typedef struct SpawnLimits {
         uint64_t as_bytes;    /* RLIMIT_AS */
         uint64_t cpu_seconds; /* RLIMIT_CPU */
         uint64_t nofile;      /* RLIMIT_NOFILE */
+        int nice;             /* 1..19: a lower CPU priority (setpriority), so that a long
+                               * helper yields to the event loop; 0 leaves the daemon's own */
 } SpawnLimits;
 
 typedef struct SpawnRequest {
@@ -279,6 +281,10 @@ typedef struct SpawnRequest {
         size_t n_fds;            /* at most SPAWN_PASSED_FDS_MAX */
         const char *null_device; /* "/dev/null" (GEN-1's one literal) when NULL */
         SpawnLimits limits;
+        /* spawn_run_helper() only: each piece of output as it arrives, on the calling thread,
+         * also past max_output (a long-running helper's progress, `qemu-img convert -p`). */
+        void (*on_output)(const char *data, size_t size, void *userdata);
+        void *output_userdata;
 } SpawnRequest;
 
 /* A request with no descriptors set yet (-1 is not a valid zero value). */
@@ -306,7 +312,8 @@ int spawn_start(const SpawnRequest *request, SpawnedChild *ret, char **error);
  * helper never blocks on it). A helper still running at deadline (CLOCK_MONOTONIC) is killed
  * with its process group and the call fails with -ETIME (`<argv[0]> did not finish in time`);
  * other failures read `run <argv[0]>: <why>`. On success *ret_output holds the output (NUL-
- * terminated) and *ret_status the wait status; the helper has been reaped either way.
+ * terminated) and *ret_status the wait status; the helper has been reaped either way. With
+ * request->on_output, every read of the output is handed to it too, as it arrives.
  */
 int spawn_run_helper(const SpawnRequest *request, nsec_t deadline, size_t max_output,
                      char **ret_output, int *ret_status, char **error);

@@ -99,7 +99,9 @@ def check_swap_after_validation(c, work, d):
     sim_ctl("fault write sys/*/nvidia/current_vgpu_type delay:3000 count=1")
     res = {}
     t = threading.Thread(target=lambda: res.update(
-        r=create(c, "swapped", PROFILE, boot={"kernel": link, "cmdline": "console=ttyS0"})))
+        r=create(c, "swapped", PROFILE, boot={"kernel": link, "cmdline": "console=ttyS0"},
+                 # No NIC: the kernel is then the first passed descriptor (NET-3 takes 3).
+                 network={"mode": "none"})))
     t.start()
     held = poll(lambda: sim_state()["operations_delayed"] >= 1, 15, 0.02)
     ok(held, "SIM: the configure write is held (the window after the check)")

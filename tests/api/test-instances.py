@@ -78,8 +78,10 @@ def check_gpu_less(c, work):
     ok(r.status == 201, "INST-12: create without a vGPU answers 201", error_of(r))
     inst = r.json()
     eq(inst["state"], "Running", "INST-8: the created instance is Running")
-    eq(sorted(inst), sorted(["id", "name", "state", "created_at", "vcpus", "memory_mb", "boot"]),
+    eq(sorted(inst), sorted(["id", "name", "state", "created_at", "vcpus", "memory_mb", "boot",
+                             "network"]),
        "API-7, API-8: no gpu and no error keys for a GPU-less instance")
+    eq(inst["network"]["mode"], "nat", "NET-1: a body without network gets network.default_mode")
     ok(re.fullmatch(r"[a-z0-9]{20}", inst["id"]) is not None, "INST-3: the id is 20 [a-z0-9]")
     iid = inst["id"]
     pid = pid_of(iid)

@@ -25,13 +25,19 @@ TRANSIENT = ("Creating", "Stopping", "Deleting")
 # INST-2's keys, by object, with the JSON type each holds.
 TOP_KEYS = {"version": int, "id": str, "name": str, "state": str, "created_at": str,
             "error": str, "boot": dict, "vcpus": int, "memory_mb": int, "gpu": dict,
-            "hypervisor": dict}
+            "hypervisor": dict, "network": dict}
 TOP_REQUIRED = ("version", "id", "name", "state", "created_at", "boot", "vcpus", "memory_mb")
 BOOT_KEYS = {"kernel": str, "initrd": str, "cmdline": str, "disk": str}
 GPU_KEYS = {"profile": str, "framework": str, "device_path": str, "mdev_uuid": str,
             "claimed_at": str}
 HYPERVISOR_KEYS = {"pid": int, "start_time": int, "boot_id": str, "qmp_socket": str,
                    "agent_socket": str}
+NETWORK_KEYS = {"mode": str, "bridge": str, "mac": str, "ip": str, "prefix": int, "gateway": str,
+                "dns": list, "ports": list}
+
+# REL-11: where the NAT network's files are (<runtime_dir>/network), set by the test; None skips
+# the network's checks.
+NETWORK_DIR = None
 
 Violation = namedtuple("Violation", "kind subject text")
 Vmm = namedtuple("Vmm", "pid id name vf qmp start_time")
@@ -80,7 +86,8 @@ def record_error(iid, text):
         return "id %r in directory %s" % (rec["id"], iid)
     if rec["state"] not in STATES:
         return "state %r" % rec["state"]
-    for key, keys in (("boot", BOOT_KEYS), ("gpu", GPU_KEYS), ("hypervisor", HYPERVISOR_KEYS)):
+    for key, keys in (("boot", BOOT_KEYS), ("gpu", GPU_KEYS), ("hypervisor", HYPERVISOR_KEYS),
+                      ("network", NETWORK_KEYS)):
         if key in rec:
             why = _check_object(rec[key], keys, key + ".")
             if why:
@@ -178,6 +185,23 @@ def listening_sockets():
     return paths
 
 
+def network_reading():
+    """(hosts file text, table vgpud text, [TAP names]) as the host holds them now; (None, None,
+    []) without NETWORK_DIR."""
+    if not NETWORK_DIR:
+        return None, None, []
+    try:
+        with open(os.path.join(NETWORK_DIR, "hosts")) as f:
+            hosts = f.read()
+    except FileNotFoundError:
+        hosts = ""
+    r = subprocess.run(["nft", "list", "table", "inet", "vgpud"], capture_output=True, text=True)
+    links = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True)
+    taps = [l["ifname"] for l in json.loads(links.stdout or "[]")
+            if l["ifname"].startswith("vgt")]
+    return hosts, r.stdout if r.returncode == 0 else "", taps
+
+
 class Picture:
     """One reading of the host; read VMMs and sockets last, so that a VMM seen alive is never
     older than the records it is compared with."""
@@ -185,6 +209,7 @@ class Picture:
     def __init__(self, fake_qemu):
         self.state = vt.sim_state()
         self.records, self.bad, self.leftovers = read_records()
+        self.hosts, self.table, self.taps = network_reading()
         self.vmms = vmm_processes(fake_qemu)
         self.listening = listening_sockets()
         self.vfs = {v["address"]: v for g in self.state["gpus"] for v in g["vfs"]}
@@ -332,6 +357,37 @@ def check(pic, vgpud, acked):
             if v.vf and v.vf not in conf:
                 add("vmm-vf", v.vf, "REL-2: VMM pid %d of %s runs on %s, which is not "
                     "configured" % (v.pid, iid, v.vf))
+
+    # REL-11: no address held by two records; table vgpud and the hosts file match the records
+    # exactly; every TAP belongs to a live VMM.
+    if NETWORK_DIR:
+        nat = {iid: r["network"] for iid, r in pic.records.items()
+               if r.get("network", {}).get("mode") == "nat" and "ip" in r["network"]}
+        holders = {}
+        for iid, n in sorted(nat.items()):
+            holders.setdefault(n["ip"], []).append(iid)
+        for addr, ids in sorted(holders.items()):
+            if len(ids) > 1:
+                add("address-twice", addr, "REL-11: address %s held by %s" % (addr, ", ".join(ids)))
+        want = sorted("%s %s.vgpud.internal %s" % (n["ip"], pic.records[i]["name"],
+                                                   pic.records[i]["name"])
+                      for i, n in nat.items())
+        if sorted(pic.hosts.splitlines()) != want:
+            add("hosts-file", "hosts", "REL-11: the hosts file %r differs from the records %r" %
+                (sorted(pic.hosts.splitlines()), want))
+        want_dnat = sorted("%s dport %d dnat ip to %s:%d" % (p["protocol"], p["host"], n["ip"],
+                                                             p["guest"])
+                           for n in nat.values() for p in n.get("ports", []))
+        got_dnat = sorted(set(re.findall(r"(\w+ dport \d+ dnat ip to [\d.]+:\d+)", pic.table)))
+        # No table at all is right only before any daemon made one for a nat record.
+        if (pic.table or nat) and ("masquerade" not in pic.table or got_dnat != want_dnat):
+            add("table", "vgpud", "REL-11: table vgpud %r does not match the records' forwards %r"
+                % (got_dnat if pic.table else "missing", want_dnat))
+        for tap in pic.taps:
+            ids = [i for i in pic.records if i.startswith(tap[3:])]
+            if not ids or not any(pic.vmm_alive(i) for i in ids):
+                add("tap-orphan", tap, "REL-11: TAP %s belongs to no live VMM (%s)" % (
+                    tap, ", ".join(pic.describe(i) for i in ids) or "no record"))
 
     # Every quarantine acknowledged before the kill is present; the health file loads.
     path = vt.HEALTH_FILE

@@ -20,7 +20,9 @@
 #
 # Output is TAP, one test point per iteration, then a summary line
 #   # chaos: <n> iterations, kills by phase: create=a stop=b start=c delete=d idle=e, violations: v
-# and each violation in detail. A violation is one problem (its kind and VF or record) from the
+# and each violation in detail. REL-11's network invariants are checked after each iteration as
+# well: no address held by two records, table vgpud and the dnsmasq hosts file equal to the
+# records, every TAP on a live VMM. A violation is one problem (its kind and VF or record) from the
 # iteration it first appears in until the first iteration without it.
 #
 # The run is seeded: random.Random(seed) chooses every iteration's kill phase and delay and
@@ -29,6 +31,7 @@
 # sets the count (default 50, REL-1's minimum). VGPUD_TEST_KEEP=<dir> keeps the logs of the
 # daemons of every iteration with a violation.
 import argparse
+import itertools
 import json
 import os
 import random
@@ -56,6 +59,7 @@ PHASE_WEIGHTS = (30, 20, 15, 20, 15)
 PROFILES = (("NVIDIA L40S-2Q", 65), ("NVIDIA L40S-1Q", 8), ("NVIDIA L40S-4Q", 7), (None, 20))
 FLAGS = (90, 7, 3)  # fake-qemu flags of a create (SIM-15): none, ignore-sigterm, hang-qmp
 CLIENTS = 3
+PORTS = itertools.count(20000)  # host ports of port forwards, one per create (NET-1)
 POPULATION = 12   # instances the clients keep around: creates and deletes balance near it
 WEDGED = 6        # VFs wedged per iteration, for the sentinel's quarantines (SENT-8)
 RECONCILE = 5     # gpu.reconcile_interval, seconds (CFG-3's minimum)
@@ -200,10 +204,15 @@ class Load:
         flag = rng.choices((None, "ignore-sigterm", "hang-qmp"), FLAGS)[0]
         if flag:
             sim_ctl("qemu %s %s" % (name, flag))
+        # REL-11: most get a port forward of their own, so table vgpud has something to keep.
+        extra = {}
+        if rng.random() < 0.7:
+            extra["network"] = {"mode": "nat", "ports": [
+                {"host": next(PORTS), "guest": 22, "protocol": "tcp"}]}
         token = self._begin("create", name)
         st = None
         try:
-            st, b = create(self.c, name, profile)
+            st, b = create(self.c, name, profile, **extra)
         finally:
             self._end(token, st)
         if st == 201:
@@ -573,6 +582,28 @@ def check_checker(vfs):
        "for one record, VMMs on VFs their records do not claim and a VMM without a record "
        "are each reported")
 
+    # REL-11's network damage, on a made-up reading: one address in two records, a hosts file
+    # that misses one, a table without a record's forward, a TAP of no live VMM.
+    pic = truth.Picture(FAKE_QEMU)
+    forward = {"host": 20000, "guest": 22, "protocol": "tcp"}
+    pic.records = {
+        ids["a"]: {"id": ids["a"], "name": "self-a", "state": "Running",
+                   "network": {"mode": "nat", "mac": "52:54:00:00:00:01", "ip": "10.233.0.2",
+                               "ports": [forward]}},
+        ids["b"]: {"id": ids["b"], "name": "self-b", "state": "Stopped",
+                   "network": {"mode": "nat", "mac": "52:54:00:00:00:02", "ip": "10.233.0.2"}},
+    }
+    pic.hosts = "10.233.0.2 self-a.vgpud.internal self-a\n"
+    pic.table = "table inet vgpud {\n\tchain postrouting {\n\t\tmasquerade\n\t}\n}\n"
+    tap = "vgt" + ids["c"][:12]
+    pic.taps, pic.vmms = [tap], {}
+    got = truth.check(pic, vt.VGPUD, {})
+    eq(sorted(set((v.kind, v.subject) for v in got)),
+       sorted([("address-twice", "10.233.0.2"), ("hosts-file", "hosts"), ("table", "vgpud"),
+               ("tap-orphan", tap)]),
+       "REL-11 checker: an address held twice, a hosts file and a table that differ from the "
+       "records and a TAP of no live VMM are each reported")
+
 
 # ---- the iterations ---------------------------------------------------------------------------
 
@@ -711,6 +742,9 @@ def main():
     sys.stdout.flush()
     rng = random.Random(args.seed)
     work = tempfile.mkdtemp(prefix="vgpud-chaos-")
+    # dnsmasq reads its files as nobody, as from /run/vgpud (0755).
+    os.chmod(work, 0o755)
+    truth.NETWORK_DIR = os.path.join(work, "run", "network")
     run = Run(work, args.seed)
     tally = Tally()
     phases = {p: 0 for p in PHASES}

@@ -792,8 +792,7 @@ static void test_operator_routes(void **state) /* OPS-7, API-2, API-9, API-18 */
                                     "(HTTP 503)\n");
 }
 
-/* ---- instances (OPS-7, API-2, API-7, API-8, API-9, INST-9, INST-24, INST-25)
- * ---------------------------- */
+/* ---- instances (OPS-7, API-2, API-7, API-8, API-9, INST-9, INST-24, INST-25) ---------------- */
 
 #define ID1 "k3x9q2m8v1c4z7n5b0wd"
 
@@ -804,11 +803,14 @@ static const char instances_json[] =
     "\"created_at\":\"2026-09-02T20:08:03Z\",\"vcpus\":4,\"memory_mb\":8192,"
     "\"boot\":{\"kernel\":\"/var/lib/vgpud/images/vmlinuz\",\"cmdline\":\"console=ttyS0\"},"
     "\"gpu\":{\"profile\":\"NVIDIA L40S-2Q\",\"device_path\":\"/sys/bus/pci/devices/"
-    "0000:e3:00.6\",\"claimed_at\":\"2026-09-02T20:08:04.5974Z\"}},"
+    "0000:e3:00.6\",\"claimed_at\":\"2026-09-02T20:08:04.5974Z\"},"
+    "\"network\":{\"mode\":\"nat\",\"bridge\":\"vgpud0\",\"mac\":\"52:54:00:35:1d:5b\","
+    "\"ip\":\"10.233.0.2\",\"prefix\":24,\"gateway\":\"10.233.0.1\",\"tap\":\"vgtk3x9q2m8v1c4\"}},"
     "{\"id\":\"a0000000000000000001\",\"name\":\"build-7\",\"state\":\"Stopped\","
     "\"created_at\":\"2026-09-02T21:00:00Z\",\"vcpus\":16,\"memory_mb\":65536,"
     "\"boot\":{\"disk\":\"/var/lib/vgpud/images/build.img\"},"
-    "\"error\":\"qemu exited with status 1 before QMP was ready: no\\u001b[2J disk\"},"
+    "\"error\":\"qemu exited with status 1 before QMP was ready: no\\u001b[2J disk\","
+    "\"network\":{\"mode\":\"bridge\",\"bridge\":\"br-lan\",\"mac\":\"52:54:00:aa:bb:cc\"}},"
     "{\"id\":\"b0000000000000000002\",\"name\":\"queued\",\"state\":\"Stopped\","
     "\"created_at\":\"2026-09-02T21:05:00Z\",\"vcpus\":1,\"memory_mb\":128,"
     "\"boot\":{\"disk\":\"/var/lib/vgpud/images/q.img\"},\"gpu\":{\"profile\":\"NVIDIA "
@@ -821,16 +823,16 @@ static const char instances_json[] =
     "a6a62d165c01\",\"claimed_at\":\"2026-09-03T08:00:01Z\"},\"hypervisor_hint\":1}]";
 
 static const char instances_table[] =
-    "ID                    NAME       STATE    VCPUS  MEMORY     PROFILE         VF              "
-    "                      CREATED\n"
-    "k3x9q2m8v1c4z7n5b0wd  render-01  Running  4      8192 MiB   NVIDIA L40S-2Q  0000:e3:00.6    "
-    "                      2026-09-02T20:08:03Z\n"
-    "a0000000000000000001  build-7    Stopped  16     65536 MiB  -               -               "
-    "                      2026-09-02T21:00:00Z\n"
-    "b0000000000000000002  queued     Stopped  1      128 MiB    NVIDIA L40S-1B  -               "
-    "                      2026-09-02T21:05:00Z\n"
-    "c0000000000000000003  a40-vm     Running  8      16384 MiB  NVIDIA A40-4Q   4b20d080-1b54-40"
-    "48-85b3-a6a62d165c01  2026-09-03T08:00:00Z\n";
+    "ID                    NAME       STATE    VCPUS  MEMORY     PROFILE         VF          "
+    "                          NETWORK  IP          CREATED\n"
+    "k3x9q2m8v1c4z7n5b0wd  render-01  Running  4      8192 MiB   NVIDIA L40S-2Q  0000:e3:00.6"
+    "                          nat      10.233.0.2  2026-09-02T20:08:03Z\n"
+    "a0000000000000000001  build-7    Stopped  16     65536 MiB  -               -           "
+    "                          bridge   -           2026-09-02T21:00:00Z\n"
+    "b0000000000000000002  queued     Stopped  1      128 MiB    NVIDIA L40S-1B  -           "
+    "                          -        -           2026-09-02T21:05:00Z\n"
+    "c0000000000000000003  a40-vm     Running  8      16384 MiB  NVIDIA A40-4Q   4b20d080-1b5"
+    "4-4048-85b3-a6a62d165c01  -        -           2026-09-03T08:00:00Z\n";
 
 /* API-7's example as one instance. */
 static const char instance_json[] =
@@ -939,6 +941,21 @@ static void test_instances_requests(void **state) /* OPS-7, API-2, API-9 */
              200,
              "",
              ""},
+            /* CONS-4: --follow asks for the stream, and prints it as it comes. */
+            {{"console", ID1, "--follow"},
+             "GET",
+             "/instances/" ID1 "/console?follow=true",
+             NULL,
+             200,
+             "boot\nlogin: ",
+             "boot\nlogin: "},
+            {{"console", ID1, "--follow", "--tail-bytes", "9"},
+             "GET",
+             "/instances/" ID1 "/console?follow=true&tail_bytes=9",
+             NULL,
+             200,
+             "login: ",
+             "login: "},
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
@@ -1041,6 +1058,62 @@ static void test_instances_tables(void **state) /* OPS-7, API-7, API-8 */
                                     "memory   128 MiB\n"
                                     "disk     /img/q.img\n"
                                     "profile  NVIDIA L40S-1B\n");
+}
+
+/* OPS-7, NET-9: an instance's NIC in `instances get`, and `vgpuctl network` */
+static void test_network(void **state)
+{
+        Fixture *f = *state;
+        server_set_answer(
+            &f->tcp, 200, "application/json",
+            "{\"id\":\"" ID1 "\",\"name\":\"render-01\",\"state\":\"Running\","
+            "\"created_at\":\"2026-09-02T20:08:03Z\",\"vcpus\":4,\"memory_mb\":8192,"
+            "\"boot\":{\"kernel\":\"/k\"},\"network\":{\"mode\":\"nat\",\"bridge\":"
+            "\"vgpud0\",\"mac\":\"52:54:00:35:1d:5b\",\"ip\":\"10.233.0.2\",\"prefix\""
+            ":24,\"gateway\":\"10.233.0.1\",\"tap\":\"vgtk3x9q2m8v1c4\",\"ports\":"
+            "[{\"host\":20022,\"guest\":22,\"protocol\":\"tcp\"}]}}");
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "get", ID1), CTL_EXIT_OK);
+        assert_string_equal(f->out, "id       " ID1 "\n"
+                                    "name     render-01\n"
+                                    "state    Running\n"
+                                    "created  2026-09-02T20:08:03Z\n"
+                                    "vcpus    4\n"
+                                    "memory   8192 MiB\n"
+                                    "kernel   /k\n"
+                                    "network  nat\n"
+                                    "bridge   vgpud0\n"
+                                    "mac      52:54:00:35:1d:5b\n"
+                                    "ip       10.233.0.2\n"
+                                    "tap      vgtk3x9q2m8v1c4\n");
+
+        server_set_answer(
+            &f->tcp, 200, "application/json",
+            "{\"default_mode\":\"nat\",\"bridges\":[\"br-lan\",\"br-vlan100\"],\"nat\":{"
+            "\"enabled\":true,\"bridge\":\"vgpud0\",\"subnet\":\"10.233.0.0/24\",\"gateway\":"
+            "\"10.233.0.1\",\"isolate\":true,\"port_range\":\"20000-29999\",\"addresses\":{"
+            "\"allocated\":1,\"free\":252},\"in_use\":[{\"ip\":\"10.233.0.2\",\"mac\":"
+            "\"52:54:00:35:1d:5b\",\"instance_id\":\"" ID1 "\",\"name\":\"render-01\"}],"
+            "\"port_forwards\":[],\"dnsmasq\":{\"up\":true,\"restarts\":2}}}");
+        assert_int_equal(RUN(f, "--url", f->url, "network"), CTL_EXIT_OK);
+        assert_string_equal(f->out, "default mode         nat\n"
+                                    "bridges              br-lan, br-vlan100\n"
+                                    "nat                  enabled\n"
+                                    "nat bridge           vgpud0\n"
+                                    "subnet               10.233.0.0/24\n"
+                                    "gateway              10.233.0.1\n"
+                                    "isolate              yes\n"
+                                    "port range           20000-29999\n"
+                                    "addresses allocated  1\n"
+                                    "addresses free       252\n"
+                                    "dnsmasq              up\n"
+                                    "dnsmasq restarts     2\n"
+                                    "\n"
+                                    "IP          MAC                INSTANCE              NAME\n"
+                                    "10.233.0.2  52:54:00:35:1d:5b  " ID1 "  render-01\n");
+        assert_string_equal(f->tcp.path, "/network");
+        /* An answer of another shape prints nothing and fails. */
+        server_set_answer(&f->tcp, 200, "application/json", "{\"default_mode\":1}");
+        assert_int_not_equal(RUN(f, "--url", f->url, "network"), CTL_EXIT_OK);
 }
 
 static void test_instances_json(void **state) /* OPS-6, API-7 */
@@ -1300,6 +1373,14 @@ static void test_instances_usage_errors(void **state) /* OPS-7, OPS-8, INST-3, A
             {{"instances", "console", ID1, "--tail-bytes"}, "option --tail-bytes needs a value"},
             {{"instances", "get", ID1, "--tail-bytes", "5"},
              "option --tail-bytes does not apply to \"instances get\""},
+            /* CONS-4 */
+            {{"instances", "console", ID1, "--follow", "--attach"},
+             "--follow and --attach exclude each other"},
+            {{"instances", "console", ID1, "--attach", "--tail-bytes", "5"},
+             "--tail-bytes goes with a tail or --follow, not --attach"},
+            {{"instances", "console", ID1, "--follow=yes"}, "option --follow takes no value"},
+            {{"instances", "get", ID1, "--attach"},
+             "option --attach does not apply to \"instances get\""},
         };
 
         f->env.url = f->url;
@@ -1778,6 +1859,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_instances_requests, setup, teardown),
             cmocka_unit_test_setup_teardown(test_instances_tables, setup, teardown),
             cmocka_unit_test_setup_teardown(test_instances_json, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_network, setup, teardown),
             cmocka_unit_test_setup_teardown(test_instances_console_raw, setup, teardown),
             cmocka_unit_test_setup_teardown(test_instances_api_errors, setup, teardown),
             cmocka_unit_test_setup_teardown(test_instances_usage_errors, setup, teardown),

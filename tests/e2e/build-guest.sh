@@ -25,8 +25,9 @@
 #   - mounts proc, sysfs and devtmpfs, then prints "vgpud-guest: init reached" on /dev/ttyS0
 #     (stdout and stderr of everything init starts go there too, hence to QEMU's console.log);
 #   - insmods virtio_ring, virtio, virtio_pci_legacy_dev, virtio_pci_modern_dev, virtio_pci,
-#     virtio_console, virtio_blk, evdev, button (those the kernel builds in are skipped at build
-#     time; virtio_blk gives a boot.disk its /dev/vda), and
+#     virtio_console, virtio_blk, failover, net_failover, virtio_net, evdev, button (those the
+#     kernel builds in are skipped at build time; virtio_blk gives a boot.disk its /dev/vda,
+#     virtio_net a NIC its eth0), and
 #     prints "vgpud-guest: insmod <name> failed" for one that fails;
 #   - starts busybox acpid; its PWRF (power button) action prints
 #     "vgpud-guest: power button, powering off" and runs `poweroff -f`, so QMP
@@ -49,7 +50,7 @@ set -eu
 
 # The load order matters: each module's dependencies come before it (checked below).
 MODULES="virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_console
-virtio_blk evdev button"
+virtio_blk failover net_failover virtio_net evdev button"
 META=linux-image-cloud-amd64
 
 say() { echo "build-guest: $*" >&2; }

@@ -356,6 +356,10 @@ image_dirs:
 vmm:
   boot_timeout: %ds
   stop_timeout: %ds
+network:
+  # REL-9: these tests share the host's network namespace (their first run fetches the guest
+  # kernel), where no bridge or TAP may be made: guests get no NIC.
+  default_mode: none
 """ % (qemu, images, os.path.realpath(guest.dir), boot_timeout, stop_timeout))
     return path
 

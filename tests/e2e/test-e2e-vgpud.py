@@ -12,7 +12,9 @@
 # leaves no process, socket or directory (INST-18, INST-20, VMM-15); and a kernel that QEMU
 # cannot load fails the create with QEMU's own last line (VMM-5) and leaves no record
 # (INST-14); QEMU gets the kernel and initrd by descriptor (INST-6); two VMs boot at once from
-# one boot.disk, which QEMU holds read-only and neither guest can write (DISK-6). The files the
+# one boot.disk, which QEMU holds read-only and neither guest can write (DISK-6); two VMs boot
+# with an imported image as root disk and write to overlays of their own (DISK-5); a volume one
+# VM wrote is read back by another after the first is deleted (DISK-7, DISK-8). The files the
 # API does not show (instance.json's pid, /proc, the directories) are read only to prove that
 # nothing is left. Timings go to TAP comments. Whatever happens, the daemon and any QEMU started
 # under this test's work tree are killed, the tree removed.
@@ -308,6 +310,153 @@ def check_shared_disk(c, d, images, guest):
         eq(c.request("DELETE", "/instances/" + iid).status, 204, "INST-18: delete it")
 
 
+IMAGE_MARKER = "vgpud-e2e-image-root"
+# The guest reads its root disk, then writes a line of its own 2 MiB in, past the image's data.
+ROOT_HOOK = """i=0
+while [ ! -b /dev/vda ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+echo "vgpud-guest: root says $(head -c %d /dev/vda)"
+if echo "written-by-$(hostname)-$(cat /proc/sys/kernel/random/boot_id | head -c 8)" |
+        dd of=/dev/vda bs=512 seek=4096 conv=notrunc 2>/dev/null && sync; then
+        echo "vgpud-guest: root write done"
+else
+        echo "vgpud-guest: root write failed"
+fi
+""" % len(IMAGE_MARKER)
+
+
+def overlay_bytes(work, overlay, offset, size):
+    """size bytes at offset of what the guest saw on its root disk, read on the host from the
+    qcow2 overlay (and its backing image) with qemu-img dd."""
+    out = os.path.join(work, "overlay-read.raw")
+    # qemu-img dd's count includes the skipped blocks.
+    subprocess.run(["qemu-img", "dd", "-f", "qcow2", "-O", "raw", "bs=512",
+                    "skip=%d" % (offset // 512), "count=%d" % ((offset + size + 511) // 512),
+                    "if=" + overlay, "of=" + out], check=True, stdout=subprocess.DEVNULL)
+    with open(out, "rb") as f:
+        return f.read()[:size]
+
+
+def check_image_root(c, d, work, images, guest):
+    # DISK-2, DISK-5, DISK-9: an image imported through the API is the root disk of two VMs
+    # booted with a direct kernel; each guest sees the image on its virtio disk, writes to it,
+    # and the writes land in its own overlay; the image itself never changes.
+    source = os.path.join(images, "root.raw")  # under image_dirs
+    with open(source, "wb") as f:
+        f.write(IMAGE_MARKER.encode())
+        f.truncate(1 << 20)
+    r = c.request("POST", "/images", {"name": "e2e-root", "source": source})
+    if not ok(r.status == 202, "DISK-2: the image is accepted for import", error_of(r)):
+        return
+    poll(lambda: c.get("/images/e2e-root").json().get("state") != "importing", 60, 0.1)
+    img = c.get("/images/e2e-root").json()
+    if not ok(img.get("state") == "ready", "DISK-2: the image is ready", img):
+        return
+    disk = os.path.join(MNT, "data", "images", "e2e-root", "disk.qcow2")
+    digest = subprocess.run(["sha256sum", disk], check=True,
+                            capture_output=True).stdout.split()[0]
+    initrd = os.path.join(images, "initramfs-root.cpio.gz")
+    initrd_with(guest.initrd, {"/etc/guest-init.d/root.sh": ROOT_HOOK}, initrd)
+    ids = []
+    for k in range(2):
+        b = {"name": "e2e-root-%d" % k, "vcpus": 1, "memory_mb": 256, "image": "e2e-root",
+             "boot": {"kernel": os.path.join(images, "vmlinuz"), "initrd": initrd,
+                      "cmdline": "console=ttyS0"}}
+        r = c.request("POST", "/instances", b)
+        if not ok(r.status == 201, "DISK-5: VM %d with the image as root disk is created" % k,
+                  (error_of(r), tail(d.log_text(), 20))):
+            return
+        ids.append(r.json()["id"])
+    for k, iid in enumerate(ids):
+        n = wait_lines(c, iid, r"vgpud-guest: root says %s" % IMAGE_MARKER, 1, BOOT_TIMEOUT)
+        ok(n == 1, "DISK-5, DISK-9: VM %d sees the image on its virtio disk" % k,
+           diagnostics(c, d, iid))
+        n = wait_lines(c, iid, r"vgpud-guest: root write done", 1, BOOT_TIMEOUT)
+        ok(n == 1, "DISK-5: VM %d writes its root disk" % k, diagnostics(c, d, iid))
+    written = []
+    for k, iid in enumerate(ids):
+        r = c.request("POST", "/instances/%s/stop" % iid)
+        eq(r.status, 200, "INST-15: VM %d stops" % k)
+        overlay = os.path.join(INSTANCES, iid, "root.qcow2")
+        got = overlay_bytes(work, overlay, 4096 * 512, 64).split(b"\n")[0]
+        written.append(got)
+        ok(got.startswith(b"written-by-"), "DISK-5: VM %d's write is in its own overlay" % k,
+           got)
+        eq(overlay_bytes(work, overlay, 0, len(IMAGE_MARKER)), IMAGE_MARKER.encode(),
+           "DISK-5: VM %d's overlay reads the image beneath its writes" % k)
+    ok(len(set(written)) == 2, "DISK-5: the two overlays hold different writes", written)
+    eq(subprocess.run(["sha256sum", disk], check=True, capture_output=True).stdout.split()[0],
+       digest, "DISK-5: the image's digest is unchanged after both wrote")
+    for iid in ids:
+        eq(c.request("DELETE", "/instances/" + iid).status, 204, "INST-18: delete it")
+    eq(c.request("DELETE", "/images/e2e-root").status, 204, "DISK-4: then the image")
+
+
+# Without udev there is no /dev/disk/by-id: the serial is read from sysfs.
+VOLUME_HOOK = """i=0
+while [ ! -b /dev/vdb ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+[ -e /sys/block/vdb/serial ] && echo "vgpud-guest: vdb serial $(cat /sys/block/vdb/serial)"
+echo "vgpud-guest: volume says $(head -c 25 /dev/vdb)"
+if [ -e /etc/write-volume ]; then
+        printf 'volume-data-from-first-vm' | dd of=/dev/vdb conv=notrunc 2>/dev/null && sync &&
+                echo "vgpud-guest: volume write done"
+fi
+"""
+
+
+def check_volume_outlives(c, d, work, images, guest):
+    # DISK-7, DISK-8: a volume written by one VM outlives it and is read back by another; on
+    # the host, qemu-img reads the same bytes.
+    source = os.path.join(images, "vol-root.raw")
+    with open(source, "wb") as f:
+        f.write(IMAGE_MARKER.encode())
+        f.truncate(1 << 20)
+    r = c.request("POST", "/images", {"name": "e2e-vol-root", "source": source})
+    poll(lambda: c.get("/images/e2e-vol-root").json().get("state") != "importing", 60, 0.1)
+    r = c.request("POST", "/volumes", {"name": "e2e-data", "size_gb": 1})
+    if not ok(r.status == 201, "DISK-7: the volume is created", error_of(r)):
+        return
+    vid = r.json()["id"]
+    hook = VOLUME_HOOK
+    writer = os.path.join(images, "initramfs-vol-w.cpio.gz")
+    reader = os.path.join(images, "initramfs-vol-r.cpio.gz")
+    initrd_with(guest.initrd, {"/etc/guest-init.d/volume.sh": hook, "/etc/write-volume": "1"},
+                writer)
+    initrd_with(guest.initrd, {"/etc/guest-init.d/volume.sh": hook}, reader)
+
+    def boot(name, initrd, readonly):
+        b = {"name": name, "vcpus": 1, "memory_mb": 256, "image": "e2e-vol-root",
+             "volumes": [{"volume": "e2e-data", "readonly": readonly}],
+             "boot": {"kernel": os.path.join(images, "vmlinuz"), "initrd": initrd,
+                      "cmdline": "console=ttyS0"}}
+        r = c.request("POST", "/instances", b)
+        ok(r.status == 201, "DISK-8: %s with the volume attached is created" % name,
+           (error_of(r), tail(d.log_text(), 20)))
+        return r.json()["id"] if r.status == 201 else None
+
+    first = boot("e2e-vol-w", writer, False)
+    if not first:
+        return
+    n = wait_lines(c, first, r"vgpud-guest: vdb serial %s" % vid, 1, BOOT_TIMEOUT)
+    ok(n == 1, "DISK-8: the guest sees the volume's id as its disk serial",
+       diagnostics(c, d, first))
+    n = wait_lines(c, first, r"vgpud-guest: volume write done", 1, BOOT_TIMEOUT)
+    ok(n == 1, "DISK-8: the first VM writes the volume", diagnostics(c, d, first))
+    eq(c.request("DELETE", "/instances/" + first).status, 204, "INST-18: the first VM is deleted")
+    volume = os.path.join(MNT, "data", "volumes", vid, "volume.qcow2")
+    eq(overlay_bytes(work, volume, 0, 25), b"volume-data-from-first-vm",
+       "DISK-7: on the host, qemu-img reads the VM's bytes from the volume")
+    second = boot("e2e-vol-r", reader, True)
+    if not second:
+        return
+    n = wait_lines(c, second, r"vgpud-guest: volume says volume-data-from-first-vm", 1,
+                   BOOT_TIMEOUT)
+    ok(n == 1, "DISK-7, DISK-8: a second VM reads back what the first wrote",
+       diagnostics(c, d, second))
+    eq(c.request("DELETE", "/instances/" + second).status, 204, "INST-18: the second VM too")
+    eq(c.request("DELETE", "/volumes/" + vid).status, 204, "DISK-7: then the volume")
+    eq(c.request("DELETE", "/images/e2e-vol-root").status, 204, "DISK-4: and the image")
+
+
 def qemu_own_error(kernel, initrd):
     """The last non-empty line QEMU itself prints for this kernel and initrd, run directly (the
     oracle for VMM-5's message)."""
@@ -377,6 +526,8 @@ def main():
             run_group("lifecycle", lambda: check_lifecycle(c, d, work, images))
             run_group("bad kernel", lambda: check_bad_kernel(c, d, images))
             run_group("shared boot disk", lambda: check_shared_disk(c, d, images, guest))
+            run_group("image root disk", lambda: check_image_root(c, d, work, images, guest))
+            run_group("volume", lambda: check_volume_outlives(c, d, work, images, guest))
             # Anything a failed check left behind goes before the daemon stops.
             for i in c.get("/instances").json():
                 c.request("DELETE", "/instances/" + i["id"])

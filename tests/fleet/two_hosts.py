@@ -132,6 +132,10 @@ image_dirs:
 vmm:
   boot_timeout: 10s
   stop_timeout: 2s
+network:
+  # Two hosts in one network namespace would share one NAT bridge and subnet: the fleet's VMs
+  # get no NIC (the network has its own tests, tests/api/test-network.py).
+  default_mode: none
 gpu:
   reconcile_interval: 5s
   vfio_term_grace: 1s

@@ -16,6 +16,10 @@
 #   sim_stop [SIGNAL]                   SIGNAL (SIGTERM), 10 s for a clean exit, then SIGKILL;
 #                                       returns the simulator's exit status
 #   sim_unmount DIR                     unmounts DIR if it still is a mount point, removes it
+#   sim_bind_tun DIR                    as root in the test's own network namespace, binds the
+#                                       host's /dev/net/tun over the simulator's DIR/dev/net/tun,
+#                                       so that vgpud's TAPs (NET-3) are real and live in that
+#                                       namespace only (NET-11); a no-op otherwise
 #   sim_run VGPU_SIM HOST PROGRAM...    all of it: mounts a simulator in a temporary directory,
 #                                       runs PROGRAM with VGPU_SIM_MOUNT, VGPU_SIM_CONTROL and
 #                                       VGPU_SIM_PID set, and always stops and unmounts it; the
@@ -114,7 +118,27 @@ sim_stop() {
         return "$_st"
 }
 
+_sim_tun_bound=
+
+sim_bind_tun() {
+        [ "$(id -u)" -eq 0 ] && [ "${VGPU_SIM_NETWORK:-}" != host ] && [ -c /dev/net/tun ] ||
+                return 0
+        mount --bind /dev/net/tun "$1/dev/net/tun" || {
+                echo "# NET-11: cannot bind /dev/net/tun into the simulator's dev/" >&2
+                return 1
+        }
+        _sim_tun_bound="$1/dev/net/tun"
+}
+
+# Before the simulator stops: a mount on top of its tree would keep it from unmounting cleanly.
+_sim_unbind_tun() {
+        [ -n "$_sim_tun_bound" ] || return 0
+        umount "$_sim_tun_bound" 2>/dev/null || umount -l "$_sim_tun_bound" 2>/dev/null || true
+        _sim_tun_bound=
+}
+
 sim_unmount() {
+        _sim_unbind_tun
         if sim_mounted "$1"; then
                 fusermount3 -u "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
         fi
@@ -125,6 +149,7 @@ _sim_finish() {
         status=$?
         trap - EXIT INT TERM
         sim_status=0
+        _sim_unbind_tun
         sim_stop || sim_status=$?
         if [ "$sim_status" -ne 0 ]; then
                 echo "# vgpu-sim exited with status $sim_status" >&2
@@ -147,6 +172,7 @@ sim_run() {
         trap 'exit 130' INT
         trap 'exit 143' TERM
         sim_start "$_sim" "$_host" "$_sim_dir" || exit 1
+        sim_bind_tun "$_sim_dir" || exit 1
         export VGPU_SIM_MOUNT="$_sim_dir" VGPU_SIM_CONTROL="$_sim_dir/.sim" VGPU_SIM_PID="$sim_pid"
         set +e
         "$@"

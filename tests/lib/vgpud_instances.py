@@ -21,7 +21,7 @@ from vgpud_test import (  # noqa: F401 (alive and proc_state are re-exported)
     MNT, alive, error_of, finish, ok, poll, proc_state, sim_ctl, sim_state)
 
 FAKE_QEMU = sys.argv[4]
-IMAGES = os.path.join(MNT, "data", "images")
+IMAGES = os.path.join(MNT, "data", "import")
 KERNEL = os.path.join(IMAGES, "vmlinuz")
 INSTANCES = os.path.join(MNT, "data", "instances")
 PROFILE = "NVIDIA L40S-2Q"

@@ -237,8 +237,7 @@ static void test_gpu_state_machine(void **state)
         test_log_stop(&log);
 }
 
-/* ---- the protocol (AGENT-14, AGENT-15, AGENT-16, AGENT-17)
- * ----------------------------------------------------------- */
+/* ---- the protocol (AGENT-14, AGENT-15, AGENT-16, AGENT-17) ---------------------------------- */
 
 static char *answer_with(const char *line, const GpuState *g)
 {
@@ -909,8 +908,7 @@ static void test_watch_fifo(void **state)
         assert_int_equal(f->w->state, KMSG_WATCH_ENDED);
 }
 
-/* ---- the probe (AGENT-9, AGENT-10, AGENT-11)
- * --------------------------------------------------------------- */
+/* ---- the probe (AGENT-9, AGENT-10, AGENT-11) ------------------------------------------------ */
 
 typedef struct ProbeFixture {
         TestTree *tree;

@@ -1651,25 +1651,6 @@ static void test_strv(void **state)
         strv_freep(&v);
 }
 
-/* INST-4, SEED-1: the one DNS label rule for names and host names. */
-static void test_dns_label_is_valid(void **state)
-{
-        static const char *const good[] = {
-            "a", "0", "render-01", "a-b-c",
-            "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz0123456789a"};
-        static const char *const bad[] = {
-            "",         "-a",
-            "a-",       "A",
-            "a_b",      "a/b",
-            "a.b",      "a b",
-            "\xc3\xa9", "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz0123456789ab"};
-        for (size_t i = 0; i < ELEMENTSOF(good); i++)
-                assert_true(dns_label_is_valid(good[i]));
-        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
-                assert_false(dns_label_is_valid(bad[i]));
-        assert_false(dns_label_is_valid(NULL));
-}
-
 /* SEED-1, REL-13: well-formed UTF-8 only. */
 static void test_utf8_is_valid(void **state)
 {
@@ -1974,7 +1955,6 @@ int main(void)
             cmocka_unit_test(test_strstrip_strchomp),
             cmocka_unit_test(test_strv),
             cmocka_unit_test(test_small_helpers),
-            cmocka_unit_test(test_dns_label_is_valid),
             cmocka_unit_test(test_utf8_is_valid),
             cmocka_unit_test(test_error_set_prefix),
             cmocka_unit_test(test_error_setv),

@@ -202,7 +202,7 @@ static void test_defaults(void **state)
         assert_string_equal(c->qemu_binary, "/usr/bin/qemu-system-x86_64");
         assert_int_equal(c->qemu_accel, CONFIG_QEMU_ACCEL_AUTO);
         assert_int_equal(strv_length(c->image_dirs), 1);
-        assert_string_equal(c->image_dirs[0], "/var/lib/vgpud/images");
+        assert_string_equal(c->image_dirs[0], "/var/lib/vgpud/import");
         assert_false(c->image_dirs_set);
         assert_int_equal(c->log_level, LOG_LEVEL_INFO);
         assert_int_equal(c->vmm.boot_timeout, 30 * NSEC_PER_SEC);
@@ -243,12 +243,17 @@ static const char default_dump[] = "listen: \"127.0.0.1:8080\"\n"
                                    "qemu_binary: \"/usr/bin/qemu-system-x86_64\"\n"
                                    "qemu_accel: auto\n"
                                    "image_dirs:\n"
-                                   "- \"/var/lib/vgpud/images\"\n"
+                                   "- \"/var/lib/vgpud/import\"\n"
                                    "log_level: info\n"
                                    "vmm:\n"
                                    "  boot_timeout: 30s\n"
                                    "  stop_timeout: 30s\n"
                                    "  console_max_bytes: 16777216\n"
+                                   "storage:\n"
+                                   "  min_free: 5%\n"
+                                   "  max_image_size: 2TiB\n"
+                                   "  max_disk_gb: 4096\n"
+                                   "  qemu_img_binary: \"/usr/bin/qemu-img\"\n"
                                    "gpu:\n"
                                    "  vf_quarantine_threshold: 2\n"
                                    "  placement_policy: spread\n"
@@ -274,7 +279,17 @@ static const char default_dump[] = "listen: \"127.0.0.1:8080\"\n"
                                    "  keystone:\n"
                                    "    auth_url: \"\"\n"
                                    "    application_credential_id: \"\"\n"
-                                   "    application_credential_secret_file: \"\"\n";
+                                   "    application_credential_secret_file: \"\"\n"
+                                   "network:\n"
+                                   "  default_mode: nat\n"
+                                   "  bridges: []\n"
+                                   "  dnsmasq_binary: \"/usr/sbin/dnsmasq\"\n"
+                                   "  nat:\n"
+                                   "    enabled: true\n"
+                                   "    bridge: \"vgpud0\"\n"
+                                   "    subnet: \"10.233.0.0/24\"\n"
+                                   "    isolate: true\n"
+                                   "    port_range: \"20000-29999\"\n";
 
 /* CFG-2 (--check-config shows the result), CFG-3 */
 static void test_dump_defaults(void **state)
@@ -304,6 +319,11 @@ static const char poison_yaml[] = "listen: \"[::1]:9090\"\n"
                                   "  boot_timeout: 1m\n"
                                   "  stop_timeout: 1s\n"
                                   "  console_max_bytes: 65536\n"
+                                  "storage:\n"
+                                  "  min_free: 10GiB\n"
+                                  "  max_image_size: 512MiB\n"
+                                  "  max_disk_gb: 65536\n"
+                                  "  qemu_img_binary: /poison/qemu-img\n"
                                   "gpu:\n"
                                   "  vf_quarantine_threshold: 64\n"
                                   "  placement_policy: pack\n"
@@ -329,7 +349,17 @@ static const char poison_yaml[] = "listen: \"[::1]:9090\"\n"
                                   "  keystone:\n"
                                   "    auth_url: https://keystone.poison/identity\n"
                                   "    application_credential_id: 0123abcd\n"
-                                  "    application_credential_secret_file: /poison/secret\n";
+                                  "    application_credential_secret_file: /poison/secret\n"
+                                  "network:\n"
+                                  "  default_mode: bridge\n"
+                                  "  bridges: [br-lan]\n"
+                                  "  dnsmasq_binary: /poison/dnsmasq\n"
+                                  "  nat:\n"
+                                  "    enabled: false\n"
+                                  "    bridge: poison0\n"
+                                  "    subnet: 192.168.0.0/16\n"
+                                  "    isolate: false\n"
+                                  "    port_range: 80-80\n";
 
 /* CFG-1, CFG-3: a file with every key, nested mappings for the dotted keys */
 static void test_every_key_loads(void **state)
@@ -355,6 +385,10 @@ static void test_every_key_loads(void **state)
         assert_int_equal(c->vmm.boot_timeout, NSEC_PER_MIN);
         assert_int_equal(c->vmm.stop_timeout, NSEC_PER_SEC);
         assert_int_equal(c->vmm.console_max_bytes, 65536);
+        assert_int_equal(c->storage.min_free.bytes, UINT64_C(10) << 30);
+        assert_int_equal(c->storage.max_image_size, UINT64_C(512) << 20);
+        assert_int_equal(c->storage.max_disk_gb, 65536);
+        assert_string_equal(c->storage.qemu_img_binary, "/poison/qemu-img");
         assert_int_equal(c->gpu.vf_quarantine_threshold, 64);
         assert_int_equal(c->gpu.placement_policy, PLACEMENT_POLICY_PACK);
         assert_int_equal(c->gpu.nvml_timeout, 100 * NSEC_PER_MSEC);
@@ -380,6 +414,17 @@ static void test_every_key_loads(void **state)
         assert_string_equal(c->placement.keystone.application_credential_secret_file,
                             "/poison/secret");
 
+        /* NET-1, NET-4 */
+        assert_int_equal(c->network.default_mode, CONFIG_NETWORK_MODE_BRIDGE);
+        assert_int_equal(strv_length(c->network.bridges), 1);
+        assert_string_equal(c->network.bridges[0], "br-lan");
+        assert_string_equal(c->network.dnsmasq_binary, "/poison/dnsmasq");
+        assert_false(c->network.nat.enabled);
+        assert_string_equal(c->network.nat.bridge, "poison0");
+        assert_string_equal(c->network.nat.subnet, "192.168.0.0/16");
+        assert_false(c->network.nat.isolate);
+        assert_string_equal(c->network.nat.port_range, "80-80");
+
         /* every line of its dump but the section headers differs from the default dump */
         _cleanup_free_ char *text = dump(c);
         _cleanup_free_ char *mine = strdup(text), *theirs = strdup(default_dump);
@@ -388,6 +433,12 @@ static void test_every_key_loads(void **state)
         size_t lines = 0;
         for (; a && b; a = strtok_r(NULL, "\n", &save_a), b = strtok_r(NULL, "\n", &save_b)) {
                 lines++;
+                /* A list with an item takes a line more than the empty default list. */
+                if (streq(a, "  bridges:") && streq(b, "  bridges: []")) {
+                        a = strtok_r(NULL, "\n", &save_a);
+                        assert_string_equal(a, "  - \"br-lan\"");
+                        continue;
+                }
                 if (a[strlen(a) - 1] == ':') {
                         assert_string_equal(a, b);
                         continue;
@@ -397,7 +448,7 @@ static void test_every_key_loads(void **state)
         }
         assert_null(a);
         assert_null(b);
-        assert_int_equal(lines, 45);
+        assert_int_equal(lines, 60);
 }
 
 /* OPS-5: the shipped example has every key, each at its default */
@@ -764,7 +815,7 @@ static void test_relative_paths(void **state)
                                                    "jwt_secret_file: /etc/vgpud/jwt.secret\n");
         assert_string_equal(d->data_dir, "/srv/vgpud");
         assert_string_equal(d->sysfs_root, "/");
-        assert_string_equal(d->image_dirs[0], "/srv/vgpud/images");
+        assert_string_equal(d->image_dirs[0], "/srv/vgpud/import");
 }
 
 /* VMM-15: runtime_dir fits socket paths and has no whitespace or control characters */
@@ -953,8 +1004,52 @@ static void test_listen(void **state)
         value_fails("listen", "8080", what, "\"8080\"");
 }
 
-/* INST-6 (decision in CFG-3): image_dirs is a list of absolute paths, <data_dir>/images by default
- */
+/* NET-1, NET-4, CFG-3, CFG-4: the network keys and their refusals */
+static void test_network(void **state)
+{
+        _cleanup_(config_donep) Config *c = loaded("network:\n"
+                                                   "  bridges: [br-lan, vlan.100]\n"
+                                                   "  nat:\n"
+                                                   "    subnet: 10.1.0.0/29\n"
+                                                   "    port_range: 30000-30010\n");
+        assert_int_equal(strv_length(c->network.bridges), 2);
+        assert_string_equal(c->network.bridges[1], "vlan.100");
+        assert_int_equal(config_network_default_mode(c), CONFIG_NETWORK_MODE_NAT);
+        set_ok(c, "network.nat.enabled=false");
+        /* NET-1: without NAT, a body without "network" gets none. */
+        assert_int_equal(config_network_default_mode(c), CONFIG_NETWORK_MODE_NONE);
+        set_ok(c, "network.default_mode=bridge");
+        assert_int_equal(config_network_default_mode(c), CONFIG_NETWORK_MODE_BRIDGE);
+        set_ok(c, "network.bridges=[]");
+        assert_int_equal(strv_length(c->network.bridges), 0);
+        assert_non_null(c->network.bridges);
+
+        const char *subnet = "an IPv4 network a.b.c.d/n with n between 16 and 29 and no host "
+                             "bits set";
+        value_fails("network.nat.subnet", "10.0.0.0/8", subnet, "\"10.0.0.0/8\"");
+        value_fails("network.nat.subnet", "10.233.0.0/30", subnet, "\"10.233.0.0/30\"");
+        value_fails("network.nat.subnet", "10.233.0.1/24", subnet, "\"10.233.0.1/24\"");
+        value_fails("network.nat.subnet", "10.233.0.0", subnet, "\"10.233.0.0\"");
+        const char *range = "<lo>-<hi> with 1 <= lo <= hi <= 65535";
+        value_fails("network.nat.port_range", "29999-20000", range, "\"29999-20000\"");
+        value_fails("network.nat.port_range", "0-100", range, "\"0-100\"");
+        value_fails("network.nat.port_range", "20000", range, "\"20000\"");
+        const char *ifname = "an interface name (1 to 15 bytes, no '/', ':' or white space)";
+        value_fails("network.nat.bridge", "a-name-of-16-chr", ifname, "\"a-name-of-16-chr\"");
+        value_fails("network.nat.bridge", "br/0", ifname, "\"br/0\"");
+        value_fails("network.nat.bridge", "", ifname, "\"\"");
+        value_fails("network.default_mode", "bridged", "one of nat, bridge, none", "\"bridged\"");
+        LOAD_FAILS("network:\n  bridges: [br-lan, \"br 1\"]\n",
+                   "vgpud.yaml:2:21: network.bridges must be a list of at most 64 interface "
+                   "names, got \"br 1\"");
+        LOAD_FAILS("network:\n  bridges: br-lan\n",
+                   "vgpud.yaml:2:12: network.bridges must be a list of at most 64 interface "
+                   "names, got \"br-lan\"");
+        value_fails("network.dnsmasq_binary", "dnsmasq", "an absolute path", "\"dnsmasq\"");
+}
+
+/* INST-6, DISK-1 (decision in CFG-3): image_dirs is a list of absolute paths, <data_dir>/import
+ * by default */
 static void test_image_dirs(void **state)
 {
         const char *what = "a list of 1 to 64 absolute paths";
@@ -970,9 +1065,9 @@ static void test_image_dirs(void **state)
         /* the default follows data_dir, from the file and from --set, in either order ... */
         _cleanup_(config_donep) Config *d = loaded("data_dir: /srv/vgpud\n");
         assert_false(d->image_dirs_set);
-        assert_string_equal(d->image_dirs[0], "/srv/vgpud/images");
+        assert_string_equal(d->image_dirs[0], "/srv/vgpud/import");
         set_ok(d, "data_dir=/");
-        assert_string_equal(d->image_dirs[0], "/images");
+        assert_string_equal(d->image_dirs[0], "/import");
         assert_int_equal(strv_length(d->image_dirs), 1);
 
         /* ... until image_dirs is set, before or after data_dir */
@@ -1022,6 +1117,38 @@ static void test_image_dirs(void **state)
         value_fails("image_dirs", "", what, "\"\"");
         set_fails("image_dirs=[]", "--set image_dirs=[]: image_dirs must be a list of 1 to 64 "
                                    "absolute paths, got an empty list");
+}
+
+/* CFG-3, CFG-4: storage.*'s sizes and shares (DISK-3, DISK-5, DISK-10) */
+static void test_storage_keys(void **state)
+{
+        _cleanup_(config_donep) Config *c = loaded("storage:\n"
+                                                   "  min_free: 0%\n"
+                                                   "  max_image_size: 1099511627776\n");
+        assert_int_equal(c->storage.min_free.percent, 0);
+        assert_int_equal(c->storage.min_free.bytes, 0);
+        assert_int_equal(c->storage.max_image_size, UINT64_C(1) << 40);
+        set_ok(c, "storage.min_free=4096B");
+        assert_int_equal(c->storage.min_free.bytes, 4096);
+        set_ok(c, "storage.max_image_size=3MiB");
+        assert_int_equal(c->storage.max_image_size, 3 << 20);
+
+        const char *share = "a percentage from 0% to 99%, or a size";
+        value_fails("storage.min_free", "100%", share, "\"100%\"");
+        value_fails("storage.min_free", "05%", share, "\"05%\"");
+        value_fails("storage.min_free", "5 %", share, "\"5 %\"");
+        value_fails("storage.min_free", "0", share, "\"0\"");
+        value_fails("storage.min_free", "1PB", share, "\"1PB\"");
+        const char *size = "a size between 1MiB and 1024TiB";
+        value_fails("storage.max_image_size", "1KiB", size, "\"1KiB\"");
+        value_fails("storage.max_image_size", "2PiB", size, "\"2PiB\"");
+        value_fails("storage.max_image_size", "2tib", size, "\"2tib\"");
+        value_fails("storage.max_image_size", "-1", size, "\"-1\"");
+        value_fails("storage.max_image_size", "99999999999999999999", size,
+                    "\"99999999999999999999\"");
+        value_fails("storage.max_disk_gb", "0", "an integer between 1 and 65536", "\"0\"");
+        value_fails("storage.max_disk_gb", "65537", "an integer between 1 and 65536", "\"65537\"");
+        value_fails("storage.qemu_img_binary", "qemu-img", "an absolute path", "\"qemu-img\"");
 }
 
 /* ---- refusals (CFG-4) ----------------------------------------------------------------------- */
@@ -1723,6 +1850,7 @@ int main(void)
             cmocka_unit_test(test_dump_defaults),
             cmocka_unit_test(test_every_key_loads),
             cmocka_unit_test(test_example_file),
+            cmocka_unit_test(test_network),
             cmocka_unit_test(test_empty_documents),
             cmocka_unit_test(test_range_edges),
             cmocka_unit_test(test_quarantine_threshold),
@@ -1736,6 +1864,7 @@ int main(void)
             cmocka_unit_test(test_nvml_library),
             cmocka_unit_test(test_listen),
             cmocka_unit_test(test_image_dirs),
+            cmocka_unit_test(test_storage_keys),
             cmocka_unit_test(test_unknown_keys),
             cmocka_unit_test(test_duplicate_keys),
             cmocka_unit_test(test_yaml_features_refused),

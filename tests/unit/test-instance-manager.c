@@ -109,6 +109,8 @@ static int setup(void **state)
         config_put(f, "qemu_accel=tcg");
         config_put(f, "vmm.boot_timeout=2s");
         config_put(f, "vmm.stop_timeout=2s");
+        /* No NIC: the harness runs outside a network namespace of its own (NET-11). */
+        config_put(f, "network.default_mode=none");
 
         assert_int_equal(sd_event_new(&f->event), 0);
         assert_int_equal(root_open(f->config.sysfs_root, &f->sys), 0);

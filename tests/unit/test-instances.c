@@ -1056,8 +1056,7 @@ static void test_state_strings(void **state)
         assert_int_equal(back, INSTANCE_FAILED);
 }
 
-/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7)
- * ---------------------------------------------------- */
+/* ---- the create body (API-9, INST-4, INST-5, INST-6, INST-7) -------------------------------- */
 
 static const char spec_full[] =
     "{\"name\": \"render-01\", \"vcpus\": 4, \"memory_mb\": 8192, \"boot\": {\"kernel\": "
@@ -1247,6 +1246,75 @@ static void test_spec_refusals(void **state)
         for (int i = 0; i < 16; i++)
                 strcat(deep, "[");
         assert_spec_refused(deep, strlen(deep), "JSON nested deeper than 16 levels");
+}
+
+/* ---- DISK-5: a root disk from an image in the create body and the record -------------------- */
+
+/* API-9, DISK-5: image and disk_gb; boot is optional with an image, required without. */
+static void test_spec_image(void **state)
+{
+        static const char image_only[] =
+            "{\"name\": \"web-1\", \"vcpus\": 1, \"memory_mb\": 512, \"image\": \"noble\"}";
+        _cleanup_(instance_spec_done) InstanceSpec s = {0};
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(instance_spec_from_json(image_only, strlen(image_only), &s, &error), 0);
+        assert_string_equal(s.disk.image, "noble");
+        assert_int_equal(s.disk.size_gb, 0);
+        assert_null(s.boot.kernel);
+
+        static const char with_kernel[] =
+            "{\"name\": \"web-1\", \"vcpus\": 1, \"memory_mb\": 512, \"image\": \"noble\", "
+            "\"disk_gb\": 40, \"boot\": {\"kernel\": \"/srv/vmlinuz\", \"cmdline\": "
+            "\"root=/dev/vda\"}}";
+        _cleanup_(instance_spec_done) InstanceSpec k = {0};
+        assert_int_equal(instance_spec_from_json(with_kernel, strlen(with_kernel), &k, &error), 0);
+        assert_int_equal(k.disk.size_gb, 40);
+        assert_string_equal(k.boot.kernel, "/srv/vmlinuz");
+
+        static const Refusal refusals[] = {
+            {"\"image\": \"noble\"", "\"image\": \"Noble\"",
+             "image must match ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"},
+            {"\"image\": \"noble\"", "\"image\": 7", "image must be a string"},
+            {"\"image\": \"noble\"", "\"image\": \"noble\", \"disk_gb\": 0", "disk_gb must be 1.."},
+            {"\"image\": \"noble\"", "\"image\": \"noble\", \"disk_gb\": -2",
+             "disk_gb must be 1.."},
+            {"\"image\": \"noble\"", "\"image\": \"noble\", \"disk_gb\": \"2\"",
+             "disk_gb must be an integer"},
+            {"\"image\": \"noble\"", "\"disk_gb\": 4", "disk_gb needs image"},
+            {"\"image\": \"noble\"", "\"boot\": {}", "boot needs boot.kernel or boot.disk"},
+            {", \"image\": \"noble\"", "", "boot is required"},
+            {"\"image\": \"noble\"", "\"image\": \"noble\", \"boot\": {\"cmdline\": \"x\"}",
+             "boot.cmdline needs boot.kernel"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(refusals); i++) {
+                _cleanup_free_ char *text = mutate(image_only, refusals[i].from, refusals[i].to);
+                assert_spec_refused(text, strlen(text), refusals[i].message);
+        }
+}
+
+/* INST-2, DISK-5: a record with a root disk needs no boot, and round-trips. */
+static void test_record_image_without_boot(void **state)
+{
+        static const char rec[] =
+            "{\"version\": 1, \"id\": \"k3x9q2m8v1c4z7n5b0wd\", \"name\": \"web-1\", \"state\": "
+            "\"Stopped\", \"created_at\": \"2026-09-02T20:08:03Z\", \"vcpus\": 1, \"memory_mb\": "
+            "512, \"disk\": {\"image\": \"noble\", \"size_gb\": 3}}\n";
+        _cleanup_(instance_record_done) InstanceRecord r = {0};
+        _cleanup_free_ char *error = NULL, *out = NULL;
+        size_t n = 0;
+        if (instance_record_from_json(rec, strlen(rec), &r, &error) < 0)
+                fail_msg("%s", error);
+        assert_string_equal(r.disk.image, "noble");
+        assert_int_equal(r.disk.size_gb, 3);
+        assert_int_equal(instance_record_to_json(&r, &out, &n), 0);
+        assert_string_equal(out, rec);
+
+        _cleanup_free_ char *no_disk =
+            mutate(rec, ", \"disk\": {\"image\": \"noble\", \"size_gb\": 3}", "");
+        InstanceRecord bad = {0};
+        assert_int_equal(instance_record_from_json(no_disk, strlen(no_disk), &bad, &error),
+                         -EBADMSG);
+        assert_string_equal(error, "boot is required");
 }
 
 /* ---- FLEET-6: the Placement consumer in the record and the create body -------------------- */
@@ -1959,6 +2027,47 @@ static void test_record_load_socket_paths(void **state)
         }
 }
 
+/*
+ * CONS-1, INST-2a: the console socket is saved and loaded with the other sockets, must be the one
+ * derived for the id, and is optional: a record written before it existed loads without it.
+ */
+static void test_record_console_socket(void **state)
+{
+        Fixture *fx = *state;
+        _cleanup_(instance_record_done) InstanceRecord rec, loaded = {0}, old = {0};
+        make_record(&rec, ID1);
+        rec.state = INSTANCE_STOPPED;
+        rec.hypervisor.qmp_socket = strdup(RUNTIME_INSTANCES "/" ID1 "/qmp.sock");
+        rec.hypervisor.agent_socket = strdup(RUNTIME_INSTANCES "/" ID1 "/agent.sock");
+        save_ok(fx, &rec);
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &old, &error), 0);
+        assert_null(old.hypervisor.console_socket);
+
+        rec.hypervisor.console_socket = strdup(RUNTIME_INSTANCES "/" ID1 "/console.sock");
+        save_ok(fx, &rec);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &loaded, &error), 0);
+        assert_string_equal(loaded.hypervisor.console_socket,
+                            RUNTIME_INSTANCES "/" ID1 "/console.sock");
+        _cleanup_free_ char *text = encode(&loaded);
+        assert_non_null(
+            strstr(text, "\"console_socket\": \"" RUNTIME_INSTANCES "/" ID1 "/console.sock\""));
+
+        free(rec.hypervisor.console_socket);
+        rec.hypervisor.console_socket = strdup(RUNTIME_INSTANCES "/" ID1 "/agent.sock");
+        save_ok(fx, &rec);
+        InstanceRecord untouched = {.name = (char *)"untouched"};
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &untouched, &error),
+            -EBADMSG);
+        assert_string_equal(
+            error, "instances/" ID1 "/instance.json: hypervisor.console_socket " RUNTIME_INSTANCES
+                   "/" ID1 "/agent.sock is not " RUNTIME_INSTANCES "/" ID1 "/console.sock");
+        assert_string_equal(untouched.name, "untouched");
+}
+
 /* ---- removal and listing (INST-20) --------------------------------------------------------- */
 
 /* A record with the files a VMM leaves, and links that point out of the tree. */
@@ -2216,6 +2325,10 @@ static void test_tree_delete(void **state)
 #define KERNEL_FD 17
 #define INITRD_FD 12
 #define DISK_FD 40
+#define ROOT_FD 23
+#define VOLUME_FD 50 /* and on */
+#define TAP_FD 21
+#define VHOST_FD 22
 
 static void load_golden_record(const char *name, InstanceRecord *ret)
 {
@@ -2238,10 +2351,28 @@ static InstanceBootFiles golden_boot_files(const InstanceRecord *rec)
                 f.initrd = INITRD_FD;
         if (rec->boot.disk)
                 f.disk = DISK_FD;
+        if (rec->disk.image)
+                f.root = ROOT_FD;
+        for (size_t k = 0; k < rec->n_volumes; k++)
+                assert_int_equal(
+                    instance_boot_files_add_volume(&f, rec->volumes[k].id, VOLUME_FD + (int)k), 0);
         return f;
 }
 
-static void assert_record_golden(const char *name, ConfigQemuAccel accel, const char *data_dir)
+/* The TAP (and vhost-net) a start of rec would have opened (NET-3): none without a NIC. */
+static InstanceNicFiles golden_nic_files(const InstanceRecord *rec, bool vhost)
+{
+        InstanceNicFiles f = INSTANCE_NIC_FILES_NONE;
+        if (rec->network.mode == INSTANCE_NETWORK_NAT ||
+            rec->network.mode == INSTANCE_NETWORK_BRIDGE) {
+                f.tap = TAP_FD;
+                f.vhost = vhost ? VHOST_FD : -1;
+        }
+        return f;
+}
+
+static void assert_record_golden_nic(const char *name, ConfigQemuAccel accel, const char *data_dir,
+                                     bool vhost)
 {
         _cleanup_(instance_record_done) InstanceRecord rec = {0};
         _cleanup_free_ char *console = NULL, *error = NULL, *rel = NULL, *mismatch = NULL;
@@ -2253,10 +2384,12 @@ static void assert_record_golden(const char *name, ConfigQemuAccel accel, const 
                                .data_dir = (char *)data_dir};
         const InstanceCommandPaths paths = {.qmp_socket = rec.hypervisor.qmp_socket,
                                             .agent_socket = rec.hypervisor.agent_socket,
+                                            .console_socket = rec.hypervisor.console_socket,
                                             .console_log = console};
         const InstanceBootFiles files = golden_boot_files(&rec);
+        const InstanceNicFiles nic = golden_nic_files(&rec, vhost);
         VmmCommand cmd;
-        if (instance_command_build(&rec, &config, &paths, &files, &cmd, &error) < 0 ||
+        if (instance_command_build(&rec, &config, &paths, &files, &nic, &cmd, &error) < 0 ||
             vmm_command_argv(&cmd, &argv, &error) < 0)
                 fail_msg("%s: %s", name, error);
         assert_int_equal(strprintf(&rel, "golden/vmm/%s.txt", name), 0);
@@ -2265,7 +2398,58 @@ static void assert_record_golden(const char *name, ConfigQemuAccel accel, const 
                 fail_msg("%s", mismatch);
 }
 
+static void assert_record_golden(const char *name, ConfigQemuAccel accel, const char *data_dir)
+{
+        assert_record_golden_nic(name, accel, data_dir, false);
+}
+
 #define DATA_DIR "/var/lib/vgpud"
+
+/* VMM-1, VMM-2, NET-3: nat mode, the NIC on fd 3 before the vGPU; no vhost-net on the host */
+static void test_command_nic_nat(void **state)
+{
+        assert_record_golden("nic-nat", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* VMM-1, VMM-2, NET-3: bridge mode with vhost-net, TAP on fd 3 and vhost on fd 4 */
+static void test_command_nic_bridge(void **state)
+{
+        assert_record_golden_nic("nic-bridge", CONFIG_QEMU_ACCEL_TCG, DATA_DIR, true);
+}
+
+/* VMM-1, VMM-2, NET-1: mode none has no NIC at all */
+static void test_command_nic_none(void **state)
+{
+        assert_record_golden("nic-none", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* NET-3: the TAP is exactly the record's NIC: missing, or open without a NIC, is refused */
+static void test_command_nic_match(void **state)
+{
+        _cleanup_(instance_record_done) InstanceRecord rec = {0};
+        load_golden_record("nic-nat", &rec);
+        const Config config = {.qemu_binary = (char *)"/usr/bin/qemu-system-x86_64"};
+        const InstanceCommandPaths paths = {.qmp_socket = rec.hypervisor.qmp_socket,
+                                            .agent_socket = rec.hypervisor.agent_socket,
+                                            .console_log = "/c.log"};
+        const InstanceBootFiles files = golden_boot_files(&rec);
+        VmmCommand cmd;
+        _cleanup_free_ char *e1 = NULL, *e2 = NULL, *e3 = NULL;
+        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, NULL, &cmd, &e1),
+                         -EINVAL);
+        assert_string_equal(e1, "QEMU command line: network: TAP is not open");
+        const InstanceNicFiles nic = {.tap = TAP_FD, .vhost = -1};
+        rec.network.mode = INSTANCE_NETWORK_NONE;
+        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, &nic, &cmd, &e2),
+                         -EINVAL);
+        assert_string_equal(e2, "QEMU command line: a TAP is open but the record has no NIC");
+        rec.network.mode = INSTANCE_NETWORK_BRIDGE;
+        free(rec.network.mac);
+        rec.network.mac = NULL;
+        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, &nic, &cmd, &e3),
+                         -EINVAL);
+        assert_string_equal(e3, "QEMU command line: network.mac is missing");
+}
 
 /* VMM-1, VMM-2: a VM without a vGPU */
 static void test_command_no_gpu(void **state)
@@ -2297,6 +2481,27 @@ static void test_command_disk_only(void **state)
         assert_record_golden("disk-only", CONFIG_QEMU_ACCEL_AUTO, DATA_DIR);
 }
 
+/* VMM-1, VMM-2, DISK-5, DISK-9: an image's root overlay alone: qcow2 over its descriptor,
+ * discard and detect-zeroes unmap, the first boot device */
+static void test_command_image_root(void **state)
+{
+        assert_record_golden("image-root", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* VMM-1, VMM-2, DISK-8, DISK-9: the root overlay, then each volume in the record's order,
+ * qcow2 with its id as serial, read-only as attached (the seed comes with SEED-2) */
+static void test_command_image_volumes(void **state)
+{
+        assert_record_golden("image-volumes", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* VMM-1, DISK-5, DISK-6: direct kernel boot with the image as root disk, and a read-only
+ * boot.disk after it */
+static void test_command_image_kernel_disk(void **state)
+{
+        assert_record_golden("image-kernel-disk", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
 /* VMM-1, INST-6: -kernel, -initrd, -append, then the disk, in this order, by descriptor */
 static void test_command_kernel_initrd_cmdline_disk(void **state)
 {
@@ -2321,6 +2526,12 @@ static void test_command_commas(void **state)
         assert_record_golden("commas", CONFIG_QEMU_ACCEL_TCG, "/srv/data,b");
 }
 
+/* CONS-1: a record from before the console socket renders the console as a file chardev */
+static void test_command_console_file(void **state)
+{
+        assert_record_golden("console-file", CONFIG_QEMU_ACCEL_AUTO, DATA_DIR);
+}
+
 /* INST-6: the descriptors must be exactly the files the record names */
 static void test_command_boot_files_match(void **state)
 {
@@ -2339,7 +2550,8 @@ static void test_command_boot_files_match(void **state)
                 _cleanup_free_ char *error = NULL;
                 VmmCommand cmd;
                 assert_int_equal(
-                    instance_command_build(&rec, &config, &paths, &files, &cmd, &error), -EINVAL);
+                    instance_command_build(&rec, &config, &paths, &files, NULL, &cmd, &error),
+                    -EINVAL);
                 if (!strstr(error, missing[i]))
                         fail_msg("\"%s\" does not say \"%s\"", error, missing[i]);
         }
@@ -2349,7 +2561,7 @@ static void test_command_boot_files_match(void **state)
         files.disk = DISK_FD;
         _cleanup_free_ char *error = NULL;
         VmmCommand cmd;
-        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, &cmd, &error),
+        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, NULL, &cmd, &error),
                          -EINVAL);
         assert_non_null(strstr(error, "boot.disk is open but not in the record"));
 }
@@ -2468,6 +2680,7 @@ int main(void)
             T(test_load),
             T(test_record_load_not_regular),
             T(test_record_load_socket_paths),
+            T(test_record_console_socket),
             T(test_remove),
             T(test_remove_failures),
             T(test_list),
@@ -2477,10 +2690,20 @@ int main(void)
             T(test_command_mdev),
             T(test_command_kernel_only),
             T(test_command_disk_only),
+            T(test_command_image_root),
+            T(test_command_image_volumes),
+            T(test_spec_image),
+            T(test_record_image_without_boot),
+            T(test_command_image_kernel_disk),
             T(test_command_kernel_initrd_cmdline_disk),
             T(test_command_accel),
             T(test_command_commas),
+            T(test_command_console_file),
             T(test_command_boot_files_match),
+            T(test_command_nic_nat),
+            T(test_command_nic_bridge),
+            T(test_command_nic_none),
+            T(test_command_nic_match),
             T(test_steps_order_and_undo),
 #undef T
         };

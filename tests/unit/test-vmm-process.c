@@ -1703,8 +1703,7 @@ static void test_stop_after_exit(void **state) /* vmm.h: an exited process compl
         assert_int_equal(f->n_exited, 1);
 }
 
-/* ---- the ladder (VMM-10, VMM-11, VMM-12, VMM-13)
- * --------------------------------------------------------------- */
+/* ---- the ladder (VMM-10, VMM-11, VMM-12, VMM-13) -------------------------------------------- */
 
 static void test_ladder_sigterm_ignored(void **state) /* VMM-10, VMM-12, VMM-13 */
 {
@@ -1866,8 +1865,7 @@ static void test_in_init_window(void **state) /* VMM-13 */
         assert_false(vmm_in_init_window(f->vmm));
 }
 
-/* ---- liveness (VMM-16, VMM-17, VMM-18, VMM-19)
- * ----------------------------------------------------------------- */
+/* ---- liveness (VMM-16, VMM-17, VMM-18, VMM-19) ---------------------------------------------- */
 
 static void probe(VmmLivenessQuery *q, VmmLiveness *ret)
 {

@@ -17,9 +17,13 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <linux/if_tun.h>
+#include <net/if.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1581,9 +1585,35 @@ static void test_argv_disk(void **state)
  * a volume, the seed cdrom and a TAP with vhost-net, each cross-reference resolved; then the
  * refusals of each reference that does not hold.
  */
+/*
+ * A real TAP of that name, as vgpud opens it (NET-3): fake-qemu checks its descriptor with
+ * TUNGETIFF (SIM-15). In the network namespace main() made; -1 without one.
+ */
+static bool in_private_netns;
+
+static int open_tap(const char *name)
+{
+        if (!in_private_netns)
+                return -1;
+        int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        struct ifreq ifr = {.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR};
+        snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", name);
+        if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+#define TAP_NAME "vgtk3x9q2m8v1c4" /* "vgt" and INSTANCE_ID's first 12 characters */
+
 static void test_argv_drives_and_nic(void **state)
 {
         Fixture *f = *state;
+        if (!in_private_netns)
+                skip(); /* a TAP needs root, in a network namespace of the test's own (NET-11) */
         _cleanup_free_ char *disk_path = make_disk(f);
         const char *root = "{\"driver\":\"qcow2\",\"node-name\":\"root\",\"cache\":{\"direct\":"
                            "true},\"discard\":\"unmap\",\"detect-zeroes\":\"unmap\",\"file\":{"
@@ -1597,8 +1627,13 @@ static void test_argv_drives_and_nic(void **state)
                 const char *from, *to; /* an argument replaced in the good command line */
                 bool drop_tap;         /* descriptor 3 left closed */
                 const char *message;   /* NULL: starts */
+                const char *tap;       /* the TAP's name, NULL: /dev/null in its place */
         } cases[] = {
             {NULL, NULL, false, NULL},
+            /* SIM-15: fd 3 must be a TAP, the instance's own. */
+            {NULL, NULL, false, "fd=3 is not a TAP device", .tap = ""},
+            {NULL, NULL, false, "fd=3 is TAP vgtsomeoneelse, expected " TAP_NAME,
+             .tap = "vgtsomeoneelse"},
             {"tap,id=net0,fd=3,vhost=on,vhostfd=4", "tap,id=net0,fd=3,vhostfd=4", false,
              "vhostfd goes"},
             {"tap,id=net0,fd=3,vhost=on,vhostfd=4", "tap,id=net0,fd=3", false, NULL},
@@ -1653,15 +1688,21 @@ static void test_argv_drives_and_nic(void **state)
                 push(&argv, "-kernel");
                 push(&argv, disk_path); /* any readable file will do */
 
-                /* The TAP and vhost-net stand-ins: any open descriptors (fake-qemu checks that). */
-                _cleanup_close_ int tap = open("/dev/null", O_RDWR | O_CLOEXEC),
+                /* The TAP, and a vhost-net stand-in: any open descriptor. */
+                const char *tap_name = cases[i].tap ? cases[i].tap : TAP_NAME;
+                _cleanup_close_ int tap = tap_name[0] ? open_tap(tap_name)
+                                                      : open("/dev/null", O_RDWR | O_CLOEXEC),
                                     vhost = open("/dev/null", O_RDWR | O_CLOEXEC),
                                     rw1 = open(disk_path, O_RDWR | O_CLOEXEC),
                                     rw2 = open(disk_path, O_RDWR | O_CLOEXEC),
                                     ro = open(disk_path, O_RDONLY | O_CLOEXEC);
                 const int fds[] = {cases[i].drop_tap ? -1 : tap, vhost, rw1, rw2, ro};
                 assert_true(truncate(f->qemu_log, 0) == 0 || errno == ENOENT);
+                assert_true(tap >= 0);
                 spawn_passing_fds(f, argv, fds, ELEMENTSOF(fds));
+                if (i == 0)
+                        wait_console(f, "fake-qemu: nic net0 tap=" TAP_NAME
+                                        " mac=52:54:00:aa:bb:cc vhost=on\n");
                 assert_case_outcome(f, i, cases[i].message);
         }
 }
@@ -1676,6 +1717,81 @@ static void test_argv_missing_kernel(void **state)
         spawn(f, argv);
         assert_exited_with(f, 1);
         assert_true(file_contains(f->qemu_log, "could not open kernel"));
+}
+
+/* ---- the console socket (CONS-1) ---------------------------------------------------------- */
+
+/* VMM-1's argv with the console as CONS-1's socket chardev (logfile given unless !logfile). */
+static char **vmm_argv_console_socket(const Fixture *f, const char *socket_path, bool logfile)
+{
+        char **argv = vmm_argv(f, NULL);
+        for (char **a = argv; *a; a++) {
+                if (!startswith(*a, "file,id=console0,"))
+                        continue;
+                free(*a);
+                if (logfile)
+                        assert_int_equal(strprintf(a,
+                                                   "socket,id=console0,path=%s,server=on,wait=off,"
+                                                   "logfile=%s,logappend=on",
+                                                   socket_path, f->console_log),
+                                         0);
+                else
+                        assert_int_equal(strprintf(a,
+                                                   "socket,id=console0,path=%s,server=on,wait=off",
+                                                   socket_path),
+                                         0);
+                return argv;
+        }
+        fail_msg("no console chardev in the argv");
+        return NULL;
+}
+
+/*
+ * CONS-1, SIM-15: the console socket echoes what a client types and logs it; fake-qemu's own
+ * lines reach the client and the log alike; the next client is served after a hang-up.
+ */
+static void test_console_socket_echoes(void **state)
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *sock = NULL;
+        assert_int_equal(strprintf(&sock, "%s/run/instances/%s/console.sock", f->dir, INSTANCE_ID),
+                         0);
+        _cleanup_strv_free_ char **argv = vmm_argv_console_socket(f, sock, true);
+        spawn(f, argv);
+        wait_console(f, "fake-qemu: started name=" NAME);
+
+        {
+                _cleanup_client_ Client *c = client_connect(f, sock);
+                client_send(c, "echo hello\n");
+                _cleanup_free_ char *line = NULL;
+                assert_int_equal(client_read_line(c, DEADLINE_MS, &line, NULL), 0);
+                assert_string_equal(line, "echo hello");
+                wait_console(f, "\necho hello\n");
+        }
+
+        _cleanup_client_ Client *c = client_connect(f, sock);
+        client_send(c, "again\n");
+        _cleanup_free_ char *line = NULL, *signal = NULL;
+        assert_int_equal(client_read_line(c, DEADLINE_MS, &line, NULL), 0);
+        assert_string_equal(line, "again");
+        assert_int_equal(kill(f->pid, SIGUSR1), 0);
+        assert_int_equal(client_read_line(c, DEADLINE_MS, &signal, NULL), 0);
+        assert_non_null(startswith(signal, "fake-qemu: signal SIGUSR1 pid="));
+        wait_console(f, "fake-qemu: signal SIGUSR1 pid=");
+}
+
+/* CONS-1: the serial console's socket must keep a log (fake-qemu finds the simulator by it). */
+static void test_console_socket_needs_logfile(void **state)
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *sock = NULL;
+        assert_int_equal(strprintf(&sock, "%s/run/instances/%s/console.sock", f->dir, INSTANCE_ID),
+                         0);
+        _cleanup_strv_free_ char **argv = vmm_argv_console_socket(f, sock, false);
+        spawn(f, argv);
+        assert_exited_with(f, 1);
+        _cleanup_free_ char *log = read_text(f->qemu_log);
+        assert_non_null(strstr(log, "-serial: socket chardev 'console0' needs a logfile"));
 }
 
 int main(void)
@@ -1716,7 +1832,11 @@ int main(void)
             T(test_argv_missing_kernel),
             T(test_argv_disk),
             T(test_argv_drives_and_nic),
+            T(test_console_socket_echoes),
+            T(test_console_socket_needs_logfile),
 #undef T
         };
+        /* NET-11: TAPs only in a network namespace of this test's own, never the host's. */
+        in_private_netns = geteuid() == 0 && unshare(CLONE_NEWNET) == 0;
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
