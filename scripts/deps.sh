@@ -16,6 +16,8 @@ packages="
   util-linux iproute2 psmisc python3 python3-yaml strace prometheus curl mandoc
   python3-placement
   qemu-system-x86 qemu-utils busybox-static cpio xz-utils zstd
+  libisofs-dev genisoimage
+  mmdebstrap syslinux syslinux-common mtools dosfstools fdisk e2fsprogs openssh-client
   chromium chromium-driver
 "
 case "${1:-}" in

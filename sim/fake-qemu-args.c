@@ -249,11 +249,13 @@ static int opt_elements_parse_json(const char *option, const char *arg, OptEleme
 typedef enum ChardevKind {
         CHARDEV_SOCKET,
         CHARDEV_FILE,
+        CHARDEV_ANY, /* find_chardev(): either kind */
 } ChardevKind;
 
 typedef struct Chardev {
         char *id;
         char *path;
+        char *logfile; /* socket: a copy of the output (CONS-1); NULL when absent */
         ChardevKind kind;
         bool used;
 } Chardev;
@@ -329,6 +331,7 @@ static void args_state_done(ArgsState *s)
         for (size_t i = 0; i < s->n_chardevs; i++) {
                 free(s->chardevs[i].id);
                 free(s->chardevs[i].path);
+                free(s->chardevs[i].logfile);
         }
         s->n_chardevs = 0;
         free(s->mon_chardev);
@@ -349,6 +352,7 @@ void fq_args_done(FqArgs *a)
         free(a->name);
         free(a->qmp_socket);
         free(a->agent_socket);
+        free(a->console_socket);
         free(a->console_log);
         free(a->sysfsdev);
         free(a->kernel);
@@ -447,7 +451,7 @@ static int parse_chardev(ArgsState *s, const char *arg, char **error)
         if (r < 0)
                 return r;
 
-        const char *backend = opt_take(&o, NULL), *id = NULL, *path = NULL;
+        const char *backend = opt_take(&o, NULL), *id = NULL, *path = NULL, *logfile = NULL;
         ChardevKind kind;
         if (streq_ptr(backend, "socket")) {
                 kind = CHARDEV_SOCKET;
@@ -458,7 +462,8 @@ static int parse_chardev(ArgsState *s, const char *arg, char **error)
                 if (r < 0)
                         return r;
                 /* CONS-1's console socket keeps a copy of the output in a log file. */
-                const char *logfile = opt_take(&o, "logfile"), *logappend = NULL;
+                const char *logappend = NULL;
+                logfile = opt_take(&o, "logfile");
                 r = opt_take_choice(&o, "logappend", "on|off", arg, &logappend, error);
                 if (r < 0)
                         return r;
@@ -498,9 +503,10 @@ static int parse_chardev(ArgsState *s, const char *arg, char **error)
         Chardev *c = &s->chardevs[s->n_chardevs];
         c->id = strdup(id);
         c->path = strdup(path);
+        c->logfile = logfile ? strdup(logfile) : NULL;
         c->kind = kind;
         s->n_chardevs++; /* counted even on ENOMEM so that cleanup frees the half-made entry */
-        return c->id && c->path ? 0 : -ENOMEM;
+        return c->id && c->path && (!logfile || c->logfile) ? 0 : -ENOMEM;
 }
 
 static int parse_mon(ArgsState *s, const char *arg, char **error)
@@ -911,7 +917,7 @@ static int find_chardev(ArgsState *s, const char *id, ChardevKind kind, const ch
                 Chardev *c = &s->chardevs[i];
                 if (!streq(c->id, id))
                         continue;
-                if (c->kind != kind)
+                if (kind != CHARDEV_ANY && c->kind != kind)
                         return error_set(error, -EINVAL, "%s: chardev '%s' must be a %s chardev",
                                          user, id, kind == CHARDEV_SOCKET ? "socket" : "file");
                 if (c->used)
@@ -1041,10 +1047,22 @@ static int resolve(ArgsState *s, char **error)
                 return r;
         s->args.qmp_socket = TAKE_PTR(c->path);
 
-        r = find_chardev(s, s->serial_chardev, CHARDEV_FILE, "-serial", &c, error);
+        /*
+         * The console is a file chardev (a VMM started before CONS-1) or a socket with a log
+         * file (CONS-1); fake-qemu needs the log either way, to find the simulator (SIM-15).
+         */
+        r = find_chardev(s, s->serial_chardev, CHARDEV_ANY, "-serial", &c, error);
         if (r < 0)
                 return r;
-        s->args.console_log = TAKE_PTR(c->path);
+        if (c->kind == CHARDEV_SOCKET) {
+                if (!c->logfile)
+                        return error_set(error, -EINVAL,
+                                         "-serial: socket chardev '%s' needs a logfile",
+                                         s->serial_chardev);
+                s->args.console_socket = TAKE_PTR(c->path);
+                s->args.console_log = TAKE_PTR(c->logfile);
+        } else
+                s->args.console_log = TAKE_PTR(c->path);
 
         if (!s->vser_id)
                 return error_set(

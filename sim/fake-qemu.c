@@ -42,6 +42,7 @@
 typedef enum EndpointKind {
         ENDPOINT_QMP,
         ENDPOINT_AGENT,
+        ENDPOINT_CONSOLE, /* CONS-1: raw bytes, echoed */
 } EndpointKind;
 
 typedef struct Conn {
@@ -73,7 +74,8 @@ typedef struct FakeQemu {
         int timer_fd; /* exit-early; -1 when not set */
         Endpoint qmp;
         Endpoint agent;
-        char *vf; /* the VF's PCI address, or NULL without a GPU */
+        Endpoint console; /* listen_fd -1 with a file console */
+        char *vf;         /* the VF's PCI address, or NULL without a GPU */
         char *failure_message;
         bool console_broken;
         int exit_status; /* -1 while running */
@@ -82,7 +84,7 @@ typedef struct FakeQemu {
 
 static void fake_qemu_done(FakeQemu *q)
 {
-        Endpoint *eps[] = {&q->qmp, &q->agent};
+        Endpoint *eps[] = {&q->qmp, &q->agent, &q->console};
         for (size_t i = 0; i < ELEMENTSOF(eps); i++) {
                 closep(&eps[i]->listen_fd);
                 closep(&eps[i]->conn.fd);
@@ -102,6 +104,17 @@ static void fake_qemu_done(FakeQemu *q)
 
 /* ---- console log --------------------------------------------------------------------------- */
 
+static int conn_queue_bytes(Conn *c, const char *bytes, size_t len);
+static void conn_reset(Conn *c);
+
+/* What the guest writes reaches a connected console client too; one that does not read goes. */
+static void console_to_client(FakeQemu *q, const char *bytes, size_t len)
+{
+        Conn *c = &q->console.conn;
+        if (c->fd >= 0 && conn_queue_bytes(c, bytes, len) < 0)
+                conn_reset(c);
+}
+
 /*
  * One line per event with the stable prefix "fake-qemu: ". The file is opened O_APPEND, as QEMU's
  * append=on does, so lines land after whatever vgpud wrote when it truncated the log (VMM-8).
@@ -119,6 +132,8 @@ static void console_printf(FakeQemu *q, const char *fmt, ...)
                 r = -ENOMEM;
         } else
                 r = strprintf(&line, LOG_PREFIX "%s\n", msg);
+        if (r >= 0)
+                console_to_client(q, line, strlen(line));
         if (r >= 0)
                 r = write_all(q->console_fd, line, strlen(line));
         if (r < 0 && !q->console_broken) {
@@ -145,20 +160,14 @@ static nsec_t now_monotonic(void)
         return (nsec_t)ts.tv_sec * NSEC_PER_SEC + (nsec_t)ts.tv_nsec;
 }
 
-/*
- * Queues one JSON value as one line. QMP is rendered as QEMU renders it (", " and ": "
- * separators, "\r\n" line ends from its monitor), the agent channel as vgpu-agent does
- * (compact, "\n"; AGENT-14).
- */
-/* Queues text and then eol (which may be ""). */
-static int conn_queue_text(Conn *c, const char *text, const char *eol)
+/* Queues len bytes; -ENOBUFS when the client has let OUTPUT_MAX pile up. */
+static int conn_queue_bytes(Conn *c, const char *bytes, size_t len)
 {
-        size_t len = strlen(text), eol_len = strlen(eol);
-        if (c->out_len + len + eol_len > OUTPUT_MAX)
+        if (c->out_len + len > OUTPUT_MAX)
                 return -ENOBUFS;
-        if (c->out_len + len + eol_len > c->out_cap) {
+        if (c->out_len + len > c->out_cap) {
                 size_t cap = c->out_cap ? c->out_cap : 4096;
-                while (cap < c->out_len + len + eol_len)
+                while (cap < c->out_len + len)
                         cap *= 2;
                 char *grown = realloc(c->out, cap);
                 if (!grown)
@@ -168,12 +177,26 @@ static int conn_queue_text(Conn *c, const char *text, const char *eol)
         }
         if (c->out_len == 0)
                 c->out_since = now_monotonic();
-        memcpy(c->out + c->out_len, text, len);
-        memcpy(c->out + c->out_len + len, eol, eol_len);
-        c->out_len += len + eol_len;
+        memcpy(c->out + c->out_len, bytes, len);
+        c->out_len += len;
         return 0;
 }
 
+/* Queues text and then eol (which may be ""), both or neither. */
+static int conn_queue_text(Conn *c, const char *text, const char *eol)
+{
+        size_t len = strlen(text), eol_len = strlen(eol);
+        if (c->out_len + len + eol_len > OUTPUT_MAX)
+                return -ENOBUFS;
+        int r = conn_queue_bytes(c, text, len);
+        return r < 0 ? r : conn_queue_bytes(c, eol, eol_len);
+}
+
+/*
+ * Queues one JSON value as one line. QMP is rendered as QEMU renders it (", " and ": "
+ * separators, "\r\n" line ends from its monitor), the agent channel as vgpu-agent does
+ * (compact, "\n"; AGENT-14).
+ */
 static int conn_queue(Conn *c, json_t *value, EndpointKind kind)
 {
         if (!value)
@@ -316,11 +339,39 @@ static int handle_overlong_line(FakeQemu *q, Endpoint *ep)
         return conn_queue(&ep->conn, reply, ep->kind);
 }
 
+/*
+ * CONS-1: what a console client types is echoed to it and lands in the log, as a guest's tty
+ * with echo on shows it on the serial line. < 0 means drop the client.
+ */
+static int console_read(FakeQemu *q, Conn *c)
+{
+        char buf[4096];
+        ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n < 0)
+                return errno == EAGAIN || errno == EINTR ? 0 : negative_errno();
+        if (n == 0) {
+                (void)conn_flush(c);
+                return -ECONNRESET;
+        }
+        int r = conn_queue_bytes(c, buf, (size_t)n);
+        if (r < 0)
+                return r;
+        r = write_all(q->console_fd, buf, (size_t)n);
+        if (r < 0 && !q->console_broken) {
+                log_error_errno(r, LOG_PREFIX "write console log %s: %m", q->args.console_log);
+                q->console_broken = true;
+        }
+        return conn_flush(c);
+}
+
 /* Reads what is there and answers every complete line; < 0 means drop the client. */
 static int conn_read(FakeQemu *q, Endpoint *ep)
 {
         Conn *c = &ep->conn;
         int r;
+
+        if (ep->kind == ENDPOINT_CONSOLE)
+                return console_read(q, c);
 
         ssize_t n = recv(c->fd, c->in + c->in_len, INPUT_CAP - c->in_len, MSG_DONTWAIT);
         if (n < 0) {
@@ -725,6 +776,12 @@ static int setup(FakeQemu *q)
         if (r < 0)
                 return log_error_errno(r, LOG_PREFIX "-chardev: listen on %s: %m",
                                        q->args.agent_socket);
+        if (q->args.console_socket) {
+                r = listen_unix(q->args.console_socket, &q->console.listen_fd);
+                if (r < 0)
+                        return log_error_errno(r, LOG_PREFIX "-chardev: listen on %s: %m",
+                                               q->args.console_socket);
+        }
 
         /* SIM-15: QEMU would hold the TAP for its lifetime; this process keeps the inherited fd
          * open until it exits, without reading from it. */
@@ -814,13 +871,17 @@ static int agent_poll_timeout(const FakeQemu *q, nsec_t now)
 static int run(FakeQemu *q)
 {
         while (q->exit_status < 0) {
-                struct pollfd p[4];
+                struct pollfd p[5];
                 size_t n = 0;
 
                 p[n++] = (struct pollfd){.fd = q->signal_fd, .events = POLLIN};
                 p[n++] = (struct pollfd){.fd = q->timer_fd, .events = POLLIN}; /* -1: ignored */
                 endpoint_poll_fd(&q->qmp, &p[n++]);
                 endpoint_poll_fd(&q->agent, &p[n++]);
+                if (q->console.listen_fd >= 0)
+                        endpoint_poll_fd(&q->console, &p[n++]);
+                else
+                        p[n++] = (struct pollfd){.fd = -1};
 
                 if (poll(p, n, agent_poll_timeout(q, now_monotonic())) < 0) {
                         if (errno == EINTR)
@@ -842,6 +903,8 @@ static int run(FakeQemu *q)
                         int r = endpoint_dispatch(q, &q->qmp, p[2].revents);
                         if (r >= 0 && q->exit_status < 0)
                                 r = endpoint_dispatch(q, &q->agent, p[3].revents);
+                        if (r >= 0 && q->exit_status < 0)
+                                r = endpoint_dispatch(q, &q->console, p[4].revents);
                         if (r < 0)
                                 return log_error_errno(r, LOG_PREFIX "serve clients: %m");
                 }
@@ -854,7 +917,7 @@ static void flush_before_exit(FakeQemu *q)
 {
         struct timespec start;
         clock_gettime(CLOCK_MONOTONIC, &start);
-        Endpoint *eps[] = {&q->qmp, &q->agent};
+        Endpoint *eps[] = {&q->qmp, &q->agent, &q->console};
 
         for (size_t i = 0; i < ELEMENTSOF(eps); i++) {
                 Conn *c = &eps[i]->conn;
@@ -884,6 +947,7 @@ int main(int argc, char *argv[])
             .timer_fd = -1,
             .qmp = {.kind = ENDPOINT_QMP, .listen_fd = -1, .conn.fd = -1},
             .agent = {.kind = ENDPOINT_AGENT, .listen_fd = -1, .conn.fd = -1},
+            .console = {.kind = ENDPOINT_CONSOLE, .listen_fd = -1, .conn.fd = -1},
             .exit_status = -1,
         };
         _cleanup_free_ char *error = NULL;

@@ -20,6 +20,11 @@
  *   fake-qemu: agent reply not written within 5000ms; dropped    AGENT-17's write timeout
  *   fake-qemu: exit status=<n> reason=<why>
  *
+ * With a console socket (CONS-1), the console stands in for a guest's serial line with echo on:
+ * every byte a client sends is written back to it and appended to the log, as a guest's tty
+ * echoes what is typed; the lines above go to the client as well as to the log. While no client
+ * is connected the output goes to the log only, as QEMU's wait=off sockets do.
+ *
  * SIGTERM, SIGINT and SIGHUP exit 0 (SIGTERM not with ignore-sigterm); other catchable signals
  * are only logged. QMP lines end in "\r\n" like QEMU's; agent lines are compact and end in "\n".
  * Each socket serves one client at a time, as QEMU's socket chardevs do. Setup failures (argv,
@@ -50,12 +55,13 @@
 /* ---- command line (fake-qemu-args.c) ------------------------------------------------------- */
 
 typedef struct FqArgs {
-        char *name;         /* -name guest=<name> */
-        char *qmp_socket;   /* the socket chardev behind -mon ...,mode=control */
-        char *agent_socket; /* the socket chardev behind the org.vgpud.agent.0 port */
-        char *console_log;  /* the file chardev behind -serial */
-        char *sysfsdev;     /* -device vfio-pci,sysfsdev=...; NULL for a GPU-less VM */
-        char *kernel;       /* -kernel, -initrd, -append: NULL when absent */
+        char *name;           /* -name guest=<name> */
+        char *qmp_socket;     /* the socket chardev behind -mon ...,mode=control */
+        char *agent_socket;   /* the socket chardev behind the org.vgpud.agent.0 port */
+        char *console_socket; /* the socket chardev behind -serial (CONS-1); NULL for a file */
+        char *console_log;    /* its logfile, or the file chardev behind -serial */
+        char *sysfsdev;       /* -device vfio-pci,sysfsdev=...; NULL for a GPU-less VM */
+        char *kernel;         /* -kernel, -initrd, -append: NULL when absent */
         char *initrd;
         char *append;
         /* -blockdev nodes, each resolved to a device and an fd set of the right access mode */

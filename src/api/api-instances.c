@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api-internal.h"
+#include "http/websocket.h"
 #include "net/net.h"
 
 /* ---- JSON (API-7, API-8) ------------------------------------------------------------------- */
@@ -375,6 +376,232 @@ static void on_console(int r, const char *data, size_t size, const char *error, 
         http_request_unref(req);
 }
 
+/*
+ * CONS-2: a follower is a streamed answer fed by the instance's follow. The request waits
+ * (suspended) until the tail has been read, and is answered with it: whatever the guest writes
+ * once the client has its 200 is streamed. Whichever side ends first tells the other: the
+ * follow's end ends the body; the client's leaving closes the follow.
+ */
+#define CONSOLE_STREAM_BUFFER (64 * 1024)
+
+typedef struct ConsoleFollower {
+        HttpRequest *req; /* until the answer starts */
+        HttpStream *stream;
+        InstanceConsoleFollow *follow; /* NULL once the follow is over */
+} ConsoleFollower;
+
+static void follower_drained(HttpStream *s, void *userdata);
+static void follower_closed(HttpStream *s, void *userdata);
+
+/* The tail is read: the answer starts. On failure the follower is the caller's to free. */
+static int follower_open(ConsoleFollower *cf)
+{
+        _cleanup_(http_request_unrefp) HttpRequest *req = TAKE_PTR(cf->req);
+        if (!req)
+                return -EPIPE;
+        return http_reply_stream(req, MHD_HTTP_OK, "text/plain; charset=utf-8",
+                                 &(HttpStreamConfig){.max_buffered = CONSOLE_STREAM_BUFFER,
+                                                     .drained = follower_drained,
+                                                     .closed = follower_closed,
+                                                     .userdata = cf},
+                                 &cf->stream);
+}
+
+static size_t follower_room(void *userdata)
+{
+        ConsoleFollower *cf = userdata;
+        if (!cf->stream)
+                return cf->req ? CONSOLE_STREAM_BUFFER : 0;
+        return http_stream_room(cf->stream);
+}
+
+static int follower_write(void *userdata, const char *data, size_t size)
+{
+        ConsoleFollower *cf = userdata;
+        if (!cf->stream && follower_open(cf) < 0)
+                return -EPIPE; /* the follow ends, and end() frees the follower */
+        return http_stream_write(cf->stream, data, size);
+}
+
+static void follower_end(void *userdata)
+{
+        ConsoleFollower *cf = userdata;
+        cf->follow = NULL;
+        if (!cf->stream && follower_open(cf) < 0) {
+                /* No answer could start (the client has gone): nothing will call closed(). */
+                free(cf);
+                return;
+        }
+        http_stream_end(cf->stream);
+}
+
+static void follower_drained(HttpStream *s, void *userdata)
+{
+        ConsoleFollower *cf = userdata;
+        if (cf->follow)
+                instance_console_follow_wake(cf->follow);
+}
+
+static void follower_closed(HttpStream *s, void *userdata)
+{
+        ConsoleFollower *cf = userdata;
+        if (cf->follow)
+                instance_console_follow_close(cf->follow);
+        http_stream_unref(cf->stream);
+        free(cf);
+}
+
+static int console_follow(ApiContext *ctx, HttpRequest *req, const char *id, size_t tail)
+{
+        ConsoleFollower *cf = calloc(1, sizeof *cf);
+        if (!cf)
+                return -ENOMEM;
+        InstanceFailure f = INSTANCE_FAILURE_NONE;
+        _cleanup_free_ char *error = NULL;
+        int r = instance_manager_console_follow(ctx->instances, id, tail,
+                                                &(InstanceConsoleSink){.room = follower_room,
+                                                                       .write = follower_write,
+                                                                       .end = follower_end,
+                                                                       .userdata = cf},
+                                                &cf->follow, &f, &error);
+        if (r < 0) {
+                free(cf);
+                return reply_failure(req, f, error);
+        }
+        r = http_request_suspend(req);
+        if (r < 0) {
+                instance_console_follow_close(cf->follow);
+                free(cf);
+                return r;
+        }
+        cf->req = http_request_ref(req);
+        instance_console_follow_wake(cf->follow);
+        return 0;
+}
+
+/*
+ * CONS-3: an attached client is a WebSocket bridged to the instance's console socket. The
+ * client's frames go to the console, paused while the console's queue is full; the console's
+ * output goes out as binary frames, and a client that does not take them is dropped (bounded
+ * queue). Whichever side ends first ends the other.
+ */
+#define CONSOLE_SUBPROTOCOL "vgpud.console.v1"
+#define CONSOLE_WEBSOCKET_QUEUE (256 * 1024)
+
+typedef struct ConsoleAttacher {
+        HttpWebSocket *ws;
+        InstanceConsoleAttach *attach; /* NULL once the console has closed */
+        char id[INSTANCE_ID_LEN + 1];
+        char *peer; /* who is attached, for the log (the runbook's "who holds the console") */
+} ConsoleAttacher;
+
+static int attacher_send(void *userdata, const char *data, size_t size)
+{
+        ConsoleAttacher *ca = userdata;
+        return http_websocket_send(ca->ws, data, size);
+}
+
+static void attacher_writable(void *userdata)
+{
+        ConsoleAttacher *ca = userdata;
+        http_websocket_pause(ca->ws, false);
+}
+
+static void attacher_end(void *userdata)
+{
+        ConsoleAttacher *ca = userdata;
+        ca->attach = NULL;
+        http_websocket_close(ca->ws, WS_CLOSE_NORMAL, "console closed");
+}
+
+static void attacher_opened(HttpWebSocket *ws, void *userdata)
+{
+        ConsoleAttacher *ca = userdata;
+        if (ca->attach && instance_console_attach_start(ca->attach) < 0)
+                http_websocket_close(ws, WS_CLOSE_INTERNAL, "cannot watch the console");
+}
+
+static void attacher_data(HttpWebSocket *ws, const void *data, size_t size, void *userdata)
+{
+        ConsoleAttacher *ca = userdata;
+        if (!ca->attach)
+                return;
+        int r = instance_console_attach_write(ca->attach, data, size);
+        if (r > 0)
+                /* Taken, but the console is not keeping up: no more frames until it does. */
+                http_websocket_pause(ws, true);
+        else if (r < 0)
+                /* -ENOBUFS cannot happen: frames stop at the mark (r > 0) before it. */
+                http_websocket_close(ws, WS_CLOSE_INTERNAL, "console write failed");
+}
+
+static void attacher_free(ConsoleAttacher *ca)
+{
+        free(ca->peer);
+        free(ca);
+}
+
+static void attacher_closed(HttpWebSocket *ws, void *userdata)
+{
+        ConsoleAttacher *ca = userdata;
+        if (ca->attach)
+                instance_console_attach_close(ca->attach);
+        log_line(LOG_LEVEL_INFO, 0, "console detached", "instance_id", ca->id, "peer", ca->peer,
+                 NULL);
+        http_websocket_unref(ca->ws);
+        attacher_free(ca);
+}
+
+int api_handle_instance_console_attach(HttpRequest *req, void *userdata)
+{
+        ApiContext *ctx = userdata;
+        const char *id = id_param(req);
+        if (!id)
+                return 0;
+        int r = http_request_check_websocket(req, CONSOLE_SUBPROTOCOL);
+        if (r == -EINVAL)
+                return 0;
+        if (r < 0)
+                return r;
+        ConsoleAttacher *ca = calloc(1, sizeof *ca);
+        if (!ca)
+                return -ENOMEM;
+        snprintf(ca->id, sizeof ca->id, "%s", id);
+        ca->peer = strdup(http_request_get_peer(req) ? http_request_get_peer(req) : "-");
+        if (!ca->peer) {
+                free(ca);
+                return -ENOMEM;
+        }
+        InstanceFailure f = INSTANCE_FAILURE_NONE;
+        _cleanup_free_ char *error = NULL;
+        r = instance_manager_console_attach(
+            ctx->instances, id,
+            &(InstanceConsoleAttachSink){.send = attacher_send,
+                                         .writable = attacher_writable,
+                                         .end = attacher_end,
+                                         .userdata = ca},
+            &ca->attach, &f, &error);
+        if (r < 0) {
+                attacher_free(ca);
+                return reply_failure(req, f, error);
+        }
+        r = http_reply_websocket(req, CONSOLE_SUBPROTOCOL,
+                                 &(HttpWebSocketConfig){.max_queued = CONSOLE_WEBSOCKET_QUEUE,
+                                                        .opened = attacher_opened,
+                                                        .data = attacher_data,
+                                                        .closed = attacher_closed,
+                                                        .userdata = ca},
+                                 &ca->ws);
+        if (r < 0) {
+                instance_console_attach_close(ca->attach);
+                attacher_free(ca);
+                return r;
+        }
+        log_line(LOG_LEVEL_INFO, 0, "console attached", "instance_id", ca->id, "peer", ca->peer,
+                 NULL);
+        return 0;
+}
+
 int api_handle_instance_console(HttpRequest *req, void *userdata)
 {
         ApiContext *ctx = userdata;
@@ -386,6 +613,12 @@ int api_handle_instance_console(HttpRequest *req, void *userdata)
         if (q && parse_uint64_range(q, 1, CONSOLE_TAIL_MAX, &tail) < 0)
                 return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
                                         "tail_bytes must be 1..%d", CONSOLE_TAIL_MAX);
+        const char *follow = http_request_get_query(req, "follow");
+        if (follow && !streq(follow, "true") && !streq(follow, "false"))
+                return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                        "follow must be true or false");
+        if (follow && streq(follow, "true"))
+                return console_follow(ctx, req, id, (size_t)tail);
         InstanceFailure f = INSTANCE_FAILURE_NONE;
         _cleanup_free_ char *error = NULL;
         HttpRequest *ref = http_request_ref(req);

@@ -36,6 +36,7 @@ int api_handle_instance_standby(HttpRequest *req, void *userdata);
 int api_handle_instance_snapshot(HttpRequest *req, void *userdata);
 int api_handle_instance_fork(HttpRequest *req, void *userdata);
 int api_handle_instance_console(HttpRequest *req, void *userdata);
+int api_handle_instance_console_attach(HttpRequest *req, void *userdata);
 
 /* api-images.c: the image store's routes (DISK-1..DISK-4); a store's refusal as API-21 says. */
 int api_reply_storage_failure(HttpRequest *req, StorageFailure f, const char *error);
@@ -54,6 +55,12 @@ int api_handle_volume_delete(HttpRequest *req, void *userdata);
 /* api-ui.c: the web VF map at /ui/, public (API-12), its files embedded at build time. */
 extern const char api_ui_index_html[], api_ui_vgpud_js[], api_ui_vgpud_css[];
 extern const size_t api_ui_index_html_size, api_ui_vgpud_js_size, api_ui_vgpud_css_size;
+/* xterm.js for the console (CONS-5), its style sheet and its licence. */
+extern const char api_ui_xterm_js[], api_ui_xterm_css[], api_ui_xterm_license[];
+extern const size_t api_ui_xterm_js_size, api_ui_xterm_css_size, api_ui_xterm_license_size;
+int api_handle_ui_xterm_js(HttpRequest *req, void *userdata);
+int api_handle_ui_xterm_css(HttpRequest *req, void *userdata);
+int api_handle_ui_xterm_license(HttpRequest *req, void *userdata);
 int api_handle_ui_index(HttpRequest *req, void *userdata);
 int api_handle_ui_js(HttpRequest *req, void *userdata);
 int api_handle_ui_css(HttpRequest *req, void *userdata);

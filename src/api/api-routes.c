@@ -538,7 +538,7 @@ static int handle_breaker_reset(HttpRequest *req, void *userdata)
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
-static const char *const console_query[] = {"tail_bytes", NULL};
+static const char *const console_query[] = {"tail_bytes", "follow", NULL};
 
 static const HttpRoute routes[] = {
     {"GET", "/healthz", handle_healthz, NULL, true},
@@ -548,6 +548,9 @@ static const HttpRoute routes[] = {
     {"GET", "/ui/", api_handle_ui_index, NULL, true},
     {"GET", "/ui/vgpud.js", api_handle_ui_js, NULL, true},
     {"GET", "/ui/vgpud.css", api_handle_ui_css, NULL, true},
+    {"GET", "/ui/xterm.js", api_handle_ui_xterm_js, NULL, true},
+    {"GET", "/ui/xterm.css", api_handle_ui_xterm_css, NULL, true},
+    {"GET", "/ui/xterm-LICENSE.txt", api_handle_ui_xterm_license, NULL, true},
     {"GET", "/resources", handle_resources, NULL, false},
     {"GET", "/gpus", handle_gpus, NULL, false},
     {"GET", "/gpu/health", handle_health, NULL, false},
@@ -569,6 +572,8 @@ static const HttpRoute routes[] = {
     {"POST", "/instances/{id}/snapshot", api_handle_instance_snapshot, NULL, false},
     {"POST", "/instances/{id}/fork", api_handle_instance_fork, NULL, false},
     {"GET", "/instances/{id}/console", api_handle_instance_console, console_query, false},
+    {"GET", "/instances/{id}/console/attach", api_handle_instance_console_attach, NULL, false,
+     .websocket = true},
     {"GET", "/images", api_handle_images_list, NULL, false},
     {"POST", "/images", api_handle_image_import, NULL, false},
     {"GET", "/images/{name}", api_handle_image_get, NULL, false},

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The web VF map at /ui/: three static files (src/api/ui/), embedded at build time and served
+ * The web VF map at /ui/: its static files (src/api/ui/, xterm.js for the console among them,
+ * CONS-5), embedded at build time and served
  * verbatim, without a token like /healthz (API-12): they hold no host data. The page asks for
  * the token itself and reads the authenticated routes with it, so nothing about the host leaves
  * without one.
@@ -46,6 +47,23 @@ int api_handle_ui_js(HttpRequest *req, void *userdata)
 int api_handle_ui_css(HttpRequest *req, void *userdata)
 {
         return reply_file(req, "text/css; charset=utf-8", api_ui_vgpud_css, api_ui_vgpud_css_size);
+}
+
+int api_handle_ui_xterm_js(HttpRequest *req, void *userdata)
+{
+        return reply_file(req, "text/javascript; charset=utf-8", api_ui_xterm_js,
+                          api_ui_xterm_js_size);
+}
+
+int api_handle_ui_xterm_css(HttpRequest *req, void *userdata)
+{
+        return reply_file(req, "text/css; charset=utf-8", api_ui_xterm_css, api_ui_xterm_css_size);
+}
+
+int api_handle_ui_xterm_license(HttpRequest *req, void *userdata)
+{
+        return reply_file(req, "text/plain; charset=utf-8", api_ui_xterm_license,
+                          api_ui_xterm_license_size);
 }
 
 /*

@@ -164,6 +164,13 @@ char *strchomp(char *s);
 /* Removes leading and trailing ASCII white space in place; returns the start. */
 char *strstrip(char *s);
 
+/*
+ * True when s[0..n) is well-formed UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing
+ * above U+10FFFF, no sequence cut short. A NUL byte is U+0000 and valid here; callers that
+ * refuse it check for it themselves.
+ */
+bool utf8_is_valid(const char *s, size_t n);
+
 /* Number of strings in a NULL-terminated vector. */
 size_t strv_length(char *const *strv);
 
@@ -385,7 +392,8 @@ bool qemu_id_is_valid(const char *s);
 #define RANDOM_ID_LEN 20
 int random_id_generate(char ret[static RANDOM_ID_LEN + 1]);
 bool random_id_is_valid(const char *id);
-/* INST-4's pattern, for the names of instances, images and volumes:
+/* INST-4's pattern, for the names of instances, images and volumes and a guest's host name
+ * (SEED-1):
  * ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ */
 #define RESOURCE_NAME_MAX 63
 bool resource_name_is_valid(const char *name);

@@ -95,6 +95,39 @@ int strv_copy(char *const *strv, char ***ret)
         return 0;
 }
 
+bool utf8_is_valid(const char *s, size_t n)
+{
+        const unsigned char *p = (const unsigned char *)s;
+        for (size_t i = 0; i < n;) {
+                unsigned char c = p[i];
+                size_t len;
+                uint32_t cp, min;
+                if (c < 0x80) {
+                        i++;
+                        continue;
+                } else if ((c & 0xe0) == 0xc0) {
+                        len = 2, cp = c & 0x1f, min = 0x80;
+                } else if ((c & 0xf0) == 0xe0) {
+                        len = 3, cp = c & 0x0f, min = 0x800;
+                } else if ((c & 0xf8) == 0xf0) {
+                        len = 4, cp = c & 0x07, min = 0x10000;
+                } else
+                        return false;
+                if (n - i < len)
+                        return false;
+                for (size_t k = 1; k < len; k++) {
+                        if ((p[i + k] & 0xc0) != 0x80)
+                                return false;
+                        cp = (cp << 6) | (p[i + k] & 0x3f);
+                }
+                /* Overlong forms, UTF-16 surrogates and code points past Unicode's end. */
+                if (cp < min || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+                        return false;
+                i += len;
+        }
+        return true;
+}
+
 int strv_compare(const void *a, const void *b)
 {
         return strcmp(*(char *const *)a, *(char *const *)b);

@@ -35,8 +35,10 @@ const char ctl_usage[] =
     "  instances start ID                 boot a stopped or failed instance\n"
     "  instances stop ID                  shut an instance down and release its VF\n"
     "  instances delete ID                stop an instance and remove it\n"
-    "  instances console ID [--tail-bytes N]\n"
-    "                                     the end of the guest console (default 64 KiB)\n"
+    "  instances console ID [--tail-bytes N] [--follow]\n"
+    "                                     the end of the guest console (default 64 KiB);\n"
+    "                                     with --follow, then its output as it comes\n"
+    "  instances console ID --attach      type into the guest console (Ctrl-] detaches)\n"
     "  token mint --secret-file F [--ttl D] [--sub S]\n"
     "                                     print a bearer token (default TTL 1h)\n"
     "  fleet hosts --placement URL --hosts FILE\n"
@@ -91,6 +93,8 @@ typedef enum CtlOption {
         OPT_HOSTS,
         OPT_HOST,
         OPT_COUNT,
+        OPT_FOLLOW,
+        OPT_ATTACH,
         _OPT_MAX,
 } CtlOption;
 
@@ -126,6 +130,8 @@ static const struct {
     [OPT_HOSTS] = {"--hosts", true},
     [OPT_HOST] = {"--host", true},
     [OPT_COUNT] = {"--count", true},
+    [OPT_FOLLOW] = {"--follow", false},
+    [OPT_ATTACH] = {"--attach", false},
 };
 
 /* What a command's positional argument is; it becomes part of the request path. */
@@ -174,7 +180,7 @@ static const struct {
     {{"instances", "console"},
      CTL_COMMAND_INSTANCES_CONSOLE,
      TARGET_INSTANCE_ID,
-     OPT_BIT(OPT_TAIL_BYTES),
+     OPT_BIT(OPT_TAIL_BYTES) | OPT_BIT(OPT_FOLLOW) | OPT_BIT(OPT_ATTACH),
      0},
     {{"token", "mint"}, CTL_COMMAND_TOKEN_MINT, TARGET_NONE, MINT, OPT_BIT(OPT_SECRET_FILE)},
     {{"fleet", "hosts"}, CTL_COMMAND_FLEET_HOSTS, TARGET_NONE, FLEET, FLEET_REQUIRED},
@@ -470,6 +476,15 @@ static int parse_console(const char *const *values, CtlArgs *a, char **error)
 {
         uint64_t n;
 
+        /* CONS-4: following and attaching are two different ways in. */
+        a->follow = values[OPT_FOLLOW] != NULL;
+        a->attach = values[OPT_ATTACH] != NULL;
+        if (a->follow && a->attach)
+                return error_set(error, -EINVAL, "--follow and --attach exclude each other");
+        if (a->attach && values[OPT_TAIL_BYTES])
+                return error_set(error, -EINVAL,
+                                 "--tail-bytes goes with a tail or --follow, "
+                                 "not --attach");
         if (!values[OPT_TAIL_BYTES])
                 return 0;
         if (parse_uint64_range(values[OPT_TAIL_BYTES], 1, CTL_CONSOLE_TAIL_MAX, &n) < 0)
@@ -663,6 +678,9 @@ int ctl_args_parse(int argc, char *const *argv, const CtlEnv *env, CtlArgs *ret,
                                 return error_set(error, -EINVAL, "option %s takes no value",
                                                  options[o].name);
                         flags[o] = true;
+                        /* A command's own flags are checked against it like its values. */
+                        if (o >= _OPT_GLOBAL_MAX)
+                                values[o] = "";
                         continue;
                 }
                 if (eq)

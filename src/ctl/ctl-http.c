@@ -6,6 +6,10 @@
 #include "ctl.h"
 
 typedef struct Sink {
+        CURL *curl;
+        FILE *stream; /* a 2xx body goes here as it arrives (CtlRequest.stream) */
+        bool streamed;
+        bool stream_failed;
         char *data;
         size_t size;
         size_t capacity;
@@ -37,6 +41,17 @@ static size_t sink_write(char *p, size_t size, size_t nmemb, void *userdata)
         Sink *s = userdata;
         size_t n = size * nmemb;
 
+        long status = 0;
+        if (s->stream && curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
+            status >= 200 && status <= 299) {
+                /* CONS-2: the console as it comes, each piece out at once. */
+                s->streamed = true;
+                if (fwrite(p, 1, n, s->stream) != n || fflush(s->stream) != 0) {
+                        s->stream_failed = true;
+                        return 0;
+                }
+                return n;
+        }
         if (n > CTL_RESPONSE_MAX - s->size) {
                 s->too_large = true;
                 return 0;
@@ -76,7 +91,7 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const CtlRequest *r
         _cleanup_free_ char *url = NULL, *where = NULL, *authorization = NULL, *accept = NULL;
         _cleanup_free_ char *sink_data = NULL;
         char curl_error[CURL_ERROR_SIZE] = "";
-        Sink sink = {};
+        Sink sink = {.curl = curl, .stream = req->stream};
         int r;
 
         if (!curl)
@@ -153,6 +168,8 @@ int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const CtlRequest *r
                                  where, CTL_RESPONSE_MAX);
         if (sink.no_memory || c == CURLE_OUT_OF_MEMORY)
                 return error_set_oom(error);
+        if (sink.stream_failed)
+                return error_set(error, -EPIPE, "write output: %m");
         if (c != CURLE_OK) {
                 /*
                  * The system's reason ("Connection refused", "No such file or directory") says

@@ -128,8 +128,15 @@ static int run_route(const CtlArgs *a, const CtlEnv *env)
         _cleanup_free_ char *error = NULL, *path = NULL, *query = NULL;
         Answer answer = routes[a->command].answer;
         bool waits = routes[a->command].waits;
+        int r = 0;
 
-        if (a->tail_bytes > 0 && strprintf(&query, "?tail_bytes=%" PRIu32, a->tail_bytes) < 0)
+        if (a->follow && a->tail_bytes > 0)
+                r = strprintf(&query, "?follow=true&tail_bytes=%" PRIu32, a->tail_bytes);
+        else if (a->follow)
+                r = strprintf(&query, "?follow=true");
+        else if (a->tail_bytes > 0)
+                r = strprintf(&query, "?tail_bytes=%" PRIu32, a->tail_bytes);
+        if (r < 0)
                 return fail_oom(env);
         if (strprintf(&path, "%s%s%s%s", routes[a->command].path[0], strempty(a->target),
                       strempty(routes[a->command].path[1]), strempty(query)) < 0)
@@ -140,9 +147,13 @@ static int run_route(const CtlArgs *a, const CtlEnv *env)
             .path = path,
             .json_body = a->body,
             .accept = answer == ANSWER_RAW ? "text/plain" : "application/json",
-            .timeout_ms = waits ? env->lifecycle_timeout_ms : env->timeout_ms,
+            /* A follow lasts as long as the VM runs (CONS-2): no bound on the exchange. */
+            .timeout_ms = a->follow ? 0
+                          : waits   ? env->lifecycle_timeout_ms
+                                    : env->timeout_ms,
+            .stream = a->follow ? env->out : NULL,
         };
-        int r = ctl_http_request(a, env, &req, &resp, &error);
+        r = ctl_http_request(a, env, &req, &resp, &error);
         if (r == -ENOMEM)
                 return fail_oom(env);
         if (r < 0) {
@@ -239,6 +250,8 @@ static int dispatch(const CtlArgs *a, const CtlEnv *env)
         }
         if ((size_t)a->command >= ELEMENTSOF(routes) || !routes[a->command].method)
                 return CTL_EXIT_USAGE;
+        if (a->command == CTL_COMMAND_INSTANCES_CONSOLE && a->attach)
+                return ctl_console_attach(a, env);
         return run_route(a, env);
 }
 

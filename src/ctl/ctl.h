@@ -66,8 +66,9 @@ typedef struct CtlEnv {
         long connect_timeout_ms;
         long timeout_ms;           /* reads and operator routes */
         long lifecycle_timeout_ms; /* create, start, stop, delete (CTL_LIFECYCLE_TIMEOUT_MS) */
-        FILE *out;                 /* tables, JSON, tokens */
+        FILE *out;                 /* tables, JSON, tokens; the console's bytes */
         FILE *err;                 /* error messages */
+        int in_fd;                 /* what is typed into an attached console (CONS-4) */
 } CtlEnv;
 
 /* Runs one vgpuctl command line (argv[0] is the program name); returns a CTL_EXIT_* status. */
@@ -113,6 +114,8 @@ typedef struct CtlArgs {
         char *target;        /* the VF or GPU of a health command, the id of an instance command */
         char *body;          /* the JSON request body, built and checked here (API-9); or NULL */
         uint32_t tail_bytes; /* console; 0: the daemon's default */
+        bool follow;         /* console --follow (CONS-2) */
+        bool attach;         /* console --attach (CONS-4) */
         char *secret_file;   /* token mint */
         char *subject;       /* token mint; NULL: no "sub" */
         nsec_t ttl;          /* token mint */
@@ -159,6 +162,12 @@ typedef struct CtlRequest {
         long timeout_ms;            /* the whole exchange */
         const char *const *headers; /* more "Name: value" lines, NULL-ended; or NULL */
         const char *peer;           /* who answers, for messages; NULL: "vgpud" */
+        /*
+         * A successful (2xx) body is written here as it arrives and flushed piece by piece,
+         * without CTL_RESPONSE_MAX, instead of being kept (the console's --follow, CONS-2); an
+         * error body is still kept. NULL: kept.
+         */
+        FILE *stream;
 } CtlRequest;
 
 typedef struct CtlResponse {
@@ -180,6 +189,17 @@ void ctl_response_done(CtlResponse *r);
  */
 int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const CtlRequest *req,
                      CtlResponse *ret, char **error);
+
+/* ---- the console (ctl-console.c, CONS-4) ----------------------------------------------------- */
+
+/*
+ * `instances console ID --attach`: the console's WebSocket (CONS-3) on the terminal, in raw mode
+ * until Ctrl-] detaches, the console closes, the connection drops or a signal (SIGTERM, SIGHUP,
+ * SIGINT, SIGQUIT) comes; the terminal is restored on every one of those ways out. Exit status:
+ * 0 detached or the console closed normally, 1 refused by the API, a signal, or any other end,
+ * 3 no connection or the connection lost.
+ */
+int ctl_console_attach(const CtlArgs *a, const CtlEnv *env);
 
 /* ---- output (ctl-print.c) -------------------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* vgpuctl: the process around ctl_run(), which does the work (see ctl.h). */
 #include <curl/curl.h>
+#include <unistd.h>
 
 #include "ctl.h"
 
@@ -20,6 +21,7 @@ int main(int argc, char **argv)
             .lifecycle_timeout_ms = CTL_LIFECYCLE_TIMEOUT_MS,
             .out = stdout,
             .err = stderr,
+            .in_fd = STDIN_FILENO,
         };
         int status = ctl_run(argc, argv, &env);
 

@@ -69,3 +69,17 @@ int http_listen_tcp(const HttpAddress *a, int *ret_fd, HttpAddress *ret_bound);
  * this one is removed later.
  */
 int http_listen_unix(const char *path, mode_t mode, int *ret_fd, struct stat *ret_st);
+
+/* ---- WebSocket sessions (http-websocket.c) ----------------------------------------------------
+ */
+
+/* A session that is not upgraded yet. */
+HttpWebSocket *http_websocket_new(sd_event *event, const HttpWebSocketConfig *config);
+/*
+ * The 101 is out: the session runs on fd from now on, extra (bytes MHD read past the request)
+ * first. release(handle) gives the connection back to MHD to close; it is called once.
+ */
+void http_websocket_upgraded(HttpWebSocket *ws, int fd, const char *extra, size_t extra_size,
+                             void (*release)(void *handle), void *handle);
+/* The connection is over whatever the session's state (the server goes, or no upgrade came). */
+void http_websocket_abort(HttpWebSocket *ws);

@@ -17,6 +17,7 @@
 #include <sys/un.h>
 
 #include "http-internal.h"
+#include "http/websocket.h"
 
 typedef enum RequestState {
         REQUEST_NEW,       /* headers in, nothing decided yet */
@@ -40,7 +41,9 @@ struct HttpConnection {
         HttpListener *listener;
         int fd;
         sd_event_source *hup;
-        bool peer_closed; /* on the listener's list: checked after each MHD run */
+        HttpStream *stream; /* a streamed answer on this connection, told of a hang-up */
+        bool hup_seen;      /* the peer has shut down its sending side */
+        bool peer_closed;   /* on the listener's list: checked after each MHD run */
         HttpConnection *peer_closed_prev, *peer_closed_next;
 };
 
@@ -72,6 +75,22 @@ struct HttpRequest {
         bool flushing; /* answered after a suspension: counted in the listener's n_flushing */
         struct MHD_Response *response; /* set by a reply, until queued */
         unsigned status;               /* 0 until answered */
+        HttpStream *stream;            /* a streamed answer (CONS-2), until the request ends */
+        struct UpgradeHandle *upgrade; /* a WebSocket answer (CONS-3), until the request ends */
+};
+
+struct HttpStream {
+        unsigned n_ref;
+        HttpServer *server;
+        HttpRequest *req;   /* NULL once the request is over */
+        HttpConnection *hc; /* NULL when its connection is unwatched or gone */
+        char *buf;
+        size_t len, max;
+        bool ended, peer_gone, closed;
+        bool suspended; /* on the listener's list of suspended streams */
+        HttpStream *suspended_prev, *suspended_next;
+        sd_event_source *drain; /* drained() due on the loop */
+        HttpStreamConfig config;
 };
 
 struct HttpListener {
@@ -79,8 +98,11 @@ struct HttpListener {
         const char *kind; /* "tcp" or "unix", for logs */
         struct MHD_Daemon *daemon;
         sd_event_source *io, *timer;
-        HttpRequest *suspended; /* so that freeing can resume them: MHD insists */
-        unsigned n_flushing;    /* resumed with an answer that is not sent yet */
+        HttpRequest *suspended;         /* so that freeing can resume them: MHD insists */
+        HttpStream *suspended_streams;  /* likewise */
+        struct UpgradeHandle *upgrades; /* upgraded connections: given back before MHD stops */
+        bool freeing;                   /* its sources are gone: nothing may wake it */
+        unsigned n_flushing;            /* resumed with an answer that is not sent yet */
         HttpConnection *peer_closed;
         bool woken; /* a run at once is due; the timer says so already */
 };
@@ -211,21 +233,42 @@ static int response_add_header(struct MHD_Response *resp, const char *name, cons
         return MHD_add_response_header(resp, name, value) == MHD_YES ? 0 : -ENOMEM;
 }
 
-static int request_set_answer(HttpRequest *req, unsigned status, const char *content_type,
-                              const void *body, size_t size, const char *allow,
-                              const char *const *headers)
+static int request_can_answer(HttpRequest *req, unsigned status)
 {
         if (req->response || req->state == REQUEST_ANSWERED)
                 return -EALREADY;
         if (!req->connection)
                 return -ECONNABORTED;
-        if (status < 100 || status > HTTP_STATUS_MAX || (size > 0 && !content_type))
+        if (status < 100 || status > HTTP_STATUS_MAX)
                 return -EINVAL;
+        return 0;
+}
 
+/* Takes resp: the answer is set (and a suspended request resumed to send it), or it is freed. */
+static int request_set_response(HttpRequest *req, unsigned status, struct MHD_Response *resp,
+                                const char *content_type, const char *allow,
+                                const char *const *headers);
+
+static int request_set_answer(HttpRequest *req, unsigned status, const char *content_type,
+                              const void *body, size_t size, const char *allow,
+                              const char *const *headers)
+{
+        int r = request_can_answer(req, status);
+        if (r < 0)
+                return r;
+        if (size > 0 && !content_type)
+                return -EINVAL;
         struct MHD_Response *resp =
             MHD_create_response_from_buffer(size, (void *)body, MHD_RESPMEM_MUST_COPY);
         if (!resp)
                 return -ENOMEM;
+        return request_set_response(req, status, resp, content_type, allow, headers);
+}
+
+static int request_set_response(HttpRequest *req, unsigned status, struct MHD_Response *resp,
+                                const char *content_type, const char *allow,
+                                const char *const *headers)
+{
         int r = 0;
         if (content_type)
                 r = response_add_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
@@ -266,6 +309,362 @@ int http_reply_with_headers(HttpRequest *req, unsigned status, const char *conte
                             const void *body, size_t size, const char *const *headers)
 {
         return request_set_answer(req, status, content_type, body, size, NULL, headers);
+}
+
+/* ---- streamed answers (CONS-2) --------------------------------------------------------------- */
+
+HttpStream *http_stream_ref(HttpStream *s)
+{
+        s->n_ref++;
+        return s;
+}
+
+HttpStream *http_stream_unref(HttpStream *s)
+{
+        if (!s || --s->n_ref > 0)
+                return NULL;
+        sd_event_source_disable_unref(s->drain);
+        free(s->buf);
+        free(s);
+        return NULL;
+}
+
+static void stream_suspended_remove(HttpStream *s)
+{
+        if (!s->suspended)
+                return;
+        HttpListener *l = s->req ? s->req->listener : NULL;
+        if (s->suspended_prev)
+                s->suspended_prev->suspended_next = s->suspended_next;
+        else if (l && l->suspended_streams == s)
+                l->suspended_streams = s->suspended_next;
+        if (s->suspended_next)
+                s->suspended_next->suspended_prev = s->suspended_prev;
+        s->suspended_prev = s->suspended_next = NULL;
+        s->suspended = false;
+}
+
+/* Something to send, or the end to tell: MHD takes the connection back at its next run. */
+static void stream_resume(HttpStream *s)
+{
+        if (!s->suspended || !s->req || !s->req->connection)
+                return;
+        HttpListener *l = s->req->listener;
+        stream_suspended_remove(s);
+        MHD_resume_connection(s->req->connection);
+        listener_wake(l);
+}
+
+static int on_stream_drain(sd_event_source *source, void *userdata)
+{
+        HttpStream *s = userdata;
+        s->drain = sd_event_source_disable_unref(s->drain);
+        if (!s->closed && !s->ended && s->config.drained)
+                s->config.drained(s, s->config.userdata);
+        return 0;
+}
+
+/* The producer hears of an empty buffer from the loop, never from inside MHD's run. */
+static void stream_schedule_drained(HttpStream *s)
+{
+        if (s->drain || s->closed || s->ended || !s->config.drained)
+                return;
+        if (sd_event_add_defer(s->server->event, &s->drain, on_stream_drain, s) < 0)
+                s->drain = NULL; /* out of memory: the next write's room still tells */
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+        HttpStream *s = cls;
+        if (s->len > 0) {
+                size_t n = s->len < max ? s->len : max;
+                memcpy(out, s->buf, n);
+                memmove(s->buf, s->buf + n, s->len - n);
+                s->len -= n;
+                if (s->len == 0)
+                        stream_schedule_drained(s);
+                return (ssize_t)n;
+        }
+        if (s->ended)
+                return MHD_CONTENT_READER_END_OF_STREAM;
+        /* A server being freed must not be left with a suspended connection (MHD aborts). */
+        if (s->peer_gone || !s->req || !s->req->connection || s->server->stopping)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* Nothing to send: out of MHD's loop until a write, an end or a hang-up. */
+        HttpListener *l = s->req->listener;
+        MHD_suspend_connection(s->req->connection);
+        s->suspended = true;
+        s->suspended_next = l->suspended_streams;
+        if (l->suspended_streams)
+                l->suspended_streams->suspended_prev = s;
+        l->suspended_streams = s;
+        return 0;
+}
+
+static void stream_response_free(void *cls)
+{
+        http_stream_unref(cls);
+}
+
+/* The request is over: the producer hears it once. */
+static void stream_close(HttpStream *s)
+{
+        if (s->closed)
+                return;
+        stream_suspended_remove(s);
+        s->closed = true;
+        s->req = NULL;
+        if (s->hc) {
+                s->hc->stream = NULL;
+                s->hc = NULL;
+        }
+        s->drain = sd_event_source_disable_unref(s->drain);
+        if (s->config.closed)
+                s->config.closed(s, s->config.userdata);
+}
+
+int http_reply_stream(HttpRequest *req, unsigned status, const char *content_type,
+                      const HttpStreamConfig *config, HttpStream **ret)
+{
+        int r = request_can_answer(req, status);
+        if (r < 0)
+                return r;
+        if (!content_type || config->max_buffered == 0)
+                return -EINVAL;
+        HttpStream *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        *s = (HttpStream){.n_ref = 1,
+                          .server = req->listener->server,
+                          .req = req,
+                          .max = config->max_buffered,
+                          .config = *config};
+        /* One reference for the producer, one for MHD's response, one for the request. */
+        struct MHD_Response *resp = MHD_create_response_from_callback(
+            MHD_SIZE_UNKNOWN, 4096, stream_read, http_stream_ref(s), stream_response_free);
+        if (!resp) {
+                s->n_ref--;
+                http_stream_unref(s);
+                return -ENOMEM;
+        }
+        r = request_set_response(req, status, resp, content_type, NULL,
+                                 (const char *const[]){"Cache-Control", "no-store", NULL});
+        if (r < 0) {
+                http_stream_unref(s);
+                return r;
+        }
+        req->stream = http_stream_ref(s);
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(req->connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        HttpConnection *hc = info ? info->socket_context : NULL;
+        if (hc) {
+                hc->stream = s;
+                s->hc = hc;
+                /* Gone while its answer was being prepared: the body ends at its first read. */
+                s->peer_gone = hc->hup_seen;
+        }
+        *ret = s;
+        return 0;
+}
+
+size_t http_stream_room(const HttpStream *s)
+{
+        return s->closed || s->ended || s->peer_gone ? 0 : s->max - s->len;
+}
+
+int http_stream_write(HttpStream *s, const void *data, size_t size)
+{
+        if (s->closed || s->peer_gone)
+                return -EPIPE;
+        if (s->ended)
+                return -EINVAL;
+        if (size > s->max - s->len)
+                return -ENOBUFS;
+        if (size == 0)
+                return 0;
+        if (!s->buf) {
+                s->buf = malloc(s->max);
+                if (!s->buf)
+                        return -ENOMEM;
+        }
+        memcpy(s->buf + s->len, data, size);
+        s->len += size;
+        stream_resume(s);
+        return 0;
+}
+
+void http_stream_end(HttpStream *s)
+{
+        if (s->ended)
+                return;
+        s->ended = true;
+        s->drain = sd_event_source_disable_unref(s->drain);
+        stream_resume(s);
+}
+
+/* ---- WebSocket upgrades (CONS-3) ---------------------------------------------------------------
+ */
+
+/* Whether a comma-separated header value holds token (case-insensitive), as Connection does. */
+static bool header_has_token(const char *value, const char *token)
+{
+        size_t n = strlen(token);
+        for (const char *p = value; p && *p;) {
+                p += strspn(p, " \t,");
+                size_t k = strcspn(p, ",");
+                size_t t = k;
+                while (t > 0 && (p[t - 1] == ' ' || p[t - 1] == '\t'))
+                        t--;
+                if (t == n && strncasecmp(p, token, n) == 0)
+                        return true;
+                p += k;
+        }
+        return false;
+}
+
+#define WS_VERSION_ERROR \
+        "{\"code\":\"invalid_request\",\"message\":\"Sec-WebSocket-Version must be 13\"}"
+
+int http_request_check_websocket(HttpRequest *req, const char *subprotocol)
+{
+        struct MHD_Connection *c = req->connection;
+        if (!c)
+                return -ECONNABORTED;
+        const char *upgrade = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Upgrade");
+        const char *connection = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connection");
+        const char *version =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Version");
+        const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Key");
+        const char *protocols =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Protocol");
+        int r = 0;
+        if (!header_has_token(upgrade, "websocket") || !header_has_token(connection, "upgrade"))
+                r = http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                     "a WebSocket upgrade is required (Upgrade: websocket, "
+                                     "Connection: Upgrade)");
+        else if (!streq_ptr(version, "13"))
+                /* RFC 6455 4.4: the version the server speaks goes with the refusal. */
+                r = http_reply_with_headers(
+                    req, MHD_HTTP_BAD_REQUEST, "application/json", WS_VERSION_ERROR,
+                    strlen(WS_VERSION_ERROR),
+                    (const char *const[]){"Sec-WebSocket-Version", "13", NULL});
+        else if (!ws_key_is_valid(key))
+                r = http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                     "Sec-WebSocket-Key must be 16 bytes in base64");
+        else if (!ws_protocols_find(protocols, subprotocol, NULL, NULL, NULL))
+                r = http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                     "Sec-WebSocket-Protocol must offer %s", subprotocol);
+        else
+                return 0;
+        return r < 0 ? r : -EINVAL;
+}
+
+/*
+ * A WebSocket from its 101 on. MHD reports the request completed as soon as the 101 is queued
+ * and calls the upgrade handler after it, so the session outlives its request: the listener
+ * holds it here, and must give every upgraded connection back before MHD is stopped.
+ */
+typedef struct UpgradeHandle {
+        HttpListener *listener;
+        struct MHD_UpgradeResponseHandle *urh; /* NULL until upgraded */
+        HttpWebSocket *ws;
+        HttpRequest *req; /* while the request lasts */
+        struct UpgradeHandle *prev, *next;
+} UpgradeHandle;
+
+static void upgrade_drop(UpgradeHandle *h)
+{
+        HttpListener *l = h->listener;
+        if (h->prev)
+                h->prev->next = h->next;
+        else
+                l->upgrades = h->next;
+        if (h->next)
+                h->next->prev = h->prev;
+        http_websocket_unref(h->ws);
+        free(h);
+}
+
+/* The session is over: the connection goes back to MHD, which closes it in its next run. */
+static void upgrade_release(void *userdata)
+{
+        UpgradeHandle *h = userdata;
+        HttpListener *l = h->listener;
+        (void)MHD_upgrade_action(h->urh, MHD_UPGRADE_ACTION_CLOSE);
+        listener_wake(l);
+        upgrade_drop(h);
+}
+
+static void peer_closed_remove(HttpConnection *hc);
+
+static void on_upgrade(void *cls, struct MHD_Connection *c, void *con_cls, const char *extra_in,
+                       size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+        UpgradeHandle *h = cls;
+        h->urh = urh;
+        /* The session watches the socket from now on: the hang-up watch makes way for it. */
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        HttpConnection *hc = info ? info->socket_context : NULL;
+        if (hc) {
+                peer_closed_remove(hc);
+                hc->hup = sd_event_source_disable_unref(hc->hup);
+        }
+        http_websocket_upgraded(h->ws, sock, extra_in, extra_in_size, upgrade_release, h);
+}
+
+/* The request is over: a WebSocket whose 101 did not go out ends with it. */
+static void request_websocket_end(HttpRequest *req, bool completed)
+{
+        UpgradeHandle *h = TAKE_PTR(req->upgrade);
+        h->req = NULL;
+        if (completed && req->status == MHD_HTTP_SWITCHING_PROTOCOLS)
+                return; /* the upgrade handler takes it from here */
+        http_websocket_abort(h->ws);
+        upgrade_drop(h);
+}
+
+int http_reply_websocket(HttpRequest *req, const char *subprotocol,
+                         const HttpWebSocketConfig *config, HttpWebSocket **ret)
+{
+        int r = request_can_answer(req, MHD_HTTP_SWITCHING_PROTOCOLS);
+        if (r < 0)
+                return r;
+        char accept[WS_ACCEPT_LEN + 1];
+        r = ws_accept_key(
+            MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND, "Sec-WebSocket-Key"),
+            accept);
+        if (r < 0)
+                return r;
+        HttpListener *l = req->listener;
+        UpgradeHandle *h = calloc(1, sizeof *h);
+        if (!h)
+                return -ENOMEM;
+        HttpWebSocket *ws = http_websocket_new(l->server->event, config);
+        struct MHD_Response *resp = ws ? MHD_create_response_for_upgrade(on_upgrade, h) : NULL;
+        if (!resp) {
+                http_websocket_unref(ws);
+                free(h);
+                return -ENOMEM;
+        }
+        r = request_set_response(req, MHD_HTTP_SWITCHING_PROTOCOLS, resp, NULL, NULL,
+                                 (const char *const[]){"Upgrade", "websocket", "Connection",
+                                                       "Upgrade", "Sec-WebSocket-Accept", accept,
+                                                       "Sec-WebSocket-Protocol", subprotocol,
+                                                       NULL});
+        if (r < 0) {
+                http_websocket_unref(ws);
+                free(h);
+                return r;
+        }
+        *h = (UpgradeHandle){
+            .listener = l, .ws = http_websocket_ref(ws), .req = req, .next = l->upgrades};
+        if (l->upgrades)
+                l->upgrades->prev = h;
+        l->upgrades = h;
+        req->upgrade = h;
+        *ret = ws;
+        return 0;
 }
 
 static int reply_json_allow(HttpRequest *req, unsigned status, const json_t *body,
@@ -420,14 +819,29 @@ static int request_authenticate(HttpRequest *req)
                 r = error_set(&cause, -EACCES, "more than one Authorization header");
         else if (!s->secret)
                 r = error_set(&cause, -EACCES, "no jwt secret configured");
-        else
+        else {
+                const char *authorization = MHD_lookup_connection_value(
+                    req->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+                _cleanup_free_ char *from_protocol = NULL;
+                if (!authorization && req->route->websocket) {
+                        /* CONS-3: a browser offers its token as a subprotocol instead. */
+                        const char *bearer = NULL;
+                        size_t len = 0;
+                        (void)ws_protocols_find(
+                            MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND,
+                                                        "Sec-WebSocket-Protocol"),
+                            "", "bearer.", &bearer, &len);
+                        if (bearer &&
+                            strprintf(&from_protocol, "Bearer %.*s", (int)(len - strlen("bearer.")),
+                                      bearer + strlen("bearer.")) < 0)
+                                return -ENOMEM;
+                        authorization = from_protocol;
+                }
                 /* Every request is checked; a token accepted before skips the HMAC and the
                  * JSON until its exp (jwt_verify_cached()). */
-                r = http_auth_check_cached(
-                    s->tokens, s->secret,
-                    MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND,
-                                                MHD_HTTP_HEADER_AUTHORIZATION),
-                    clock_now(s->clock), &req->subject, &cause);
+                r = http_auth_check_cached(s->tokens, s->secret, authorization, clock_now(s->clock),
+                                           &req->subject, &cause);
+        }
         if (r == -EACCES)
                 log_line(LOG_LEVEL_DEBUG, 0, "http request refused", "path", req->parsed.path,
                          "peer", req->peer, "cause", cause, NULL);
@@ -802,6 +1216,12 @@ static void on_request_done(void *cls, struct MHD_Connection *c, void **con_cls,
                  toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? NULL : termination_reason(toe), NULL);
 
         suspended_remove(req);
+        if (req->stream) {
+                stream_close(req->stream);
+                req->stream = http_stream_unref(req->stream);
+        }
+        if (req->upgrade)
+                request_websocket_end(req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
         if (req->flushing && req->listener)
                 req->listener->n_flushing--;
         req->flushing = false;
@@ -842,6 +1262,12 @@ static int on_peer_hup(sd_event_source *source, int fd, uint32_t revents, void *
         HttpListener *l = hc->listener;
 
         (void)sd_event_source_set_enabled(source, SD_EVENT_OFF);
+        hc->hup_seen = true;
+        /* A streamed answer may be suspended, where MHD would never see the end: it ends now. */
+        if (hc->stream) {
+                hc->stream->peer_gone = true;
+                stream_resume(hc->stream);
+        }
         if (!hc->peer_closed) {
                 hc->peer_closed = true;
                 hc->peer_closed_next = l->peer_closed;
@@ -877,6 +1303,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                 if (!hc)
                         return;
                 peer_closed_remove(hc);
+                if (hc->stream)
+                        hc->stream->hc = NULL;
                 sd_event_source_disable_unref(hc->hup);
                 free(hc);
                 *socket_context = NULL;
@@ -930,6 +1358,8 @@ static unsigned listener_connections(HttpListener *l)
 /* Asks for an MHD run at once, e.g. after a resume, which MHD only notices in its next run. */
 static void listener_wake(HttpListener *l)
 {
+        if (l->freeing)
+                return;
         l->woken = true;
         /* Once the loop has finished, freeing the server sends what is due (listener_flush()). */
         if (sd_event_get_state(l->server->event) == SD_EVENT_FINISHED)
@@ -998,6 +1428,7 @@ static void listener_free(HttpListener *l)
 {
         if (!l)
                 return;
+        l->freeing = true;
         sd_event_source_disable_unref(l->io);
         sd_event_source_disable_unref(l->timer);
         if (l->daemon)
@@ -1006,6 +1437,27 @@ static void listener_free(HttpListener *l)
                 /* MHD must not be stopped with suspended connections: resume them unanswered,
                  * and let one last run close them. */
                 bool resumed = false;
+                while (l->upgrades) {
+                        /* Upgraded connections must be given back before MHD stops (the
+                         * session's end releases its handle); one not upgraded yet just ends. */
+                        UpgradeHandle *h = l->upgrades;
+                        bool upgraded = h->urh;
+                        http_websocket_abort(h->ws);
+                        if (!upgraded) {
+                                if (h->req)
+                                        h->req->upgrade = NULL;
+                                upgrade_drop(h);
+                        }
+                        resumed = true;
+                }
+                while (l->suspended_streams) {
+                        /* Its sources are gone: no stream_resume(), which would wake them. */
+                        HttpStream *st = l->suspended_streams;
+                        st->peer_gone = true;
+                        stream_suspended_remove(st);
+                        MHD_resume_connection(st->req->connection);
+                        resumed = true;
+                }
                 while (l->suspended) {
                         HttpRequest *req = l->suspended;
                         suspended_remove(req);
@@ -1045,14 +1497,14 @@ static int listener_new(HttpServer *s, const char *kind, int fd, unsigned idle_t
         *l = (HttpListener){.server = s, .kind = kind};
 
         l->daemon = MHD_start_daemon(
-            MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_access,
-            l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, l, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-            MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTIONS_MAX,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_POOL_SIZE,
-            MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout, MHD_OPTION_URI_LOG_CALLBACK,
-            on_request_start, l, MHD_OPTION_NOTIFY_COMPLETED, on_request_done, l,
-            MHD_OPTION_NOTIFY_CONNECTION, on_connection, l, MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
-            MHD_OPTION_END);
+            MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG, 0,
+            NULL, NULL, on_access, l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, l,
+            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+            (size_t)HTTP_POOL_SIZE, MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout,
+            MHD_OPTION_URI_LOG_CALLBACK, on_request_start, l, MHD_OPTION_NOTIFY_COMPLETED,
+            on_request_done, l, MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
+            MHD_OPTION_STRICT_FOR_CLIENT, (int)1, MHD_OPTION_END);
         if (!l->daemon) {
                 free(l);
                 return -EIO;

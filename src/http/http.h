@@ -110,6 +110,11 @@ typedef struct HttpRoute {
         HttpHandler handler;
         const char *const *query; /* accepted query parameters, NULL-terminated; NULL: none */
         bool public;              /* true: no bearer token needed (API-12) */
+        /*
+         * A WebSocket route (CONS-3): without an Authorization header, the token may come as a
+         * subprotocol "bearer.<JWT>" (a browser cannot set headers on a WebSocket).
+         */
+        bool websocket;
 } HttpRoute;
 
 /*
@@ -179,6 +184,105 @@ int http_request_suspend(HttpRequest *req);
 HttpRequest *http_request_ref(HttpRequest *req);
 HttpRequest *http_request_unref(HttpRequest *req);
 DEFINE_TRIVIAL_CLEANUP_FUNC(HttpRequest *, http_request_unref);
+
+/* ---- streamed answers (CONS-2) --------------------------------------------------------------- */
+
+/*
+ * A body of unknown length, sent chunked as its producer writes it (the console's follow). The
+ * producer writes into a bounded buffer and learns from drained() when the client has taken it
+ * all, so a client that reads slowly slows the producer down and never grows vgpud. While the
+ * buffer is empty the connection is suspended: it costs no wake-ups and does not time out (a
+ * quiet console keeps its followers). A client that hangs up is noticed at once (EPOLLRDHUP),
+ * even while suspended; so is a client that only shuts down its sending side.
+ */
+typedef struct HttpStream HttpStream;
+
+typedef struct HttpStreamConfig {
+        size_t max_buffered; /* bytes written and not yet sent, at most */
+        /* The buffer has been sent in full: write more. Runs on the loop, never inside a write. */
+        void (*drained)(HttpStream *s, void *userdata);
+        /*
+         * The answer is over: the client went away, or an ended stream was sent in full, or the
+         * server is being freed. Runs once, on the loop; the stream takes no more writes.
+         */
+        void (*closed)(HttpStream *s, void *userdata);
+        void *userdata;
+} HttpStreamConfig;
+
+/*
+ * Answers req (from its handler, or later for a suspended request) with status and a streamed
+ * body of content_type. *ret is a reference for the producer: drop it with http_stream_unref().
+ * -EALREADY, -ECONNABORTED as http_reply(); -ENOMEM.
+ */
+int http_reply_stream(HttpRequest *req, unsigned status, const char *content_type,
+                      const HttpStreamConfig *config, HttpStream **ret);
+/* How many bytes http_stream_write() takes now; 0 once the answer is over or ended. */
+size_t http_stream_room(const HttpStream *s);
+/*
+ * Queues data (all or nothing): -ENOBUFS past the room, -EPIPE once the answer is over, -EINVAL
+ * after http_stream_end().
+ */
+int http_stream_write(HttpStream *s, const void *data, size_t size);
+/* No more data: the body ends once what is queued is sent. */
+void http_stream_end(HttpStream *s);
+HttpStream *http_stream_ref(HttpStream *s);
+HttpStream *http_stream_unref(HttpStream *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(HttpStream *, http_stream_unref);
+
+/* ---- WebSocket (CONS-3) -----------------------------------------------------------------------
+ */
+
+/*
+ * A WebSocket on an upgraded connection (RFC 6455), binary frames only. Frames from the client
+ * are decoded by websocket.h's decoder: a violation closes the connection with its status code
+ * (1002, 1003, 1007, 1009; frames over HTTP_WEBSOCKET_FRAME_MAX are refused from their header).
+ * vgpud pings every HTTP_WEBSOCKET_PING_SEC, which keeps the connection past the HTTP idle
+ * timeout, and closes it (1008) when nothing has come from the client for
+ * HTTP_WEBSOCKET_DEAD_SEC. Output is queued up to max_queued bytes: a client that lets more pile
+ * up is not reading, and is dropped at once, so it never holds the loop or anyone else.
+ */
+#define HTTP_WEBSOCKET_FRAME_MAX (64 * 1024)
+#define HTTP_WEBSOCKET_PING_SEC 5
+#define HTTP_WEBSOCKET_DEAD_SEC 20
+
+typedef struct HttpWebSocket HttpWebSocket;
+
+typedef struct HttpWebSocketConfig {
+        size_t max_queued;
+        /* The 101 is out: frames may be sent from now on. Once, on the loop. */
+        void (*opened)(HttpWebSocket *ws, void *userdata);
+        /* The payload of a binary frame (or a piece of a fragmented message). */
+        void (*data)(HttpWebSocket *ws, const void *data, size_t size, void *userdata);
+        /* Over (closed by either side, dropped, or never upgraded): once, on the loop. */
+        void (*closed)(HttpWebSocket *ws, void *userdata);
+        void *userdata;
+} HttpWebSocketConfig;
+
+/*
+ * Whether req is a WebSocket opening handshake (RFC 6455 4.2.1) that offers subprotocol: 0, or
+ * answers 400 `invalid_request` naming what is missing, and returns -EINVAL.
+ */
+int http_request_check_websocket(HttpRequest *req, const char *subprotocol);
+/*
+ * Answers a checked handshake with 101 and subprotocol (only: a bearer token offered beside it
+ * is never echoed). The WebSocket starts once the 101 is sent; until then, and after, the
+ * handle is the caller's reference (http_websocket_unref()).
+ */
+int http_reply_websocket(HttpRequest *req, const char *subprotocol,
+                         const HttpWebSocketConfig *config, HttpWebSocket **ret);
+/*
+ * Queues data as one binary frame (at most HTTP_WEBSOCKET_FRAME_MAX bytes). -EPIPE once closed
+ * or while the handshake is not done; -ENOBUFS when the client has let max_queued bytes pile up:
+ * it is then dropped, and closed() follows.
+ */
+int http_websocket_send(HttpWebSocket *ws, const void *data, size_t size);
+/* Stops or resumes taking frames from the client (its consumer is full). */
+void http_websocket_pause(HttpWebSocket *ws, bool paused);
+/* Sends a close frame with code and reason, and closes once it is out. */
+void http_websocket_close(HttpWebSocket *ws, uint16_t code, const char *reason);
+HttpWebSocket *http_websocket_ref(HttpWebSocket *ws);
+HttpWebSocket *http_websocket_unref(HttpWebSocket *ws);
+DEFINE_TRIVIAL_CLEANUP_FUNC(HttpWebSocket *, http_websocket_unref);
 
 /* ---- the server ----------------------------------------------------------------------------- */
 

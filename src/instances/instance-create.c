@@ -512,6 +512,7 @@ static int spawn_vmm(SpawnData *d, int instance_dirfd, char **error)
         const InstanceRecord *rec = &d->rec;
         const InstanceCommandPaths paths = {.qmp_socket = rec->hypervisor.qmp_socket,
                                             .agent_socket = rec->hypervisor.agent_socket,
+                                            .console_socket = rec->hypervisor.console_socket,
                                             .console_log = d->console_log};
         VmmCommand cmd;
         int r = instance_command_build(rec, d->config, &paths, &d->files, &d->nic, &cmd, error);
@@ -576,6 +577,7 @@ static int spawn_run(void *data, char **error)
         /* Stale sockets of an earlier VMM would make QEMU's bind fail. */
         (void)unlinkat(ifd, INSTANCE_QMP_SOCKET, 0);
         (void)unlinkat(ifd, INSTANCE_AGENT_SOCKET, 0);
+        (void)unlinkat(ifd, INSTANCE_CONSOLE_SOCKET, 0);
         _cleanup_close_ int dfd =
             openat(d->instances_dirfd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0)
@@ -672,8 +674,9 @@ static void spawn_step_run(Op *op)
         InstanceManager *m = op->m;
         _cleanup_free_ char *qmp = instance_runtime_path(i, INSTANCE_QMP_SOCKET);
         _cleanup_free_ char *agent = instance_runtime_path(i, INSTANCE_AGENT_SOCKET);
+        _cleanup_free_ char *console = instance_runtime_path(i, INSTANCE_CONSOLE_SOCKET);
         SpawnData *d = calloc(1, sizeof *d);
-        if (!qmp || !agent || !d) {
+        if (!qmp || !agent || !console || !d) {
                 free(d);
                 step_done(op, -ENOMEM, INSTANCE_FAILURE_INTERNAL, "out of memory");
                 return;
@@ -685,8 +688,11 @@ static void spawn_step_run(Op *op)
         op->nic = INSTANCE_NIC_FILES_NONE;
         free(i->rec.hypervisor.qmp_socket);
         free(i->rec.hypervisor.agent_socket);
+        free(i->rec.hypervisor.console_socket);
         i->rec.hypervisor.qmp_socket = TAKE_PTR(qmp);
         i->rec.hypervisor.agent_socket = TAKE_PTR(agent);
+        /* CONS-1: every start makes the console a socket, whatever the record had before. */
+        i->rec.hypervisor.console_socket = TAKE_PTR(console);
         if (instance_record_copy(&i->rec, &d->rec) < 0 ||
             strprintf(&d->runtime_dir, "%s", m->runtime_instances) < 0 ||
             strprintf(&d->console_log, "%s/instances/%s/%s", m->config->data_dir, i->rec.id,

@@ -222,6 +222,10 @@ int instance_record_load_at(int instances_dirfd, const char *runtime_instances, 
         if (k >= 0)
                 k = check_socket_path(id, runtime_instances, "agent_socket", INSTANCE_AGENT_SOCKET,
                                       rec.hypervisor.agent_socket, error);
+        if (k >= 0)
+                k = check_socket_path(id, runtime_instances, "console_socket",
+                                      INSTANCE_CONSOLE_SOCKET, rec.hypervisor.console_socket,
+                                      error);
         if (k < 0)
                 return k;
         *ret = rec;

@@ -37,7 +37,9 @@ struct Instance {
         Op *op;             /* the one operation (INST-9) */
         Claim *claim_token; /* the Claimer's save or clear in flight */
         bool claim_clear;
-        unsigned writes; /* record writes in flight */
+        unsigned writes;                    /* record writes in flight */
+        struct ConsoleFollowers *followers; /* CONS-2; NULL while nobody follows */
+        InstanceConsoleAttach *attached;    /* CONS-3; NULL while nobody is attached */
 };
 
 typedef struct ClaimIndex ClaimIndex;
@@ -116,6 +118,13 @@ int instance_manager_reread_host(InstanceManager *m, const char *vf, GpuTrackerD
 
 /* Whether the instance passes a VFIO device to its VMM (VMM-10's ladder). */
 bool instance_has_vfio(const Instance *i);
+
+/* ---- instance-console.c (CONS-2) ------------------------------------------------------------ */
+
+/* The VMM has exited: followers read the log to its end, then end. */
+void instance_console_vmm_exited(Instance *i);
+/* The instance goes away: every follower ends now, and the attached client. */
+void instance_console_followers_free(Instance *i);
 
 /* ---- instance-command.c (VMM-1, decision 12) ----------------------------------------------- */
 

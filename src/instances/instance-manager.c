@@ -37,6 +37,7 @@ static Instance *instance_free(Instance *i)
                 return NULL;
         if (i->op)
                 instance_op_free(i->op);
+        instance_console_followers_free(i);
         vmm_free(i->vmm);
         instance_record_done(&i->rec);
         free(i);
@@ -174,6 +175,7 @@ static void on_vmm_exited(Vmm *v, const VmmExit *exit, void *userdata)
         Instance *i = userdata;
         i->exited = true;
         i->last_exit = *exit;
+        instance_console_vmm_exited(i);
         if (exit->status_known && exit->signal == SIGKILL && !exit->killed_by_us &&
             instance_has_vfio(i))
                 /* VMM-13: a kill vgpud did not send is worth the same warning. */
@@ -271,6 +273,9 @@ int instance_set_identity(Instance *i, pid_t pid, uint64_t start_time)
 
 void instance_forget_vmm(Instance *i)
 {
+        /* A stop's done runs before the exit callback, and may forget the VMM first (CONS-2). */
+        if (i->vmm)
+                instance_console_vmm_exited(i);
         i->vmm = vmm_free(i->vmm);
         i->exited = false;
 }

@@ -84,6 +84,7 @@ void instance_record_clear_hypervisor(InstanceRecord *r)
         free(r->hypervisor.boot_id);
         free(r->hypervisor.qmp_socket);
         free(r->hypervisor.agent_socket);
+        free(r->hypervisor.console_socket);
         r->hypervisor = (InstanceHypervisor){0};
 }
 
@@ -141,6 +142,7 @@ int instance_record_copy(const InstanceRecord *r, InstanceRecord *ret)
             strdup_nullable(r->hypervisor.boot_id, &c.hypervisor.boot_id) < 0 ||
             strdup_nullable(r->hypervisor.qmp_socket, &c.hypervisor.qmp_socket) < 0 ||
             strdup_nullable(r->hypervisor.agent_socket, &c.hypervisor.agent_socket) < 0 ||
+            strdup_nullable(r->hypervisor.console_socket, &c.hypervisor.console_socket) < 0 ||
             instance_devices_copy(r, &c) < 0)
                 return -ENOMEM;
         *ret = c;
@@ -447,7 +449,7 @@ static int gpu_from_json(json_t *o, InstanceGpu *ret, char **error)
 
 typedef struct HypervisorKeys {
         json_int_t pid, start_time;
-        const char *boot_id, *qmp_socket, *agent_socket;
+        const char *boot_id, *qmp_socket, *agent_socket, *console_socket;
 } HypervisorKeys;
 
 static const JsonField hypervisor_fields[] = {
@@ -456,6 +458,7 @@ static const JsonField hypervisor_fields[] = {
     {"boot_id", JSON_FIELD_STRING, false, JSON_AT(HypervisorKeys, boot_id)},
     {"qmp_socket", JSON_FIELD_STRING, false, JSON_AT(HypervisorKeys, qmp_socket)},
     {"agent_socket", JSON_FIELD_STRING, false, JSON_AT(HypervisorKeys, agent_socket)},
+    {"console_socket", JSON_FIELD_STRING, false, JSON_AT(HypervisorKeys, console_socket)},
     {NULL},
 };
 
@@ -466,7 +469,8 @@ static int hypervisor_from_json(json_t *o, InstanceHypervisor *ret, char **error
         if (r < 0)
                 return r;
         json_int_t pid = v.pid, start_time = v.start_time;
-        const char *boot_id = v.boot_id, *qmp = v.qmp_socket, *agent = v.agent_socket;
+        const char *boot_id = v.boot_id, *qmp = v.qmp_socket, *agent = v.agent_socket,
+                   *console = v.console_socket;
 
         bool has_pid = json_object_get(o, "pid"), has_start = json_object_get(o, "start_time");
         /* The VMM's identity is whole or absent: a pid alone could name another process. */
@@ -483,14 +487,18 @@ static int hypervisor_from_json(json_t *o, InstanceHypervisor *ret, char **error
                                  "hypervisor.boot_id must be 1..%d printable ASCII characters",
                                  BOOT_ID_MAX);
         if ((qmp && (r = check_path(qmp, "hypervisor.qmp_socket", RECORD_BAD, error)) < 0) ||
-            (agent && (r = check_path(agent, "hypervisor.agent_socket", RECORD_BAD, error)) < 0))
+            (agent && (r = check_path(agent, "hypervisor.agent_socket", RECORD_BAD, error)) < 0) ||
+            (console &&
+             (r = check_path(console, "hypervisor.console_socket", RECORD_BAD, error)) < 0))
                 return r;
 
         InstanceHypervisor h = {.pid = (pid_t)pid, .start_time = (uint64_t)start_time};
         if (strdup_nullable(boot_id, &h.boot_id) < 0 || strdup_nullable(qmp, &h.qmp_socket) < 0 ||
-            strdup_nullable(agent, &h.agent_socket) < 0) {
+            strdup_nullable(agent, &h.agent_socket) < 0 ||
+            strdup_nullable(console, &h.console_socket) < 0) {
                 free(h.boot_id);
                 free(h.qmp_socket);
+                free(h.agent_socket);
                 return error_set_oom(error);
         }
         *ret = h;
@@ -683,7 +691,8 @@ static int hypervisor_to_json(json_t *o, const InstanceHypervisor *h)
                 return r;
         if ((r = instance_json_put_string(o, "boot_id", h->boot_id)) < 0 ||
             (r = instance_json_put_string(o, "qmp_socket", h->qmp_socket)) < 0 ||
-            (r = instance_json_put_string(o, "agent_socket", h->agent_socket)) < 0)
+            (r = instance_json_put_string(o, "agent_socket", h->agent_socket)) < 0 ||
+            (r = instance_json_put_string(o, "console_socket", h->console_socket)) < 0)
                 return r;
         return 0;
 }

@@ -330,8 +330,8 @@ int instance_set_error(InstanceRecord *rec, const char *text)
 
 void instance_remove_runtime(Instance *i)
 {
-        const char *names[] = {INSTANCE_QMP_SOCKET, INSTANCE_AGENT_SOCKET};
-        for (size_t k = 0; k < 2; k++) {
+        const char *names[] = {INSTANCE_QMP_SOCKET, INSTANCE_AGENT_SOCKET, INSTANCE_CONSOLE_SOCKET};
+        for (size_t k = 0; k < ELEMENTSOF(names); k++) {
                 _cleanup_free_ char *p = instance_runtime_path(i, names[k]);
                 if (p && unlink(p) < 0 && errno != ENOENT)
                         log_line(LOG_LEVEL_WARNING, -errno, "cannot remove VMM socket", "path", p,

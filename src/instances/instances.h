@@ -168,6 +168,11 @@ typedef struct InstanceHypervisor {
         uint64_t start_time;             /* with pid */
         char *boot_id;                   /* with pid */
         char *qmp_socket, *agent_socket; /* NULL when absent */
+        /*
+         * CONS-1's console socket; NULL when absent: a VMM started before the console became a
+         * socket writes console.log as a file until its next start.
+         */
+        char *console_socket;
 } InstanceHypervisor;
 
 typedef struct InstanceRecord {
@@ -291,6 +296,7 @@ void instance_boot_files_close(InstanceBootFiles *f);
 #define INSTANCE_QEMU_LOG_FILE "qemu.log"
 #define INSTANCE_QMP_SOCKET "qmp.sock"
 #define INSTANCE_AGENT_SOCKET "agent.sock"
+#define INSTANCE_CONSOLE_SOCKET "console.sock" /* CONS-1 */
 #define INSTANCE_DELETED_PREFIX ".deleted-"
 
 /*
@@ -499,6 +505,74 @@ typedef void (*InstanceConsoleFunc)(int r, const char *data, size_t size, const 
 int instance_manager_console(InstanceManager *m, const char *id, size_t tail_bytes,
                              InstanceConsoleFunc done, void *userdata, InstanceFailure *ret_failure,
                              char **ret_error);
+
+/*
+ * Following the console (CONS-2): the last tail_bytes of console.log, then what the VMM appends,
+ * until the VMM exits (the log then read to its end) or the instance goes away; a follow of an
+ * instance without a running VMM ends after the tail. Reads run on the disk pool, one at a time
+ * per follower and no larger than the sink's room, started by inotify on the instance's
+ * directory (never a poll and never a read on the loop); a log truncated by VMM-8 is read again
+ * from its start. At most INSTANCE_CONSOLE_FOLLOWERS_MAX per instance (409 busy past that).
+ *
+ * The sink is the follower's client. Nothing is read until instance_console_follow_wake(), which
+ * its owner calls once the sink is ready and again whenever room frees up. The first write()
+ * comes once the tail has been read, even when it is empty (size 0): whatever the VMM writes
+ * after that is streamed, so a client answered from there on misses nothing. end() says the follow
+ * is over; the follow is freed after it returns and must not be used again. A follow closed by
+ * its owner (instance_console_follow_close()) never calls end().
+ */
+#define INSTANCE_CONSOLE_FOLLOWERS_MAX 16
+#define INSTANCE_CONSOLE_READ_MAX (64u * 1024)
+
+typedef struct InstanceConsoleSink {
+        size_t (*room)(void *userdata);
+        int (*write)(void *userdata, const char *data, size_t size);
+        void (*end)(void *userdata);
+        void *userdata;
+} InstanceConsoleSink;
+
+typedef struct InstanceConsoleFollow InstanceConsoleFollow;
+
+int instance_manager_console_follow(InstanceManager *m, const char *id, size_t tail_bytes,
+                                    const InstanceConsoleSink *sink, InstanceConsoleFollow **ret,
+                                    InstanceFailure *ret_failure, char **ret_error);
+void instance_console_follow_wake(InstanceConsoleFollow *f);
+void instance_console_follow_close(InstanceConsoleFollow *f);
+
+/*
+ * Attaching to the console (CONS-3): a connection to the VMM's console socket (CONS-1), one per
+ * instance. Refused (409) while another is attached (busy), while no VMM runs (invalid_state),
+ * and for a VMM started before CONS-1, whose console is a plain file until its next start
+ * (invalid_state). The connection is made at once (a Unix socket connects without waiting);
+ * nothing is read until instance_console_attach_start().
+ *
+ * What the guest writes goes to the sink's send() as it comes, in pieces of at most
+ * INSTANCE_CONSOLE_READ_MAX bytes; a send() that fails ends the attach. What the client types
+ * goes in with instance_console_attach_write() (pieces of at most INSTANCE_CONSOLE_INPUT_MAX
+ * bytes), queued while the console socket does not take it: a write that brings the queue to
+ * INSTANCE_CONSOLE_INPUT_MAX bytes returns 1 (taken, but stop writing), a write while it is
+ * there -ENOBUFS (not taken); the sink's writable() says when there is room again. end() says the
+ * console has closed (the VMM exited, or the instance went away); the attach is freed after it
+ * returns. An attach closed by its owner never calls end().
+ */
+#define INSTANCE_CONSOLE_INPUT_MAX (64u * 1024)
+
+typedef struct InstanceConsoleAttachSink {
+        int (*send)(void *userdata, const char *data, size_t size);
+        void (*writable)(void *userdata);
+        void (*end)(void *userdata);
+        void *userdata;
+} InstanceConsoleAttachSink;
+
+typedef struct InstanceConsoleAttach InstanceConsoleAttach;
+
+int instance_manager_console_attach(InstanceManager *m, const char *id,
+                                    const InstanceConsoleAttachSink *sink,
+                                    InstanceConsoleAttach **ret, InstanceFailure *ret_failure,
+                                    char **ret_error);
+int instance_console_attach_start(InstanceConsoleAttach *a);
+int instance_console_attach_write(InstanceConsoleAttach *a, const void *data, size_t size);
+void instance_console_attach_close(InstanceConsoleAttach *a);
 
 /* Counters and figures for /metrics (MET-2). */
 typedef struct InstanceManagerStats {

@@ -109,40 +109,6 @@ static bool name_is_valid(const char *s, bool colon_ok)
         return true;
 }
 
-static bool utf8_is_valid(const char *s)
-{
-        const unsigned char *p = (const unsigned char *)s;
-        while (*p) {
-                uint32_t cp;
-                size_t n;
-                if (*p < 0x80) {
-                        p++;
-                        continue;
-                } else if ((*p & 0xe0) == 0xc0) {
-                        cp = *p & 0x1f;
-                        n = 1;
-                } else if ((*p & 0xf0) == 0xe0) {
-                        cp = *p & 0x0f;
-                        n = 2;
-                } else if ((*p & 0xf8) == 0xf0) {
-                        cp = *p & 0x07;
-                        n = 3;
-                } else
-                        return false;
-                for (size_t i = 1; i <= n; i++) {
-                        if ((p[i] & 0xc0) != 0x80)
-                                return false; /* also stops at the terminating NUL */
-                        cp = cp << 6 | (p[i] & 0x3f);
-                }
-                /* Overlong forms, UTF-16 surrogates and code points past U+10FFFF. */
-                static const uint32_t min_for_length[] = {0, 0x80, 0x800, 0x10000};
-                if (cp < min_for_length[n] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-                        return false;
-                p += n + 1;
-        }
-        return true;
-}
-
 static bool has_suffix(const char *s, const char *suffix)
 {
         size_t n = strlen(s), m = strlen(suffix);
@@ -189,7 +155,7 @@ static int render_labels(va_list ap, char **ret)
                         break;
                 const char *value = va_arg(ap, const char *);
                 if (!name_is_valid(name, false) || startswith(name, "__") || !value ||
-                    !utf8_is_valid(value))
+                    !utf8_is_valid(value, strlen(value)))
                         return -EINVAL;
                 for (size_t i = 0; names && names[i]; i++)
                         if (streq(names[i], name))

@@ -120,7 +120,7 @@ static void test_embedded_document_is_the_file(void **state)
         assert_int_equal(api_openapi_yaml[size], 0);
 }
 
-/* API-2, API-12 */
+/* API-2, API-12, CONS-2, CONS-3 */
 static void test_route_table(void **state)
 {
         size_t n;
@@ -135,10 +135,14 @@ static void test_route_table(void **state)
                     /* the web VF map's static files, no host data in them */
                     streq(routes[i].pattern, "/ui") || startswith(routes[i].pattern, "/ui/");
                 assert_int_equal(routes[i].public, public_path);
+                /* CONS-3: only the console's attach takes its token as a subprotocol too. */
+                assert_int_equal(routes[i].websocket,
+                                 streq(routes[i].pattern, "/instances/{id}/console/attach"));
                 if (streq(routes[i].pattern, "/instances/{id}/console")) {
                         assert_non_null(routes[i].query);
                         assert_string_equal(routes[i].query[0], "tail_bytes");
-                        assert_null(routes[i].query[1]);
+                        assert_string_equal(routes[i].query[1], "follow");
+                        assert_null(routes[i].query[2]);
                 } else
                         assert_null(routes[i].query);
         }
@@ -155,6 +159,7 @@ static void test_route_table(void **state)
             {"POST", "/instances/{id}/snapshot"},
             {"POST", "/instances/{id}/fork"},
             {"GET", "/instances/{id}/console"},
+            {"GET", "/instances/{id}/console/attach"},
         };
         for (size_t k = 0; k < ELEMENTSOF(instance_routes); k++) {
                 bool found = false;

@@ -941,6 +941,21 @@ static void test_instances_requests(void **state) /* OPS-7, API-2, API-9 */
              200,
              "",
              ""},
+            /* CONS-4: --follow asks for the stream, and prints it as it comes. */
+            {{"console", ID1, "--follow"},
+             "GET",
+             "/instances/" ID1 "/console?follow=true",
+             NULL,
+             200,
+             "boot\nlogin: ",
+             "boot\nlogin: "},
+            {{"console", ID1, "--follow", "--tail-bytes", "9"},
+             "GET",
+             "/instances/" ID1 "/console?follow=true&tail_bytes=9",
+             NULL,
+             200,
+             "login: ",
+             "login: "},
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
@@ -1358,6 +1373,14 @@ static void test_instances_usage_errors(void **state) /* OPS-7, OPS-8, INST-3, A
             {{"instances", "console", ID1, "--tail-bytes"}, "option --tail-bytes needs a value"},
             {{"instances", "get", ID1, "--tail-bytes", "5"},
              "option --tail-bytes does not apply to \"instances get\""},
+            /* CONS-4 */
+            {{"instances", "console", ID1, "--follow", "--attach"},
+             "--follow and --attach exclude each other"},
+            {{"instances", "console", ID1, "--attach", "--tail-bytes", "5"},
+             "--tail-bytes goes with a tail or --follow, not --attach"},
+            {{"instances", "console", ID1, "--follow=yes"}, "option --follow takes no value"},
+            {{"instances", "get", ID1, "--attach"},
+             "option --attach does not apply to \"instances get\""},
         };
 
         f->env.url = f->url;

@@ -515,6 +515,7 @@ class FakeVmm:
         self.console_log = os.path.join(self.dir, "data", "instances", label, "console.log")
         self.agent_sock = os.path.join(self.dir, "run", "agent.sock")
         self.qmp_sock = os.path.join(self.dir, "run", "qmp.sock")
+        self.console_sock = os.path.join(self.dir, "run", "console.sock")
         self.vf = None
         self.proc = None
         os.makedirs(os.path.dirname(self.console_log))
@@ -528,10 +529,17 @@ class FakeVmm:
             if prev == "-chardev":
                 parts = keyval_split(arg)
                 ident = [p for p in parts if p.startswith("id=")]
+                # CONS-1: the console is a socket whose logfile is console.log (or, from an
+                # older vgpud, console.log itself as a file chardev).
+                socket_console = parts[:1] == ["socket"] and any(
+                    p.startswith("logfile=") for p in parts)
+                console = self.console_sock if socket_console else self.console_log
                 target = {"id=qmp": self.qmp_sock, "id=agent0": self.agent_sock,
-                          "id=console0": self.console_log}.get(ident[0] if ident else None)
+                          "id=console0": console}.get(ident[0] if ident else None)
                 if target:
-                    parts = [("path=" + target) if p.startswith("path=") else p for p in parts]
+                    parts = [("path=" + target) if p.startswith("path=") else
+                             ("logfile=" + self.console_log) if p.startswith("logfile=") else p
+                             for p in parts]
                     moved.add(ident[0])
                     arg = keyval_join(parts)
             out.append(arg)

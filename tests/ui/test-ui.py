@@ -31,7 +31,7 @@ from vgpud_test import (  # noqa: E402 (after the path)
     eq, exit_status, free_port, gpu_body, mint, ok, poll, run_group, sim_ctl, start,
     stop, write_secret)
 from vgpud_instances import (  # noqa: E402
-    PROFILE, create_running, delete_all, finish_run, make_images, vmm_config)
+    PROFILE, console_file, create_running, delete_all, finish_run, make_images, vmm_config)
 
 UI_DIR, SCREENSHOT = sys.argv[5], sys.argv[6]
 CHROMIUM = "/usr/bin/chromium"
@@ -43,7 +43,13 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 DATA_PATHS = ("/gpus", "/gpu/health", "/resources", "/instances")
 UI_FILES = {"/ui/": ("index.html", "text/html; charset=utf-8"),
             "/ui/vgpud.js": ("vgpud.js", "text/javascript; charset=utf-8"),
-            "/ui/vgpud.css": ("vgpud.css", "text/css; charset=utf-8")}
+            "/ui/vgpud.css": ("vgpud.css", "text/css; charset=utf-8"),
+            # CONS-5: xterm.js from the npm registry, embedded at build time, and its licence.
+            "/ui/xterm.js": ("vendor/xterm/xterm.js", "text/javascript; charset=utf-8"),
+            "/ui/xterm.css": ("vendor/xterm/xterm.css", "text/css; charset=utf-8"),
+            "/ui/xterm-LICENSE.txt": ("vendor/xterm/LICENSE", "text/plain; charset=utf-8")}
+# What the page itself loads: its files and the terminal's, never the licence.
+PAGE_FILES = sorted(p for p in UI_FILES if p != "/ui/xterm-LICENSE.txt")
 # Markup in a quarantine reason: it must show as these characters, never become an element.
 HOSTILE = '<img src=x onerror="document.body.dataset.pwned=1"><b>bold</b>'
 # Bounds for waits: the page refreshes every 5 s, and other builds share the machine's 2 cores.
@@ -339,8 +345,9 @@ def check_without_token(b, base):
     b.drain_logs()
     paths = [u[len(base):] for u in b.requests if u.startswith(base)]
     ok(not any(u.startswith(d) for u in paths for d in DATA_PATHS) and
-       sorted(set(paths)) == sorted(UI_FILES),
-       "without a token the page requests its three files and no data", b.requests)
+       sorted(set(paths)) == PAGE_FILES,
+       "without a token the page requests its files (xterm.js's among them) and no data",
+       b.requests)
 
 
 def check_sign_in(b, c, token):
@@ -390,6 +397,46 @@ def check_instances(b, c):
        page(b)["gpus"])
     diff = disagreement(b, c)
     ok(not diff, "API-6: the map still agrees with /gpus after the claims", diff)
+
+
+def check_console(b, c):
+    # CONS-5: an instance's Console button opens xterm.js on the console's WebSocket, with the
+    # token offered as a subprotocol; typing goes to the guest (fake-qemu's console echoes, as a
+    # guest's tty does) and its output shows in the terminal; the CSP stays as it is.
+    inst = create_running(c, "console-ui")
+    iid = inst["id"]
+    button = 'button[data-instance-id="%s"]' % iid
+    ok(poll(lambda: b.js("const e = document.querySelector(arguments[0]);"
+                         "return !!e && !e.disabled;", button), REFRESH_WAIT, 0.5),
+       "CONS-5: the instance is listed with an enabled Console button")
+    b.click(b.find(button))
+    ok(poll(lambda: b.js("return document.getElementById('term-status').textContent;") ==
+            "connected", 20, 0.2),
+       "CONS-5: the console connects (WebSocket, token as subprotocol bearer.<JWT>)",
+       b.js("return document.getElementById('term-status').textContent;"))
+    b.type(b.find("#term .xterm-helper-textarea"), "echo hello-from-the-browser\n")
+    rows = lambda: b.js("const r = document.querySelector('#term .xterm-rows');"  # noqa: E731
+                        "return r ? r.textContent : '';")
+    ok(poll(lambda: "echo hello-from-the-browser" in rows(), 20, 0.2),
+       "CONS-5: what is typed in the page reaches the guest and its output shows in the "
+       "terminal", rows()[-300:])
+    ok(poll(lambda: "echo hello-from-the-browser" in console_file(iid), 10, 0.1),
+       "CONS-5, CONS-1: the session is in console.log")
+    other = c.request("GET", "/instances/%s/console/attach" % iid, headers={
+        "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Protocol": "vgpud.console.v1"})
+    eq(other.status, 409, "CONS-5, CONS-3: while the page is attached, another attach is 409")
+    # An artefact beside the map's: the console as the operator sees it.
+    shot = os.path.join(os.path.dirname(SCREENSHOT), "console.png")
+    with open(shot, "wb") as f:
+        f.write(b.screenshot())
+    print("# screenshot: %s" % os.path.abspath(shot))
+    b.click(b.find("#term-close"))
+    ok(poll(lambda: b.js("return document.getElementById('term-panel').hidden;"), 10, 0.2),
+       "CONS-5: Close closes the console panel")
+    eq(b.js("const m = document.querySelector('meta[http-equiv]'); return m ? 1 : 0;"), 0,
+       "CONS-5: the page adds no policy of its own")
 
 
 def quarantine(c, vf, reason):
@@ -517,6 +564,7 @@ def run(c, port, token, work):
         print("# screenshot: %s" % os.path.abspath(SCREENSHOT))
 
         check_drain(b, c, gpus[1]["address"])
+        check_console(b, c)
         b.drain_logs()
         noise = severe(b.console)
         ok(not noise, "no console error or warning (so no CSP violation) while signed in", noise)

@@ -1651,6 +1651,23 @@ static void test_strv(void **state)
         strv_freep(&v);
 }
 
+/* SEED-1, REL-13: well-formed UTF-8 only. */
+static void test_utf8_is_valid(void **state)
+{
+        static const char *const good[] = {
+            "", "ascii", "caf\xc3\xa9", "\xe2\x9c\x93", "\xf0\x9f\x94\x91", "\xf4\x8f\xbf\xbf"};
+        static const char *const bad[] = {
+            "\xff",         "\xc3",         "\xe2\x9c",         "\xc0\xaf",
+            "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\x80",
+            "a\xc3("};
+        for (size_t i = 0; i < ELEMENTSOF(good); i++)
+                assert_true(utf8_is_valid(good[i], strlen(good[i])));
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+                assert_false(utf8_is_valid(bad[i], strlen(bad[i])));
+        /* NUL is U+0000: the length decides, not a terminator. */
+        assert_true(utf8_is_valid("a\0b", 3));
+}
+
 static void test_small_helpers(void **state)
 {
         assert_true(streq("a", "a"));
@@ -1969,6 +1986,7 @@ int main(void)
             cmocka_unit_test(test_strstrip_strchomp),
             cmocka_unit_test(test_strv),
             cmocka_unit_test(test_small_helpers),
+            cmocka_unit_test(test_utf8_is_valid),
             cmocka_unit_test(test_error_set_prefix),
             cmocka_unit_test(test_error_setv),
             cmocka_unit_test(test_escape_text),

@@ -63,6 +63,10 @@ typedef struct Fixture {
         int complete_result;
         int second_reply_result;
         int suspend_elsewhere_result;
+        HttpStream *stream; /* the streamed answer of /stream or /stream-hold */
+        unsigned stream_piece;
+        int stream_overflow_result;
+        bool stream_closed;
 } Fixture;
 
 static Timestamp fixture_now(void *userdata)
@@ -229,6 +233,54 @@ static int handle_release(HttpRequest *req, void *userdata)
         return http_reply(req, 200, "text/plain", "ok", 2);
 }
 
+/* CONS-2: /stream writes its pieces one drained() at a time, then ends. */
+static const char *const stream_pieces[] = {"one\n", "two\n", "three\n"};
+
+static void stream_drained(HttpStream *s, void *userdata)
+{
+        Fixture *f = userdata;
+        if (f->stream_piece == ELEMENTSOF(stream_pieces)) {
+                http_stream_end(s);
+                return;
+        }
+        const char *p = stream_pieces[f->stream_piece++];
+        assert_int_equal(http_stream_write(s, p, strlen(p)), 0);
+}
+
+static void stream_closed(HttpStream *s, void *userdata)
+{
+        Fixture *f = userdata;
+        f->stream_closed = true;
+}
+
+static int handle_stream(HttpRequest *req, void *userdata)
+{
+        Fixture *f = userdata;
+        int r = http_reply_stream(req, 200, "text/plain",
+                                  &(HttpStreamConfig){.max_buffered = 8,
+                                                      .drained = stream_drained,
+                                                      .closed = stream_closed,
+                                                      .userdata = f},
+                                  &f->stream);
+        if (r < 0)
+                return r;
+        /* All or nothing, and never past the bound. */
+        f->stream_overflow_result = http_stream_write(f->stream, "123456789", 9);
+        assert_int_equal(http_stream_room(f->stream), 8);
+        stream_drained(f->stream, f);
+        return 0;
+}
+
+/* A streamed answer that writes nothing: its connection waits suspended. */
+static int handle_stream_hold(HttpRequest *req, void *userdata)
+{
+        Fixture *f = userdata;
+        return http_reply_stream(
+            req, 200, "text/plain",
+            &(HttpStreamConfig){.max_buffered = 64, .closed = stream_closed, .userdata = f},
+            &f->stream);
+}
+
 static const HttpRoute test_routes[] = {
     {"GET", "/ping", handle_ping},
     {"GET", "/public", handle_public, .public = true},
@@ -246,6 +298,8 @@ static const HttpRoute test_routes[] = {
     {"GET", "/slow", handle_slow},
     {"GET", "/hold", handle_hold},
     {"GET", "/release", handle_release, .public = true},
+    {"GET", "/stream", handle_stream, .public = true},
+    {"GET", "/stream-hold", handle_stream_hold, .public = true},
 };
 
 static int server_start(Fixture *f, unsigned idle_timeout_sec)
@@ -308,6 +362,7 @@ static int teardown(void **state)
         if (f->pending)
                 http_request_unref(f->pending);
         http_server_free(f->server);
+        http_stream_unref(f->stream);
         sd_event_source_disable_unref(f->complete_timer);
         sd_event_source_disable_unref(f->done_source);
         sd_event_unref(f->event);
@@ -1891,6 +1946,95 @@ static void test_suspend_server_freed(void **state) /* GEN-2 */
         f->pending = http_request_unref(f->pending);
 }
 
+/* ---- streamed answers (CONS-2) ----------------------------------------------------------------
+ */
+
+/* A chunked body's data (RFC 9112 7.1), or NULL when it is not a complete one. */
+static char *dechunk(const char *body)
+{
+        _cleanup_free_ char *out = calloc(1, strlen(body) + 1);
+        size_t n = 0;
+        for (const char *p = body;;) {
+                char *end;
+                unsigned long size = strtoul(p, &end, 16);
+                if (end == p || strncmp(end, "\r\n", 2) != 0)
+                        return NULL;
+                p = end + 2;
+                if (size == 0)
+                        return strcmp(p, "\r\n") == 0 ? TAKE_PTR(out) : NULL;
+                if (strlen(p) < size + 2 || strncmp(p + size, "\r\n", 2) != 0)
+                        return NULL;
+                memcpy(out + n, p, size);
+                n += size;
+                p += size + 2;
+        }
+}
+
+/* CONS-2: the producer writes as the client takes it, within its bound, then ends the body */
+static void test_stream(void **state)
+{
+        Fixture *f = *state;
+        Response r;
+        exchange(f, false, "GET", "/stream", NULL, NULL, &r);
+        assert_int_equal(r.status, 200);
+        assert_header(&r, "Transfer-Encoding", "chunked");
+        assert_header(&r, "Content-Type", "text/plain");
+        assert_header(&r, "Cache-Control", "no-store");
+        _cleanup_free_ char *data = dechunk(r.body);
+        assert_non_null(data);
+        assert_string_equal(data, "one\ntwo\nthree\n");
+        assert_int_equal(f->stream_overflow_result, -ENOBUFS);
+        assert_true(f->stream_closed);
+        /* Over: the producer's writes are refused, its room is none. */
+        assert_int_equal(http_stream_room(f->stream), 0);
+        assert_int_equal(http_stream_write(f->stream, "x", 1), -EPIPE);
+        response_done(&r);
+}
+
+static void *stream_hangup_thread(void *userdata)
+{
+        Exchange *x = userdata;
+        int fd = client_connect(x->f, true);
+        char buf[4096];
+        const char *request = "GET /stream-hold HTTP/1.1\r\nHost: x\r\n\r\n";
+        /* The head arrives; then the client goes while the answer waits for data. */
+        if (fd >= 0 && send_all(fd, request, strlen(request)))
+                (void)recv(fd, buf, sizeof buf, 0);
+        if (fd >= 0)
+                close(fd);
+        client_signal_done(x->f);
+        return NULL;
+}
+
+/* CONS-2: a client that hangs up while its streamed answer waits suspended is seen at once */
+static void test_stream_hangup(void **state)
+{
+        Fixture *f = *state;
+        Exchange x = {.f = f};
+        client_start(f, stream_hangup_thread, &x);
+        client_wait(f);
+        loop_until(f, &f->stream_closed);
+        assert_int_equal(http_stream_write(f->stream, "late", 4), -EPIPE);
+}
+
+static void *idle_thread(void *userdata);
+
+/* CONS-2: freeing the server closes a suspended streamed answer and tells its producer */
+static void test_stream_server_freed(void **state)
+{
+        Fixture *f = *state;
+        Exchange x = {.f = f};
+        x.request = "GET /stream-hold HTTP/1.1\r\nHost: x\r\n\r\n";
+        client_start(f, idle_thread, &x);
+        TEST_WAIT_UNTIL_LIMIT(f->event, LOOP_DEADLINE_SEC * NSEC_PER_SEC, f->stream != NULL);
+        f->server = http_server_free(f->server);
+        assert_true(f->stream_closed);
+        client_wait(f);
+        assert_int_equal(x.response.status, 200);
+        assert_true(x.response.closed);
+        response_done(&x.response);
+}
+
 /* ---- the server: connections ---------------------------------------------------------------- */
 
 static void *idle_thread(void *userdata)
@@ -2268,6 +2412,9 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_stop_listening, setup, teardown),
             cmocka_unit_test_setup_teardown(test_metrics_and_log, setup, teardown),
             cmocka_unit_test_setup_teardown(test_query_in_log, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_stream, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_stream_hangup, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_stream_server_freed, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2027,6 +2027,47 @@ static void test_record_load_socket_paths(void **state)
         }
 }
 
+/*
+ * CONS-1, INST-2a: the console socket is saved and loaded with the other sockets, must be the one
+ * derived for the id, and is optional: a record written before it existed loads without it.
+ */
+static void test_record_console_socket(void **state)
+{
+        Fixture *fx = *state;
+        _cleanup_(instance_record_done) InstanceRecord rec, loaded = {0}, old = {0};
+        make_record(&rec, ID1);
+        rec.state = INSTANCE_STOPPED;
+        rec.hypervisor.qmp_socket = strdup(RUNTIME_INSTANCES "/" ID1 "/qmp.sock");
+        rec.hypervisor.agent_socket = strdup(RUNTIME_INSTANCES "/" ID1 "/agent.sock");
+        save_ok(fx, &rec);
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &old, &error), 0);
+        assert_null(old.hypervisor.console_socket);
+
+        rec.hypervisor.console_socket = strdup(RUNTIME_INSTANCES "/" ID1 "/console.sock");
+        save_ok(fx, &rec);
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &loaded, &error), 0);
+        assert_string_equal(loaded.hypervisor.console_socket,
+                            RUNTIME_INSTANCES "/" ID1 "/console.sock");
+        _cleanup_free_ char *text = encode(&loaded);
+        assert_non_null(
+            strstr(text, "\"console_socket\": \"" RUNTIME_INSTANCES "/" ID1 "/console.sock\""));
+
+        free(rec.hypervisor.console_socket);
+        rec.hypervisor.console_socket = strdup(RUNTIME_INSTANCES "/" ID1 "/agent.sock");
+        save_ok(fx, &rec);
+        InstanceRecord untouched = {.name = (char *)"untouched"};
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &untouched, &error),
+            -EBADMSG);
+        assert_string_equal(
+            error, "instances/" ID1 "/instance.json: hypervisor.console_socket " RUNTIME_INSTANCES
+                   "/" ID1 "/agent.sock is not " RUNTIME_INSTANCES "/" ID1 "/console.sock");
+        assert_string_equal(untouched.name, "untouched");
+}
+
 /* ---- removal and listing (INST-20) --------------------------------------------------------- */
 
 /* A record with the files a VMM leaves, and links that point out of the tree. */
@@ -2343,6 +2384,7 @@ static void assert_record_golden_nic(const char *name, ConfigQemuAccel accel, co
                                .data_dir = (char *)data_dir};
         const InstanceCommandPaths paths = {.qmp_socket = rec.hypervisor.qmp_socket,
                                             .agent_socket = rec.hypervisor.agent_socket,
+                                            .console_socket = rec.hypervisor.console_socket,
                                             .console_log = console};
         const InstanceBootFiles files = golden_boot_files(&rec);
         const InstanceNicFiles nic = golden_nic_files(&rec, vhost);
@@ -2482,6 +2524,12 @@ static void test_command_accel(void **state)
 static void test_command_commas(void **state)
 {
         assert_record_golden("commas", CONFIG_QEMU_ACCEL_TCG, "/srv/data,b");
+}
+
+/* CONS-1: a record from before the console socket renders the console as a file chardev */
+static void test_command_console_file(void **state)
+{
+        assert_record_golden("console-file", CONFIG_QEMU_ACCEL_AUTO, DATA_DIR);
 }
 
 /* INST-6: the descriptors must be exactly the files the record names */
@@ -2632,6 +2680,7 @@ int main(void)
             T(test_load),
             T(test_record_load_not_regular),
             T(test_record_load_socket_paths),
+            T(test_record_console_socket),
             T(test_remove),
             T(test_remove_failures),
             T(test_list),
@@ -2649,6 +2698,7 @@ int main(void)
             T(test_command_kernel_initrd_cmdline_disk),
             T(test_command_accel),
             T(test_command_commas),
+            T(test_command_console_file),
             T(test_command_boot_files_match),
             T(test_command_nic_nat),
             T(test_command_nic_bridge),

@@ -10,7 +10,12 @@
 //  - everything the host says (model names, quarantine and drain reasons, instance names) is
 //    outside input: it is put into the page with textContent or as an attribute value, never as
 //    markup, and only known state names become class names;
-//  - a 401 forgets the token and asks for a new one.
+//  - a 401 forgets the token and asks for a new one;
+//  - the console (CONS-5) is xterm.js, served by vgpud itself, on the console's WebSocket
+//    (CONS-3): the token goes as the subprotocol "bearer.<JWT>" (a browser cannot set the
+//    Authorization header of a WebSocket) and vgpud answers with "vgpud.console.v1" only; what
+//    is typed goes out as binary frames, and the guest's bytes are written to the terminal as
+//    they come, never into the page's markup.
 "use strict";
 
 (function () {
@@ -128,6 +133,7 @@
         }
 
         function signOut() {
+                closeConsole();
                 forgetToken();
                 showSignin("Signed out.");
         }
@@ -375,7 +381,122 @@
                 if (cards.length === 0)
                         cards.push(el("p", "empty", "No GPU discovered on this host."));
                 list.replaceChildren(...cards);
+                renderInstances(instances);
                 $("host").textContent = location.host;
+        }
+
+        // ---- instances and their consoles (CONS-5) -------------------------------------
+
+        function renderInstances(instances) {
+                const list = Array.isArray(instances) ? instances : [];
+                const rows = list.map((i) => {
+                        const tr = el("tr");
+                        const open = el("button", "button ghost small", "Console");
+                        open.type = "button";
+                        open.dataset.instanceId = String(i.id);
+                        open.disabled = i.state !== "Running";
+                        open.addEventListener("click", () => openConsole(String(i.id),
+                                                                         String(i.name)));
+                        const cell = el("td");
+                        cell.append(open);
+                        tr.append(el("td", "mono", i.name), el("td", null, i.state), cell);
+                        return tr;
+                });
+                $("instances").tBodies[0].replaceChildren(...rows);
+                $("instances").hidden = rows.length === 0;
+                $("instances-empty").hidden = rows.length !== 0;
+        }
+
+        let term = null;
+        let socket = null;
+
+        function closeConsole() {
+                if (socket) {
+                        socket.onclose = null;
+                        socket.close(1000);
+                }
+                socket = null;
+                if (term)
+                        term.dispose();
+                term = null;
+                $("term-panel").hidden = true;
+        }
+
+        // xterm.js styles its rows and colours with <style> elements written at run time, which
+        // the page's CSP (style-src 'self') refuses. They go through constructed style sheets
+        // instead (CSSOM, which the CSP leaves alone): the same rules, and no inline style.
+        function routeStyleElements() {
+                if (Document.prototype.createElement.vgpudRouted)
+                        return;
+                const create = Document.prototype.createElement;
+                const routed = function (tag, options) {
+                        if (typeof tag !== "string" || tag.toLowerCase() !== "style")
+                                return create.call(this, tag, options);
+                        const doc = this;
+                        const sheet = new CSSStyleSheet();
+                        let text = "";
+                        const holder = create.call(doc, "template");
+                        const setText = (v) => {
+                                text = String(v);
+                                sheet.replaceSync(text);
+                        };
+                        Object.defineProperty(holder, "textContent", {get: () => text, set: setText});
+                        Object.defineProperty(holder, "innerText", {get: () => text, set: setText});
+                        Object.defineProperty(holder, "sheet", {get: () => sheet});
+                        doc.adoptedStyleSheets = [...doc.adoptedStyleSheets, sheet];
+                        const remove = holder.remove.bind(holder);
+                        holder.remove = () => {
+                                doc.adoptedStyleSheets =
+                                    doc.adoptedStyleSheets.filter((s) => s !== sheet);
+                                remove();
+                        };
+                        return holder;
+                };
+                routed.vgpudRouted = true;
+                Document.prototype.createElement = routed;
+        }
+
+        function openConsole(id, name) {
+                const token = readToken();
+                if (!token || typeof Terminal !== "function")
+                        return;
+                closeConsole();
+                routeStyleElements();
+                $("term-title").textContent = name + " (" + id + ")";
+                $("term-status").textContent = "connecting…";
+                $("term-panel").hidden = false;
+                term = new Terminal({cursorBlink: true, fontSize: 13, scrollback: 5000,
+                                     fontFamily: "DejaVu Sans Mono, Liberation Mono, monospace"});
+                term.open($("term"));
+                const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+                const ws = new WebSocket(scheme + location.host + "/instances/" +
+                                         encodeURIComponent(id) + "/console/attach",
+                                         ["vgpud.console.v1", "bearer." + token]);
+                ws.binaryType = "arraybuffer";
+                socket = ws;
+                const encoder = new TextEncoder();
+                ws.onopen = () => {
+                        $("term-status").textContent = "connected";
+                        term.focus();
+                };
+                ws.onmessage = (ev) => {
+                        if (ev.data instanceof ArrayBuffer)
+                                term.write(new Uint8Array(ev.data));
+                };
+                ws.onclose = (ev) => {
+                        $("term-status").textContent = "closed (" + ev.code +
+                                                       (ev.reason ? ": " + ev.reason : "") + ")";
+                        if (socket === ws)
+                                socket = null;
+                };
+                term.onData((d) => {
+                        if (ws.readyState === WebSocket.OPEN)
+                                ws.send(encoder.encode(d));
+                });
+                term.onBinary((d) => {
+                        if (ws.readyState === WebSocket.OPEN)
+                                ws.send(Uint8Array.from(d, (c) => c.charCodeAt(0) & 0xff));
+                });
         }
 
         // ---- start ------------------------------------------------------------------------
@@ -383,6 +504,7 @@
         document.addEventListener("DOMContentLoaded", () => {
                 $("signin-form").addEventListener("submit", signIn);
                 $("signout").addEventListener("click", signOut);
+                $("term-close").addEventListener("click", closeConsole);
                 $("refresh").addEventListener("click", () => {
                         if (readToken())
                                 start();

@@ -1719,6 +1719,81 @@ static void test_argv_missing_kernel(void **state)
         assert_true(file_contains(f->qemu_log, "could not open kernel"));
 }
 
+/* ---- the console socket (CONS-1) ---------------------------------------------------------- */
+
+/* VMM-1's argv with the console as CONS-1's socket chardev (logfile given unless !logfile). */
+static char **vmm_argv_console_socket(const Fixture *f, const char *socket_path, bool logfile)
+{
+        char **argv = vmm_argv(f, NULL);
+        for (char **a = argv; *a; a++) {
+                if (!startswith(*a, "file,id=console0,"))
+                        continue;
+                free(*a);
+                if (logfile)
+                        assert_int_equal(strprintf(a,
+                                                   "socket,id=console0,path=%s,server=on,wait=off,"
+                                                   "logfile=%s,logappend=on",
+                                                   socket_path, f->console_log),
+                                         0);
+                else
+                        assert_int_equal(strprintf(a,
+                                                   "socket,id=console0,path=%s,server=on,wait=off",
+                                                   socket_path),
+                                         0);
+                return argv;
+        }
+        fail_msg("no console chardev in the argv");
+        return NULL;
+}
+
+/*
+ * CONS-1, SIM-15: the console socket echoes what a client types and logs it; fake-qemu's own
+ * lines reach the client and the log alike; the next client is served after a hang-up.
+ */
+static void test_console_socket_echoes(void **state)
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *sock = NULL;
+        assert_int_equal(strprintf(&sock, "%s/run/instances/%s/console.sock", f->dir, INSTANCE_ID),
+                         0);
+        _cleanup_strv_free_ char **argv = vmm_argv_console_socket(f, sock, true);
+        spawn(f, argv);
+        wait_console(f, "fake-qemu: started name=" NAME);
+
+        {
+                _cleanup_client_ Client *c = client_connect(f, sock);
+                client_send(c, "echo hello\n");
+                _cleanup_free_ char *line = NULL;
+                assert_int_equal(client_read_line(c, DEADLINE_MS, &line, NULL), 0);
+                assert_string_equal(line, "echo hello");
+                wait_console(f, "\necho hello\n");
+        }
+
+        _cleanup_client_ Client *c = client_connect(f, sock);
+        client_send(c, "again\n");
+        _cleanup_free_ char *line = NULL, *signal = NULL;
+        assert_int_equal(client_read_line(c, DEADLINE_MS, &line, NULL), 0);
+        assert_string_equal(line, "again");
+        assert_int_equal(kill(f->pid, SIGUSR1), 0);
+        assert_int_equal(client_read_line(c, DEADLINE_MS, &signal, NULL), 0);
+        assert_non_null(startswith(signal, "fake-qemu: signal SIGUSR1 pid="));
+        wait_console(f, "fake-qemu: signal SIGUSR1 pid=");
+}
+
+/* CONS-1: the serial console's socket must keep a log (fake-qemu finds the simulator by it). */
+static void test_console_socket_needs_logfile(void **state)
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *sock = NULL;
+        assert_int_equal(strprintf(&sock, "%s/run/instances/%s/console.sock", f->dir, INSTANCE_ID),
+                         0);
+        _cleanup_strv_free_ char **argv = vmm_argv_console_socket(f, sock, false);
+        spawn(f, argv);
+        assert_exited_with(f, 1);
+        _cleanup_free_ char *log = read_text(f->qemu_log);
+        assert_non_null(strstr(log, "-serial: socket chardev 'console0' needs a logfile"));
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -1757,6 +1832,8 @@ int main(void)
             T(test_argv_missing_kernel),
             T(test_argv_disk),
             T(test_argv_drives_and_nic),
+            T(test_console_socket_echoes),
+            T(test_console_socket_needs_logfile),
 #undef T
         };
         /* NET-11: TAPs only in a network namespace of this test's own, never the host's. */
