@@ -649,11 +649,14 @@ def main():
     try:
         make_images()
         secret = write_secret(work)
-        config = vmm_config(os.path.join(work, "vgpud.yaml"), work)
+        # The console needs no NIC; the old-shape VMM of check_console_socket is started by hand
+        # with only the kernel's descriptor.
+        no_nic = "network:\n  default_mode: none\n"
+        config = vmm_config(os.path.join(work, "vgpud.yaml"), work, extra_top=no_nic)
         sock = os.path.join(work, "api.sock")
         run_group("console", lambda: check_console_socket(work, config, secret, sock, daemons))
         follow = vmm_config(os.path.join(work, "follow.yaml"), work, reconcile="5s",
-                            extra_vmm="  console_max_bytes: 65536\n")
+                            extra_vmm="  console_max_bytes: 65536\n", extra_top=no_nic)
         run_group("follow", lambda: check_follow(work, follow, secret, sock, daemons))
         run_group("attach", lambda: check_attach(work, config, secret, sock, daemons))
         run_group("shutdown", lambda: check_shutdown(work, config, secret, sock, daemons))

@@ -48,9 +48,10 @@ def local_images(work):
 
 
 def vmm_config(path, work, boot="2s", stop="2s", term_grace="1s", init_window=None,
-               reconcile="5s", extra_gpu="", extra_vmm=""):
+               reconcile="5s", extra_gpu="", extra_vmm="", extra_top=""):
     """vgpud's configuration with fake-qemu as its VMM (SIM-15) and short VMM timeouts;
-    extra_gpu and extra_vmm are more indented lines for those sections."""
+    extra_gpu and extra_vmm are more indented lines for those sections, extra_top whole
+    top-level sections."""
     gpu = "  vfio_term_grace: %s\n" % term_grace + extra_gpu
     if init_window is not None:
         gpu += "  vfio_init_window: %s\n" % init_window
@@ -63,7 +64,8 @@ image_dirs:
 vmm:
   boot_timeout: %s
   stop_timeout: %s
-%s""" % (FAKE_QEMU, IMAGES, local_images(work), boot, stop, extra_vmm), extra_gpu=gpu)
+%s%s""" % (FAKE_QEMU, IMAGES, local_images(work), boot, stop, extra_vmm, extra_top),
+                    extra_gpu=gpu)
     return path
 
 
