@@ -103,7 +103,7 @@ typedef struct ApiContext {
         Sentinel *sentinel;         /* the sentinel's counters (MET-2); NULL: zeros */
         Claimer *claimer;           /* reservations and claims (PLACE-21); NULL: none */
         InstanceManager *instances; /* the instances (INST); NULL: none (tests of reads) */
-        ImageStore *images;         /* the image store (DISK-1..4); NULL: none (tests of reads) */
+        ImageStore *images;         /* the image store (DISK-1, DISK-2); NULL: none (tests) */
         VolumeStore *volumes;       /* volumes (DISK-7); NULL: none (tests of reads) */
         HttpServer *http;           /* for vgpud_http_requests_total; NULL before the listeners */
         /* The Placement sync's figures (FLEET-5); NULL while placement.url is empty, and then

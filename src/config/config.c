@@ -179,7 +179,7 @@ static const ConfigKey config_keys[] = {
             placement.keystone.application_credential_id, RULE_TOKEN)},
     {STRING("placement.keystone.application_credential_secret_file",
             placement.keystone.application_credential_secret_file, RULE_PATH_OR_EMPTY)},
-    /* NET-1, NET-4..6: after placement, so that each area's keys stay together. */
+    /* NET-1, NET-4, NET-5, NET-6: after placement, so that each area's keys stay together. */
     {SECTION("network")},
     {ENUM("network.default_mode", network.default_mode, ConfigNetworkMode, network_modes)},
     {NAME_LIST("network.bridges", network.bridges, CONFIG_BRIDGES_MAX)},

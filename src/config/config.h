@@ -147,7 +147,7 @@ typedef enum ConfigNetworkMode {
 /* Bounds on network.bridges, so a hostile file cannot make the list grow without end (GEN-5). */
 #define CONFIG_BRIDGES_MAX 64
 
-/* network.nat.* (NET-4..6): the bridge, subnet and rules vgpud owns. */
+/* network.nat.* (NET-4, NET-5, NET-6): the bridge, subnet and rules vgpud owns. */
 typedef struct ConfigNat {
         bool enabled;     /* default true */
         char *bridge;     /* an interface name, default "vgpud0" */

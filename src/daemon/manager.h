@@ -86,7 +86,7 @@ typedef struct Manager {
         WriteGate *write_gate;      /* PLACE-9 for releases and repairs (instances/, ctrl/) */
         InstanceManager *instances; /* the VMs (instances/); owns the Claimer */
         int instances_dirfd;        /* <data_dir>/instances */
-        ImageStore *images;         /* <data_dir>/images (storage/, DISK-1..4) */
+        ImageStore *images;         /* <data_dir>/images (storage/, DISK-1) */
         VolumeStore *volumes;       /* <data_dir>/volumes (storage/, DISK-7) */
         JwtSecret *jwt_secret;
         HttpServer *http;
