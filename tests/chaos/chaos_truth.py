@@ -25,13 +25,15 @@ TRANSIENT = ("Creating", "Stopping", "Deleting")
 # INST-2's keys, by object, with the JSON type each holds.
 TOP_KEYS = {"version": int, "id": str, "name": str, "state": str, "created_at": str,
             "error": str, "boot": dict, "vcpus": int, "memory_mb": int, "gpu": dict,
-            "hypervisor": dict, "network": dict}
-TOP_REQUIRED = ("version", "id", "name", "state", "created_at", "boot", "vcpus", "memory_mb")
+            "placement": dict, "hypervisor": dict, "disk": dict, "volumes": list, "network": dict,
+            "cloud_init": dict}
+TOP_REQUIRED = ("version", "id", "name", "state", "created_at", "vcpus", "memory_mb")
 BOOT_KEYS = {"kernel": str, "initrd": str, "cmdline": str, "disk": str}
 GPU_KEYS = {"profile": str, "framework": str, "device_path": str, "mdev_uuid": str,
             "claimed_at": str}
 HYPERVISOR_KEYS = {"pid": int, "start_time": int, "boot_id": str, "qmp_socket": str,
-                   "agent_socket": str}
+                   "agent_socket": str, "console_socket": str}
+DISK_KEYS = {"image": str, "size_gb": int}
 NETWORK_KEYS = {"mode": str, "bridge": str, "mac": str, "ip": str, "prefix": int, "gateway": str,
                 "dns": list, "ports": list}
 
@@ -78,6 +80,8 @@ def record_error(iid, text):
     if why:
         return why
     missing = [k for k in TOP_REQUIRED if k not in rec]
+    if "boot" not in rec and "disk" not in rec:
+        missing.append("boot or disk")  # DISK-5: a kernel, an image, or both
     if missing:
         return "missing %s" % ", ".join(missing)
     if rec["version"] != 1:
@@ -87,7 +91,7 @@ def record_error(iid, text):
     if rec["state"] not in STATES:
         return "state %r" % rec["state"]
     for key, keys in (("boot", BOOT_KEYS), ("gpu", GPU_KEYS), ("hypervisor", HYPERVISOR_KEYS),
-                      ("network", NETWORK_KEYS)):
+                      ("disk", DISK_KEYS), ("network", NETWORK_KEYS)):
         if key in rec:
             why = _check_object(rec[key], keys, key + ".")
             if why:
