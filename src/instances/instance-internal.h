@@ -168,6 +168,13 @@ typedef struct InstanceNat InstanceNat;
 void instance_nat_sync(InstanceManager *m);
 /* The last pass's failure (NET-8 refuses nat creates meanwhile), NULL after a success. */
 const char *instance_nat_error(const InstanceManager *m);
+/*
+ * NET-5: the records' NAT addresses checked again (instance_network_records_problem()); a change
+ * is logged (at start-up, when a pass takes in a record, when the offending one is deleted or
+ * corrected). The reason nat creates are refused for, borrowed until the next call; NULL when the
+ * records agree or nat is disabled. Every sync calls it, so GET /network shows the reason.
+ */
+const char *instance_nat_records_recheck(InstanceManager *m);
 /* NET-10: a failure of step outside a pass (a TAP step's). */
 void instance_nat_count_error(InstanceManager *m, NetStep step);
 /* Stops dnsmasq (SIGTERM, reaped) and frees. */
