@@ -310,9 +310,12 @@ struct Op {
         bool undoing;
         int r; /* the failing step's */
         InstanceFailure failure;
-        char *error;       /* the failing step's, kept for the operation's answer */
-        bool admitted;     /* counted in admitted_unreserved (INST-10) */
-        bool vmm_started;  /* a VMM was spawned by this operation */
+        char *error;      /* the failing step's, kept for the operation's answer */
+        bool admitted;    /* counted in admitted_unreserved (INST-10) */
+        bool vmm_started; /* a VMM was spawned by this operation */
+        /* PERF-7: the loop's clock (CLOCK_MONOTONIC, µs) at the spawn, and the VMM's time from
+         * there to QMP readiness, logged with `instance running`; 0 until known. */
+        uint64_t vmm_spawned_usec, vmm_ready_usec;
         InstanceState was; /* the state to return to if a stop or delete cannot be written */
         nsec_t graceful;   /* stop: VMM-9's wait before the ladder (0: the ladder only) */
         InstanceSpec spec; /* create, start: what to boot */
