@@ -702,6 +702,27 @@ def check_records_disagree(work, config, secret, sock, daemons):
         return
     st, _ = post(c, c2["id"], "stop")
     eq(st, 200, "rec-c is stopped")
+
+    # A record placed by hand while vgpud runs is taken in by the next pass (REC-3), and its
+    # address held twice is found then.
+    copy_id = "z" * 20
+    rec = record(c2["id"])
+    rec.update(id=copy_id, name="rec-copy")
+    rec["network"]["mac"] = "52:54:00:ff:ff:fe"
+    os.makedirs(os.path.join(INSTANCES, copy_id))
+    with open(os.path.join(INSTANCES, copy_id, "instance.json"), "w") as f:
+        json.dump(rec, f)
+    reason = "instances %s and %s both hold address %s" % (c2["id"], copy_id,
+                                                            c2["network"]["ip"])
+    ok(poll(lambda: c.get("/network").json()["nat"].get("error") == reason, 20),
+       "NET-5: a record taken in by a pass that holds an address twice is found",
+       c.get("/network").json()["nat"])
+    ok(log_has(d, "records disagree on NAT addresses.*" + reason), "NET-5: and logged")
+    st, body = create(c, "rec-d")
+    eq((st, body.get("message")), (503, "network unavailable: " + reason),
+       "NET-5, NET-8: nat creates are refused again")
+    eq(delete(c, copy_id)[0], 204, "the copied record is deleted")
+    ok("error" not in c.get("/network").json()["nat"], "NET-5: the reason is gone with it")
     stop(d, " (records-twice)")
 
     # An address outside the subnet, then corrected by hand.
