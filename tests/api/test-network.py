@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# test-network.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU
+# test-network.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU VGPUCTL
 #
 # Instance networking (SPEC §20) through the real vgpud with fake-qemu as its VMM (SIM-15), in
 # run-sim-test.sh's private PID, mount and network namespaces (NET-11, REL-9): the simulator's
@@ -20,16 +20,17 @@ import tempfile
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    MNT, eq, exit_status, metric, ok, parse_metrics, poll, run_group, sim_ctl, start, stop,
+    MNT, eq, exit_status, metric, mint, ok, parse_metrics, poll, run_group, sim_ctl, start, stop,
     write_secret)
 from vgpud_instances import (  # noqa: E402
-    INSTANCES, alive, console_text, create, delete, delete_when_idle, finish_run, get, log_has,
-    make_images, pid_of, post, record, vmm_config, wait_exited)
+    INSTANCES, KERNEL, alive, console_text, create, delete, delete_when_idle, finish_run, get,
+    log_has, make_images, pid_of, post, record, vmm_config, wait_exited)
 
 NAT_BRIDGE = "vgpud0"
 OPERATOR_BRIDGE = "br-test"
 SUBNET = "10.233.0.0/29"  # five guest addresses: .2 to .6
 TUN = os.path.join(MNT, "dev", "net", "tun")
+VGPUCTL = sys.argv[5] if len(sys.argv) > 5 else None
 
 
 # ---- what the kernel holds ------------------------------------------------------------------
@@ -632,6 +633,59 @@ def check_crash(work, config, secret, sock, daemons):
     stop(d2)
 
 
+def check_vgpuctl(c, work, secret, sock):
+    # OPS-7, NET-1, NET-9: vgpuctl's create flags make a body the daemon takes, `instances get`
+    # shows the forward, and `instances ssh` runs ssh (a fake on PATH that prints its arguments)
+    # to the address or, with --via-forward, to the forward to guest port 22.
+    if not ok(VGPUCTL, "vgpuctl given as the fifth argument"):
+        return
+    bin_dir = os.path.join(work, "fake-bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    with open(os.path.join(bin_dir, "ssh"), "w") as f:
+        f.write('#!/bin/sh\nfor a in "$@"; do printf \'%s\\n\' "$a"; done\n')
+    os.chmod(os.path.join(bin_dir, "ssh"), 0o755)
+    env = dict(os.environ, PATH=bin_dir + ":/usr/sbin:/usr/bin:/sbin:/bin",
+               VGPUD_TOKEN=mint(secret))
+    base = [VGPUCTL, "--unix", sock]
+
+    def ctl(*args):
+        return subprocess.run(base + list(args), capture_output=True, text=True, env=env,
+                              timeout=60)
+
+    r = ctl("instances", "create", "--name", "ctl-a", "--vcpus", "1", "--memory-mb", "256",
+            "--kernel", KERNEL, "--network", "nat", "--port", "20005:22", "--port",
+            "20006:53/udp")
+    ok(r.returncode == 0 and "ports    20005->22/tcp, 20006->53/udp" in r.stdout,
+       "OPS-7, NET-1: vgpuctl create --network nat --port makes the forwards", r.stdout + r.stderr)
+    a = next((i for i in c.get("/instances").json() if i["name"] == "ctl-a"), None)
+    if not a:
+        return
+    eq(a["network"].get("ports"), [{"host": 20005, "guest": 22, "protocol": "tcp"},
+                                   {"host": 20006, "guest": 53, "protocol": "udp"}],
+       "NET-9: the daemon holds the forwards vgpuctl asked for")
+    r = ctl("instances", "ssh", a["id"], "--", "-l", "root", "hostname")
+    eq((r.returncode, r.stdout.split("\n")),
+       (0, ["-o", "StrictHostKeyChecking=accept-new", a["network"]["ip"], "-l", "root",
+            "hostname", ""]),
+       "OPS-7: vgpuctl instances ssh runs ssh to the instance's address")
+    r = ctl("instances", "ssh", "--via-forward", a["id"])
+    eq((r.returncode, r.stdout.split("\n")),
+       (0, ["-o", "StrictHostKeyChecking=accept-new", "-p", "20005", "127.0.0.1", ""]),
+       "OPS-7: with --via-forward, the daemon's host and the forward to port 22")
+    r = ctl("instances", "create", "--name", "ctl-b", "--vcpus", "1", "--memory-mb", "256",
+            "--kernel", KERNEL, "--network", "none")
+    b = next((i for i in c.get("/instances").json() if i["name"] == "ctl-b"), None)
+    ok(r.returncode == 0 and b and "ip" not in b["network"], "OPS-7: vgpuctl create --network "
+       "none", r.stdout + r.stderr)
+    if b:
+        r = ctl("instances", "ssh", b["id"])
+        eq((r.returncode, r.stdout, r.stderr),
+           (1, "", "error: instance %s has no address vgpud knows (network mode none)\n"
+            % b["id"]), "OPS-7: ssh to an instance without an address is refused")
+        eq(delete(c, b["id"])[0], 204, "ctl-b is deleted")
+    eq(delete(c, a["id"])[0], 204, "ctl-a is deleted")
+
+
 def edit_record(iid, **network):
     """A hand edit of instance.json's network, written as an operator's editor would: whole,
     then renamed into place (vgpud only reads records of a stopped daemon here)."""
@@ -782,6 +836,7 @@ def main():
             run_group("bridge", lambda: check_bridge_mode(c))
             run_group("faults", lambda: check_faults(c))
             run_group("nft-refusing", lambda: check_nft_refusing(c))
+            run_group("vgpuctl", lambda: check_vgpuctl(c, work, secret, sock))
             stop(d)
         run_group("crash", lambda: check_crash(work, config, secret, sock, daemons))
         run_group("records", lambda: check_records_disagree(work, config, secret, sock, daemons))
