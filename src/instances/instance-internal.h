@@ -195,8 +195,11 @@ void instance_nat_free(InstanceNat *n);
 int instance_network_plan(InstanceManager *m, const InstanceNetwork *want, InstanceRecord *rec,
                           InstanceFailure *ret_failure, char **ret_error);
 
-/* NET-5: NULL while no nat record names an address outside subnet or one another holds. */
-char *instance_network_records_problem(const InstanceManager *m, const NetSubnet *subnet);
+/*
+ * NET-5: 0 with *ret NULL while no nat record names an address outside subnet or one another
+ * holds; 1 with *ret the reason (malloc'd) when one does; -ENOMEM.
+ */
+int instance_network_records_problem(const InstanceManager *m, const NetSubnet *subnet, char **ret);
 
 /* ---- the operations (instance-steps.c, instance-create.c, instance-stop.c, ...) ------------- */
 

@@ -362,7 +362,10 @@ const char *instance_nat_records_recheck(InstanceManager *m)
         InstanceNat *n = nat_get(m);
         if (!n)
                 return oom;
-        char *problem = instance_network_records_problem(m, &subnet);
+        char *problem = NULL;
+        /* Fail closed: without the memory to check, nat creates are refused. */
+        if (instance_network_records_problem(m, &subnet, &problem) < 0)
+                return oom;
         /* Logged when it changes: at start-up, when a pass takes in a hand-placed record, and
          * when the offending record is deleted or corrected. */
         if (problem && !streq_ptr(problem, n->records_problem))

@@ -97,40 +97,40 @@ static int held_address_compare(const void *a, const void *b)
 /*
  * NET-5: records are the source of truth, so a record naming an address outside the subnet, or
  * one another record holds, leaves the allocator unsure what is free: NAT creates are refused
- * until it is fixed. NULL when the records agree; else the reason (malloc'd). Sorted, not
- * pairwise: GET /network and every nat create ask, and a host may hold a thousand records.
+ * until it is fixed. Sorted, not pairwise: GET /network and every nat create ask, and a host may
+ * hold a thousand records.
  */
-char *instance_network_records_problem(const InstanceManager *m, const NetSubnet *subnet)
+int instance_network_records_problem(const InstanceManager *m, const NetSubnet *subnet, char **ret)
 {
-        char *reason = NULL;
         _cleanup_free_ HeldAddress *held =
             calloc(m->n_instances ? m->n_instances : 1, sizeof *held);
         if (!held)
-                return strdup("out of memory while checking the records' addresses");
+                return -ENOMEM;
         size_t n = 0;
         for (size_t k = 0; k < m->n_instances; k++) {
                 const InstanceRecord *a = &m->instances[k]->rec;
                 if (a->network.mode != INSTANCE_NETWORK_NAT || !a->network.ip)
                         continue;
-                if (!net_subnet_holds_guest(subnet, a->network.ip)) {
-                        (void)strprintf(&reason,
-                                        "instance %s holds address %s outside network.nat.subnet",
-                                        a->id, a->network.ip);
-                        return reason;
-                }
+                if (!net_subnet_holds_guest(subnet, a->network.ip))
+                        return strprintf(ret,
+                                         "instance %s holds address %s outside network.nat.subnet",
+                                         a->id, a->network.ip) < 0
+                                   ? -ENOMEM
+                                   : 1;
                 /* Held in the subnet: it parses (records keep the canonical dotted quad). */
                 held[n].rec = a;
                 (void)parse_ipv4(a->network.ip, &held[n++].addr);
         }
         qsort(held, n, sizeof *held, held_address_compare);
         for (size_t k = 1; k < n; k++)
-                if (held[k].addr == held[k - 1].addr) {
-                        (void)strprintf(&reason, "instances %s and %s both hold address %s",
-                                        held[k - 1].rec->id, held[k].rec->id,
-                                        held[k].rec->network.ip);
-                        return reason;
-                }
-        return NULL;
+                if (held[k].addr == held[k - 1].addr)
+                        return strprintf(ret, "instances %s and %s both hold address %s",
+                                         held[k - 1].rec->id, held[k].rec->id,
+                                         held[k].rec->network.ip) < 0
+                                   ? -ENOMEM
+                                   : 1;
+        *ret = NULL;
+        return 0;
 }
 
 /* NET-1: a host port is forwarded to one guest. The holder of port p, or NULL. */
