@@ -29,9 +29,14 @@ const char ctl_usage[] =
     "  health breaker-reset               close an open quarantine breaker\n"
     "  instances list                     every instance, its state, its VF and its NIC\n"
     "  instances get ID                   one instance\n"
-    "  instances create --name N --vcpus N --memory-mb N [--kernel P] [--initrd P]\n"
-    "                   [--cmdline S] [--disk P] [--profile P]\n"
-    "                                     create and boot a VM (--kernel or --disk needed)\n"
+    "  instances create --name N --vcpus N --memory-mb N [--image NAME [--disk-gb N]]\n"
+    "                   [--kernel P] [--initrd P] [--cmdline S] [--disk P] [--profile P]\n"
+    "                   [--volume ID|ID:ro]... [--network nat|bridge|none] [--bridge NAME]\n"
+    "                   [--port HOST:GUEST[/tcp|/udp]]... [--ip A --prefix N]\n"
+    "                   [--gateway A] [--dns A]... [--ssh-key-file F]...\n"
+    "                   [--user-data-file F] [--hostname NAME]\n"
+    "                                     create and boot a VM (--image, --kernel or --disk\n"
+    "                                     needed)\n"
     "  instances start ID                 boot a stopped or failed instance\n"
     "  instances stop ID                  shut an instance down and release its VF\n"
     "  instances delete ID                stop an instance and remove it\n"
@@ -39,6 +44,9 @@ const char ctl_usage[] =
     "                                     the end of the guest console (default 64 KiB);\n"
     "                                     with --follow, then its output as it comes\n"
     "  instances console ID --attach      type into the guest console (Ctrl-] detaches)\n"
+    "  instances ssh ID [--via-forward] [-- SSH-ARGS]\n"
+    "                                     ssh to the instance's address (with --via-forward:\n"
+    "                                     the daemon's host, the forward to guest port 22)\n"
     "  token mint --secret-file F [--ttl D] [--sub S]\n"
     "                                     print a bearer token (default TTL 1h)\n"
     "  fleet hosts --placement URL --hosts FILE\n"
@@ -95,15 +103,30 @@ typedef enum CtlOption {
         OPT_COUNT,
         OPT_FOLLOW,
         OPT_ATTACH,
+        OPT_IMAGE,
+        OPT_DISK_GB,
+        OPT_VOLUME,
+        OPT_NETWORK,
+        OPT_BRIDGE,
+        OPT_PORT,
+        OPT_IP,
+        OPT_PREFIX,
+        OPT_GATEWAY,
+        OPT_DNS,
+        OPT_SSH_KEY_FILE,
+        OPT_USER_DATA_FILE,
+        OPT_HOSTNAME,
+        OPT_VIA_FORWARD,
         _OPT_MAX,
 } CtlOption;
 
-#define OPT_BIT(o) (UINT32_C(1) << (o))
-_Static_assert(_OPT_MAX <= 32, "a command's options no longer fit its mask");
+#define OPT_BIT(o) (UINT64_C(1) << (o))
+_Static_assert(_OPT_MAX <= 64, "a command's options no longer fit its mask");
 
 static const struct {
         const char *name;
         bool has_value;
+        bool repeats; /* given more than once, each value is kept (in order) */
 } options[_OPT_MAX] = {
     [OPT_URL] = {"--url", true},
     [OPT_UNIX] = {"--unix", true},
@@ -132,6 +155,20 @@ static const struct {
     [OPT_COUNT] = {"--count", true},
     [OPT_FOLLOW] = {"--follow", false},
     [OPT_ATTACH] = {"--attach", false},
+    [OPT_IMAGE] = {"--image", true},
+    [OPT_DISK_GB] = {"--disk-gb", true},
+    [OPT_VOLUME] = {"--volume", true, true},
+    [OPT_NETWORK] = {"--network", true},
+    [OPT_BRIDGE] = {"--bridge", true},
+    [OPT_PORT] = {"--port", true, true},
+    [OPT_IP] = {"--ip", true},
+    [OPT_PREFIX] = {"--prefix", true},
+    [OPT_GATEWAY] = {"--gateway", true},
+    [OPT_DNS] = {"--dns", true, true},
+    [OPT_SSH_KEY_FILE] = {"--ssh-key-file", true, true},
+    [OPT_USER_DATA_FILE] = {"--user-data-file", true},
+    [OPT_HOSTNAME] = {"--hostname", true},
+    [OPT_VIA_FORWARD] = {"--via-forward", false},
 };
 
 /* What a command's positional argument is; it becomes part of the request path. */
@@ -144,9 +181,12 @@ typedef enum CtlTarget {
 #define REASON OPT_BIT(OPT_REASON)
 #define MINT (OPT_BIT(OPT_SECRET_FILE) | OPT_BIT(OPT_TTL) | OPT_BIT(OPT_SUB))
 #define CREATE_REQUIRED (OPT_BIT(OPT_NAME) | OPT_BIT(OPT_VCPUS) | OPT_BIT(OPT_MEMORY_MB))
-#define CREATE                                                                                \
-        (CREATE_REQUIRED | OPT_BIT(OPT_KERNEL) | OPT_BIT(OPT_INITRD) | OPT_BIT(OPT_CMDLINE) | \
-         OPT_BIT(OPT_DISK) | OPT_BIT(OPT_PROFILE))
+#define CREATE                                                                                  \
+        (CREATE_REQUIRED | OPT_BIT(OPT_KERNEL) | OPT_BIT(OPT_INITRD) | OPT_BIT(OPT_CMDLINE) |   \
+         OPT_BIT(OPT_DISK) | OPT_BIT(OPT_PROFILE) | OPT_BIT(OPT_IMAGE) | OPT_BIT(OPT_DISK_GB) | \
+         OPT_BIT(OPT_VOLUME) | OPT_BIT(OPT_NETWORK) | OPT_BIT(OPT_BRIDGE) | OPT_BIT(OPT_PORT) | \
+         OPT_BIT(OPT_IP) | OPT_BIT(OPT_PREFIX) | OPT_BIT(OPT_GATEWAY) | OPT_BIT(OPT_DNS) |      \
+         OPT_BIT(OPT_SSH_KEY_FILE) | OPT_BIT(OPT_USER_DATA_FILE) | OPT_BIT(OPT_HOSTNAME))
 
 #define FLEET_REQUIRED (OPT_BIT(OPT_PLACEMENT) | OPT_BIT(OPT_HOSTS))
 #define FLEET (FLEET_REQUIRED | OPT_BIT(OPT_PLACEMENT_TOKEN_FILE))
@@ -158,8 +198,8 @@ static const struct {
         const char *words[2];
         CtlCommand command;
         CtlTarget target;
-        uint32_t options;  /* OPT_BIT()s of the options it accepts */
-        uint32_t required; /* ... and of those it cannot do without */
+        uint64_t options;  /* OPT_BIT()s of the options it accepts */
+        uint64_t required; /* ... and of those it cannot do without */
 } commands[] = {
     {{"resources", NULL}, CTL_COMMAND_RESOURCES, TARGET_NONE, 0, 0},
     {{"gpus", NULL}, CTL_COMMAND_GPUS, TARGET_NONE, 0, 0},
@@ -181,6 +221,12 @@ static const struct {
      CTL_COMMAND_INSTANCES_CONSOLE,
      TARGET_INSTANCE_ID,
      OPT_BIT(OPT_TAIL_BYTES) | OPT_BIT(OPT_FOLLOW) | OPT_BIT(OPT_ATTACH),
+     0},
+    /* The words after the id are ssh's. */
+    {{"instances", "ssh"},
+     CTL_COMMAND_INSTANCES_SSH,
+     TARGET_INSTANCE_ID,
+     OPT_BIT(OPT_VIA_FORWARD),
      0},
     {{"token", "mint"}, CTL_COMMAND_TOKEN_MINT, TARGET_NONE, MINT, OPT_BIT(OPT_SECRET_FILE)},
     {{"fleet", "hosts"}, CTL_COMMAND_FLEET_HOSTS, TARGET_NONE, FLEET, FLEET_REQUIRED},
@@ -217,6 +263,7 @@ void ctl_args_done(CtlArgs *a)
         free(a->hosts_file);
         free(a->host);
         free(a->profile);
+        strv_free(a->ssh_args);
         *a = (CtlArgs){};
 }
 
@@ -291,6 +338,17 @@ static int token_read_file(const char *option, const char *path, char **ret, cha
                 return r;
         *ret = TAKE_PTR(buf);
         return 0;
+}
+
+/* Every value of each repeating option, in the order given. */
+typedef struct OptionLists {
+        char **v[_OPT_MAX];
+} OptionLists;
+
+static void option_lists_done(OptionLists *l)
+{
+        for (size_t o = 0; o < _OPT_MAX; o++)
+                l->v[o] = strv_free(l->v[o]);
 }
 
 static int option_find(const char *arg, size_t len)
@@ -376,7 +434,7 @@ static int parse_reason(const char *reason, CtlArgs *a, char **error)
  * wrong (INST-7); here only what the body needs: integers where it has integers, UTF-8 text,
  * and the one rule no single field shows, that there is something to boot (INST-5).
  */
-static int parse_create(const char *const *values, CtlArgs *a, char **error)
+static int parse_create(const char *const *values, char **const *lists, CtlArgs *a, char **error)
 {
         uint32_t vcpus;
         uint64_t memory_mb;
@@ -394,9 +452,9 @@ static int parse_create(const char *const *values, CtlArgs *a, char **error)
                         return error_set(error, -EINVAL, "%s must be UTF-8 text",
                                          options[create_text_options[i]].name);
         }
-        if (!values[OPT_KERNEL] && !values[OPT_DISK])
+        if (!values[OPT_KERNEL] && !values[OPT_DISK] && !values[OPT_IMAGE])
                 return error_set(error, -EINVAL,
-                                 "\"instances create\" needs --kernel or --disk (or both)");
+                                 "\"instances create\" needs --image, --kernel or --disk");
 
         json_auto_t *gpu = NULL;
         if (values[OPT_PROFILE]) {
@@ -404,12 +462,39 @@ static int parse_create(const char *const *values, CtlArgs *a, char **error)
                 if (!gpu)
                         return error_set_oom(error);
         }
-        json_auto_t *j =
-            json_pack("{s:s, s:I, s:I, s:{s:s*, s:s*, s:s*, s:s*}, s:O*}", "name", values[OPT_NAME],
-                      "vcpus", (json_int_t)vcpus, "memory_mb", (json_int_t)memory_mb, "boot",
-                      "kernel", values[OPT_KERNEL], "initrd", values[OPT_INITRD], "cmdline",
-                      values[OPT_CMDLINE], "disk", values[OPT_DISK], "gpu", gpu);
-        a->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        /* With an image alone there is nothing to say about booting (API-9: boot is optional). */
+        json_auto_t *boot = NULL;
+        if (values[OPT_KERNEL] || values[OPT_INITRD] || values[OPT_CMDLINE] || values[OPT_DISK]) {
+                boot = json_pack("{s:s*, s:s*, s:s*, s:s*}", "kernel", values[OPT_KERNEL], "initrd",
+                                 values[OPT_INITRD], "cmdline", values[OPT_CMDLINE], "disk",
+                                 values[OPT_DISK]);
+                if (!boot)
+                        return error_set_oom(error);
+        }
+        json_auto_t *j = json_pack("{s:s, s:I, s:I, s:O*, s:O*}", "name", values[OPT_NAME], "vcpus",
+                                   (json_int_t)vcpus, "memory_mb", (json_int_t)memory_mb, "boot",
+                                   boot, "gpu", gpu);
+        if (!j)
+                return error_set_oom(error);
+        const CtlCreateFlags flags = {
+            .image = values[OPT_IMAGE],
+            .disk_gb = values[OPT_DISK_GB],
+            .volumes = lists[OPT_VOLUME],
+            .network = values[OPT_NETWORK],
+            .bridge = values[OPT_BRIDGE],
+            .ports = lists[OPT_PORT],
+            .ip = values[OPT_IP],
+            .prefix = values[OPT_PREFIX],
+            .gateway = values[OPT_GATEWAY],
+            .dns = lists[OPT_DNS],
+            .ssh_key_files = lists[OPT_SSH_KEY_FILE],
+            .user_data_file = values[OPT_USER_DATA_FILE],
+            .hostname = values[OPT_HOSTNAME],
+        };
+        int r = ctl_create_body_add(j, &flags, error);
+        if (r < 0)
+                return r;
+        a->body = json_dumps(j, JSON_COMPACT);
         return a->body ? 0 : error_set_oom(error);
 }
 
@@ -569,7 +654,7 @@ static int parse_connection(const char *const *values, const CtlEnv *env, CtlArg
 }
 
 static int parse_command(const char *const *words, size_t n_words, const char *const *values,
-                         const CtlEnv *env, CtlArgs *a, char **error)
+                         char **const *lists, const CtlEnv *env, CtlArgs *a, char **error)
 {
         size_t n_cmd = 0;
         size_t i = 0;
@@ -599,7 +684,7 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
                 return error_set(error, -EINVAL, "\"%s\" needs %s", name,
                                  commands[i].target == TARGET_PCI_ADDRESS ? "a PCI address"
                                                                           : "an instance id");
-        if (n_words > n_cmd + n_args)
+        if (n_words > n_cmd + n_args && commands[i].command != CTL_COMMAND_INSTANCES_SSH)
                 return error_set(error, -EINVAL, "unexpected argument \"%s\"",
                                  words[n_cmd + n_args]);
 
@@ -617,7 +702,13 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
                 r = parse_reason(values[OPT_REASON], a, error);
                 break;
         case CTL_COMMAND_INSTANCES_CREATE:
-                r = parse_create(values, a, error);
+                r = parse_create(values, lists, a, error);
+                break;
+        case CTL_COMMAND_INSTANCES_SSH:
+                a->via_forward = values[OPT_VIA_FORWARD] != NULL;
+                for (size_t w = n_cmd + n_args; r >= 0 && w < n_words; w++)
+                        if (strv_push(&a->ssh_args, words[w]) < 0)
+                                r = error_set_oom(error);
                 break;
         case CTL_COMMAND_INSTANCES_CONSOLE:
                 r = parse_console(values, a, error);
@@ -627,7 +718,7 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
                 return parse_mint(values, a, error);
         case CTL_COMMAND_FLEET_CREATE:
                 /* The hosts file says where each daemon is. */
-                r = parse_create(values, a, error);
+                r = parse_create(values, lists, a, error);
                 return r < 0 ? r : parse_fleet(values, a, error);
         case CTL_COMMAND_FLEET_HOSTS:
         case CTL_COMMAND_FLEET_RESOURCES:
@@ -647,6 +738,7 @@ int ctl_args_parse(int argc, char *const *argv, const CtlEnv *env, CtlArgs *ret,
         _cleanup_(ctl_args_done) CtlArgs a = {};
         _cleanup_free_ const char **words = calloc(argc > 0 ? (size_t)argc : 1, sizeof(char *));
         const char *values[_OPT_MAX] = {};
+        _cleanup_(option_lists_done) OptionLists lists = {};
         bool flags[_OPT_MAX] = {};
         size_t n_words = 0;
         bool options_done = false;
@@ -671,7 +763,7 @@ int ctl_args_parse(int argc, char *const *argv, const CtlEnv *env, CtlArgs *ret,
                 int o = streq(arg, "-h") ? OPT_HELP : option_find(arg, len);
                 if (o < 0)
                         return error_set(error, -EINVAL, "unknown option \"%.*s\"", (int)len, arg);
-                if (flags[o] || values[o])
+                if (flags[o] || (values[o] && !options[o].repeats))
                         return error_set(error, -EINVAL, "option %s given twice", options[o].name);
                 if (!options[o].has_value) {
                         if (eq)
@@ -683,13 +775,15 @@ int ctl_args_parse(int argc, char *const *argv, const CtlEnv *env, CtlArgs *ret,
                                 values[o] = "";
                         continue;
                 }
-                if (eq)
-                        values[o] = eq + 1;
-                else if (i + 1 < argc)
-                        values[o] = argv[++i];
-                else
+                const char *value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+                if (!value)
                         return error_set(error, -EINVAL, "option %s needs a value",
                                          options[o].name);
+                /* A repeating option's first value also marks it as given. */
+                if (!values[o])
+                        values[o] = value;
+                if (options[o].repeats && strv_push(&lists.v[o], value) < 0)
+                        return error_set_oom(error);
         }
 
         a.json = flags[OPT_JSON];
@@ -700,7 +794,7 @@ int ctl_args_parse(int argc, char *const *argv, const CtlEnv *env, CtlArgs *ret,
         } else if (n_words == 0) {
                 return error_set(error, -EINVAL, "no command given");
         } else {
-                int r = parse_command(words, n_words, values, env, &a, error);
+                int r = parse_command(words, n_words, values, lists.v, env, &a, error);
                 if (r < 0)
                         return r;
         }

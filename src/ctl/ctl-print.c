@@ -475,6 +475,8 @@ typedef struct InstanceView {
         const char *profile, *device_path, *mdev_uuid, *claimed_at;
         const char *consumer; /* FLEET-6's placement consumer */
         const char *net_mode, *net_bridge, *net_mac, *net_ip, *net_tap; /* NET-9 */
+        const char *net_gateway;
+        json_t *net_ports; /* NET-9's port forwards, borrowed */
 } InstanceView;
 
 static int instance_unpack(json_t *j, InstanceView *ret, char **error)
@@ -489,10 +491,20 @@ static int instance_unpack(json_t *j, InstanceView *ret, char **error)
                            &boot, "gpu", &gpu, "placement", &placement, "error", &v.error,
                            "network", &network) < 0)
                 return shape_error(error, "instance", &e);
-        if (network && json_unpack_ex(network, &e, 0, "{s:s, s?s, s?s, s?s, s?s}", "mode",
-                                      &v.net_mode, "bridge", &v.net_bridge, "mac", &v.net_mac, "ip",
-                                      &v.net_ip, "tap", &v.net_tap) < 0)
+        if (network &&
+            json_unpack_ex(network, &e, 0, "{s:s, s?s, s?s, s?s, s?s, s?s, s?o}", "mode",
+                           &v.net_mode, "bridge", &v.net_bridge, "mac", &v.net_mac, "ip", &v.net_ip,
+                           "tap", &v.net_tap, "gateway", &v.net_gateway, "ports", &v.net_ports) < 0)
                 return shape_error(error, "instance network", &e);
+        json_t *p;
+        size_t i;
+        json_array_foreach (v.net_ports, i, p) {
+                json_int_t host, guest;
+                const char *protocol;
+                if (json_unpack_ex(p, &e, 0, "{s:I, s:I, s:s}", "host", &host, "guest", &guest,
+                                   "protocol", &protocol) < 0)
+                        return shape_error(error, "instance network ports", &e);
+        }
         if (boot && json_unpack_ex(boot, &e, 0, "{s?s, s?s, s?s, s?s}", "kernel", &v.kernel,
                                    "initrd", &v.initrd, "cmdline", &v.cmdline, "disk", &v.disk) < 0)
                 return shape_error(error, "instance boot", &e);
@@ -563,9 +575,31 @@ int ctl_print_instances(FILE *out, json_t *body, char **error)
         return r < 0 ? format_failed(error, r) : 0;
 }
 
+/* NET-9's forwards on one line: "20001->22/tcp, 20002->53/udp"; NULL without any. */
+static int format_ports(json_t *ports, char **ret)
+{
+        _cleanup_free_ char *s = NULL;
+        json_t *p;
+        size_t i;
+        json_array_foreach (ports, i, p) {
+                char *next = NULL;
+                if (strprintf(&next, "%s%s%" JSON_INTEGER_FORMAT "->%" JSON_INTEGER_FORMAT "/%s",
+                              s ? s : "", s ? ", " : "",
+                              json_integer_value(json_object_get(p, "host")),
+                              json_integer_value(json_object_get(p, "guest")),
+                              json_string_value(json_object_get(p, "protocol"))) < 0)
+                        return -ENOMEM;
+                free(s);
+                s = next;
+        }
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
 int ctl_print_instance(FILE *out, json_t *body, char **error)
 {
         _cleanup_(ctl_table_done) CtlTable t = {};
+        _cleanup_free_ char *ports = NULL;
         InstanceView v;
         char b_vcpus[INT_STRLEN], b_memory[INT_STRLEN + 4];
         int r;
@@ -574,6 +608,8 @@ int ctl_print_instance(FILE *out, json_t *body, char **error)
         if (r < 0)
                 return r;
         format_mib(v.memory_mb, b_memory);
+        if (format_ports(v.net_ports, &ports) < 0)
+                return format_failed(error, -ENOMEM);
 
         /* In the order an operator reads them: what it is, how it is doing, what it runs. */
         const char *const rows[][2] = {
@@ -597,6 +633,8 @@ int ctl_print_instance(FILE *out, json_t *body, char **error)
             {"bridge", v.net_bridge},
             {"mac", v.net_mac},
             {"ip", v.net_ip},
+            {"gateway", v.net_gateway},
+            {"ports", ports},
             {"tap", v.net_tap},
         };
 

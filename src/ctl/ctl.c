@@ -21,8 +21,7 @@ static int fail_oom(const CtlEnv *env)
         return CTL_EXIT_API;
 }
 
-/* A non-2xx answer: API-11 promises {"code", "message"}; anything else is still an error. */
-static int print_api_error(const CtlArgs *a, const CtlEnv *env, const CtlResponse *resp)
+int ctl_print_api_error(const CtlArgs *a, const CtlEnv *env, const CtlResponse *resp)
 {
         json_auto_t *body = json_loadb(resp->body, resp->size, JSON_REJECT_DUPLICATES, NULL);
         const char *code, *message;
@@ -165,7 +164,7 @@ static int run_route(const CtlArgs *a, const CtlEnv *env)
                 return r == -EMSGSIZE ? CTL_EXIT_API : CTL_EXIT_CONNECT;
         }
         if (resp.status < 200 || resp.status > 299)
-                return print_api_error(a, env, &resp);
+                return ctl_print_api_error(a, env, &resp);
 
         if (answer == ANSWER_RAW) {
                 print_raw(&resp, false, env);
@@ -240,6 +239,8 @@ static int dispatch(const CtlArgs *a, const CtlEnv *env)
                 return CTL_EXIT_OK;
         case CTL_COMMAND_TOKEN_MINT:
                 return run_token_mint(a, env);
+        case CTL_COMMAND_INSTANCES_SSH:
+                return ctl_ssh_run(a, env);
         case CTL_COMMAND_FLEET_HOSTS:
         case CTL_COMMAND_FLEET_RESOURCES:
         case CTL_COMMAND_FLEET_CREATE:

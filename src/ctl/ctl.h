@@ -96,6 +96,7 @@ typedef enum CtlCommand {
         CTL_COMMAND_INSTANCES_STOP,
         CTL_COMMAND_INSTANCES_DELETE,
         CTL_COMMAND_INSTANCES_CONSOLE,
+        CTL_COMMAND_INSTANCES_SSH,
         CTL_COMMAND_TOKEN_MINT,
         CTL_COMMAND_FLEET_HOSTS,
         CTL_COMMAND_FLEET_RESOURCES,
@@ -126,6 +127,9 @@ typedef struct CtlArgs {
         char *host;            /* fleet delete --host */
         char *profile;         /* fleet create --profile (also in body) */
         uint32_t count;        /* fleet create --count; 1 without it */
+        /* instances ssh */
+        bool via_forward; /* --via-forward: the daemon's host and a forward to guest port 22 */
+        char **ssh_args;  /* the words after the id, for ssh; NULL when none */
 } CtlArgs;
 
 void ctl_args_done(CtlArgs *a);
@@ -151,6 +155,52 @@ extern const char ctl_usage[];
 int ctl_url_normalize(const char *source, const char *url, char **ret, char **error);
 /* What may travel in a header as a token: 1..CTL_TOKEN_MAX visible ASCII bytes. */
 int ctl_token_check(const char *source, const char *token, char **error);
+
+/* ---- the create body (ctl-create.c) --------------------------------------------------------- */
+
+/* `instances create`'s flags for the body's image, volumes, network and cloud_init; NULL: absent.
+ */
+typedef struct CtlCreateFlags {
+        const char *image;
+        const char *disk_gb;
+        char *const *volumes; /* "ID[:ro]" each */
+        const char *network;  /* nat, bridge or none */
+        const char *bridge;
+        char *const *ports; /* "HOST:GUEST[/tcp|/udp]" each */
+        const char *ip, *prefix, *gateway;
+        char *const *dns;
+        char *const *ssh_key_files; /* each non-empty line one key */
+        const char *user_data_file;
+        const char *hostname;
+} CtlCreateFlags;
+
+/*
+ * Adds "image", "disk_gb", "volumes", "network" and "cloud_init" to body as API-9, NET-1 and
+ * SEED-1 shape them, reading the key and user-data files. -EINVAL (or the errno of a file that
+ * cannot be read) with *error a one-line message naming the flag; -ENOMEM.
+ */
+int ctl_create_body_add(json_t *body, const CtlCreateFlags *f, char **error);
+
+/* ---- ssh (ctl-ssh.c) ------------------------------------------------------------------------- */
+
+/*
+ * `instances ssh ID`: the ssh command line for an API-7 instance: `ssh -o
+ * StrictHostKeyChecking=accept-new [-p PORT] ADDRESS EXTRA...`. ADDRESS is network.ip (a nat
+ * address, or a bridge's static one); with via_forward, daemon_host and the host port of the
+ * instance's first tcp forward to guest port 22. -ENOENT with *error saying what is missing;
+ * -ENOMEM.
+ */
+int ctl_ssh_argv(json_t *instance, bool via_forward, const char *daemon_host, char *const *extra,
+                 char ***ret, char **error);
+
+/*
+ * The host part of a base URL as --url takes it ("http://[::1]:8080" gives "::1"); for a Unix
+ * socket, the daemon is local: "127.0.0.1".
+ */
+int ctl_daemon_host(const CtlArgs *a, char **ret);
+
+/* Looks the instance up and execs ssh; returns only on failure, with a CTL_EXIT_* status. */
+int ctl_ssh_run(const CtlArgs *a, const CtlEnv *env);
 
 /* ---- HTTP (ctl-http.c) ----------------------------------------------------------------------- */
 
@@ -189,6 +239,12 @@ void ctl_response_done(CtlResponse *r);
  */
 int ctl_http_request(const CtlArgs *args, const CtlEnv *env, const CtlRequest *req,
                      CtlResponse *ret, char **error);
+
+/*
+ * A non-2xx answer on the error stream: API-11 promises {"code", "message"}; anything else is
+ * still an error. Returns CTL_EXIT_API.
+ */
+int ctl_print_api_error(const CtlArgs *a, const CtlEnv *env, const CtlResponse *resp);
 
 /* ---- the console (ctl-console.c, CONS-4) ----------------------------------------------------- */
 

@@ -631,6 +631,7 @@ static void spawned(Op *op, int r, const char *error)
         }
         SpawnData *d = op->job_data;
         op->vmm_started = true;
+        (void)sd_event_now(op->m->event, CLOCK_MONOTONIC, &op->vmm_spawned_usec);
         r = instance_attach_vmm(i, d->spawned.pid, d->spawned.pidfd, true, d->spawned.start_time);
         d->spawned_ok = false; /* the pidfd is taken, whatever the result */
         if (r < 0) {
@@ -796,6 +797,9 @@ static void ready_done(Vmm *v, int r, const char *error, void *userdata)
                 op_job_then(op, log_line_run, l, log_line_free, not_ready_with_line);
                 return;
         }
+        uint64_t now;
+        if (op->vmm_spawned_usec && sd_event_now(op->m->event, CLOCK_MONOTONIC, &now) >= 0)
+                op->vmm_ready_usec = now - op->vmm_spawned_usec;
         if (r == 0 && op->m->config->qemu_accel == CONFIG_QEMU_ACCEL_AUTO)
                 log_line(LOG_LEVEL_WARNING, 0, "KVM unavailable; VM runs under TCG", "instance_id",
                          op->i->rec.id, NULL);

@@ -168,6 +168,13 @@ typedef struct InstanceNat InstanceNat;
 void instance_nat_sync(InstanceManager *m);
 /* The last pass's failure (NET-8 refuses nat creates meanwhile), NULL after a success. */
 const char *instance_nat_error(const InstanceManager *m);
+/*
+ * NET-5: the records' NAT addresses checked again (instance_network_records_problem()); a change
+ * is logged (at start-up, when a pass takes in a record, when the offending one is deleted or
+ * corrected). The reason nat creates are refused for, borrowed until the next call; NULL when the
+ * records agree or nat is disabled. Every sync calls it, so GET /network shows the reason.
+ */
+const char *instance_nat_records_recheck(InstanceManager *m);
 /* NET-10: a failure of step outside a pass (a TAP step's). */
 void instance_nat_count_error(InstanceManager *m, NetStep step);
 /* Stops dnsmasq (SIGTERM, reaped) and frees. */
@@ -188,8 +195,11 @@ void instance_nat_free(InstanceNat *n);
 int instance_network_plan(InstanceManager *m, const InstanceNetwork *want, InstanceRecord *rec,
                           InstanceFailure *ret_failure, char **ret_error);
 
-/* NET-5: NULL while no nat record names an address outside subnet or one another holds. */
-char *instance_network_records_problem(const InstanceManager *m, const NetSubnet *subnet);
+/*
+ * NET-5: 0 with *ret NULL while no nat record names an address outside subnet or one another
+ * holds; 1 with *ret the reason (malloc'd) when one does; -ENOMEM.
+ */
+int instance_network_records_problem(const InstanceManager *m, const NetSubnet *subnet, char **ret);
 
 /* ---- the operations (instance-steps.c, instance-create.c, instance-stop.c, ...) ------------- */
 
@@ -303,9 +313,12 @@ struct Op {
         bool undoing;
         int r; /* the failing step's */
         InstanceFailure failure;
-        char *error;       /* the failing step's, kept for the operation's answer */
-        bool admitted;     /* counted in admitted_unreserved (INST-10) */
-        bool vmm_started;  /* a VMM was spawned by this operation */
+        char *error;      /* the failing step's, kept for the operation's answer */
+        bool admitted;    /* counted in admitted_unreserved (INST-10) */
+        bool vmm_started; /* a VMM was spawned by this operation */
+        /* PERF-7: the loop's clock (CLOCK_MONOTONIC, µs) at the spawn, and the VMM's time from
+         * there to QMP readiness, logged with `instance running`; 0 until known. */
+        uint64_t vmm_spawned_usec, vmm_ready_usec;
         InstanceState was; /* the state to return to if a stop or delete cannot be written */
         nsec_t graceful;   /* stop: VMM-9's wait before the ladder (0: the ladder only) */
         InstanceSpec spec; /* create, start: what to boot */

@@ -28,8 +28,9 @@
 struct InstanceNat {
         InstanceManager *m;
         bool busy, again;
-        char *error; /* the last pass's failure; NULL after a pass that succeeded */
-        bool passed; /* a pass has succeeded since start-up */
+        char *error;           /* the last pass's failure; NULL after a pass that succeeded */
+        char *records_problem; /* NET-5: why the records' addresses disagree; NULL when not */
+        bool passed;           /* a pass has succeeded since start-up */
         uint64_t errors[_NET_STEP_MAX];
         char *dir; /* <runtime_dir>/network */
         /* dnsmasq */
@@ -334,22 +335,58 @@ static void nat_pass_start(InstanceNat *n)
         }
 }
 
+/* m->nat, made on first use; NULL only without memory. */
+static InstanceNat *nat_get(InstanceManager *m)
+{
+        if (m->nat)
+                return m->nat;
+        InstanceNat *n = calloc(1, sizeof *n);
+        if (!n || strprintf(&n->dir, "%s/network", m->config->runtime_dir) < 0) {
+                free(n);
+                return NULL;
+        }
+        n->m = m;
+        n->pidfd = -1;
+        n->backoff = DNSMASQ_BACKOFF_FIRST;
+        m->nat = n;
+        return n;
+}
+
+const char *instance_nat_records_recheck(InstanceManager *m)
+{
+        static const char oom[] = "out of memory while checking the records' addresses";
+        NetSubnet subnet;
+        if (!m->config->network.nat.enabled ||
+            net_subnet_parse(m->config->network.nat.subnet, &subnet) < 0)
+                return NULL;
+        InstanceNat *n = nat_get(m);
+        if (!n)
+                return oom;
+        char *problem = NULL;
+        /* Fail closed: without the memory to check, nat creates are refused. */
+        if (instance_network_records_problem(m, &subnet, &problem) < 0)
+                return oom;
+        /* Logged when it changes: at start-up, when a pass takes in a hand-placed record, and
+         * when the offending record is deleted or corrected. */
+        if (problem && !streq_ptr(problem, n->records_problem))
+                log_line(LOG_LEVEL_ERR, 0, "records disagree on NAT addresses; nat creates refused",
+                         "reason", problem, NULL);
+        else if (!problem && n->records_problem)
+                log_line(LOG_LEVEL_NOTICE, 0, "records agree on NAT addresses again", NULL);
+        free(n->records_problem);
+        n->records_problem = problem;
+        return problem;
+}
+
 void instance_nat_sync(InstanceManager *m)
 {
         if (!m->config->network.nat.enabled)
                 return;
-        if (!m->nat) {
-                InstanceNat *n = calloc(1, sizeof *n);
-                if (!n || strprintf(&n->dir, "%s/network", m->config->runtime_dir) < 0) {
-                        free(n);
-                        log_line(LOG_LEVEL_ERR, -ENOMEM, "cannot start a NAT network pass", NULL);
-                        return;
-                }
-                n->m = m;
-                n->pidfd = -1;
-                n->backoff = DNSMASQ_BACKOFF_FIRST;
-                m->nat = n;
+        if (!nat_get(m)) {
+                log_line(LOG_LEVEL_ERR, -ENOMEM, "cannot start a NAT network pass", NULL);
+                return;
         }
+        (void)instance_nat_records_recheck(m);
         if (m->nat->busy) {
                 m->nat->again = true;
                 return;
@@ -390,7 +427,8 @@ void instance_nat_stats(const InstanceManager *m, InstanceNatStats *ret)
         if (!m->nat)
                 return;
         ret->dnsmasq_up = m->nat->pid > 0;
-        ret->error = m->nat->error;
+        /* A failed pass first: it refuses every nat create, whatever the records hold. */
+        ret->error = m->nat->error ? m->nat->error : m->nat->records_problem;
         ret->dnsmasq_restarts = m->nat->restarts;
         memcpy(ret->errors, m->nat->errors, sizeof ret->errors);
 }
@@ -409,6 +447,7 @@ void instance_nat_free(InstanceNat *n)
         sd_event_source_disable_unref(n->timer);
         closep(&n->pidfd);
         free(n->error);
+        free(n->records_problem);
         free(n->dir);
         free(n);
 }

@@ -79,35 +79,58 @@ static bool nat_address_taken(const char *addr, void *userdata)
         return false;
 }
 
+/* One nat record's address, for finding two records that hold the same one. */
+typedef struct HeldAddress {
+        uint32_t addr;
+        const InstanceRecord *rec;
+} HeldAddress;
+
+static int held_address_compare(const void *a, const void *b)
+{
+        const HeldAddress *x = a, *y = b;
+        if (x->addr != y->addr)
+                return x->addr < y->addr ? -1 : 1;
+        /* Equal addresses in id order, so the reason names the same pair on every call. */
+        return strcmp(x->rec->id, y->rec->id);
+}
+
 /*
  * NET-5: records are the source of truth, so a record naming an address outside the subnet, or
  * one another record holds, leaves the allocator unsure what is free: NAT creates are refused
- * until it is fixed. NULL when the records agree; else the reason (malloc'd).
+ * until it is fixed. Sorted, not pairwise: GET /network and every nat create ask, and a host may
+ * hold a thousand records.
  */
-char *instance_network_records_problem(const InstanceManager *m, const NetSubnet *subnet)
+int instance_network_records_problem(const InstanceManager *m, const NetSubnet *subnet, char **ret)
 {
-        char *reason = NULL;
-        for (size_t k = 0; k < m->n_instances && !reason; k++) {
+        _cleanup_free_ HeldAddress *held =
+            calloc(m->n_instances ? m->n_instances : 1, sizeof *held);
+        if (!held)
+                return -ENOMEM;
+        size_t n = 0;
+        for (size_t k = 0; k < m->n_instances; k++) {
                 const InstanceRecord *a = &m->instances[k]->rec;
                 if (a->network.mode != INSTANCE_NETWORK_NAT || !a->network.ip)
                         continue;
-                if (!net_subnet_holds_guest(subnet, a->network.ip)) {
-                        (void)strprintf(&reason,
-                                        "instance %s holds address %s outside network.nat.subnet",
-                                        a->id, a->network.ip);
-                        break;
-                }
-                for (size_t j = 0; j < k; j++) {
-                        const InstanceRecord *b = &m->instances[j]->rec;
-                        if (b->network.mode == INSTANCE_NETWORK_NAT &&
-                            streq_ptr(b->network.ip, a->network.ip)) {
-                                (void)strprintf(&reason, "instances %s and %s both hold address %s",
-                                                b->id, a->id, a->network.ip);
-                                break;
-                        }
-                }
+                if (!net_subnet_holds_guest(subnet, a->network.ip))
+                        return strprintf(ret,
+                                         "instance %s holds address %s outside network.nat.subnet",
+                                         a->id, a->network.ip) < 0
+                                   ? -ENOMEM
+                                   : 1;
+                /* Held in the subnet: it parses (records keep the canonical dotted quad). */
+                held[n].rec = a;
+                (void)parse_ipv4(a->network.ip, &held[n++].addr);
         }
-        return reason;
+        qsort(held, n, sizeof *held, held_address_compare);
+        for (size_t k = 1; k < n; k++)
+                if (held[k].addr == held[k - 1].addr)
+                        return strprintf(ret, "instances %s and %s both hold address %s",
+                                         held[k - 1].rec->id, held[k].rec->id,
+                                         held[k].rec->network.ip) < 0
+                                   ? -ENOMEM
+                                   : 1;
+        *ret = NULL;
+        return 0;
 }
 
 /* NET-1: a host port is forwarded to one guest. The holder of port p, or NULL. */
@@ -168,10 +191,9 @@ static int plan_nat(InstanceManager *m, InstanceNetwork *n, InstanceFailure *ret
                                 "network unavailable: %s", down);
                 return -EAGAIN;
         }
-        _cleanup_free_ char *problem = instance_network_records_problem(m, &subnet);
+        /* NET-5: checked again now, so a record deleted a moment ago no longer refuses. */
+        const char *problem = instance_nat_records_recheck(m);
         if (problem) {
-                log_line(LOG_LEVEL_ERR, 0, "nat create refused: records disagree on addresses",
-                         "reason", problem, NULL);
                 instance_refuse(INSTANCE_FAILURE_PLACEMENT_DISABLED, ret_failure, ret_error,
                                 "network unavailable: %s", problem);
                 return -EAGAIN;

@@ -613,7 +613,8 @@ typedef struct InstanceNatStats {
         uint64_t dnsmasq_restarts;
         uint64_t errors[4]; /* by NetStep: tap, link, nft, dnsmasq */
         uint64_t addresses_allocated, addresses_free;
-        const char *error; /* the last pass's failure (NET-8), NULL after a success; borrowed */
+        const char *error; /* why nat creates are refused: the last pass failed (NET-8) or the
+                            * records disagree on addresses (NET-5); NULL if neither; borrowed */
 } InstanceNatStats;
 
 void instance_nat_stats(const InstanceManager *m, InstanceNatStats *ret);

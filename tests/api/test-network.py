@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# test-network.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU
+# test-network.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU VGPUCTL
 #
 # Instance networking (SPEC §20) through the real vgpud with fake-qemu as its VMM (SIM-15), in
 # run-sim-test.sh's private PID, mount and network namespaces (NET-11, REL-9): the simulator's
@@ -20,16 +20,17 @@ import tempfile
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import (  # noqa: E402 (after the path)
-    MNT, eq, exit_status, metric, ok, parse_metrics, poll, run_group, sim_ctl, start, stop,
+    MNT, eq, exit_status, metric, mint, ok, parse_metrics, poll, run_group, sim_ctl, start, stop,
     write_secret)
 from vgpud_instances import (  # noqa: E402
-    alive, console_text, create, delete, delete_when_idle, finish_run, get, make_images, pid_of,
-    post, record, vmm_config, wait_exited)
+    INSTANCES, KERNEL, alive, console_text, create, delete, delete_when_idle, finish_run, get,
+    log_has, make_images, pid_of, post, record, vmm_config, wait_exited)
 
 NAT_BRIDGE = "vgpud0"
 OPERATOR_BRIDGE = "br-test"
 SUBNET = "10.233.0.0/29"  # five guest addresses: .2 to .6
 TUN = os.path.join(MNT, "dev", "net", "tun")
+VGPUCTL = sys.argv[5] if len(sys.argv) > 5 else None
 
 
 # ---- what the kernel holds ------------------------------------------------------------------
@@ -293,11 +294,24 @@ def check_body(c):
          "network.nat.port_range"),
         ("a bridge not in network.bridges", {"mode": "bridge", "bridge": "eth0"},
          "network.bridges"),
+        ("host port 0", {"mode": "nat", "ports": [{"host": 0, "guest": 22, "protocol": "tcp"}]},
+         "network.ports[0].host must be 1..65535"),
+        ("host port 65536", {"mode": "nat", "ports": [{"host": 65536, "guest": 22,
+                                                      "protocol": "tcp"}]},
+         "network.ports[0].host must be 1..65535"),
+        ("guest port 0", {"mode": "nat", "ports": [{"host": 20001, "guest": 0,
+                                                    "protocol": "tcp"}]},
+         "network.ports[0].guest must be 1..65535"),
+        ("protocol sctp", {"mode": "nat", "ports": [{"host": 20001, "guest": 22,
+                                                     "protocol": "sctp"}]},
+         "network.ports[0].protocol must be tcp or udp"),
     ]
+    # REL-13: of these, the hostile ones: a bridge not in network.bridges, a host port given
+    # twice (overlapping forwards), ports out of range and outside network.nat.port_range.
     for name, net, field in cases:
         st, b = create(c, "bad-net", network=net)
         ok(st == 400 and b.get("code") == "invalid_request" and field in b.get("message", ""),
-           "NET-1: %s is 400 invalid_request naming %s" % (name, field), (st, b))
+           "NET-1, REL-13: %s is 400 invalid_request naming %s" % (name, field), (st, b))
     eq(c.get("/instances").json(), [], "NET-1: no refused body left an instance behind")
     eq(taps(), [], "NET-1: nor a TAP")
 
@@ -311,7 +325,8 @@ def check_ports(c):
     eq(a["network"].get("ports"), port, "NET-9: the instance shows its port forwards")
     st, b = create(c, "fwd-b", **nat("fwd-b", port))
     ok(st == 409 and b.get("code") == "already_exists" and "fwd-a" in b.get("message", ""),
-       "NET-1: a host port another instance forwards is 409 already_exists naming it", (st, b))
+       "NET-1, REL-13: a host port another instance forwards is 409 already_exists naming it",
+       (st, b))
     udp = [{"host": 20001, "guest": 53, "protocol": "udp"}]
     b2 = created(c, "fwd-udp", **nat("fwd-udp", udp))
     ok(b2 is not None, "NET-1: the same port number in udp is another forward")
@@ -618,6 +633,180 @@ def check_crash(work, config, secret, sock, daemons):
     stop(d2)
 
 
+def check_vgpuctl(c, work, secret, sock):
+    # OPS-7, NET-1, NET-9: vgpuctl's create flags make a body the daemon takes, `instances get`
+    # shows the forward, and `instances ssh` runs ssh (a fake on PATH that prints its arguments)
+    # to the address or, with --via-forward, to the forward to guest port 22.
+    if not ok(VGPUCTL, "vgpuctl given as the fifth argument"):
+        return
+    bin_dir = os.path.join(work, "fake-bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    with open(os.path.join(bin_dir, "ssh"), "w") as f:
+        f.write('#!/bin/sh\nfor a in "$@"; do printf \'%s\\n\' "$a"; done\n')
+    os.chmod(os.path.join(bin_dir, "ssh"), 0o755)
+    env = dict(os.environ, PATH=bin_dir + ":/usr/sbin:/usr/bin:/sbin:/bin",
+               VGPUD_TOKEN=mint(secret))
+    base = [VGPUCTL, "--unix", sock]
+
+    def ctl(*args):
+        return subprocess.run(base + list(args), capture_output=True, text=True, env=env,
+                              timeout=60)
+
+    r = ctl("instances", "create", "--name", "ctl-a", "--vcpus", "1", "--memory-mb", "256",
+            "--kernel", KERNEL, "--network", "nat", "--port", "20005:22", "--port",
+            "20006:53/udp")
+    ok(r.returncode == 0 and "ports    20005->22/tcp, 20006->53/udp" in r.stdout,
+       "OPS-7, NET-1: vgpuctl create --network nat --port makes the forwards", r.stdout + r.stderr)
+    a = next((i for i in c.get("/instances").json() if i["name"] == "ctl-a"), None)
+    if not a:
+        return
+    eq(a["network"].get("ports"), [{"host": 20005, "guest": 22, "protocol": "tcp"},
+                                   {"host": 20006, "guest": 53, "protocol": "udp"}],
+       "NET-9: the daemon holds the forwards vgpuctl asked for")
+    r = ctl("instances", "ssh", a["id"], "--", "-l", "root", "hostname")
+    eq((r.returncode, r.stdout.split("\n")),
+       (0, ["-o", "StrictHostKeyChecking=accept-new", a["network"]["ip"], "-l", "root",
+            "hostname", ""]),
+       "OPS-7: vgpuctl instances ssh runs ssh to the instance's address")
+    r = ctl("instances", "ssh", "--via-forward", a["id"])
+    eq((r.returncode, r.stdout.split("\n")),
+       (0, ["-o", "StrictHostKeyChecking=accept-new", "-p", "20005", "127.0.0.1", ""]),
+       "OPS-7: with --via-forward, the daemon's host and the forward to port 22")
+    r = ctl("instances", "create", "--name", "ctl-b", "--vcpus", "1", "--memory-mb", "256",
+            "--kernel", KERNEL, "--network", "none")
+    b = next((i for i in c.get("/instances").json() if i["name"] == "ctl-b"), None)
+    ok(r.returncode == 0 and b and "ip" not in b["network"], "OPS-7: vgpuctl create --network "
+       "none", r.stdout + r.stderr)
+    if b:
+        r = ctl("instances", "ssh", b["id"])
+        eq((r.returncode, r.stdout, r.stderr),
+           (1, "", "error: instance %s has no address vgpud knows (network mode none)\n"
+            % b["id"]), "OPS-7: ssh to an instance without an address is refused")
+        eq(delete(c, b["id"])[0], 204, "ctl-b is deleted")
+    eq(delete(c, a["id"])[0], 204, "ctl-a is deleted")
+
+
+def edit_record(iid, **network):
+    """A hand edit of instance.json's network, written as an operator's editor would: whole,
+    then renamed into place (vgpud only reads records of a stopped daemon here)."""
+    path = os.path.join(INSTANCES, iid, "instance.json")
+    rec = record(iid)
+    rec["network"].update(network)
+    with open(path + ".edit", "w") as f:
+        json.dump(rec, f)
+    os.rename(path + ".edit", path)
+
+
+def check_records_disagree(work, config, secret, sock, daemons):
+    # NET-5, NET-8: records naming an address twice, or one outside the subnet, keep nat creates
+    # refused (503 with the reason) from start-up until the record is deleted or corrected;
+    # bridge and none creates still work and the running VM is untouched.
+    d, c = start(work, "records", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    a, b = created(c, "rec-a"), created(c, "rec-b")
+    if not a or not b:
+        return
+    st, _ = post(c, b["id"], "stop")
+    eq(st, 200, "rec-b is stopped")
+    a_pid = pid_of(a["id"])
+    stop(d, " (records)")
+    edit_record(b["id"], ip=a["network"]["ip"])
+
+    d, c = start(work, "records-twice", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    reason = "instances %s and %s both hold address %s" % (
+        min(a["id"], b["id"]), max(a["id"], b["id"]), a["network"]["ip"])
+    ok(poll(lambda: log_has(d, "records disagree on NAT addresses.*" + reason), 10),
+       "NET-5: the disagreement is logged at start-up", d.log_text()[-2000:])
+    st, body = create(c, "rec-c")
+    eq((st, body.get("code"), body.get("message")),
+       (503, "placement_disabled", "network unavailable: " + reason),
+       "NET-5, NET-8: a nat create is refused 503 with the reason")
+    eq(c.get("/network").json()["nat"].get("error"), reason,
+       "NET-5, NET-9: GET /network says why nat creates are refused")
+    none = created(c, "rec-none", network={"mode": "none"})
+    ok(none is not None, "NET-5: a create without a NIC still works")
+    ip("link", "add", OPERATOR_BRIDGE, "type", "bridge")
+    try:
+        ip("link", "set", OPERATOR_BRIDGE, "up")
+        br = created(c, "rec-br", network={"mode": "bridge", "bridge": OPERATOR_BRIDGE})
+        ok(br is not None, "NET-5: a bridge create still works")
+        for x in (none, br):
+            if x:
+                eq(delete(c, x["id"])[0], 204, "%s is deleted" % x["name"])
+    finally:
+        subprocess.run(["ip", "link", "del", OPERATOR_BRIDGE], capture_output=True)
+    ga = get(c, a["id"]) or {}
+    ok(ga.get("state") == "Running" and pid_of(a["id"]) == a_pid and alive(a_pid) and
+       (link(tap_of(a["id"])) or {}).get("master") == NAT_BRIDGE,
+       "NET-5, NET-8: the running VM is untouched", ga)
+
+    # Fixed by deleting the record: the next nat create works, and the fix is logged.
+    eq(delete(c, b["id"])[0], 204, "rec-b, the record holding the address twice, is deleted")
+    c2 = created(c, "rec-c")
+    ok(c2 is not None and c2["network"]["ip"] != a["network"]["ip"],
+       "NET-5: once the record is deleted, nat creates work again with a free address", c2)
+    ok(log_has(d, "records agree on NAT addresses again"), "NET-5: the fix is logged")
+    ok("error" not in c.get("/network").json()["nat"], "NET-9: and /network shows no reason")
+    if not c2:
+        return
+    st, _ = post(c, c2["id"], "stop")
+    eq(st, 200, "rec-c is stopped")
+
+    # A record placed by hand while vgpud runs is taken in by the next pass (REC-3), and its
+    # address held twice is found then.
+    copy_id = "z" * 20
+    rec = record(c2["id"])
+    rec.update(id=copy_id, name="rec-copy")
+    rec["network"]["mac"] = "52:54:00:ff:ff:fe"
+    os.makedirs(os.path.join(INSTANCES, copy_id))
+    with open(os.path.join(INSTANCES, copy_id, "instance.json"), "w") as f:
+        json.dump(rec, f)
+    reason = "instances %s and %s both hold address %s" % (c2["id"], copy_id,
+                                                            c2["network"]["ip"])
+    ok(poll(lambda: c.get("/network").json()["nat"].get("error") == reason, 20),
+       "NET-5: a record taken in by a pass that holds an address twice is found",
+       c.get("/network").json()["nat"])
+    ok(log_has(d, "records disagree on NAT addresses.*" + reason), "NET-5: and logged")
+    st, body = create(c, "rec-d")
+    eq((st, body.get("message")), (503, "network unavailable: " + reason),
+       "NET-5, NET-8: nat creates are refused again")
+    eq(delete(c, copy_id)[0], 204, "the copied record is deleted")
+    ok("error" not in c.get("/network").json()["nat"], "NET-5: the reason is gone with it")
+    stop(d, " (records-twice)")
+
+    # An address outside the subnet, then corrected by hand.
+    edit_record(c2["id"], ip="192.0.2.77")
+    d, c = start(work, "records-outside", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    reason = "instance %s holds address 192.0.2.77 outside network.nat.subnet" % c2["id"]
+    st, body = create(c, "rec-d")
+    eq((st, body.get("code"), body.get("message")),
+       (503, "placement_disabled", "network unavailable: " + reason),
+       "NET-5, NET-8: an address outside the subnet refuses nat creates, 503 with the reason")
+    ok(log_has(d, "records disagree on NAT addresses.*" + reason),
+       "NET-5: the address outside the subnet is logged")
+    eq(c.get("/instances").json().__len__(), 2, "NET-8: the refusal left no record")
+    stop(d, " (records-outside)")
+    edit_record(c2["id"], ip=c2["network"]["ip"])
+    d, c = start(work, "records-corrected", config, secret, sock)
+    daemons.append(d)
+    if not c:
+        return
+    e = created(c, "rec-d")
+    ok(e is not None, "NET-5: once the record is corrected, nat creates work again")
+    for i in c.get("/instances").json():
+        eq(delete_when_idle(c, i["id"])[0], 204, "%s is deleted" % i["name"])
+    eq(taps(), [], "and no TAP is left")
+    stop(d, " (records-corrected)")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="vgpud-network-")
     # dnsmasq reads its hosts files as nobody once it dropped root, as from /run/vgpud (0755).
@@ -647,8 +836,10 @@ def main():
             run_group("bridge", lambda: check_bridge_mode(c))
             run_group("faults", lambda: check_faults(c))
             run_group("nft-refusing", lambda: check_nft_refusing(c))
+            run_group("vgpuctl", lambda: check_vgpuctl(c, work, secret, sock))
             stop(d)
         run_group("crash", lambda: check_crash(work, config, secret, sock, daemons))
+        run_group("records", lambda: check_records_disagree(work, config, secret, sock, daemons))
     finally:
         finish_run(daemons, work)
     return exit_status()

@@ -341,12 +341,12 @@ static int teardown(void **state)
 /* Runs "vgpuctl <args...>" (NULL-terminated) in-process; f->out and f->err get its output. */
 static int run_args(Fixture *f, const char *const *args)
 {
-        char *argv[32] = {"vgpuctl"};
+        char *argv[64] = {"vgpuctl"};
         int argc = 1;
         size_t err_size;
 
         for (; args[argc - 1]; argc++) {
-                assert_true(argc < 31);
+                assert_true(argc < 63);
                 argv[argc] = (char *)args[argc - 1];
         }
         free(f->out);
@@ -1061,7 +1061,7 @@ static void test_instances_tables(void **state) /* OPS-7, API-7, API-8 */
 }
 
 /* OPS-7, NET-9: an instance's NIC in `instances get`, and `vgpuctl network` */
-static void test_network(void **state)
+static void test_network(void **state) /* OPS-7, NET-9 */
 {
         Fixture *f = *state;
         server_set_answer(
@@ -1084,6 +1084,8 @@ static void test_network(void **state)
                                     "bridge   vgpud0\n"
                                     "mac      52:54:00:35:1d:5b\n"
                                     "ip       10.233.0.2\n"
+                                    "gateway  10.233.0.1\n"
+                                    "ports    20022->22/tcp\n"
                                     "tap      vgtk3x9q2m8v1c4\n");
 
         server_set_answer(
@@ -1298,10 +1300,10 @@ static void test_instances_usage_errors(void **state) /* OPS-7, OPS-8, INST-3, A
               "--kernel", "/k"},
              "--memory-mb \" 128\": expected a whole number of MiB"},
             {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", "128"},
-             "\"instances create\" needs --kernel or --disk (or both)"},
+             "\"instances create\" needs --image, --kernel or --disk"},
             {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", "128",
               "--initrd", "/i", "--cmdline", "c"},
-             "\"instances create\" needs --kernel or --disk (or both)"},
+             "\"instances create\" needs --image, --kernel or --disk"},
             {{"instances", "create", "--name", "r", "--vcpus", "1", "--memory-mb", "128",
               "--kernel", "/k", "--cmdline", "x\xc3("},
              "--cmdline must be UTF-8 text"},
@@ -1770,10 +1772,17 @@ static void spawn_vgpuctl(Fixture *f, const char *const *args, const char *const
                 assert_true(i + 2 < ELEMENTSOF(argv));
                 argv[i + 1] = (char *)args[i];
         }
-        /* The test's own environment (sanitizer options, say), without any VGPUD_ variable. */
-        for (char **e = environ; *e && n + 8 < ELEMENTSOF(envp); e++)
-                if (!startswith(*e, "VGPUD_"))
+        /* The test's own environment (sanitizer options, say), without any VGPUD_ variable
+         * or one that extra_env sets. */
+        for (char **e = environ; *e && n + 8 < ELEMENTSOF(envp); e++) {
+                bool replaced = false;
+                for (size_t i = 0; extra_env[i]; i++) {
+                        size_t name = strcspn(extra_env[i], "=") + 1;
+                        replaced = replaced || strncmp(*e, extra_env[i], name) == 0;
+                }
+                if (!startswith(*e, "VGPUD_") && !replaced)
                         envp[n++] = *e;
+        }
         for (size_t i = 0; extra_env[i]; i++)
                 envp[n++] = (char *)extra_env[i];
         envp[n] = NULL;
@@ -1844,6 +1853,305 @@ static void test_binary(void **state) /* OPS-6, OPS-8 */
         assert_in_range(exp, before + 3600, after + 3600);
 }
 
+/* ---- instances create's devices, network and cloud_init (OPS-7, API-9) ---------------------- */
+
+static void
+test_instances_create_flags(void **state) /* OPS-7, API-9, DISK-5, DISK-8, NET-1, SEED-1 */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *keys1 = NULL, *keys2 = NULL, *user_data = NULL;
+        assert_int_equal(strprintf(&keys1, "%s/id_ed25519.pub", f->dir), 0);
+        assert_int_equal(strprintf(&keys2, "%s/authorized_keys", f->dir), 0);
+        assert_int_equal(strprintf(&user_data, "%s/user-data", f->dir), 0);
+        static const char k1[] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA op@desk\n";
+        /* Blank lines, one of spaces, and a CR line end are no keys. */
+        static const char k2[] =
+            "\nssh-rsa AAAAB3NzaC1yc2E= a\r\n   \necdsa-sha2-nistp256 AAAAE2 b";
+        static const char ud[] = "#cloud-config\npackages: [htop]\n";
+        write_file(keys1, k1, sizeof k1 - 1, 0600);
+        write_file(keys2, k2, sizeof k2 - 1, 0600);
+        write_file(user_data, ud, sizeof ud - 1, 0600);
+
+        /* Everything: an image, a volume twice (one read-only), nat with two forwards. */
+        server_set_answer(&f->tcp, 201, "application/json", instance_json);
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "create", "--name", "web", "--vcpus",
+                             "2", "--memory-mb", "2048", "--image", "debian-12", "--disk-gb", "20",
+                             "--volume", "data", "--volume", ID1 ":ro", "--network", "nat",
+                             "--port", "20022:22", "--port=20053:53/udp", "--ssh-key-file", keys1,
+                             "--ssh-key-file", keys2, "--hostname", "web-1", "--profile",
+                             "NVIDIA L40S-4Q"),
+                         CTL_EXIT_OK);
+        assert_string_equal(f->err, "");
+        assert_string_equal(f->tcp.path, "/instances");
+        assert_string_equal(
+            f->tcp.request_body,
+            "{\"name\":\"web\",\"vcpus\":2,\"memory_mb\":2048,\"gpu\":{\"profile\":\"NVIDIA "
+            "L40S-4Q\"},\"image\":\"debian-12\",\"disk_gb\":20,\"volumes\":[{\"volume\":\"data\","
+            "\"readonly\":false},{\"volume\":\"" ID1 "\",\"readonly\":true}],\"network\":{"
+            "\"mode\":\"nat\",\"ports\":[{\"host\":20022,\"guest\":22,\"protocol\":\"tcp\"},"
+            "{\"host\":20053,\"guest\":53,\"protocol\":\"udp\"}]},\"cloud_init\":{"
+            "\"ssh_authorized_keys\":[\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA op@desk\","
+            "\"ssh-rsa AAAAB3NzaC1yc2E= a\",\"ecdsa-sha2-nistp256 AAAAE2 b\"],\"hostname\":"
+            "\"web-1\"}}");
+
+        /* Bridge mode with static addressing, and user data read verbatim. */
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "create", "--name", "lan", "--vcpus",
+                             "1", "--memory-mb", "512", "--image", "debian-12", "--network",
+                             "bridge", "--bridge", "br-lan", "--ip", "192.0.2.10", "--prefix", "24",
+                             "--gateway", "192.0.2.1", "--dns", "192.0.2.53", "--dns", "192.0.2.54",
+                             "--user-data-file", user_data),
+                         CTL_EXIT_OK);
+        assert_string_equal(
+            f->tcp.request_body,
+            "{\"name\":\"lan\",\"vcpus\":1,\"memory_mb\":512,\"image\":\"debian-12\",\"network\":{"
+            "\"mode\":\"bridge\",\"bridge\":\"br-lan\",\"ip\":\"192.0.2.10\",\"prefix\":24,"
+            "\"gateway\":\"192.0.2.1\",\"dns\":[\"192.0.2.53\",\"192.0.2.54\"]},\"cloud_init\":{"
+            "\"user_data\":\"#cloud-config\\npackages: [htop]\\n\"}}");
+
+        /* No NIC; a kernel beside the image keeps its boot object. */
+        assert_int_equal(RUN(f, "--url", f->url, "instances", "create", "--name", "n", "--vcpus",
+                             "1", "--memory-mb", "512", "--image", "debian-12", "--kernel", "/k",
+                             "--network", "none"),
+                         CTL_EXIT_OK);
+        assert_string_equal(f->tcp.request_body,
+                            "{\"name\":\"n\",\"vcpus\":1,\"memory_mb\":512,\"boot\":{\"kernel\":"
+                            "\"/k\"},\"image\":\"debian-12\",\"network\":{\"mode\":\"none\"}}");
+}
+
+static void test_instances_create_flag_errors(void **state) /* OPS-7, OPS-8, NET-1, SEED-1 */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *empty = NULL, *binary = NULL, *missing = NULL;
+        assert_int_equal(strprintf(&empty, "%s/empty.pub", f->dir), 0);
+        assert_int_equal(strprintf(&binary, "%s/binary", f->dir), 0);
+        assert_int_equal(strprintf(&missing, "%s/missing.pub", f->dir), 0);
+        write_file(empty, "\n \n", 3, 0600);
+        write_file(binary, "ssh-ed25519 A\0B\n", 16, 0600);
+
+        static const char *const base[] = {
+            "--url", "http://127.0.0.1:1", "instances", "create", "--name", "r", "--vcpus",
+            "1",     "--memory-mb",        "128"};
+        const struct {
+                const char *args[6];
+                const char *error;
+        } cases[] = {
+            {{"--kernel", "/k", "--image", NULL}, "option --image needs a value"},
+            {{"--image", "i", "--disk-gb", "20G"},
+             "--disk-gb \"20G\": expected a whole number of GiB"},
+            {{"--image", "i", "--volume", ""},
+             "--volume \"\": expected a volume id or name, optionally followed by :ro"},
+            {{"--image", "i", "--volume", "data:rw"},
+             "--volume \"data:rw\": expected a volume id or name, optionally followed by :ro"},
+            {{"--image", "i", "--volume", ":ro"},
+             "--volume \":ro\": expected a volume id or name, optionally followed by :ro"},
+            {{"--image", "i", "--network", "routed"},
+             "--network \"routed\": expected nat, bridge or none"},
+            {{"--image", "i", "--port", "20022:22"},
+             "--bridge, --port, --ip, --prefix, --gateway and --dns need --network"},
+            {{"--image", "i", "--network", "nat", "--port", "22"},
+             "--port \"22\": expected HOST:GUEST[/tcp|/udp], ports 1 to 65535"},
+            {{"--image", "i", "--network", "nat", "--port", "0:22"},
+             "--port \"0:22\": expected HOST:GUEST[/tcp|/udp], ports 1 to 65535"},
+            {{"--image", "i", "--network", "nat", "--port", "20022:65536"},
+             "--port \"20022:65536\": expected HOST:GUEST[/tcp|/udp], ports 1 to 65535"},
+            {{"--image", "i", "--network", "nat", "--port", "20022:22/sctp"},
+             "--port \"20022:22/sctp\": expected HOST:GUEST[/tcp|/udp], ports 1 to 65535"},
+            {{"--image", "i", "--network", "nat", "--port", "x:22"},
+             "--port \"x:22\": expected HOST:GUEST[/tcp|/udp], ports 1 to 65535"},
+            {{"--image", "i", "--network", "bridge", "--bridge", "a/b"},
+             "--bridge \"a/b\": expected an interface name"},
+            {{"--image", "i", "--network", "bridge", "--ip", "192.0.2.300"},
+             "--ip \"192.0.2.300\": expected an IPv4 address (a.b.c.d)"},
+            {{"--image", "i", "--network", "bridge", "--gateway", "gw"},
+             "--gateway \"gw\": expected an IPv4 address (a.b.c.d)"},
+            {{"--image", "i", "--network", "bridge", "--dns", "::1"},
+             "--dns \"::1\": expected an IPv4 address (a.b.c.d)"},
+            {{"--image", "i", "--network", "bridge", "--prefix", "33"},
+             "--prefix \"33\": expected a prefix length 1 to 32"},
+            {{"--image", "i", "--network", "nat", "--network", "none"},
+             "option --network given twice"},
+            {{"--image", "i", "--ssh-key-file", empty}, NULL},  /* holds no key */
+            {{"--image", "i", "--ssh-key-file", binary}, NULL}, /* a NUL byte */
+            {{"--image", "i", "--ssh-key-file", missing}, NULL},
+            {{"--image", "i", "--user-data-file", binary}, NULL},
+            {{"--kernel", "/k", "--via-forward"},
+             "option --via-forward does not apply to \"instances create\""},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                const char *argv[32];
+                size_t n = 0;
+                for (size_t j = 0; j < ELEMENTSOF(base); j++)
+                        argv[n++] = base[j];
+                for (size_t j = 0; j < ELEMENTSOF(cases[i].args) && cases[i].args[j]; j++)
+                        argv[n++] = cases[i].args[j];
+                argv[n] = NULL;
+                unsigned before = f->tcp.n_requests;
+                assert_int_equal(run_args(f, argv), CTL_EXIT_USAGE);
+                assert_int_equal(f->tcp.n_requests, before);
+                _cleanup_free_ char *want = NULL;
+                if (cases[i].error)
+                        assert_int_equal(strprintf(&want,
+                                                   "vgpuctl: %s\nRun 'vgpuctl --help' for usage.\n",
+                                                   cases[i].error),
+                                         0);
+                else if (i == ELEMENTSOF(cases) - 5)
+                        assert_int_equal(strprintf(&want,
+                                                   "vgpuctl: --ssh-key-file %s: holds no key\n"
+                                                   "Run 'vgpuctl --help' for usage.\n",
+                                                   empty),
+                                         0);
+                else if (i == ELEMENTSOF(cases) - 4)
+                        assert_int_equal(strprintf(&want,
+                                                   "vgpuctl: --ssh-key-file %s: not UTF-8 text (or "
+                                                   "holds a NUL byte)\n"
+                                                   "Run 'vgpuctl --help' for usage.\n",
+                                                   binary),
+                                         0);
+                else if (i == ELEMENTSOF(cases) - 3)
+                        assert_int_equal(strprintf(&want,
+                                                   "vgpuctl: --ssh-key-file %s: No such file or "
+                                                   "directory\n"
+                                                   "Run 'vgpuctl --help' for usage.\n",
+                                                   missing),
+                                         0);
+                else
+                        assert_int_equal(strprintf(&want,
+                                                   "vgpuctl: --user-data-file %s: not UTF-8 text "
+                                                   "(or holds a NUL byte)\n"
+                                                   "Run 'vgpuctl --help' for usage.\n",
+                                                   binary),
+                                         0);
+                assert_string_equal(f->err, want);
+        }
+}
+
+/* ---- instances ssh (OPS-7, NET-9) ------------------------------------------------------------ */
+
+#define SSH_INSTANCE(state, network)                                                              \
+        "{\"id\":\"" ID1 "\",\"name\":\"web\",\"state\":\"" state "\",\"created_at\":"            \
+        "\"2026-09-02T20:08:03Z\",\"vcpus\":1,\"memory_mb\":512,\"boot\":{},\"network\":" network \
+        "}"
+
+static const char ssh_nat[] = SSH_INSTANCE(
+    "Running", "{\"mode\":\"nat\",\"bridge\":\"vgpud0\",\"mac\":\"52:54:00:35:1d:5b\",\"ip\":"
+               "\"10.233.0.2\",\"prefix\":24,\"gateway\":\"10.233.0.1\",\"ports\":[{\"host\":"
+               "20080,\"guest\":80,\"protocol\":\"tcp\"},{\"host\":20022,\"guest\":22,"
+               "\"protocol\":\"udp\"},{\"host\":20023,\"guest\":22,\"protocol\":\"tcp\"}]}");
+
+/* A fake ssh on PATH that prints its arguments, one a line. */
+static char *fake_ssh_path(Fixture *f)
+{
+        _cleanup_free_ char *bin = NULL, *ssh = NULL;
+        char *path = NULL;
+        static const char script[] = "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n";
+        assert_int_equal(strprintf(&bin, "%s/bin", f->dir), 0);
+        assert_true(mkdir(bin, 0755) == 0 || errno == EEXIST);
+        assert_int_equal(strprintf(&ssh, "%s/ssh", bin), 0);
+        write_file(ssh, script, sizeof script - 1, 0755);
+        assert_int_equal(strprintf(&path, "PATH=%s", bin), 0);
+        return path;
+}
+
+static void test_instances_ssh(void **state) /* OPS-7, NET-9 */
+{
+        Fixture *f = *state;
+        _cleanup_free_ char *path = fake_ssh_path(f), *url = NULL;
+        assert_int_equal(strprintf(&url, "VGPUD_URL=%s", f->url), 0);
+        const char *const env[] = {path, url, NULL};
+
+        /* nat: the instance's address; the words after the id (after "--" too) are ssh's. */
+        server_set_answer(&f->tcp, 200, "application/json", ssh_nat);
+        _cleanup_(spawned_done) Spawned a = {}, b = {}, c = {}, d = {};
+        spawn_vgpuctl(
+            f, (const char *[]){"instances", "ssh", ID1, "--", "-l", "debian", "uptime", NULL}, env,
+            &a);
+        assert_int_equal(a.status, 0);
+        assert_string_equal(a.err, "");
+        assert_string_equal(a.out, "-o\nStrictHostKeyChecking=accept-new\n10.233.0.2\n-l\ndebian\n"
+                                   "uptime\n");
+        assert_string_equal(f->tcp.method, "GET");
+        assert_string_equal(f->tcp.path, "/instances/" ID1);
+
+        /* --via-forward: the daemon's host and the first tcp forward to guest port 22. */
+        spawn_vgpuctl(f, (const char *[]){"instances", "ssh", "--via-forward", ID1, NULL}, env, &b);
+        assert_int_equal(b.status, 0);
+        assert_string_equal(b.out, "-o\nStrictHostKeyChecking=accept-new\n-p\n20023\n127.0.0.1\n");
+
+        /* Over the Unix socket the daemon is on this host. */
+        server_set_answer(&f->unix_server, 200, "application/json", ssh_nat);
+        spawn_vgpuctl(f,
+                      (const char *[]){"--unix", f->unix_path, "instances", "ssh", ID1,
+                                       "--via-forward", "hostname", NULL},
+                      (const char *const[]){path, NULL}, &c);
+        assert_int_equal(c.status, 0);
+        assert_string_equal(c.out, "-o\nStrictHostKeyChecking=accept-new\n-p\n20023\n127.0.0.1\n"
+                                   "hostname\n");
+
+        /* An API error is printed as any other; ssh does not run. */
+        server_set_answer(&f->tcp, 404, "application/json",
+                          "{\"code\":\"not_found\",\"message\":\"no instance " ID1 "\"}");
+        spawn_vgpuctl(f, (const char *[]){"instances", "ssh", ID1, NULL}, env, &d);
+        assert_int_equal(d.status, 1);
+        assert_string_equal(d.out, "");
+        assert_string_equal(d.err, "error: not_found: no instance " ID1 " (HTTP 404)\n");
+}
+
+static void test_instances_ssh_argv(void **state) /* OPS-7, NET-1, NET-9 */
+{
+        (void)state;
+        _cleanup_free_ char *error = NULL;
+        char **argv = NULL;
+        static const struct {
+                const char *json;
+                bool via_forward;
+                const char *error;
+        } refused[] = {
+            {SSH_INSTANCE("Stopped", "{\"mode\":\"nat\",\"ip\":\"10.233.0.2\"}"), false,
+             "instance " ID1 " is Stopped, not Running"},
+            {SSH_INSTANCE("Running", "{\"mode\":\"none\"}"), false,
+             "instance " ID1 " has no address vgpud knows (network mode none)"},
+            {SSH_INSTANCE("Running", "{\"mode\":\"bridge\",\"bridge\":\"br-lan\"}"), false,
+             "instance " ID1 " has no address vgpud knows (network mode bridge)"},
+            {SSH_INSTANCE("Running", "{\"mode\":\"nat\",\"ip\":\"10.233.0.2\",\"ports\":[{"
+                                     "\"host\":20080,\"guest\":80,\"protocol\":\"tcp\"}]}"),
+             true,
+             "instance " ID1 " forwards no host port to its port 22/tcp (create it with --port "
+             "HOST:22)"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(refused); i++) {
+                json_auto_t *j = json_loads(refused[i].json, 0, NULL);
+                assert_non_null(j);
+                free(error);
+                error = NULL;
+                assert_int_equal(
+                    ctl_ssh_argv(j, refused[i].via_forward, "gpu-1", NULL, &argv, &error), -ENOENT);
+                assert_string_equal(error, refused[i].error);
+        }
+        /* Bridge mode with a static address: that address. */
+        json_auto_t *j = json_loads(
+            SSH_INSTANCE("Running", "{\"mode\":\"bridge\",\"ip\":\"192.0.2.10\",\"prefix\":24}"), 0,
+            NULL);
+        assert_int_equal(ctl_ssh_argv(j, false, "gpu-1", NULL, &argv, &error), 0);
+        assert_string_equal(argv[3], "192.0.2.10");
+        assert_null(argv[4]);
+        strv_free(argv);
+
+        /* The daemon's host from --url: a name, an IPv6 literal, user info and a path dropped. */
+        static const struct {
+                const char *url, *host;
+        } hosts[] = {
+            {"http://gpu-1.example:8080", "gpu-1.example"},
+            {"https://[2001:db8::1]:8443/vgpud", "2001:db8::1"},
+            {"http://op@10.0.0.5", "10.0.0.5"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(hosts); i++) {
+                CtlArgs a = {.url = (char *)hosts[i].url};
+                _cleanup_free_ char *host = NULL;
+                assert_int_equal(ctl_daemon_host(&a, &host), 0);
+                assert_string_equal(host, hosts[i].host);
+        }
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -1871,6 +2179,10 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_token_mint, setup, teardown),
             cmocka_unit_test_setup_teardown(test_token_mint_secret_file, setup, teardown),
             cmocka_unit_test_setup_teardown(test_binary, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_instances_create_flags, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_instances_create_flag_errors, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_instances_ssh, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_instances_ssh_argv, setup, teardown),
         };
 
         if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
