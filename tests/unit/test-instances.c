@@ -1336,6 +1336,35 @@ static const char spec_placement[] =
     "\"placement\": {\"consumer\": \"" CONSUMER "\", \"gpu\": \"0000:e3:00.0\"}}";
 
 /* FLEET-6, API-9: the create key is taken, both of its keys kept. */
+/* SEED-1: the body's cloud_init, read by the seed module's validator, naming the field */
+static void test_spec_cloud_init(void **state)
+{
+        static const char body[] =
+            "{\"name\": \"web-1\", \"vcpus\": 1, \"memory_mb\": 512, \"image\": \"noble\", "
+            "\"cloud_init\": {\"ssh_authorized_keys\": [\"ssh-ed25519 "
+            "AAAAC3NzaC1lZDI1NTE5AAAAID0oh26XIkYjYeeyjD0ClpU85ChzV0DKTzSjh4oVXB8V ops\"], "
+            "\"hostname\": \"web\"}}";
+        _cleanup_(instance_spec_done) InstanceSpec s = {0};
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(instance_spec_from_json(body, strlen(body), &s, &error), 0);
+        assert_int_equal(strv_length(s.cloud_init.ssh_authorized_keys), 1);
+        assert_string_equal(s.cloud_init.hostname, "web");
+        assert_null(s.cloud_init.user_data);
+
+        static const Refusal refusals[] = {
+            {"\"hostname\": \"web\"", "\"hostname\": \"Web\"", "cloud_init.hostname must match"},
+            {"\"hostname\": \"web\"", "\"hostname\": \"web\", \"user_data\": \"#!/bin/sh\"",
+             "cloud_init.ssh_authorized_keys must not be given with cloud_init.user_data"},
+            {" ops\"]", " ops\", \"ssh-rsa AAAA\"]",
+             "cloud_init.ssh_authorized_keys[1]: the key is not a ssh-rsa key"},
+            {"\"hostname\": \"web\"", "\"colour\": \"red\"", "unknown key \"cloud_init.colour\""},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(refusals); i++) {
+                _cleanup_free_ char *text = mutate(body, refusals[i].from, refusals[i].to);
+                assert_spec_refused(text, strlen(text), refusals[i].message);
+        }
+}
+
 static void test_spec_placement(void **state)
 {
         _cleanup_(instance_spec_done) InstanceSpec s = {0};
@@ -2746,6 +2775,7 @@ int main(void)
             T(test_command_image_root),
             T(test_command_image_volumes),
             T(test_spec_image),
+            T(test_spec_cloud_init),
             T(test_record_image_without_boot),
             T(test_command_image_kernel_disk),
             T(test_command_seed_nic),
