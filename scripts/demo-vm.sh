@@ -26,13 +26,15 @@ timed() {
         ms=$((($(date +%s%N) - t0) / 1000000))
         printf '%s[%s: %d.%d s]%s\n' "$bold" "$title" $((ms / 1000)) $((ms % 1000 / 100)) "$plain"
 }
-api() { # METHOD PATH [BODY]: the API through curl, as a script would call it
+api() { # METHOD PATH [BODY]: the API through curl, as a script would call it; shown but GETs
         if [ $# -ge 3 ]; then
-                run curl -sS --unix-socket "$sock" -H "Authorization: Bearer \$VGPUD_TOKEN" \
-                        -X "$1" -d "$3" "http://vgpud$2" >/dev/null
+                show "$(quote curl -sS --unix-socket "$sock" -H "Authorization: Bearer \$VGPUD_TOKEN" \
+                        -H "Content-Type: application/json" -X "$1" -d "$3" "http://vgpud$2")"
                 curl -sS --unix-socket "$sock" -H "Authorization: Bearer $VGPUD_TOKEN" \
-                        -X "$1" -d "$3" "http://vgpud$2"
+                        -H "Content-Type: application/json" -X "$1" -d "$3" "http://vgpud$2"
         else
+                [ "$1" = GET ] || show "$(quote curl -sS --unix-socket "$sock" \
+                        -H "Authorization: Bearer \$VGPUD_TOKEN" -X "$1" "http://vgpud$2")"
                 curl -sS --unix-socket "$sock" -H "Authorization: Bearer $VGPUD_TOKEN" \
                         -X "$1" "http://vgpud$2"
         fi
@@ -54,8 +56,11 @@ VGPUD_TOKEN=$(vgpuctl token mint --secret-file "$work/jwt.secret" --sub demo)
 export VGPUD_TOKEN
 
 import_image() {
-        api POST /images "{\"name\": \"debian-12\", \"source\": \"$image_dir/debian-12.qcow2\"}" |
-                json_field '"image %s: %s" % (j["name"], j["state"])'
+        api POST /images "{\"name\": \"debian-12\", \"source\": \"$image_dir/debian-12.qcow2\"}" \
+                >"$work/answer"
+        json_field '("image %s: %s" % (j["name"], j["state"]) if "state" in j else
+                "refused: %s" % j)' <"$work/answer"
+        grep -q '"state"' "$work/answer" || exit 1
         i=0
         until [ "$(api GET /images/debian-12 | json_field 'j["state"]')" != importing ]; do
                 [ "$i" -lt 3000 ] || { echo "the import did not end in 300 s" >&2; exit 1; }
@@ -74,6 +79,7 @@ create_vm() {
                 "cloud_init": {"ssh_authorized_keys": [open(sys.argv[1]).read().strip()]}}))' \
                 "$work/id_ed25519.pub")
         api POST /instances "$body" >"$work/created"
+        grep -q '"state"' "$work/created" || { cat "$work/created"; echo; exit 1; }
         json_field '"instance %s %s: %s, %s on %s, seed with %d key(s)" % (j["id"], j["name"],
                 j["state"], j["network"]["ip"], j["network"]["mode"],
                 len(j["cloud_init"]["ssh_authorized_keys"]))' <"$work/created"
