@@ -127,7 +127,7 @@ def run(work):
             "-blockdev", json.dumps({"driver": "raw", "node-name": "seed", "read-only": True,
                                      "file": {"driver": "file", "read-only": True,
                                               "filename": os.path.join(work, "seed.iso")}}),
-            "-device", "ide-cd,drive=seed,bus=ide.0",
+            "-device", "ide-cd,bus=ide.1,drive=seed",
             "-netdev", "user,id=net0,hostfwd=tcp:127.0.0.1:%d-%s:22" % (port, GUEST_IP),
             "-device", "virtio-net-pci,netdev=net0,mac=%s" % MAC]
     vm = Qemu(argv, os.path.join(work, "qemu.log"))
