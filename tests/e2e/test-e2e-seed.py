@@ -467,6 +467,9 @@ def check_nothing_left(api, st):
     if st.volume:
         eq(api.request("DELETE", "/volumes/" + st.volume["id"])[0], 204, "DISK-7: the volume is "
            "deleted")
+    if st.image_digest:
+        eq(sha256_of(os.path.join(api.work, "data", "images", IMAGE, "disk.qcow2")),
+           st.image_digest, "DISK-5, SEED-7: the image's digest is unchanged after every VM ran")
     eq(api.request("DELETE", "/images/" + IMAGE)[0], 204, "DISK-4: the image is deleted")
     eq(taps(), [], "SEED-7, NET-3: no TAP is left")
     net = api.get("/network") or {}
