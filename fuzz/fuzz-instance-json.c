@@ -40,7 +40,7 @@ static bool holds_invariants(const InstanceRecord *r)
         /* The device fields stay within their bounds (INST-2, DISK-8, NET-1, SEED-1). */
         if (r->n_volumes > INSTANCE_VOLUMES_MAX || r->network.n_ports > INSTANCE_PORTS_MAX ||
             strv_length(r->network.dns) > INSTANCE_DNS_MAX ||
-            strv_length(r->cloud_init.ssh_authorized_keys) > INSTANCE_SSH_KEYS_MAX)
+            strv_length(r->cloud_init.ssh_authorized_keys) > SEED_SSH_KEYS_MAX)
                 return false;
         if (r->disk.image && (r->disk.size_gb < 1 || r->disk.size_gb > INSTANCE_DISK_GB_MAX))
                 return false;

@@ -1,18 +1,14 @@
 #!/bin/sh
 # The demo's steps, run by demo.sh inside a private PID namespace with a mounted simulator at
-# $VGPU_SIM_MOUNT (SIM-21, OPS-11). Usage: demo-steps.sh BUILD [GUEST_DIR QEMU]
+# $VGPU_SIM_MOUNT (SIM-21, OPS-11). Usage: demo-steps.sh BUILD
 #
-# With GUEST_DIR (tests/e2e/build-guest.sh's tiny guest) and QEMU, a first vgpud runs the real
-# QEMU under TCG and boots one VM without a GPU: its console, an ACPI stop, a delete that leaves
-# nothing. Then a vgpud with fake-qemu as its VMM (the simulator's VFs cannot go to a real
-# QEMU) places vGPU instances on the simulated host, and the operator side follows: the
-# driver driven directly, quarantine, drain, metrics, restore. Every step prints the command it
+# After the real VM of demo-vm.sh (SEED-8), a vgpud with fake-qemu as its VMM (the simulator's
+# VFs cannot go to a real QEMU) places vGPU instances on the simulated host, and the operator
+# side follows: the driver driven directly, quarantine, drain, metrics, restore. Every step prints the command it
 # runs, so the demo doubles as a tour of the API. Whatever happens, vgpud and every VM are
 # stopped and the work directory removed.
 set -eu
 build=$1
-guest=${2:-}
-qemu=${3:-}
 # shellcheck source=scripts/demo-lib.sh
 . "$(dirname "$0")/demo-lib.sh"
 
@@ -51,52 +47,6 @@ echo "..."
 head -c 48 /dev/urandom >"$work/jwt.secret"
 chmod 600 "$work/jwt.secret"
 
-if [ -n "$guest" ]; then
-        say "A real VM first: vgpud runs QEMU (TCG) with a Debian kernel and a busybox initramfs"
-        echo "image_dirs: $guest (INST-6: boot files must lie there); data and sockets under $work"
-        write_config vm "$work/vm-data" "$qemu" "$guest"
-        start_vgpud vm
-        show "export VGPUD_TOKEN=\$(vgpuctl token mint --secret-file $work/jwt.secret --sub demo)"
-        VGPUD_TOKEN=$(vgpuctl token mint --secret-file "$work/jwt.secret" --sub demo)
-        export VGPUD_TOKEN
-        echo "(a bearer token, HS256, valid 1h; vgpuctl reads it from VGPUD_TOKEN)"
-
-        t0=$(date +%s%N)
-        create --name tiny-vm --vcpus 1 --memory-mb 256 --kernel "$guest/vmlinuz" \
-                --initrd "$guest/initramfs.cpio.gz" --cmdline "console=ttyS0"
-        echo "(201 once QMP answers; the guest boots on: polling its console, 90 s at most)"
-        i=0
-        # Unanchored: a kernel message may cut into a line of the guest's init on the console.
-        until vgpuctl --unix "$sock" instances console "$id" | grep -q 'vgpud-guest: ready'; do
-                if [ "$i" -ge 450 ]; then
-                        echo "the guest did not reach its init's ready line:" >&2
-                        vgpuctl --unix "$sock" instances console "$id" | tail -n 20 >&2
-                        exit 1
-                fi
-                sleep 0.2
-                i=$((i + 1))
-        done
-        ms=$((($(date +%s%N) - t0) / 1000000))
-        printf 'the guest reached its init %d.%d s after the create\n' $((ms / 1000)) \
-                $((ms % 1000 / 100))
-        ctl instances console "$id" | tr -d '\r' | sed -n '1,3p' | cut -c1-110
-        echo "..."
-        ctl instances console "$id" | tr -d '\r' | grep -E 'Run /init|vgpud-guest:'
-
-        say "Stop it: QMP system_powerdown, the guest's acpid powers it off (no kill)"
-        ctl instances stop "$id" | grep -E '^(id|name|state) '
-        ctl instances console "$id" | tr -d '\r' | grep -E 'power button|reboot: Power down'
-
-        say "Delete it: the record, its files, its sockets and its QEMU are gone"
-        ctl instances delete "$id"
-        ctl instances list
-        run ls -A "$work/vm-data/instances" "$work/vm-run/instances"
-        printf 'left behind: %s instance directories, %s runtime directories, %s qemu processes\n' \
-                "$(count "$work/vm-data/instances")" "$(count "$work/vm-run/instances")" \
-                "$(vmm_pids | wc -l)"
-        stop_vgpud
-fi
-
 say "Start vgpud against the simulated host, fake-qemu as its VMM"
 echo "(fake-qemu answers QMP like a VM that boots at once; a VF of the simulator cannot go to"
 echo " a real QEMU)"
@@ -104,11 +54,9 @@ mkdir -p "$work/images"
 echo "fake-qemu never reads this kernel" >"$work/images/vmlinuz"
 write_config sim "$mnt/data" "$fake_qemu" "$work/images"
 start_vgpud sim
-if [ -z "${VGPUD_TOKEN:-}" ]; then
-        show "export VGPUD_TOKEN=\$(vgpuctl token mint --secret-file $work/jwt.secret --sub demo)"
-        VGPUD_TOKEN=$(vgpuctl token mint --secret-file "$work/jwt.secret" --sub demo)
-        export VGPUD_TOKEN
-fi
+show "export VGPUD_TOKEN=\$(vgpuctl token mint --secret-file $work/jwt.secret --sub demo)"
+VGPUD_TOKEN=$(vgpuctl token mint --secret-file "$work/jwt.secret" --sub demo)
+export VGPUD_TOKEN
 
 say "Capacity: every profile and how many vGPUs of it the host can place now"
 ctl resources | sed -n '1,12p'

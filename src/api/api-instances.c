@@ -97,6 +97,10 @@ int api_instance_json(const InstanceRecord *r, json_t **ret)
                                       json_pack("{s:s, s:I}", "image", r->disk.image, "size_gb",
                                                 (json_int_t)r->disk.size_gb)) < 0)
                 return -ENOMEM;
+        /* SEED-4: the keys' fingerprints and whether user data was given, never the data. */
+        if (instance_record_wants_seed(r) &&
+            json_set(o, "cloud_init", seed_cloud_init_to_json(&r->cloud_init)) < 0)
+                return -ENOMEM;
         *ret = TAKE_PTR(o);
         return 0;
 }

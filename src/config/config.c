@@ -190,6 +190,9 @@ static const ConfigKey config_keys[] = {
     {STRING("network.nat.subnet", network.nat.subnet, RULE_SUBNET)},
     {BOOL("network.nat.isolate", network.nat.isolate)},
     {STRING("network.nat.port_range", network.nat.port_range, RULE_PORT_RANGE)},
+    /* SEED-2: the size cap is checked when a seed reads the file, which may change meanwhile. */
+    {SECTION("cloud_init")},
+    {STRING("cloud_init.vendor_data_file", cloud_init.vendor_data_file, RULE_PATH_OR_EMPTY)},
 };
 
 #define N_KEYS ELEMENTSOF(config_keys)
@@ -348,6 +351,7 @@ int config_init_defaults(Config *ret)
             {offsetof(Config, network.nat.bridge), "vgpud0"},
             {offsetof(Config, network.nat.subnet), "10.233.0.0/24"},
             {offsetof(Config, network.nat.port_range), "20000-29999"},
+            {offsetof(Config, cloud_init.vendor_data_file), ""},
         };
         _cleanup_(config_done) Config c = {
             .unix_socket_mode = 0600,

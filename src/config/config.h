@@ -163,6 +163,12 @@ typedef struct ConfigNetwork {
         char *dnsmasq_binary; /* absolute path, default /usr/sbin/dnsmasq */
 } ConfigNetwork;
 
+/* cloud_init.* (SEED-2). */
+typedef struct ConfigCloudInit {
+        /* absolute path or "" (none): the vendor-data of every seed, read when a seed is made */
+        char *vendor_data_file;
+} ConfigCloudInit;
+
 /*
  * Every key of CFG-3. Strings are owned by the Config and never NULL once it is initialised;
  * "" means "disabled" where CFG-3 allows empty (listen, unix_socket, nvml_library). Directory
@@ -194,6 +200,7 @@ typedef struct Config {
         ConfigGpu gpu;
         ConfigPlacement placement;
         ConfigNetwork network;
+        ConfigCloudInit cloud_init;
 } Config;
 
 /* Fills *ret with the CFG-3 defaults. -ENOMEM. */

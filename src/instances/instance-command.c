@@ -2,8 +2,8 @@
 /*
  * From an instance record to the QEMU command as data (decision 12, VMM-1). Pure: no file is
  * opened and nothing is allocated, so the golden tests (tests/data/golden/vmm/<case>.json ->
- * <case>.txt) pin exactly what a start spawns. The storage, network and seed steps of later
- * issues add their drives and NIC here, from what the record says the instance owns.
+ * <case>.txt) pin exactly what a start spawns: the drives, the seed and the NIC come from what
+ * the record says the instance owns.
  */
 #include "instances/instance-internal.h"
 
@@ -117,6 +117,25 @@ int instance_command_build(const InstanceRecord *rec, const Config *config,
                                                           .read_only = true,
                                                           .fd = files->disk,
                                                           .device = VMM_DRIVE_VIRTIO_BLK});
+                if (r < 0)
+                        return error_set(error, r, "QEMU command line: %s", strerror(-r));
+        }
+
+        /* SEED-2: the NoCloud seed, raw and read-only, on the AHCI bus as a CD-ROM, so that
+         * Linux and Windows guests find it. */
+        bool seed = instance_record_wants_seed(rec);
+        if (seed && files->seed < 0)
+                return error_set(error, -EINVAL, "QEMU command line: the seed is not open");
+        if (!seed && files->seed >= 0)
+                return error_set(error, -EINVAL,
+                                 "QEMU command line: a seed is open but the record wants none");
+        if (seed) {
+                r = vmm_command_add_drive(&c, &(VmmDrive){.node_name = "seed",
+                                                          .format = VMM_DRIVE_RAW,
+                                                          .read_only = true,
+                                                          .fd = files->seed,
+                                                          .device = VMM_DRIVE_IDE_CD,
+                                                          .bus = "ide.1"});
                 if (r < 0)
                         return error_set(error, r, "QEMU command line: %s", strerror(-r));
         }

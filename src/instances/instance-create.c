@@ -592,6 +592,15 @@ static int spawn_run(void *data, char **error)
                                          file_strerror(d->files.root));
                 d->files.root_direct = takes_direct_io(dfd, ROOT_OVERLAY);
         }
+        /* SEED-2: the seed the seed step wrote, read-only, by descriptor like every drive. */
+        if (instance_record_wants_seed(&d->rec)) {
+                closep(&d->files.seed);
+                d->files.seed = open_own_file_at(dfd, INSTANCE_SEED_FILE, O_RDONLY, 0);
+                if (d->files.seed < 0)
+                        return error_set(error, d->files.seed,
+                                         "open cloud-init seed %s/" INSTANCE_SEED_FILE ": %s", id,
+                                         file_strerror(d->files.seed));
+        }
         /* DISK-8: each attached volume by descriptor, read-only where the record says so. */
         for (size_t k = 0; k < d->rec.n_volumes; k++) {
                 const InstanceVolume *v = &d->rec.volumes[k];
@@ -819,23 +828,15 @@ static const Step step_wait_ready = {.name = "wait_ready", .run = wait_ready_run
 /* ---- the lists ----------------------------------------------------------------------------- */
 
 static const Step *const create_steps[] = {
-    &step_insert, &step_check_paths,  &step_admit, &step_write_creating, &step_root_overlay,
-    &step_claim,  &instance_step_tap, &step_spawn, &step_wait_ready,     &step_write_running,
-    NULL,
+    &step_insert,       &step_check_paths,   &step_admit,         &step_write_creating,
+    &step_root_overlay, &instance_step_seed, &step_claim,         &instance_step_tap,
+    &step_spawn,        &step_wait_ready,    &step_write_running, NULL,
 };
 
 static const Step *const start_steps[] = {
-    &step_release_last,
-    &step_clear_last,
-    &step_check_paths,
-    &step_admit,
-    &step_write_creating,
-    &step_claim,
-    &instance_step_tap,
-    &step_spawn,
-    &step_wait_ready,
-    &step_write_running,
-    NULL,
+    &step_release_last,   &step_clear_last,    &step_check_paths,   &step_admit,
+    &step_write_creating, &instance_step_seed, &step_claim,         &instance_step_tap,
+    &step_spawn,          &step_wait_ready,    &step_write_running, NULL,
 };
 
 /* ---- the entry points ---------------------------------------------------------------------- */
@@ -1016,7 +1017,8 @@ int instance_manager_create(InstanceManager *m, const InstanceSpec *spec, Instan
                 r = -ENOMEM;
         if (r >= 0 && (strdup_nullable(spec->placement.consumer, &rec->placement.consumer) < 0 ||
                        strdup_nullable(spec->placement.gpu, &rec->placement.gpu) < 0 ||
-                       strdup_nullable(spec->disk.image, &rec->disk.image) < 0))
+                       strdup_nullable(spec->disk.image, &rec->disk.image) < 0 ||
+                       seed_cloud_init_copy(&spec->cloud_init, &rec->cloud_init) < 0))
                 r = -ENOMEM;
         rec->disk.size_gb = disk_gb;
         if (r >= 0 && spec->n_volumes > 0) {

@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * The record's device fields (INST-2): the root disk (DISK-5), volumes (DISK-8), the NIC
- * (NET-1, NET-2, NET-5) and the cloud-init input (SEED-1). Nothing acts on them yet; they are
- * read strictly, kept and written back unchanged, so that the issues that give them behaviour
- * only add behaviour. Their shapes are checked here (types, enumerations, lengths, counts);
- * rules that tie them to the host (a bridge listed in network.bridges, a free address) are the
- * create path's.
+ * (NET-1, NET-2, NET-5) and the cloud-init input (SEED-1): read strictly, kept and written back
+ * unchanged. Their shapes are checked here (types, enumerations, lengths, counts; cloud_init by
+ * the seed module's own check, the same one a create body passes); rules that tie them to the
+ * host (a bridge listed in network.bridges, a free address) are the create path's.
  */
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -61,10 +60,7 @@ void instance_devices_done(InstanceRecord *r)
         r->volumes = NULL;
         r->n_volumes = 0;
         instance_network_done(&r->network);
-        strv_free(r->cloud_init.ssh_authorized_keys);
-        free(r->cloud_init.user_data);
-        free(r->cloud_init.hostname);
-        r->cloud_init = (InstanceCloudInit){0};
+        seed_cloud_init_done(&r->cloud_init);
 }
 
 static int memdup_array(const void *from, size_t n, size_t size, void **ret)
@@ -96,20 +92,22 @@ int instance_network_copy(const InstanceNetwork *n, InstanceNetwork *ret)
 
 int instance_devices_copy(const InstanceRecord *from, InstanceRecord *to)
 {
-        const InstanceCloudInit *c = &from->cloud_init;
         to->disk.size_gb = from->disk.size_gb;
         to->n_volumes = from->n_volumes;
         if (strdup_nullable(from->disk.image, &to->disk.image) < 0 ||
             memdup_array(from->volumes, from->n_volumes, sizeof *from->volumes,
                          (void **)&to->volumes) < 0 ||
             instance_network_copy(&from->network, &to->network) < 0 ||
-            strv_copy(c->ssh_authorized_keys, &to->cloud_init.ssh_authorized_keys) < 0 ||
-            strdup_nullable(c->user_data, &to->cloud_init.user_data) < 0 ||
-            strdup_nullable(c->hostname, &to->cloud_init.hostname) < 0) {
+            seed_cloud_init_copy(&from->cloud_init, &to->cloud_init) < 0) {
                 instance_devices_done(to);
                 return -ENOMEM;
         }
         return 0;
+}
+
+bool instance_record_wants_seed(const InstanceRecord *r)
+{
+        return r->disk.image || !seed_cloud_init_is_empty(&r->cloud_init);
 }
 
 /* ---- the tables and each element's check --------------------------------------------------- */
@@ -202,29 +200,6 @@ const JsonField instance_network_body_fields[] = {
     {"ports", JSON_FIELD_ARRAY, false, JSON_AT(InstanceNetworkView, ports),
      .max = INSTANCE_PORTS_MAX, .element_type = JSON_FIELD_OBJECT, .element_fields = port_fields,
      .element_size = sizeof(InstancePortView), .each = port_check},
-    {NULL},
-};
-
-/* SEED-1: a key line has no control byte (so no newline could add a second key). */
-static int ssh_key_check(const void *element, const char *path, void *view, int code, char **error)
-{
-        const char *key = *(const char *const *)element;
-        if (!key[0])
-                return error_set(error, code, "%s must not be empty", path);
-        for (const char *c = key; *c; c++)
-                if ((unsigned char)*c < 0x20 || *c == 0x7f)
-                        return error_set(error, code, "%s must not contain control characters",
-                                         path);
-        return 0;
-}
-
-const JsonField instance_cloud_init_fields[] = {
-    {"ssh_authorized_keys", JSON_FIELD_ARRAY, false,
-     JSON_AT(InstanceCloudInitView, ssh_authorized_keys), .max = INSTANCE_SSH_KEYS_MAX,
-     .element_type = JSON_FIELD_STRING, .element_max = INSTANCE_SSH_KEY_MAX, .each = ssh_key_check},
-    {"user_data", JSON_FIELD_STRING, false, JSON_AT(InstanceCloudInitView, user_data),
-     .max = INSTANCE_USER_DATA_MAX},
-    {"hostname", JSON_FIELD_STRING, false, JSON_AT(InstanceCloudInitView, hostname)},
     {NULL},
 };
 
@@ -335,26 +310,6 @@ int instance_network_from_view(const InstanceNetworkView *v, json_t *o, int code
         return 0;
 }
 
-static int cloud_init_from_view(const InstanceCloudInitView *v, int code, InstanceCloudInit *ret,
-                                char **error)
-{
-        /* SEED-1: the guest's host name follows INST-4, as the instance name does. */
-        if (v->hostname && !instance_name_is_valid(v->hostname))
-                return error_set(error, code,
-                                 "cloud_init.hostname must match "
-                                 "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$");
-        InstanceCloudInit c = {0};
-        if (json_strings(v->ssh_authorized_keys, &c.ssh_authorized_keys) < 0 ||
-            strdup_nullable(v->user_data, &c.user_data) < 0 ||
-            strdup_nullable(v->hostname, &c.hostname) < 0) {
-                strv_free(c.ssh_authorized_keys);
-                free(c.user_data);
-                return error_set_oom(error);
-        }
-        *ret = c;
-        return 0;
-}
-
 int instance_devices_from_view(const InstanceDevicesView *v, int code, InstanceRecord *r,
                                char **error)
 {
@@ -363,8 +318,8 @@ int instance_devices_from_view(const InstanceDevicesView *v, int code, InstanceR
             (k = volumes_from_json(v->volumes, code, r, error)) < 0 ||
             (v->network && (k = instance_network_from_view(&v->network_v, v->network, code,
                                                            &r->network, error)) < 0) ||
-            (v->cloud_init &&
-             (k = cloud_init_from_view(&v->cloud_init_v, code, &r->cloud_init, error)) < 0))
+            (v->cloud_init && (k = seed_cloud_init_from_json(v->cloud_init, "cloud_init", code,
+                                                             &r->cloud_init, error)) < 0))
                 return k;
         return 0;
 }

@@ -32,6 +32,7 @@ void instance_boot_files_close(InstanceBootFiles *f)
         closep(&f->initrd);
         closep(&f->disk);
         closep(&f->root);
+        closep(&f->seed);
         for (size_t i = 0; i < f->n_volumes; i++)
                 closep(&f->volumes[i]);
         *f = INSTANCE_BOOT_FILES_NONE;

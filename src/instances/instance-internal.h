@@ -299,6 +299,14 @@ typedef struct Step {
  */
 extern const Step instance_step_tap;
 
+/*
+ * SEED-2 as a step of create and start, after the Creating record and before the spawn (which
+ * opens the file): the seed rendered from the record and written crash-safely to <id>/seed.iso
+ * on the disk pool, for an instance that wants one (instance_record_wants_seed()). A failure
+ * (the vendor-data file unreadable, say) is a 500 naming it (instance-seed.c).
+ */
+extern const Step instance_step_seed;
+
 /* A step's continuation after a record write, a job on the disk pool or a release. */
 typedef void (*OpStep)(Op *op, int r, const char *error);
 

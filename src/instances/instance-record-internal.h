@@ -51,24 +51,17 @@ typedef struct InstanceNetworkView {
         json_t *dns, *ports;
 } InstanceNetworkView;
 
-typedef struct InstanceCloudInitView {
-        json_t *ssh_authorized_keys;
-        const char *user_data, *hostname;
-} InstanceCloudInitView;
-
 /* The record's view of its device fields: each object, and what its table read from it. */
 typedef struct InstanceDevicesView {
         json_t *disk, *volumes, *network, *cloud_init;
         InstanceDiskView disk_v;
         InstanceNetworkView network_v;
-        InstanceCloudInitView cloud_init_v;
 } InstanceDevicesView;
 
 /* The tables the record's own table refers to, and the check of each volume. */
 extern const JsonField instance_disk_fields[];
 extern const JsonField instance_volume_fields[];
 extern const JsonField instance_network_fields[];
-extern const JsonField instance_cloud_init_fields[];
 /* NET-1: the create body's "network" (instance_network_fields without the derived mac). */
 extern const JsonField instance_network_body_fields[];
 /*
@@ -90,32 +83,31 @@ int instance_volume_check(const void *element, const char *path, void *view, int
 
 /* The record's table entries of the device fields, for a view type holding an
  * InstanceDevicesView as member. */
-#define INSTANCE_DEVICE_FIELDS(type, member)                                              \
-        {"disk",                                                                          \
-         JSON_FIELD_OBJECT,                                                               \
-         false,                                                                           \
-         JSON_AT(type, member.disk),                                                      \
-         .fields = instance_disk_fields,                                                  \
-         .nested_offset = JSON_AT(type, member.disk_v)},                                  \
-            {"volumes",                                                                   \
-             JSON_FIELD_ARRAY,                                                            \
-             false,                                                                       \
-             JSON_AT(type, member.volumes),                                               \
-             .max = INSTANCE_VOLUMES_MAX,                                                 \
-             .element_type = JSON_FIELD_OBJECT,                                           \
-             .element_fields = instance_volume_fields,                                    \
-             .element_size = sizeof(InstanceVolumeView),                                  \
-             .each = instance_volume_check},                                              \
-            {"network",                                                                   \
-             JSON_FIELD_OBJECT,                                                           \
-             false,                                                                       \
-             JSON_AT(type, member.network),                                               \
-             .fields = instance_network_fields,                                           \
-             .nested_offset = JSON_AT(type, member.network_v)},                           \
-        {                                                                                 \
-                "cloud_init", JSON_FIELD_OBJECT, false, JSON_AT(type, member.cloud_init), \
-                    .fields = instance_cloud_init_fields,                                 \
-                    .nested_offset = JSON_AT(type, member.cloud_init_v)                   \
+#define INSTANCE_DEVICE_FIELDS(type, member)                                             \
+        {"disk",                                                                         \
+         JSON_FIELD_OBJECT,                                                              \
+         false,                                                                          \
+         JSON_AT(type, member.disk),                                                     \
+         .fields = instance_disk_fields,                                                 \
+         .nested_offset = JSON_AT(type, member.disk_v)},                                 \
+            {"volumes",                                                                  \
+             JSON_FIELD_ARRAY,                                                           \
+             false,                                                                      \
+             JSON_AT(type, member.volumes),                                              \
+             .max = INSTANCE_VOLUMES_MAX,                                                \
+             .element_type = JSON_FIELD_OBJECT,                                          \
+             .element_fields = instance_volume_fields,                                   \
+             .element_size = sizeof(InstanceVolumeView),                                 \
+             .each = instance_volume_check},                                             \
+            {"network",                                                                  \
+             JSON_FIELD_OBJECT,                                                          \
+             false,                                                                      \
+             JSON_AT(type, member.network),                                              \
+             .fields = instance_network_fields,                                          \
+             .nested_offset = JSON_AT(type, member.network_v)},                          \
+        {                                                                                \
+                /* SEED-1: read and checked by the seed module, the one validator */     \
+                "cloud_init", JSON_FIELD_OBJECT, false, JSON_AT(type, member.cloud_init) \
         }
 
 /* Takes the device fields the table read into r, after checking their values. */

@@ -160,6 +160,7 @@ void instance_spec_done(InstanceSpec *s)
         for (size_t i = 0; i < s->n_volumes; i++)
                 free(s->volumes[i].volume);
         instance_network_done(&s->network);
+        seed_cloud_init_done(&s->cloud_init);
         *s = (InstanceSpec){0};
 }
 
@@ -777,7 +778,7 @@ int instance_record_to_json(const InstanceRecord *r, char **ret, size_t *ret_siz
 typedef struct SpecKeys {
         const char *name, *image;
         json_int_t vcpus, memory_mb, disk_gb;
-        json_t *boot, *gpu, *placement, *volumes, *network;
+        json_t *boot, *gpu, *placement, *volumes, *network, *cloud_init;
         InstanceNetworkView network_v;
 } SpecKeys;
 
@@ -810,6 +811,7 @@ static const JsonField spec_fields[] = {
     {"placement", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, placement)},
     {"network", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, network),
      .fields = instance_network_body_fields, .nested_offset = JSON_AT(SpecKeys, network_v)},
+    {"cloud_init", JSON_FIELD_OBJECT, false, JSON_AT(SpecKeys, cloud_init)}, /* SEED-1 */
     {NULL},
 };
 
@@ -893,6 +895,12 @@ int instance_spec_from_json(const char *body, size_t size, InstanceSpec *ret, ch
                                                error);
                 if (r >= 0)
                         r = instance_network_body_check(&s.network, SPEC_BAD, error);
+                if (r < 0)
+                        return r;
+        }
+        if (v.cloud_init) {
+                r = seed_cloud_init_from_json(v.cloud_init, "cloud_init", SPEC_BAD, &s.cloud_init,
+                                              error);
                 if (r < 0)
                         return r;
         }

@@ -24,6 +24,7 @@
 #include <sys/types.h>
 
 #include "base/base.h"
+#include "seed/seed.h"
 #include "storage/storage.h"
 
 /* ---- identity and validation (INST-3, INST-4, INST-5, INST-6, INST-7) ----------------------- */
@@ -105,9 +106,6 @@ typedef struct InstancePlacement {
 #define INSTANCE_VOLUMES_MAX 8                 /* DISK-8 */
 #define INSTANCE_PORTS_MAX 16                  /* NET-1 */
 #define INSTANCE_DNS_MAX 8                     /* resolv.conf reads 3; room beyond, and a bound */
-#define INSTANCE_SSH_KEYS_MAX 64               /* SEED-1 */
-#define INSTANCE_SSH_KEY_MAX 16384             /* SEED-1: bytes of one key line */
-#define INSTANCE_USER_DATA_MAX 65536           /* SEED-1 */
 #define INSTANCE_DISK_GB_MAX UINT64_C(1048576) /* 1 PiB: any storage.max_disk_gb fits below */
 
 /* DISK-5: the root disk. image NULL: none. */
@@ -157,11 +155,8 @@ typedef struct InstanceNetwork {
         size_t n_ports;
 } InstanceNetwork;
 
-/* SEED-1: the seed's input, as given. */
-typedef struct InstanceCloudInit {
-        char **ssh_authorized_keys; /* NULL-terminated; NULL when none */
-        char *user_data, *hostname;
-} InstanceCloudInit;
+/* SEED-1: the seed's input, as given (the seed module's type; its check is the one check). */
+typedef SeedCloudInit InstanceCloudInit;
 
 typedef struct InstanceHypervisor {
         pid_t pid;                       /* 0: none */
@@ -204,6 +199,11 @@ int instance_network_copy(const InstanceNetwork *n, InstanceNetwork *ret);
 int instance_boot_copy(const InstanceBoot *from, InstanceBoot *ret);
 /* A deep copy. */
 int instance_record_copy(const InstanceRecord *r, InstanceRecord *ret);
+/*
+ * SEED-1, SEED-2: whether the instance boots with a cloud-init seed: one with an image always
+ * (host name and network), any other when its cloud_init gives something.
+ */
+bool instance_record_wants_seed(const InstanceRecord *r);
 /* Whether the record holds a claim (gpu.device_path set). */
 bool instance_record_is_claimed(const InstanceRecord *r);
 /* Clears the claim fields (framework, device_path, mdev_uuid, claimed_at), keeps the profile. */
@@ -244,6 +244,8 @@ typedef struct InstanceSpec {
         size_t n_volumes;
         /* NET-1: "network" as given (mode INSTANCE_NETWORK_ABSENT without it; no mac). */
         InstanceNetwork network;
+        /* SEED-1: "cloud_init" as given, checked by seed_cloud_init_check(); empty without. */
+        InstanceCloudInit cloud_init;
 } InstanceSpec;
 
 void instance_spec_done(InstanceSpec *s);
@@ -270,13 +272,14 @@ typedef struct InstanceBootFiles {
         char volume_nodes[INSTANCE_VOLUMES_MAX][sizeof "vol-" + INSTANCE_ID_LEN];
         size_t n_volumes;
         bool volumes_direct;
+        int seed; /* SEED-2: <id>/seed.iso, read-only; opened right before a spawn */
 } InstanceBootFiles;
 
 /* Takes over fd as the next volume's descriptor; -E2BIG past INSTANCE_VOLUMES_MAX. */
 int instance_boot_files_add_volume(InstanceBootFiles *f, const char *id, int fd);
 
 #define INSTANCE_BOOT_FILES_NONE \
-        ((InstanceBootFiles){.kernel = -1, .initrd = -1, .disk = -1, .root = -1})
+        ((InstanceBootFiles){.kernel = -1, .initrd = -1, .disk = -1, .root = -1, .seed = -1})
 
 /*
  * INST-6, blocking (run on a worker): opens each given boot path read-only. A path must lie,
@@ -297,6 +300,7 @@ void instance_boot_files_close(InstanceBootFiles *f);
 #define INSTANCE_QMP_SOCKET "qmp.sock"
 #define INSTANCE_AGENT_SOCKET "agent.sock"
 #define INSTANCE_CONSOLE_SOCKET "console.sock" /* CONS-1 */
+#define INSTANCE_SEED_FILE "seed.iso"          /* SEED-2 */
 #define INSTANCE_DELETED_PREFIX ".deleted-"
 
 /*

@@ -17,6 +17,23 @@ void seed_cloud_init_done(SeedCloudInit *c)
         *c = (SeedCloudInit){0};
 }
 
+int seed_cloud_init_copy(const SeedCloudInit *c, SeedCloudInit *ret)
+{
+        _cleanup_(seed_cloud_init_done) SeedCloudInit n = {0};
+        if (strv_copy(c->ssh_authorized_keys, &n.ssh_authorized_keys) < 0 ||
+            strdup_nullable(c->user_data, &n.user_data) < 0 ||
+            strdup_nullable(c->hostname, &n.hostname) < 0)
+                return -ENOMEM;
+        *ret = n;
+        n = (SeedCloudInit){0};
+        return 0;
+}
+
+bool seed_cloud_init_is_empty(const SeedCloudInit *c)
+{
+        return !c || (!c->ssh_authorized_keys && !c->user_data && !c->hostname);
+}
+
 /* ---- OpenSSH public key lines ---------------------------------------------------------------- */
 
 /* SEED-1's key types: what OpenSSH's authorized_keys takes without options. */

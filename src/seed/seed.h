@@ -49,6 +49,12 @@ typedef struct SeedCloudInit {
 /* Frees the members (not c itself) and zeroes c; c may be NULL. */
 void seed_cloud_init_done(SeedCloudInit *c);
 
+/* A deep copy into *ret; -ENOMEM. */
+int seed_cloud_init_copy(const SeedCloudInit *c, SeedCloudInit *ret);
+
+/* Whether anything was given: an empty object is the same as none. */
+bool seed_cloud_init_is_empty(const SeedCloudInit *c);
+
 /*
  * Reads a create body's `cloud_init` object (SEED-1): only the keys ssh_authorized_keys (an
  * array of strings), user_data and hostname (strings), each as seed_cloud_init_check() says.

@@ -40,8 +40,10 @@
 # Progress: one line per stage on stderr ("build-image: [3/7] ...").
 set -eu
 
+# resolvconf: ifupdown hands it the seed's name servers and search domain (SEED-3), which
+# would otherwise stay in /etc/network/interfaces.d, unused by the guest's resolver.
 PACKAGES="systemd-sysv udev dbus cloud-init openssh-server linux-image-amd64
-initramfs-tools ifupdown isc-dhcp-client iproute2 netbase e2fsprogs kmod procps"
+initramfs-tools ifupdown isc-dhcp-client resolvconf iproute2 netbase e2fsprogs kmod procps"
 SUITE=bookworm
 STAGES=7
 
@@ -95,8 +97,10 @@ mkdir -p "$out/debs"
 
 [ "$(id -u)" -eq 0 ] || die "mmdebstrap's root mode needs root (see the top of this script)"
 # ---- base tree: everything but the agent, cached as base.tar by the hash of this block ----
-base_key=$(sed -n '/^# ---- base tree/,/^# ---- end of base tree/p' "$self" | sha256sum |
-        cut -d' ' -f1)
+base_key=$({
+        sed -n '/^# ---- base tree/,/^# ---- end of base tree/p' "$self"
+        echo "$PACKAGES $SUITE"
+} | sha256sum | cut -d' ' -f1)
 if [ -f "$out/base.tar" ] && [ "$(cat "$out/base.stamp" 2>/dev/null)" = "$base_key" ]; then
         stage 1 "base tree: cached ($out/base.tar)"
 else

@@ -289,7 +289,9 @@ static const char default_dump[] = "listen: \"127.0.0.1:8080\"\n"
                                    "    bridge: \"vgpud0\"\n"
                                    "    subnet: \"10.233.0.0/24\"\n"
                                    "    isolate: true\n"
-                                   "    port_range: \"20000-29999\"\n";
+                                   "    port_range: \"20000-29999\"\n"
+                                   "cloud_init:\n"
+                                   "  vendor_data_file: \"\"\n";
 
 /* CFG-2 (--check-config shows the result), CFG-3 */
 static void test_dump_defaults(void **state)
@@ -359,7 +361,9 @@ static const char poison_yaml[] = "listen: \"[::1]:9090\"\n"
                                   "    bridge: poison0\n"
                                   "    subnet: 192.168.0.0/16\n"
                                   "    isolate: false\n"
-                                  "    port_range: 80-80\n";
+                                  "    port_range: 80-80\n"
+                                  "cloud_init:\n"
+                                  "  vendor_data_file: /poison/vendor-data\n";
 
 /* CFG-1, CFG-3: a file with every key, nested mappings for the dotted keys */
 static void test_every_key_loads(void **state)
@@ -424,6 +428,8 @@ static void test_every_key_loads(void **state)
         assert_string_equal(c->network.nat.subnet, "192.168.0.0/16");
         assert_false(c->network.nat.isolate);
         assert_string_equal(c->network.nat.port_range, "80-80");
+        /* SEED-2 */
+        assert_string_equal(c->cloud_init.vendor_data_file, "/poison/vendor-data");
 
         /* every line of its dump but the section headers differs from the default dump */
         _cleanup_free_ char *text = dump(c);
@@ -448,7 +454,7 @@ static void test_every_key_loads(void **state)
         }
         assert_null(a);
         assert_null(b);
-        assert_int_equal(lines, 60);
+        assert_int_equal(lines, 62);
 }
 
 /* OPS-5: the shipped example has every key, each at its default */
@@ -1046,6 +1052,9 @@ static void test_network(void **state)
                    "vgpud.yaml:2:12: network.bridges must be a list of at most 64 interface "
                    "names, got \"br-lan\"");
         value_fails("network.dnsmasq_binary", "dnsmasq", "an absolute path", "\"dnsmasq\"");
+        /* SEED-2, CFG-4 */
+        value_fails("cloud_init.vendor_data_file", "vendor.yaml", "an absolute path, or empty",
+                    "\"vendor.yaml\"");
 }
 
 /* INST-6, DISK-1 (decision in CFG-3): image_dirs is a list of absolute paths, <data_dir>/import

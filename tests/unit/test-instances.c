@@ -774,10 +774,10 @@ static void test_device_fields_refused(void **state)
         _cleanup_free_ char *nine = mutate(base, "\"vcpus\": 4", to);
         assert_record_refused(nine, strlen(nine), "volumes must hold at most 8 entries");
 
-        _cleanup_free_ char *too_many = with_keys(INSTANCE_SSH_KEYS_MAX + 1, 16);
+        _cleanup_free_ char *too_many = with_keys(SEED_SSH_KEYS_MAX + 1, 16);
         assert_record_refused(too_many, strlen(too_many),
                               "cloud_init.ssh_authorized_keys must hold at most 64 entries");
-        _cleanup_free_ char *too_long = with_keys(1, INSTANCE_SSH_KEY_MAX + 1);
+        _cleanup_free_ char *too_long = with_keys(1, SEED_SSH_KEY_MAX + 1);
         assert_record_refused(too_long, strlen(too_long),
                               "cloud_init.ssh_authorized_keys[0] must be at most 16384 bytes");
 }
@@ -785,20 +785,26 @@ static void test_device_fields_refused(void **state)
 /* GEN-5: the largest record the device fields allow fits INSTANCE_RECORD_MAX, with room. */
 static void test_record_max_fits(void **state)
 {
-        /* Keys whose every byte is written escaped: the worst a key can cost as JSON. */
-        _cleanup_free_ char *key = malloc(INSTANCE_SSH_KEY_MAX + 1);
+        /* Keys whose comment fills the line with quotes, each written escaped: the worst a key
+         * that passes SEED-1 can cost as JSON. */
+        static const char head[] =
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAID0oh26XIkYjYeeyjD0ClpU85ChzV0DKTzSjh4oVXB8V ";
+        _cleanup_free_ char *key = malloc(SEED_SSH_KEY_MAX + 1);
         assert_non_null(key);
-        memset(key, '"', INSTANCE_SSH_KEY_MAX);
-        key[INSTANCE_SSH_KEY_MAX] = 0;
+        memcpy(key, head, sizeof head - 1);
+        memset(key + sizeof head - 1, '"', SEED_SSH_KEY_MAX - (sizeof head - 1));
+        key[SEED_SSH_KEY_MAX] = 0;
         _cleanup_(instance_record_done) InstanceRecord rec = {0};
         parse_ok(example, &rec);
-        for (size_t i = 0; i < INSTANCE_SSH_KEYS_MAX; i++)
+        for (size_t i = 0; i < SEED_SSH_KEYS_MAX; i++)
                 assert_int_equal(strv_push(&rec.cloud_init.ssh_authorized_keys, key), 0);
-        /* user_data of control bytes, each written as \u00XX. */
-        rec.cloud_init.user_data = malloc(INSTANCE_USER_DATA_MAX + 1);
-        assert_non_null(rec.cloud_init.user_data);
-        memset(rec.cloud_init.user_data, 0x01, INSTANCE_USER_DATA_MAX);
-        rec.cloud_init.user_data[INSTANCE_USER_DATA_MAX] = 0;
+        /* user_data of control bytes after its first line, each written as \u00XX. A record
+         * keeps keys and user data apart (SEED-1), so the two are measured one at a time. */
+        _cleanup_free_ char *user_data = malloc(SEED_USER_DATA_MAX + 1);
+        assert_non_null(user_data);
+        memset(user_data, 0x01, SEED_USER_DATA_MAX);
+        memcpy(user_data, "#cloud-config\n", strlen("#cloud-config\n"));
+        user_data[SEED_USER_DATA_MAX] = 0;
         rec.volumes = calloc(INSTANCE_VOLUMES_MAX, sizeof *rec.volumes);
         assert_non_null(rec.volumes);
         for (size_t i = 0; i < INSTANCE_VOLUMES_MAX; i++) {
@@ -812,6 +818,11 @@ static void test_record_max_fits(void **state)
         assert_true(n <= INSTANCE_RECORD_MAX);
         /* The margin the cap's comment promises: more than a tenth is left. */
         assert_true(n < INSTANCE_RECORD_MAX - INSTANCE_RECORD_MAX / 10);
+
+        strv_free(TAKE_PTR(rec.cloud_init.ssh_authorized_keys));
+        rec.cloud_init.user_data = TAKE_PTR(user_data);
+        _cleanup_free_ char *out_ud = encode(&rec);
+        assert_true(strlen(out_ud) < INSTANCE_RECORD_MAX - INSTANCE_RECORD_MAX / 10);
 }
 
 typedef enum BadRecord {
@@ -1325,6 +1336,35 @@ static const char spec_placement[] =
     "\"placement\": {\"consumer\": \"" CONSUMER "\", \"gpu\": \"0000:e3:00.0\"}}";
 
 /* FLEET-6, API-9: the create key is taken, both of its keys kept. */
+/* SEED-1: the body's cloud_init, read by the seed module's validator, naming the field */
+static void test_spec_cloud_init(void **state)
+{
+        static const char body[] =
+            "{\"name\": \"web-1\", \"vcpus\": 1, \"memory_mb\": 512, \"image\": \"noble\", "
+            "\"cloud_init\": {\"ssh_authorized_keys\": [\"ssh-ed25519 "
+            "AAAAC3NzaC1lZDI1NTE5AAAAID0oh26XIkYjYeeyjD0ClpU85ChzV0DKTzSjh4oVXB8V ops\"], "
+            "\"hostname\": \"web\"}}";
+        _cleanup_(instance_spec_done) InstanceSpec s = {0};
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(instance_spec_from_json(body, strlen(body), &s, &error), 0);
+        assert_int_equal(strv_length(s.cloud_init.ssh_authorized_keys), 1);
+        assert_string_equal(s.cloud_init.hostname, "web");
+        assert_null(s.cloud_init.user_data);
+
+        static const Refusal refusals[] = {
+            {"\"hostname\": \"web\"", "\"hostname\": \"Web\"", "cloud_init.hostname must match"},
+            {"\"hostname\": \"web\"", "\"hostname\": \"web\", \"user_data\": \"#!/bin/sh\"",
+             "cloud_init.ssh_authorized_keys must not be given with cloud_init.user_data"},
+            {" ops\"]", " ops\", \"ssh-rsa AAAA\"]",
+             "cloud_init.ssh_authorized_keys[1]: the key is not a ssh-rsa key"},
+            {"\"hostname\": \"web\"", "\"colour\": \"red\"", "unknown key \"cloud_init.colour\""},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(refusals); i++) {
+                _cleanup_free_ char *text = mutate(body, refusals[i].from, refusals[i].to);
+                assert_spec_refused(text, strlen(text), refusals[i].message);
+        }
+}
+
 static void test_spec_placement(void **state)
 {
         _cleanup_(instance_spec_done) InstanceSpec s = {0};
@@ -2329,6 +2369,7 @@ static void test_tree_delete(void **state)
 #define VOLUME_FD 50 /* and on */
 #define TAP_FD 21
 #define VHOST_FD 22
+#define SEED_FD 31
 
 static void load_golden_record(const char *name, InstanceRecord *ret)
 {
@@ -2356,6 +2397,8 @@ static InstanceBootFiles golden_boot_files(const InstanceRecord *rec)
         for (size_t k = 0; k < rec->n_volumes; k++)
                 assert_int_equal(
                     instance_boot_files_add_volume(&f, rec->volumes[k].id, VOLUME_FD + (int)k), 0);
+        if (instance_record_wants_seed(rec))
+                f.seed = SEED_FD;
         return f;
 }
 
@@ -2488,11 +2531,50 @@ static void test_command_image_root(void **state)
         assert_record_golden("image-root", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
 }
 
-/* VMM-1, VMM-2, DISK-8, DISK-9: the root overlay, then each volume in the record's order,
- * qcow2 with its id as serial, read-only as attached (the seed comes with SEED-2) */
+/* VMM-1, VMM-2, DISK-8, DISK-9, SEED-2: the root overlay, then each volume in the record's order,
+ * qcow2 with its id as serial, read-only as attached, then the image's seed */
 static void test_command_image_volumes(void **state)
 {
         assert_record_golden("image-volumes", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* VMM-1, VMM-2, SEED-2, NET-3: root, volumes, then the seed as a read-only raw CD-ROM on
+ * ide.1, then the NIC */
+static void test_command_seed_nic(void **state)
+{
+        assert_record_golden("image-seed-nat", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* VMM-1, SEED-1, SEED-2: a kernel boot with cloud_init gets a seed too, after boot.disk */
+static void test_command_seed_kernel(void **state)
+{
+        assert_record_golden("kernel-cloud-init", CONFIG_QEMU_ACCEL_TCG, DATA_DIR);
+}
+
+/* SEED-2: the seed's descriptor is exactly the record's want: missing, or open without one */
+static void test_command_seed_match(void **state)
+{
+        _cleanup_(instance_record_done) InstanceRecord rec = {0};
+        load_golden_record("image-root", &rec);
+        const Config config = {.qemu_binary = (char *)"/usr/bin/qemu-system-x86_64"};
+        const InstanceCommandPaths paths = {.qmp_socket = rec.hypervisor.qmp_socket,
+                                            .agent_socket = rec.hypervisor.agent_socket,
+                                            .console_log = "/c.log"};
+        InstanceBootFiles files = golden_boot_files(&rec);
+        files.seed = -1;
+        VmmCommand cmd;
+        _cleanup_free_ char *e1 = NULL, *e2 = NULL;
+        assert_int_equal(instance_command_build(&rec, &config, &paths, &files, NULL, &cmd, &e1),
+                         -EINVAL);
+        assert_string_equal(e1, "QEMU command line: the seed is not open");
+
+        _cleanup_(instance_record_done) InstanceRecord plain = {0};
+        load_golden_record("kernel-only", &plain);
+        files = golden_boot_files(&plain);
+        files.seed = SEED_FD;
+        assert_int_equal(instance_command_build(&plain, &config, &paths, &files, NULL, &cmd, &e2),
+                         -EINVAL);
+        assert_string_equal(e2, "QEMU command line: a seed is open but the record wants none");
 }
 
 /* VMM-1, DISK-5, DISK-6: direct kernel boot with the image as root disk, and a read-only
@@ -2693,8 +2775,12 @@ int main(void)
             T(test_command_image_root),
             T(test_command_image_volumes),
             T(test_spec_image),
+            T(test_spec_cloud_init),
             T(test_record_image_without_boot),
             T(test_command_image_kernel_disk),
+            T(test_command_seed_nic),
+            T(test_command_seed_kernel),
+            T(test_command_seed_match),
             T(test_command_kernel_initrd_cmdline_disk),
             T(test_command_accel),
             T(test_command_commas),
