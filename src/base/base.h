@@ -171,6 +171,19 @@ char *strstrip(char *s);
  */
 bool utf8_is_valid(const char *s, size_t n);
 
+/* The two base64 forms vgpud reads (RFC 4648). */
+typedef enum Base64Form {
+        BASE64_PADDED,       /* section 4, as OpenSSH writes a key: whole quanta, '=' at the end */
+        BASE64_URL_UNPADDED, /* section 5 without '=', as JWT (RFC 7515) writes a token's parts */
+} Base64Form;
+
+/*
+ * Decodes s[0..n) strictly: only the form's alphabet, padding exactly where the form puts it,
+ * a length no encoder writes refused, and zero bits in the last character's unused tail (so
+ * each blob has one spelling). -EINVAL otherwise, -ENOMEM; *ret is malloc'd.
+ */
+int base64_decode(const char *s, size_t n, Base64Form form, uint8_t **ret, size_t *ret_size);
+
 /* Number of strings in a NULL-terminated vector. */
 size_t strv_length(char *const *strv);
 

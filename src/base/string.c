@@ -225,3 +225,53 @@ int strdup_nullable(const char *s, char **ret)
         *ret = copy;
         return 0;
 }
+
+static int base64_digit(char c, Base64Form form)
+{
+        if (c >= 'A' && c <= 'Z')
+                return c - 'A';
+        if (c >= 'a' && c <= 'z')
+                return c - 'a' + 26;
+        if (c >= '0' && c <= '9')
+                return c - '0' + 52;
+        if (c == (form == BASE64_URL_UNPADDED ? '-' : '+'))
+                return 62;
+        if (c == (form == BASE64_URL_UNPADDED ? '_' : '/'))
+                return 63;
+        return -EINVAL;
+}
+
+int base64_decode(const char *s, size_t n, Base64Form form, uint8_t **ret, size_t *ret_size)
+{
+        size_t digits = n;
+        if (form == BASE64_PADDED) {
+                if (n == 0 || n % 4 != 0)
+                        return -EINVAL;
+                digits -= s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
+        }
+        if (digits % 4 == 1) /* 6 bits cannot end a byte */
+                return -EINVAL;
+        _cleanup_free_ uint8_t *out = malloc(digits / 4 * 3 + 3);
+        if (!out)
+                return -ENOMEM;
+        size_t k = 0;
+        uint32_t acc = 0;
+        unsigned bits = 0;
+        for (size_t i = 0; i < digits; i++) {
+                int v = base64_digit(s[i], form);
+                if (v < 0)
+                        return -EINVAL;
+                acc = acc << 6 | (uint32_t)v;
+                bits += 6;
+                if (bits >= 8) {
+                        bits -= 8;
+                        out[k++] = (uint8_t)(acc >> bits);
+                        acc &= (1u << bits) - 1;
+                }
+        }
+        if (acc != 0)
+                return -EINVAL;
+        *ret = TAKE_PTR(out);
+        *ret_size = k;
+        return 0;
+}

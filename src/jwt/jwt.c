@@ -136,50 +136,9 @@ int jwt_mint(const JwtSecret *secret, const char *subject, Timestamp now, nsec_t
 
 /* ---- verification -------------------------------------------------------------------------- */
 
-static int base64url_value(char c)
-{
-        if (c >= 'A' && c <= 'Z')
-                return c - 'A';
-        if (c >= 'a' && c <= 'z')
-                return c - 'a' + 26;
-        if (c >= '0' && c <= '9')
-                return c - '0' + 52;
-        if (c == '-')
-                return 62;
-        if (c == '_')
-                return 63;
-        return -1;
-}
-
 int jwt_base64url_decode(const char *s, size_t n, uint8_t **ret, size_t *ret_size)
 {
-        if (n % 4 == 1)
-                return -EINVAL;
-        _cleanup_free_ uint8_t *out = malloc(n / 4 * 3 + 3);
-        if (!out)
-                return -ENOMEM;
-
-        size_t k = 0;
-        uint32_t acc = 0;
-        unsigned bits = 0;
-        for (size_t i = 0; i < n; i++) {
-                int v = base64url_value(s[i]);
-                if (v < 0)
-                        return -EINVAL;
-                acc = acc << 6 | (uint32_t)v;
-                bits += 6;
-                if (bits >= 8) {
-                        bits -= 8;
-                        out[k++] = (uint8_t)(acc >> bits);
-                        acc &= (1u << bits) - 1;
-                }
-        }
-        /* The bits left over pad the last byte out to a whole character: they must be 0. */
-        if (acc != 0)
-                return -EINVAL;
-        *ret = TAKE_PTR(out);
-        *ret_size = k;
-        return 0;
+        return base64_decode(s, n, BASE64_URL_UNPADDED, ret, ret_size);
 }
 
 /* A token part's JSON: decoded, strict, an object. NULL on any failure. */

@@ -47,52 +47,6 @@ static const char *const ssh_key_types[] = {
     "sk-ecdsa-sha2-nistp256@openssh.com",
 };
 
-static int base64_value(char c)
-{
-        if (c >= 'A' && c <= 'Z')
-                return c - 'A';
-        if (c >= 'a' && c <= 'z')
-                return c - 'a' + 26;
-        if (c >= '0' && c <= '9')
-                return c - '0' + 52;
-        if (c == '+')
-                return 62;
-        if (c == '/')
-                return 63;
-        return -EINVAL;
-}
-
-/*
- * Strict padded base64 (RFC 4648 section 4), as OpenSSH writes a key: a multiple of 4
- * characters, '=' only as the last one or two. -EINVAL otherwise; the blob is malloc'd.
- */
-static int base64_decode_padded(const char *s, size_t n, uint8_t **ret, size_t *ret_size)
-{
-        if (n == 0 || n % 4 != 0)
-                return -EINVAL;
-        size_t pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
-        _cleanup_free_ uint8_t *out = malloc(n / 4 * 3);
-        if (!out)
-                return -ENOMEM;
-        size_t m = 0;
-        for (size_t i = 0; i < n; i += 4) {
-                uint32_t v = 0;
-                for (size_t k = 0; k < 4; k++) {
-                        bool padding = i + k >= n - pad;
-                        int d = padding ? 0 : base64_value(s[i + k]);
-                        if (d < 0)
-                                return -EINVAL;
-                        v = v << 6 | (uint32_t)d;
-                }
-                out[m++] = (uint8_t)(v >> 16);
-                out[m++] = (uint8_t)(v >> 8);
-                out[m++] = (uint8_t)v;
-        }
-        *ret_size = m - pad;
-        *ret = TAKE_PTR(out);
-        return 0;
-}
-
 /* U+0000..U+001F, U+007F and the C1 controls U+0080..U+009F (0xc2 0x80..0x9f in UTF-8). */
 static bool has_control_character(const char *s, size_t n)
 {
@@ -156,7 +110,7 @@ static int ssh_key_parse(const char *key, const char *path, int code, SshKey *re
 
         _cleanup_free_ uint8_t *blob = NULL;
         size_t blob_size = 0;
-        int r = base64_decode_padded(rest, b64_len, &blob, &blob_size);
+        int r = base64_decode(rest, b64_len, BASE64_PADDED, &blob, &blob_size);
         if (r == -ENOMEM)
                 return error_set_oom(error);
         if (r < 0)

@@ -1668,6 +1668,47 @@ static void test_utf8_is_valid(void **state)
         assert_true(utf8_is_valid("a\0b", 3));
 }
 
+/* SEED-1's keys and API-13's tokens: one strict base64 decoder, two forms. */
+static void test_base64_decode(void **state)
+{
+        static const struct {
+                const char *in;
+                Base64Form form;
+                const char *out; /* NULL: refused */
+        } cases[] = {
+            {"YWJj", BASE64_PADDED, "abc"},
+            {"YWI=", BASE64_PADDED, "ab"},
+            {"YQ==", BASE64_PADDED, "a"},
+            {"+/8=", BASE64_PADDED, "\xfb\xff"},
+            {"", BASE64_PADDED, NULL},     /* a key's blob is never empty */
+            {"YWI", BASE64_PADDED, NULL},  /* padding missing */
+            {"Y===", BASE64_PADDED, NULL}, /* a lone digit */
+            {"YW=j", BASE64_PADDED, NULL}, /* '=' inside */
+            {"YR==", BASE64_PADDED, NULL}, /* non-zero bits in the tail */
+            {"-_8=", BASE64_PADDED, NULL}, /* the URL alphabet */
+            {"YWJj", BASE64_URL_UNPADDED, "abc"},
+            {"YWI", BASE64_URL_UNPADDED, "ab"},
+            {"-_8", BASE64_URL_UNPADDED, "\xfb\xff"},
+            {"", BASE64_URL_UNPADDED, ""},
+            {"YWI=", BASE64_URL_UNPADDED, NULL},  /* padding */
+            {"YWJjZ", BASE64_URL_UNPADDED, NULL}, /* 1 mod 4 */
+            {"YR", BASE64_URL_UNPADDED, NULL},    /* non-zero bits in the tail */
+            {"+/8", BASE64_URL_UNPADDED, NULL},   /* the standard alphabet */
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ uint8_t *out = NULL;
+                size_t size = 0;
+                int r = base64_decode(cases[i].in, strlen(cases[i].in), cases[i].form, &out, &size);
+                if (!cases[i].out) {
+                        assert_int_equal(r, -EINVAL);
+                        continue;
+                }
+                assert_int_equal(r, 0);
+                assert_int_equal(size, strlen(cases[i].out));
+                assert_memory_equal(out, cases[i].out, size);
+        }
+}
+
 static void test_small_helpers(void **state)
 {
         assert_true(streq("a", "a"));
@@ -1987,6 +2028,7 @@ int main(void)
             cmocka_unit_test(test_strv),
             cmocka_unit_test(test_small_helpers),
             cmocka_unit_test(test_utf8_is_valid),
+            cmocka_unit_test(test_base64_decode),
             cmocka_unit_test(test_error_set_prefix),
             cmocka_unit_test(test_error_setv),
             cmocka_unit_test(test_escape_text),

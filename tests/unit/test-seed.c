@@ -251,9 +251,11 @@ static void test_ssh_key_invalid(void **state)
              "the key after the type must be base64"}, /* length not a multiple of 4 */
             {"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOepdvQSV5Q3FUcTdMcDo5Kwa+pGv93S2cXtJgEk2+f!",
              "the key after the type must be base64"},
+            {"ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDCpPCDTZK81hHVFihUWnjNq2Krxm==",
+             "the key after the type must be base64"}, /* bits set after the last byte */
             {"ssh-ed25519 AA=AC3NzaC1lZDI1NTE5AAAAIOepdvQSV5Q3FUcTdMcDo5Kwa+pGv93S2cXtJgEk2+fi",
              "the key after the type must be base64"}, /* padding inside */
-            {"ssh-ed25519 AAAAB3NzaC1yc2EAAAADAQABAAAAgQDCpPCDTZK81hHVFihUWnjNq2Krxm==",
+            {"ssh-ed25519 AAAAB3NzaC1yc2EAAAADAQABAAAAgQDCpPCDTZK81hHVFihUWnjNq2Krxg==",
              "the key is not a ssh-ed25519 key"},
             {ED25519_PART " ", "must not end with a space"},
             {ED25519_PART " a\nssh-rsa AAAA", "must not contain control characters"},
