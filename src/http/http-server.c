@@ -575,6 +575,8 @@ typedef struct UpgradeHandle {
 static void upgrade_drop(UpgradeHandle *h)
 {
         HttpListener *l = h->listener;
+        if (h->req) /* a session released while its request lasts (the server stopping) */
+                h->req->upgrade = NULL;
         if (h->prev)
                 h->prev->next = h->next;
         else
@@ -1443,11 +1445,8 @@ static void listener_free(HttpListener *l)
                         UpgradeHandle *h = l->upgrades;
                         bool upgraded = h->urh;
                         http_websocket_abort(h->ws);
-                        if (!upgraded) {
-                                if (h->req)
-                                        h->req->upgrade = NULL;
+                        if (!upgraded)
                                 upgrade_drop(h);
-                        }
                         resumed = true;
                 }
                 while (l->suspended_streams) {

@@ -264,10 +264,13 @@ static void follow_read_done(int r, void *data, const char *error, void *userdat
         FollowRead *j = data;
         if (!j)
                 return; /* no deadline is set: the pool never ends this job itself */
-        InstanceConsoleFollow *f = j->f;
+        /* The job lets go of its follower here, before anything below may end and free it. */
+        InstanceConsoleFollow *f = TAKE_PTR(j->f);
         f->reading = NULL;
-        if (f->closed)
-                return; /* freed with the job's data */
+        if (f->closed) {
+                follow_free(f); /* closed while the read ran: it waited for this */
+                return;
+        }
         if (r < 0) {
                 log_line(LOG_LEVEL_WARNING, r, "console follower ended", "instance_id", f->id,
                          "error", error, NULL);
@@ -290,10 +293,11 @@ static void follow_read_free(void *data)
         FollowRead *j = data;
         InstanceConsoleFollow *f = j->f;
         /* Without a done() (the pool is being freed) the read is over all the same. */
-        if (f->reading == j)
+        if (f) {
                 f->reading = NULL;
-        if (f->closed && !f->reading)
-                follow_free(f);
+                if (f->closed)
+                        follow_free(f);
+        }
         free(j->data);
         free(j);
 }
