@@ -988,6 +988,15 @@ static int resolve_drives(ArgsState *s, char **error)
                         s->args.n_readonly_drives++;
                 else
                         s->args.n_writable_drives++;
+                /* For the block layer over QMP: the node, its device and its descriptor. */
+                if (s->args.n_drives < FQ_ARGS_DRIVES_MAX && strlen(n->name) < 32) {
+                        FqArgsDrive *d = &s->args.drives[s->args.n_drives++];
+                        *d = (FqArgsDrive){.set = n->set, .fd = -1, .read_only = n->read_only};
+                        snprintf(d->node, sizeof d->node, "%s", n->name);
+                        for (size_t f = 0; f < s->n_fdsets; f++)
+                                if (s->fdsets[f].id == n->set)
+                                        d->fd = s->fdsets[f].fd;
+                }
         }
         return 0;
 }

@@ -43,6 +43,19 @@ static int add_nic(VmmCommand *c, const InstanceRecord *rec, const InstanceNicFi
         return 0;
 }
 
+VmmDrive instance_volume_drive(const InstanceVolume *v, const char *node, int fd, bool direct)
+{
+        return (VmmDrive){.node_name = node,
+                          .format = VMM_DRIVE_QCOW2,
+                          .read_only = v->readonly,
+                          .fd = fd,
+                          .cache_direct = direct,
+                          .discard_unmap = !v->readonly,
+                          .detect_zeroes_unmap = !v->readonly,
+                          .device = VMM_DRIVE_VIRTIO_BLK,
+                          .serial = v->id};
+}
+
 int instance_command_build(const InstanceRecord *rec, const Config *config,
                            const InstanceCommandPaths *paths, const InstanceBootFiles *files,
                            const InstanceNicFiles *nic, VmmCommand *ret, char **error)
@@ -97,15 +110,9 @@ int instance_command_build(const InstanceRecord *rec, const Config *config,
                 if (!startswith(node, "vol-") || !streq(node + 4, v->id))
                         return error_set(error, -EINVAL,
                                          "QEMU command line: volume %s is not the one open", v->id);
-                r = vmm_command_add_drive(&c, &(VmmDrive){.node_name = node,
-                                                          .format = VMM_DRIVE_QCOW2,
-                                                          .read_only = v->readonly,
-                                                          .fd = files->volumes[k],
-                                                          .cache_direct = files->volumes_direct,
-                                                          .discard_unmap = !v->readonly,
-                                                          .detect_zeroes_unmap = !v->readonly,
-                                                          .device = VMM_DRIVE_VIRTIO_BLK,
-                                                          .serial = v->id});
+                VmmDrive d =
+                    instance_volume_drive(v, node, files->volumes[k], files->volumes_direct);
+                r = vmm_command_add_drive(&c, &d);
                 if (r < 0)
                         return error_set(error, r, "QEMU command line: %s", strerror(-r));
         }

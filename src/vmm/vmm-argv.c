@@ -446,15 +446,11 @@ static const char *format_driver(VmmDriveFormat f)
  * set on the format node only; its file child inherits it. JSON needs no comma doubling, and
  * jansson keeps the keys in the order they are set, so the text is stable for the goldens.
  */
-static void add_blockdev(ArgvBuilder *b, const VmmDrive *d, int set)
+int vmm_drive_blockdev_json(const VmmDrive *d, int set, json_t **ret)
 {
-        if (b->r < 0)
-                return;
-        _cleanup_free_ char *filename = NULL, *text = NULL;
-        if (strprintf(&filename, "/dev/fdset/%d", set) < 0) {
-                b->r = -ENOMEM;
-                return;
-        }
+        _cleanup_free_ char *filename = NULL;
+        if (strprintf(&filename, "/dev/fdset/%d", set) < 0)
+                return -ENOMEM;
         json_auto_t *node = json_object(),
                     *file = json_pack("{s:s, s:s}", "driver", "file", "filename", filename);
         int k = node && file ? 0 : -1;
@@ -472,7 +468,19 @@ static void add_blockdev(ArgvBuilder *b, const VmmDrive *d, int set)
                 k = json_object_set_new(node, "detect-zeroes", json_string("unmap"));
         if (k == 0)
                 k = json_object_set(node, "file", file);
-        if (k == 0)
+        if (k < 0)
+                return -ENOMEM;
+        *ret = TAKE_PTR(node);
+        return 0;
+}
+
+static void add_blockdev(ArgvBuilder *b, const VmmDrive *d, int set)
+{
+        if (b->r < 0)
+                return;
+        json_auto_t *node = NULL;
+        _cleanup_free_ char *text = NULL;
+        if (vmm_drive_blockdev_json(d, set, &node) >= 0)
                 text = json_dumps(node, JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (!text) {
                 b->r = -ENOMEM;

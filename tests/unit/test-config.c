@@ -136,6 +136,7 @@ static uint64_t numeric(const Config *c, const char *key)
 #define F(k, f) {k, offsetof(Config, f), sizeof(((Config *)0)->f)}
             F("vmm.boot_timeout", vmm.boot_timeout),
             F("vmm.stop_timeout", vmm.stop_timeout),
+            F("vmm.device_release_timeout", vmm.device_release_timeout),
             F("vmm.console_max_bytes", vmm.console_max_bytes),
             F("gpu.vf_quarantine_threshold", gpu.vf_quarantine_threshold),
             F("gpu.nvml_timeout", gpu.nvml_timeout),
@@ -207,6 +208,7 @@ static void test_defaults(void **state)
         assert_int_equal(c->log_level, LOG_LEVEL_INFO);
         assert_int_equal(c->vmm.boot_timeout, 30 * NSEC_PER_SEC);
         assert_int_equal(c->vmm.stop_timeout, 30 * NSEC_PER_SEC);
+        assert_int_equal(c->vmm.device_release_timeout, 30 * NSEC_PER_SEC); /* DISK-8 */
         assert_int_equal(c->vmm.console_max_bytes, 16777216);
         assert_int_equal(c->gpu.vf_quarantine_threshold, 2);
         assert_int_equal(c->gpu.placement_policy, PLACEMENT_POLICY_SPREAD);
@@ -509,6 +511,9 @@ static const RangeCase ranges[] = {
     {"vmm.boot_timeout", "999ms", "1s", "10m", "10m1ms", S, 600 * S,
      "a duration between 1s and 10m0s"},
     {"vmm.stop_timeout", "999ms", "1s", "10m", "601s", S, 600 * S,
+     "a duration between 1s and 10m0s"},
+    /* DISK-8 */
+    {"vmm.device_release_timeout", "999ms", "1s", "10m", "601s", S, 600 * S,
      "a duration between 1s and 10m0s"},
     {"vmm.console_max_bytes", "65535", "65536", "1073741824", "1073741825", 65536, 1073741824,
      "an integer between 65536 and 1073741824"},
