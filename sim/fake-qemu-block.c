@@ -86,13 +86,39 @@ static FqFdSet *find_set(FqBlock *b, int id)
         return NULL;
 }
 
-int fq_block_add_boot_drive(FqBlock *b, const char *node, int set, int fd, bool read_only)
+int fq_block_add_port(FqBlock *b, const char *id)
+{
+        if (b->n_ports == FQ_ARGS_DRIVES_MAX)
+                return -E2BIG;
+        snprintf(b->ports[b->n_ports++], sizeof b->ports[0], "%s", id);
+        return 0;
+}
+
+static bool port_is_known(const FqBlock *b, const char *id)
+{
+        for (size_t k = 0; k < b->n_ports; k++)
+                if (streq(b->ports[k], id))
+                        return true;
+        return false;
+}
+
+static const FqBlockNode *port_holder(const FqBlock *b, const char *id)
+{
+        for (size_t k = 0; k < b->n_nodes; k++)
+                if (b->nodes[k].has_device && streq(b->nodes[k].port, id))
+                        return &b->nodes[k];
+        return NULL;
+}
+
+int fq_block_add_boot_drive(FqBlock *b, const char *node, const char *port, int set, int fd,
+                            bool read_only)
 {
         if (b->n_nodes == FQ_BLOCK_NODES_MAX || b->n_sets == FQ_BLOCK_NODES_MAX)
                 return -E2BIG;
         FqBlockNode *n = &b->nodes[b->n_nodes];
         *n = (FqBlockNode){.set = set, .read_only = read_only, .has_device = true};
         snprintf(n->name, sizeof n->name, "%s", node);
+        snprintf(n->port, sizeof n->port, "%s", port);
         /* Devices of the command line have no id: QEMU names them by their place. */
         snprintf(n->device_path, sizeof n->device_path, "/machine/peripheral-anon/device[%zu]",
                  b->n_anon++);
@@ -208,9 +234,10 @@ static json_t *blockdev_add(FqBlock *b, const json_t *args)
 
 static json_t *device_add(FqBlock *b, const json_t *args)
 {
-        static const char *const allowed[] = {"driver", "id", "drive", "serial", NULL};
+        static const char *const allowed[] = {"driver", "id", "drive", "serial", "bus", NULL};
         const char *driver = string_arg(args, "driver"), *id = string_arg(args, "id"),
-                   *drive = string_arg(args, "drive"), *serial = string_arg(args, "serial");
+                   *drive = string_arg(args, "drive"), *serial = string_arg(args, "serial"),
+                   *bus = string_arg(args, "bus");
         if (!driver)
                 return error_reply("GenericError", "Parameter 'driver' is missing");
         if (!streq(driver, "virtio-blk-pci"))
@@ -218,6 +245,16 @@ static json_t *device_add(FqBlock *b, const json_t *args)
         json_t *bad = unexpected(args, allowed);
         if (bad)
                 return bad;
+        /* q35: the root bus takes no hot-plugged device; a free root port does. */
+        if (!bus || streq(bus, "pcie.0"))
+                return error_reply("GenericError", "Bus 'pcie.0' does not support hotplugging");
+        if (!port_is_known(b, bus))
+                return error_reply("GenericError", "Bus '%s' not found", bus);
+        const FqBlockNode *holder = port_holder(b, bus);
+        if (holder)
+                return error_reply(
+                    "GenericError", "PCI: slot 0 function 0 not available for %s, in use by %s",
+                    driver, holder->device_id[0] ? holder->device_id : "virtio-blk-pci");
         if (!drive)
                 return error_reply("GenericError", "drive: Drive property not set");
         FqBlockNode *n = find_node(b, drive);
@@ -238,6 +275,7 @@ static json_t *device_add(FqBlock *b, const json_t *args)
                 return error_reply("GenericError", "serial is too long");
         n->has_device = true;
         n->unplugging = false;
+        snprintf(n->port, sizeof n->port, "%s", bus);
         snprintf(n->device_id, sizeof n->device_id, "%s", id ? id : "");
         snprintf(n->serial, sizeof n->serial, "%s", serial ? serial : "");
         if (id)
@@ -283,7 +321,7 @@ static json_t *device_del(FqBlock *b, const json_t *args, bool hold, json_t *eve
                 return NULL;
         n->has_device = false;
         n->unplugging = false;
-        n->device_id[0] = n->device_path[0] = n->serial[0] = 0;
+        n->device_id[0] = n->device_path[0] = n->serial[0] = n->port[0] = 0;
         return json_pack("{s:{}}", "return");
 }
 
@@ -339,11 +377,39 @@ static json_t *query_block(FqBlock *b, const json_t *args)
         return json_pack("{s:O}", "return", list);
 }
 
+/* q35's bus 0 as query-pci shows it, reduced to the root ports and what is behind them. */
+static json_t *query_pci(FqBlock *b, const json_t *args)
+{
+        static const char *const allowed[] = {NULL};
+        json_t *bad = unexpected(args, allowed);
+        if (bad)
+                return bad;
+        json_auto_t *devices = json_array();
+        if (!devices)
+                return NULL;
+        for (size_t k = 0; k < b->n_ports; k++) {
+                const FqBlockNode *n = port_holder(b, b->ports[k]);
+                json_t *behind =
+                    n ? json_pack("[{s:i,s:i,s:i,s:s,s:{s:i,s:s}}]", "bus", (int)k + 1, "slot", 0,
+                                  "function", 0, "qdev_id", n->device_id, "class_info", "class",
+                                  256, "desc", "SCSI controller")
+                      : json_array();
+                json_t *port = json_pack(
+                    "{s:i,s:i,s:i,s:s,s:{s:i,s:s},s:{s:{s:i,s:i,s:i},s:o}}", "bus", 0, "slot",
+                    2 + (int)k, "function", 0, "qdev_id", b->ports[k], "class_info", "class", 1540,
+                    "desc", "PCI bridge", "pci_bridge", "bus", "number", 0, "secondary", (int)k + 1,
+                    "subordinate", (int)k + 1, "devices", behind);
+                if (json_array_append_new(devices, port) < 0)
+                        return NULL;
+        }
+        return json_pack("{s:[{s:i,s:O}]}", "return", "bus", 0, "devices", devices);
+}
+
 bool fq_block_handles(const char *command)
 {
-        static const char *const commands[] = {"add-fd",     "blockdev-add", "device_add",
-                                               "device_del", "blockdev-del", "query-block",
-                                               NULL};
+        static const char *const commands[] = {
+            "add-fd",       "blockdev-add", "device_add", "device_del",
+            "blockdev-del", "query-block",  "query-pci",  NULL};
         for (const char *const *c = commands; *c; c++)
                 if (streq(*c, command))
                         return true;
@@ -366,5 +432,7 @@ json_t *fq_block_answer(FqBlock *b, const char *command, const json_t *args, boo
                 return device_del(b, args, hold_devices, events);
         if (streq(command, "blockdev-del"))
                 return blockdev_del(b, args);
+        if (streq(command, "query-pci"))
+                return query_pci(b, args);
         return query_block(b, args);
 }

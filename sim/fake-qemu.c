@@ -839,9 +839,15 @@ static int setup(FakeQemu *q)
                         return log_error_errno(r, LOG_PREFIX "%s", error);
         }
 
+        for (size_t k = 0; k < q->args.n_ports; k++) {
+                r = fq_block_add_port(&q->block, q->args.ports[k]);
+                if (r < 0)
+                        return log_error_errno(r, LOG_PREFIX "-device pcie-root-port: %m");
+        }
         for (size_t k = 0; k < q->args.n_drives; k++) {
                 const FqArgsDrive *d = &q->args.drives[k];
-                r = fq_block_add_boot_drive(&q->block, d->node, d->set, d->fd, d->read_only);
+                r = fq_block_add_boot_drive(&q->block, d->node, d->port, d->set, d->fd,
+                                            d->read_only);
                 if (r < 0)
                         return log_error_errno(r, LOG_PREFIX "-blockdev %s: %m", d->node);
         }

@@ -58,6 +58,7 @@
 /* A -blockdev node of the command line with its device (for the block layer's start). */
 typedef struct FqArgsDrive {
         char node[32];
+        char port[16]; /* the pcie-root-port its device sits on, or "" for the root bus */
         int set, fd;
         bool read_only;
 } FqArgsDrive;
@@ -78,6 +79,8 @@ typedef struct FqArgs {
         size_t n_readonly_drives, n_writable_drives;
         FqArgsDrive drives[FQ_ARGS_DRIVES_MAX];
         size_t n_drives;
+        char ports[FQ_ARGS_DRIVES_MAX][16]; /* -device pcie-root-port ids, in order */
+        size_t n_ports;
         size_t n_nics;  /* tap netdevs, each on an open descriptor and used by a virtio-net-pci */
         int nic_fd;     /* the first NIC's tap fd= (NET-3), -1 without a NIC */
         bool nic_vhost; /* its vhost=on */
@@ -153,6 +156,7 @@ typedef struct FqBlockNode {
         char device_id[32];   /* "" for a device without an id */
         char device_path[64]; /* its QOM path */
         char serial[64];
+        char port[16]; /* the root port its device is on, "" for the root bus */
 } FqBlockNode;
 
 typedef struct FqBlock {
@@ -161,15 +165,20 @@ typedef struct FqBlock {
         int next_set;
         FqBlockNode nodes[FQ_BLOCK_NODES_MAX];
         size_t n_nodes;
-        size_t n_anon;   /* devices without an id so far: /machine/peripheral-anon/device[n] */
+        size_t n_anon; /* devices without an id so far: /machine/peripheral-anon/device[n] */
+        char ports[FQ_ARGS_DRIVES_MAX][16]; /* pcie-root-port ids (DISK-8's hotplug slots) */
+        size_t n_ports;
         int received_fd; /* the last descriptor QMP received (SCM_RIGHTS), for add-fd; or -1 */
 } FqBlock;
 
 /* A node of the command line, with its device and its -add-fd set. */
-int fq_block_add_boot_drive(FqBlock *b, const char *node, int set, int fd, bool read_only);
+int fq_block_add_boot_drive(FqBlock *b, const char *node, const char *port, int set, int fd,
+                            bool read_only);
+/* A pcie-root-port of the command line. */
+int fq_block_add_port(FqBlock *b, const char *id);
 /* Closes what add-fd took. */
 void fq_block_done(FqBlock *b);
-/* add-fd, blockdev-add, device_add, device_del, blockdev-del, query-block. */
+/* add-fd, blockdev-add, device_add, device_del, blockdev-del, query-block, query-pci. */
 bool fq_block_handles(const char *command);
 /*
  * One of those commands, as QEMU 7.2 checks and answers it; events to send after the reply

@@ -34,6 +34,7 @@ struct VmmBlockJob {
         int fd;
         char *serial;
         char *first_error; /* device_add's, kept while blockdev-del takes the node back */
+        const char *port;  /* the free hotplug port the device goes on (vmm_hotplug_port()) */
         /* attach and detach */
         char *node;
         /* detach */
@@ -204,8 +205,9 @@ static void on_blockdev_added(VmmQmp *q, int r, json_t *value, const char *error
                 job_finish(j, r, error, NULL);
                 return;
         }
-        json_auto_t *args = json_pack("{s:s, s:s, s:s, s:s}", "driver", "virtio-blk-pci", "id",
-                                      j->node, "drive", j->node, "serial", j->serial);
+        json_auto_t *args =
+            json_pack("{s:s, s:s, s:s, s:s, s:s}", "driver", "virtio-blk-pci", "bus", j->port, "id",
+                      j->node, "drive", j->node, "serial", j->serial);
         if (!args)
                 r = -ENOMEM;
         else
@@ -236,6 +238,47 @@ static void on_fd_added(VmmQmp *q, int r, json_t *value, const char *error, void
                 job_fail(j, r, "qmp blockdev-add: %s", strerror(-r));
 }
 
+/* The first hotplug port of a query-pci reply with nothing behind it; NULL when none is. */
+static const char *free_port(json_t *value)
+{
+        size_t b;
+        json_t *bus;
+        json_array_foreach (value, b, bus) {
+                for (size_t k = 0; k < VMM_HOTPLUG_PORTS_MAX; k++) {
+                        size_t d;
+                        json_t *dev;
+                        json_array_foreach (json_object_get(bus, "devices"), d, dev) {
+                                const char *id = json_string_value(json_object_get(dev, "qdev_id"));
+                                json_t *behind =
+                                    json_object_get(json_object_get(dev, "pci_bridge"), "devices");
+                                if (id && streq(id, vmm_hotplug_port(k)) && json_is_array(behind) &&
+                                    json_array_size(behind) == 0)
+                                        return vmm_hotplug_port(k);
+                        }
+                }
+        }
+        return NULL;
+}
+
+static void on_ports(VmmQmp *q, int r, json_t *value, const char *error, void *userdata)
+{
+        VmmBlockJob *j = userdata;
+        if (r < 0) {
+                job_finish(j, r, error, NULL);
+                return;
+        }
+        j->port = json_is_array(value) ? free_port(value) : NULL;
+        if (!j->port) {
+                job_fail(j, -ENOSPC, "no free hotplug port for %s", j->node);
+                return;
+        }
+        /* opaque names the node, for whoever reads query-fdsets. */
+        json_auto_t *args = json_pack("{s:s}", "opaque", j->node);
+        r = args ? vmm_qmp_execute_with(q, "add-fd", args, j->fd, on_fd_added, j) : -ENOMEM;
+        if (r < 0)
+                job_fail(j, r, "qmp add-fd: %s", strerror(-r));
+}
+
 static void on_attach_ready(VmmQmp *q, int r, json_t *value, const char *error, void *userdata)
 {
         VmmBlockJob *j = userdata;
@@ -244,11 +287,9 @@ static void on_attach_ready(VmmQmp *q, int r, json_t *value, const char *error, 
                 job_finish(j, r, error, NULL);
                 return;
         }
-        /* opaque names the node, for whoever reads query-fdsets. */
-        json_auto_t *args = json_pack("{s:s}", "opaque", j->node);
-        r = args ? vmm_qmp_execute_with(q, "add-fd", args, j->fd, on_fd_added, j) : -ENOMEM;
+        r = vmm_qmp_execute(q, "query-pci", on_ports, j);
         if (r < 0)
-                job_fail(j, r, "qmp add-fd: %s", strerror(-r));
+                job_fail(j, r, "qmp query-pci: %s", strerror(-r));
 }
 
 int vmm_block_attach(sd_event *event, const char *qmp_socket, const VmmDrive *drive,

@@ -61,6 +61,16 @@
 #define VMM_NICS_MAX 2
 #define VMM_PASSED_FDS_MAX (2 * VMM_NICS_MAX + 2 + VMM_DRIVES_MAX)
 
+/*
+ * DISK-8: q35's root bus takes no hot-plugged device, so a disk that may come and go sits on a
+ * PCIe root port of its own: hp0, hp1, ... (chassis 1, 2, ...), one per volume an instance may
+ * hold, rendered before the drives.
+ */
+#define VMM_HOTPLUG_PORTS_MAX 8
+
+/* "hp<index>", for index < VMM_HOTPLUG_PORTS_MAX; NULL past it. */
+const char *vmm_hotplug_port(size_t index);
+
 /* The ids VMM-1 gives its fixed parts. */
 #define VMM_CHARDEV_QMP "qmp"
 #define VMM_CHARDEV_AGENT "agent0"
@@ -110,7 +120,9 @@ typedef struct VmmDrive {
         VmmDriveDevice device;
         uint32_t bootindex; /* virtio-blk: 0 for none */
         const char *serial; /* virtio-blk: the guest-visible serial, or NULL */
-        const char *bus;    /* ide-cd: the IDE bus ("ide.1"); required there, refused elsewhere */
+        /* ide-cd: the IDE bus ("ide.1"), required; virtio-blk: a hotplug port (vmm_hotplug_port())
+         * of the command, or NULL for the root bus */
+        const char *bus;
 } VmmDrive;
 
 /* -netdev tap on a TAP vgpud opened (NET-3), with vhost-net when it opened too. */
@@ -145,6 +157,7 @@ typedef struct VmmCommand {
         VmmDrive
             drives[VMM_DRIVES_MAX]; /* rendered in this order: root, volumes, boot.disk, seed */
         size_t n_drives;
+        uint32_t n_hotplug_ports; /* DISK-8: at most VMM_HOTPLUG_PORTS_MAX */
         VmmNic nics[VMM_NICS_MAX];
         size_t n_nics;
         const char *vfio_sysfsdev; /* gpu.device_path (VF or mdev); NULL without a vGPU */
@@ -467,9 +480,10 @@ typedef struct VmmBlockJob VmmBlockJob;
 typedef void (*VmmBlockDone)(int r, const char *error, char **nodes, void *userdata);
 
 /*
- * Hot attach on a QMP session of its own: add-fd with a copy of drive->fd (SCM_RIGHTS), then
- * blockdev-add of drive's node over that fd set (vmm_drive_blockdev_json()), then device_add
- * virtio-blk-pci with id and drive the node name and drive->serial as serial. A device_add that
+ * Hot attach on a QMP session of its own: query-pci for a hotplug port with nothing behind it
+ * (-ENOSPC: none), add-fd with a copy of drive->fd (SCM_RIGHTS), blockdev-add of drive's node
+ * over that fd set (vmm_drive_blockdev_json()), then device_add virtio-blk-pci on the port, with
+ * id and drive the node name and drive->serial as serial. A device_add that
  * fails takes the node back with blockdev-del; its error is the answer. -EINVAL for a drive
  * that is not a virtio-blk with a serial and a descriptor.
  */

@@ -250,6 +250,7 @@ static const char default_dump[] = "listen: \"127.0.0.1:8080\"\n"
                                    "vmm:\n"
                                    "  boot_timeout: 30s\n"
                                    "  stop_timeout: 30s\n"
+                                   "  device_release_timeout: 30s\n"
                                    "  console_max_bytes: 16777216\n"
                                    "storage:\n"
                                    "  min_free: 5%\n"
@@ -320,6 +321,7 @@ static const char poison_yaml[] = "listen: \"[::1]:9090\"\n"
                                   "vmm:\n"
                                   "  boot_timeout: 1m\n"
                                   "  stop_timeout: 1s\n"
+                                  "  device_release_timeout: 2s\n"
                                   "  console_max_bytes: 65536\n"
                                   "storage:\n"
                                   "  min_free: 10GiB\n"
@@ -386,6 +388,7 @@ static void test_every_key_loads(void **state)
         assert_int_equal(c->log_level, LOG_LEVEL_DEBUG);
         assert_int_equal(c->vmm.boot_timeout, NSEC_PER_MIN);
         assert_int_equal(c->vmm.stop_timeout, NSEC_PER_SEC);
+        assert_int_equal(c->vmm.device_release_timeout, 2 * NSEC_PER_SEC); /* DISK-8 */
         assert_int_equal(c->vmm.console_max_bytes, 65536);
         assert_int_equal(c->storage.min_free.bytes, UINT64_C(10) << 30);
         assert_int_equal(c->storage.max_image_size, UINT64_C(512) << 20);
@@ -450,7 +453,7 @@ static void test_every_key_loads(void **state)
         }
         assert_null(a);
         assert_null(b);
-        assert_int_equal(lines, 60);
+        assert_int_equal(lines, 61);
 }
 
 /* OPS-5: the shipped example has every key, each at its default */
