@@ -285,6 +285,31 @@ def check_running(c, work):
     eq(c.request("DELETE", "/volumes/" + ro).status, 204, "DISK-7: the other volume is deleted")
 
 
+def check_resources(c):
+    # DISK-10: /resources says what data_dir holds: the stores' counts as they are, the byte
+    # figures as the storage stage sampled them.
+    vid = create_volume(c, "counted")
+    iid = running(c, "counted-a")
+    s = c.get("/resources").json().get("storage", {})
+    eq(sorted(s), ["data_dir_free_bytes", "images", "instances_disk_bytes", "volumes"],
+       "DISK-10: GET /resources has storage with its four figures")
+    eq((s.get("images"), s.get("volumes")),
+       (len(c.get("/images").json()), len(c.get("/volumes").json())),
+       "DISK-10: storage.images and storage.volumes count the stores")
+    free = os.statvfs(os.path.join(MNT, "data"))
+    ok(isinstance(s.get("data_dir_free_bytes"), int) and s["data_dir_free_bytes"] > 0 and
+       abs(s["data_dir_free_bytes"] - free.f_bavail * free.f_frsize) < (1 << 30),
+       "DISK-10: storage.data_dir_free_bytes is data_dir's free space", (s, free))
+    # The console log of the running instance is among its files; a pass (5 s) samples it.
+    ok(poll(lambda: (c.get("/resources").json()["storage"].get("instances_disk_bytes") or 0) > 0,
+            15), "DISK-10: storage.instances_disk_bytes counts the instances' files",
+       c.get("/resources").json())
+    delete(c, iid)
+    eq(c.request("DELETE", "/volumes/" + vid).status, 204, "DISK-7: the volume is deleted")
+    eq(c.get("/resources").json()["storage"].get("volumes"), len(c.get("/volumes").json()),
+       "DISK-10: storage.volumes follows a delete at once")
+
+
 def edit_volumes(iid, volumes):
     path = os.path.join(INSTANCES, iid, "instance.json")
     rec = record(iid)
@@ -344,6 +369,7 @@ def main():
         if c:
             run_group("stopped", lambda: check_stopped(c))
             run_group("running", lambda: check_running(c, work))
+            run_group("resources", lambda: check_resources(c))
             stop(d)
         run_group("restart", lambda: check_restart(work, config, secret, sock, daemons))
     finally:
