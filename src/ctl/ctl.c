@@ -22,7 +22,7 @@ static int fail_oom(const CtlEnv *env)
 }
 
 /* A non-2xx answer: API-11 promises {"code", "message"}; anything else is still an error. */
-static int print_api_error(const CtlArgs *a, const CtlEnv *env, const CtlResponse *resp)
+int ctl_print_api_error(const CtlArgs *a, const CtlEnv *env, const CtlResponse *resp)
 {
         json_auto_t *body = json_loadb(resp->body, resp->size, JSON_REJECT_DUPLICATES, NULL);
         const char *code, *message;
@@ -101,6 +101,29 @@ static const struct {
     [CTL_COMMAND_INSTANCES_DELETE] =
         {"DELETE", {"/instances/"}, ANSWER_NONE, .waits = true, .summary = "deleted instance "},
     [CTL_COMMAND_INSTANCES_CONSOLE] = {"GET", {"/instances/", "/console"}, ANSWER_RAW},
+    /* DISK-8: a detach waits for the guest (vmm.device_release_timeout); the path ends with
+     * the volume. */
+    [CTL_COMMAND_INSTANCES_ATTACH_VOLUME] = {"POST",
+                                             {"/instances/", "/volumes"},
+                                             .waits = true,
+                                             .print = ctl_print_instance},
+    [CTL_COMMAND_INSTANCES_DETACH_VOLUME] = {"DELETE",
+                                             {"/instances/", "/volumes/"},
+                                             .waits = true,
+                                             .print = ctl_print_instance},
+    [CTL_COMMAND_IMAGES_LIST] = {"GET", {"/images"}, ANSWER_ARRAY, .print = ctl_print_images},
+    [CTL_COMMAND_IMAGES_GET] = {"GET", {"/images/"}, .print = ctl_print_image},
+    [CTL_COMMAND_IMAGES_DELETE] = {"DELETE",
+                                   {"/images/"},
+                                   ANSWER_NONE,
+                                   .summary = "deleted image "},
+    [CTL_COMMAND_VOLUMES_LIST] = {"GET", {"/volumes"}, ANSWER_ARRAY, .print = ctl_print_volumes},
+    [CTL_COMMAND_VOLUMES_GET] = {"GET", {"/volumes/"}, .print = ctl_print_volume},
+    [CTL_COMMAND_VOLUMES_CREATE] = {"POST", {"/volumes"}, .print = ctl_print_volume},
+    [CTL_COMMAND_VOLUMES_DELETE] = {"DELETE",
+                                    {"/volumes/"},
+                                    ANSWER_NONE,
+                                    .summary = "deleted volume "},
 };
 
 static int print_human(const CtlArgs *a, json_t *body, const CtlEnv *env, char **error)
@@ -138,8 +161,9 @@ static int run_route(const CtlArgs *a, const CtlEnv *env)
                 r = strprintf(&query, "?tail_bytes=%" PRIu32, a->tail_bytes);
         if (r < 0)
                 return fail_oom(env);
-        if (strprintf(&path, "%s%s%s%s", routes[a->command].path[0], strempty(a->target),
-                      strempty(routes[a->command].path[1]), strempty(query)) < 0)
+        if (strprintf(&path, "%s%s%s%s%s", routes[a->command].path[0], strempty(a->target),
+                      strempty(routes[a->command].path[1]), strempty(a->volume),
+                      strempty(query)) < 0)
                 return fail_oom(env);
 
         const CtlRequest req = {
@@ -165,7 +189,7 @@ static int run_route(const CtlArgs *a, const CtlEnv *env)
                 return r == -EMSGSIZE ? CTL_EXIT_API : CTL_EXIT_CONNECT;
         }
         if (resp.status < 200 || resp.status > 299)
-                return print_api_error(a, env, &resp);
+                return ctl_print_api_error(a, env, &resp);
 
         if (answer == ANSWER_RAW) {
                 print_raw(&resp, false, env);
@@ -240,6 +264,8 @@ static int dispatch(const CtlArgs *a, const CtlEnv *env)
                 return CTL_EXIT_OK;
         case CTL_COMMAND_TOKEN_MINT:
                 return run_token_mint(a, env);
+        case CTL_COMMAND_IMAGES_IMPORT:
+                return ctl_images_import(a, env);
         case CTL_COMMAND_FLEET_HOSTS:
         case CTL_COMMAND_FLEET_RESOURCES:
         case CTL_COMMAND_FLEET_CREATE:
