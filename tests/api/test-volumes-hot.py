@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# test-volumes-hot.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU
+# test-volumes-hot.py VGPUD OPENAPI_YAML FAKE_NVML FAKE_QEMU VGPUCTL
 #
 # DISK-8's attach and detach after create, through the real vgpud on a mounted vgpu-sim with
 # fake-qemu as VMM: on a Stopped instance (the record only) and a Running one (QMP add-fd,
@@ -9,13 +9,15 @@
 # refusal of the two routes, a blockdev-add that QEMU refuses (rolled back), a device_add that
 # QEMU refuses (its node taken back with blockdev-del), a guest that keeps the device (409
 # busy, the attachment stays), and a restart with `attaching` and `detaching` intents in the
-# records, settled both ways from query-block. Output is TAP; every check names the
-# requirements it covers.
+# records, settled both ways from query-block. Then OPS-7's disk commands of vgpuctl against
+# the same daemon: an import followed to its end, volumes, attach-volume and detach-volume.
+# Output is TAP; every check names the requirements it covers.
 import json
 import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 
@@ -28,6 +30,8 @@ from vgpud_instances import (  # noqa: E402
     make_images, post, record, request, vmm_config)
 
 VOLUMES = os.path.join(MNT, "data", "volumes")
+IMPORT = os.path.join(MNT, "data", "import")
+VGPUCTL = sys.argv[5]
 
 
 def volume_file(vid):
@@ -310,6 +314,59 @@ def check_resources(c):
        "DISK-10: storage.volumes follows a delete at once")
 
 
+def vgpuctl(work, c, *args):
+    p = subprocess.run([VGPUCTL, "--unix", os.path.join(work, "api.sock"), "--token", c.token]
+                       + list(args), capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check_vgpuctl(c, work):
+    # OPS-7: the disk commands against the real daemon.
+    source = os.path.join(IMPORT, "ctl.raw")
+    with open(source, "wb") as f:
+        f.write(b"vgpuctl-image" * (1 << 18))
+    rc, out, err = vgpuctl(work, c, "images", "import", "ctl-img", "--source", source)
+    ok(rc == 0 and re.search(r"^state +ready$", out, re.M),
+       "OPS-7, DISK-2: vgpuctl images import follows the import to ready", (rc, out, err))
+    ok(all(re.fullmatch(r"importing ctl-img: \d+%", x) for x in out.splitlines()
+           if x.startswith("importing")),
+       "OPS-7: off a terminal, progress comes as plain lines", out)
+    rc, out, _ = vgpuctl(work, c, "images", "list")
+    ok(rc == 0 and re.search(r"^ctl-img +ready +raw ", out, re.M),
+       "OPS-7: vgpuctl images list shows it", out)
+    rc, out, err = vgpuctl(work, c, "images", "import", "ctl-img", "--source", source)
+    ok(rc == 1 and "error: " in err and "(HTTP 409)" in err,
+       "OPS-7, OPS-8: a second import of the name is an API error, exit 1", (rc, err))
+    rc, out, err = vgpuctl(work, c, "images", "import", "ctl-bad", "--source", "/nope/x.raw")
+    ok(rc == 1 and "error: import failed: source /nope/x.raw: not under image_dirs" in err,
+       "OPS-7, OPS-8: an import that fails is exit 1 with the reason", (rc, err))
+    vgpuctl(work, c, "images", "delete", "ctl-bad")
+    rc, out, err = vgpuctl(work, c, "volumes", "create", "--name", "ctl-vol", "--size-gb", "1")
+    m = re.search(r"^id +([a-z0-9]{20})$", out, re.M)
+    ok(rc == 0 and m, "OPS-7, DISK-7: vgpuctl volumes create", (rc, out, err))
+    if not m:
+        return
+    vid = m.group(1)
+    iid = running(c, "ctl-a")
+    rc, out, err = vgpuctl(work, c, "instances", "attach-volume", iid, "--volume", "ctl-vol")
+    ok(rc == 0 and record(iid).get("volumes") ==
+       [{"id": vid, "readonly": False, "state": "attached"}],
+       "OPS-7, DISK-8: vgpuctl instances attach-volume", (rc, out, err))
+    rc, out, _ = vgpuctl(work, c, "volumes", "list")
+    ok(rc == 0 and re.search(r"^%s +ctl-vol +1 GiB +%s " % (vid, iid), out, re.M),
+       "OPS-7: vgpuctl volumes list names the holder", out)
+    rc, out, err = vgpuctl(work, c, "volumes", "delete", vid)
+    ok(rc == 1 and "invalid_state" in err, "OPS-8: deleting a held volume is exit 1", err)
+    rc, out, err = vgpuctl(work, c, "instances", "detach-volume", iid, "--volume", vid)
+    ok(rc == 0 and not record(iid).get("volumes"), "OPS-7, DISK-8: vgpuctl instances "
+       "detach-volume", (rc, out, err))
+    delete(c, iid)
+    rc, out, err = vgpuctl(work, c, "volumes", "delete", vid)
+    eq((rc, out), (0, "deleted volume %s\n" % vid), "OPS-7: vgpuctl volumes delete")
+    rc, out, err = vgpuctl(work, c, "images", "delete", "ctl-img")
+    eq((rc, out), (0, "deleted image ctl-img\n"), "OPS-7: vgpuctl images delete")
+
+
 def edit_volumes(iid, volumes):
     path = os.path.join(INSTANCES, iid, "instance.json")
     rec = record(iid)
@@ -370,6 +427,7 @@ def main():
             run_group("stopped", lambda: check_stopped(c))
             run_group("running", lambda: check_running(c, work))
             run_group("resources", lambda: check_resources(c))
+            run_group("vgpuctl", lambda: check_vgpuctl(c, work))
             stop(d)
         run_group("restart", lambda: check_restart(work, config, secret, sock, daemons))
     finally:
