@@ -61,7 +61,7 @@ const char ctl_usage[] =
     "                                     each PF provider's inventories, usage and traits\n"
     "  fleet create --placement URL --hosts FILE --profile P --name N --vcpus N\n"
     "               --memory-mb N [--kernel P] [--initrd P] [--cmdline S] [--disk P]\n"
-    "               [--count N]\n"
+    "               [--count N] [--image NAME]\n"
     "                                     place VMs through Placement on the hosts\n"
     "  fleet delete ID --hosts FILE --host H\n"
     "                                     delete an instance on host H\n"
@@ -114,6 +114,7 @@ typedef enum CtlOption {
         OPT_SIZE_GB,  /* volumes create (DISK-7) */
         OPT_VOLUME,   /* instances attach-volume, detach-volume (DISK-8) */
         OPT_READONLY, /* instances attach-volume */
+        OPT_IMAGE,    /* fleet create (DISK-12) */
         _OPT_MAX,
 } CtlOption;
 
@@ -156,6 +157,7 @@ static const struct {
     [OPT_SIZE_GB] = {"--size-gb", true},
     [OPT_VOLUME] = {"--volume", true},
     [OPT_READONLY] = {"--readonly", false},
+    [OPT_IMAGE] = {"--image", true},
 };
 
 /* What a command's positional argument is; it becomes part of the request path. */
@@ -241,7 +243,7 @@ static const struct {
     {{"fleet", "create"},
      CTL_COMMAND_FLEET_CREATE,
      TARGET_NONE,
-     FLEET | CREATE | OPT_BIT(OPT_COUNT),
+     FLEET | CREATE | OPT_BIT(OPT_COUNT) | OPT_BIT(OPT_IMAGE),
      FLEET_CREATE_REQUIRED},
     /* Placement is not needed: vgpud deletes the allocation itself (FLEET-6); the options are
      * taken so that one set of fleet options serves every fleet command. */
@@ -271,6 +273,7 @@ void ctl_args_done(CtlArgs *a)
         free(a->host);
         free(a->profile);
         free(a->volume);
+        free(a->image);
         *a = (CtlArgs){};
 }
 
@@ -462,7 +465,8 @@ static int parse_create(const char *const *values, CtlArgs *a, char **error)
                         return error_set(error, -EINVAL, "%s must be UTF-8 text",
                                          options[create_text_options[i]].name);
         }
-        if (!values[OPT_KERNEL] && !values[OPT_DISK])
+        /* An image is a root disk to boot from (DISK-5): boot is needed only without one. */
+        if (!values[OPT_KERNEL] && !values[OPT_DISK] && !values[OPT_IMAGE])
                 return error_set(error, -EINVAL,
                                  "\"instances create\" needs --kernel or --disk (or both)");
 
@@ -535,6 +539,16 @@ static int parse_fleet(const char *const *values, CtlArgs *a, char **error)
         if (values[OPT_PROFILE]) {
                 a->profile = strdup(values[OPT_PROFILE]);
                 if (!a->profile)
+                        return error_set_oom(error);
+        }
+        if (values[OPT_IMAGE]) {
+                /* DISK-12: the trait a host of the image carries, and the create's image. */
+                if (!resource_name_is_valid(values[OPT_IMAGE]))
+                        return error_set(error, -EINVAL,
+                                         "--image \"%s\": expected an image name (INST-4)",
+                                         values[OPT_IMAGE]);
+                a->image = strdup(values[OPT_IMAGE]);
+                if (!a->image)
                         return error_set_oom(error);
         }
         return 0;

@@ -138,6 +138,7 @@ typedef struct CtlArgs {
         char *host;            /* fleet delete --host */
         char *profile;         /* fleet create --profile (also in body) */
         uint32_t count;        /* fleet create --count; 1 without it */
+        char *image;           /* fleet create --image (DISK-12); NULL: none */
 } CtlArgs;
 
 void ctl_args_done(CtlArgs *a);
