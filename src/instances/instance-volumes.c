@@ -107,6 +107,12 @@ static void intent_removed(Op *op, int r, const char *error)
 
 static void add_attaching_undo(Op *op)
 {
+        if (op->keep_intent) {
+                /* What QEMU did is unknown: the settle reads it from query-block, and until
+                 * then the intent holds the volume as an attachment would. */
+                step_undone(op);
+                return;
+        }
         remove_volume(op->i, op->volume);
         op_write_then(op, intent_removed);
 }
@@ -177,6 +183,9 @@ static void hot_attached(int r, const char *error, char **nodes, void *userdata)
         closep(&op->volume_fd);
         op->volume_fd = -1;
         if (r < 0) {
+                /* QEMU's own refusal was taken back (a device_add's by blockdev-del, -EIO); a
+                 * session that failed may have left the device in the guest. */
+                op->keep_intent = r != -EREMOTEIO && r != -EIO && r != -ENOSPC;
                 step_failed(op, r, INSTANCE_FAILURE_INTERNAL, error, "attach volume %s",
                             op->volume);
                 return;

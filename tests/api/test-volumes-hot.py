@@ -271,6 +271,26 @@ def check_running(c, work):
     delete(c, iid)
     delete(c, other)
 
+    # A QMP session that fails (another client holds QEMU's one QMP connection, so vgpud's gets
+    # no greeting): what QEMU did is unknown, so the record keeps the intent, which holds the
+    # volume, until a reconcile pass settles it from query-block.
+    iid = running(c, "hot-q")
+    hold = QmpHold(work, iid)
+    try:
+        st, e = attach(c, iid, vid)
+    finally:
+        hold.close()
+    ok(st == 500 and "QMP greeting not received" in e.get("message", ""),
+       "DISK-8: an attach whose QMP session fails is 500 with the reason", (st, e))
+    eq(record(iid).get("volumes"), [{"id": vid, "readonly": False, "state": "attaching"}],
+       "DISK-8: and the attaching intent stays in the record")
+    ok(poll(lambda: not c.get("/instances/" + iid).json().get("volumes"), 20, 0.2),
+       "DISK-8: a reconcile pass settles it: no device in QEMU, so the intent goes",
+       c.get("/instances/" + iid).json())
+    ok(poll(lambda: not record(iid).get("volumes"), 5), "DISK-8, INST-1: on disk too",
+       record(iid))
+    delete(c, iid)
+
     # A guest that keeps the device: 409 busy after vmm.device_release_timeout (1s here), the
     # attachment stays.
     iid = running(c, "hot-c")
