@@ -67,8 +67,8 @@ static uint64_t instances_bytes(int volumes_fd)
         for (struct dirent *de; (de = readdir(d));) {
                 if (!random_id_is_valid(de->d_name))
                         continue; /* ., .., and INST-20's .deleted- leftovers */
-                _cleanup_close_ int ifd = openat(dirfd(d), de->d_name,
-                                                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                _cleanup_close_ int ifd =
+                    openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (ifd >= 0)
                         sum += files_bytes(ifd);
         }
