@@ -25,19 +25,21 @@ TRANSIENT = ("Creating", "Stopping", "Deleting")
 # INST-2's keys, by object, with the JSON type each holds.
 TOP_KEYS = {"version": int, "id": str, "name": str, "state": str, "created_at": str,
             "error": str, "boot": dict, "vcpus": int, "memory_mb": int, "gpu": dict,
-            "hypervisor": dict, "network": dict}
+            "hypervisor": dict, "network": dict, "placement": dict, "disk": dict,
+            "volumes": list, "cloud_init": dict}
 TOP_REQUIRED = ("version", "id", "name", "state", "created_at", "boot", "vcpus", "memory_mb")
 BOOT_KEYS = {"kernel": str, "initrd": str, "cmdline": str, "disk": str}
 GPU_KEYS = {"profile": str, "framework": str, "device_path": str, "mdev_uuid": str,
             "claimed_at": str}
 HYPERVISOR_KEYS = {"pid": int, "start_time": int, "boot_id": str, "qmp_socket": str,
-                   "agent_socket": str}
+                   "agent_socket": str, "console_socket": str}
 NETWORK_KEYS = {"mode": str, "bridge": str, "mac": str, "ip": str, "prefix": int, "gateway": str,
                 "dns": list, "ports": list}
 
 # REL-11: where the NAT network's files are (<runtime_dir>/network), set by the test; None skips
 # the network's checks.
 NETWORK_DIR = None
+VOLUMES = os.path.join(vt.MNT, "data", "volumes")
 
 Violation = namedtuple("Violation", "kind subject text")
 Vmm = namedtuple("Vmm", "pid id name vf qmp start_time")
@@ -388,6 +390,25 @@ def check(pic, vgpud, acked):
             if not ids or not any(pic.vmm_alive(i) for i in ids):
                 add("tap-orphan", tap, "REL-11: TAP %s belongs to no live VMM (%s)" % (
                     tap, ", ".join(pic.describe(i) for i in ids) or "no record"))
+
+    # REL-11, DISK-8: no volume attached read-write to two records, nor read-write and
+    # read-only at once; every attach or detach a kill cut short is settled after a pass; every
+    # volume a record names exists.
+    volume_holders = {}
+    for iid, r in sorted(pic.records.items()):
+        for v in r.get("volumes", []):
+            volume_holders.setdefault(v["id"], []).append((iid, bool(v.get("readonly"))))
+            if v.get("state", "attached") != "attached":
+                add("volume-intent", iid, "DISK-8: %s still has volume %s %s after a pass" % (
+                    pic.describe(iid), v["id"], v["state"]))
+            if not os.path.exists(os.path.join(VOLUMES, v["id"], "volume.json")):
+                add("volume-missing", v["id"], "DISK-7: %s names volume %s, which does not "
+                    "exist" % (pic.describe(iid), v["id"]))
+    for vid, hs in sorted(volume_holders.items()):
+        if any(not ro for _, ro in hs) and len(hs) > 1:
+            add("volume-twice", vid, "REL-11: volume %s attached read-write with other "
+                "holders: %s" % (vid, ", ".join("%s%s" % (i, " (ro)" if ro else "")
+                                                for i, ro in hs)))
 
     # Every quarantine acknowledged before the kill is present; the health file loads.
     path = vt.HEALTH_FILE

@@ -604,6 +604,25 @@ def check_checker(vfs):
        "REL-11 checker: an address held twice, a hosts file and a table that differ from the "
        "records and a TAP of no live VMM are each reported")
 
+    # REL-11's disk damage, on a made-up reading: a volume read-write in one record and
+    # read-only in another, an intent left unsettled, volumes that do not exist.
+    pic = truth.Picture(FAKE_QEMU)
+    v1, v2 = "v" * 20, "w" * 20
+    pic.records = {
+        ids["a"]: {"id": ids["a"], "name": "self-a", "state": "Running",
+                   "volumes": [{"id": v1, "readonly": False, "state": "attached"}]},
+        ids["b"]: {"id": ids["b"], "name": "self-b", "state": "Stopped",
+                   "volumes": [{"id": v1, "readonly": True, "state": "attached"},
+                               {"id": v2, "readonly": False, "state": "attaching"}]},
+    }
+    pic.vmms = {}
+    got = truth.check(pic, vt.VGPUD, {})
+    eq(sorted(set((v.kind, v.subject) for v in got if v.kind.startswith("volume"))),
+       sorted([("volume-twice", v1), ("volume-intent", ids["b"]), ("volume-missing", v1),
+               ("volume-missing", v2)]),
+       "REL-11 checker: a volume read-write beside another holder, an unsettled intent and a "
+       "record naming a missing volume are each reported (DISK-7, DISK-8)")
+
 
 # ---- the iterations ---------------------------------------------------------------------------
 
