@@ -273,6 +273,7 @@ typedef struct Node {
         int set;
         bool read_only;
         bool used;
+        const char *bus; /* its device's root port (the Use's), or NULL */
 } Node;
 
 /* A -netdev tap on inherited descriptors. */
@@ -288,6 +289,7 @@ typedef struct Use {
         char *device; /* "virtio-blk-pci", for messages */
         char *name;
         char *mac; /* virtio-net-pci's mac= */
+        char *bus; /* virtio-blk-pci's bus= (a pcie-root-port), or NULL */
 } Use;
 
 /* Everything the loop collects before the cross-references can be resolved. */
@@ -322,6 +324,7 @@ static void uses_done(Use *u, size_t n)
                 free(u[i].device);
                 free(u[i].name);
                 free(u[i].mac);
+                free(u[i].bus);
         }
 }
 
@@ -775,8 +778,44 @@ static int parse_device(ArgsState *s, const char *arg, char **error)
                 return s->port_bus && s->port_chardev ? 0 : -ENOMEM;
         }
 
+        /* DISK-8: q35's root bus takes no hot-plugged device; a root port does. */
+        if (streq_ptr(driver, "pcie-root-port")) {
+                const char *chassis = NULL;
+                r = opt_take_required(&o, "id", arg, &v, error);
+                if (r >= 0)
+                        r = opt_take_required(&o, "chassis", arg, &chassis, error);
+                if (r >= 0)
+                        r = opt_check_all_taken(&o, arg, error);
+                if (r < 0)
+                        return r;
+                if (!qemu_id_is_valid(v) || strlen(v) >= sizeof s->args.ports[0])
+                        return error_set(error, -EINVAL, "-device %s: invalid id '%s'", arg, v);
+                for (size_t k = 0; k < s->args.n_ports; k++)
+                        if (streq(s->args.ports[k], v))
+                                return error_set(error, -EEXIST, "-device %s: duplicate id '%s'",
+                                                 arg, v);
+                if (s->args.n_ports == FQ_ARGS_DRIVES_MAX)
+                        return error_set(error, -E2BIG, "-device %s: too many root ports", arg);
+                snprintf(s->args.ports[s->args.n_ports++], sizeof s->args.ports[0], "%s", v);
+                return 0;
+        }
+
         if (streq_ptr(driver, "virtio-blk-pci")) {
-                const char *serial = opt_take(&o, "serial");
+                const char *serial = opt_take(&o, "serial"), *bus = opt_take(&o, "bus");
+                if (bus) {
+                        /* QEMU resolves bus= when the device is created: the port comes first. */
+                        bool known = false;
+                        for (size_t k = 0; k < s->args.n_ports && !known; k++)
+                                known = streq(s->args.ports[k], bus);
+                        if (!known)
+                                return error_set(error, -EINVAL, "-device %s: Bus '%s' not found",
+                                                 arg, bus);
+                        for (size_t k = 0; k < s->n_drive_users; k++)
+                                if (streq_ptr(s->drive_users[k].bus, bus))
+                                        return error_set(error, -EBUSY,
+                                                         "-device %s: bus '%s' is occupied", arg,
+                                                         bus);
+                }
                 r = opt_take_required(&o, "drive", arg, &v, error);
                 if (r >= 0)
                         r = take_bootindex(s, &o, arg, error);
@@ -786,8 +825,10 @@ static int parse_device(ArgsState *s, const char *arg, char **error)
                         return r;
                 if (serial && !serial[0])
                         return error_set(error, -EINVAL, "-device %s: serial is empty", arg);
-                return add_use(s->drive_users, &s->n_drive_users, DRIVE_USERS_MAX, driver, v,
-                               error);
+                r = add_use(s->drive_users, &s->n_drive_users, DRIVE_USERS_MAX, driver, v, error);
+                if (r >= 0 && bus && !(s->drive_users[s->n_drive_users - 1].bus = strdup(bus)))
+                        r = -ENOMEM;
+                return r;
         }
 
         /* q35's AHCI controller has six ports, ide.0 to ide.5. */
@@ -975,6 +1016,7 @@ static int resolve_drives(ArgsState *s, char **error)
                                          "-device %s,drive=%s: node is already in use", u->device,
                                          u->name);
                 n->used = true;
+                n->bus = u->bus;
         }
         for (size_t k = 0; k < s->n_nodes; k++) {
                 const Node *n = &s->nodes[k];
@@ -988,6 +1030,16 @@ static int resolve_drives(ArgsState *s, char **error)
                         s->args.n_readonly_drives++;
                 else
                         s->args.n_writable_drives++;
+                /* For the block layer over QMP: the node, its device and its descriptor. */
+                if (s->args.n_drives < FQ_ARGS_DRIVES_MAX && strlen(n->name) < 32) {
+                        FqArgsDrive *d = &s->args.drives[s->args.n_drives++];
+                        *d = (FqArgsDrive){.set = n->set, .fd = -1, .read_only = n->read_only};
+                        snprintf(d->node, sizeof d->node, "%s", n->name);
+                        snprintf(d->port, sizeof d->port, "%s", n->bus ? n->bus : "");
+                        for (size_t f = 0; f < s->n_fdsets; f++)
+                                if (s->fdsets[f].id == n->set)
+                                        d->fd = s->fdsets[f].fd;
+                }
         }
         return 0;
 }

@@ -77,7 +77,9 @@ int fq_flags_parse(const char *text, FqFlags *ret, char **error)
                 const char *ms;
                 if (line[0] == 0)
                         continue;
-                if (streq(line, "ignore-sigterm"))
+                if (streq(line, "hold-devices"))
+                        f.hold_devices = true;
+                else if (streq(line, "ignore-sigterm"))
                         f.ignore_sigterm = true;
                 else if (streq(line, "hang-qmp"))
                         f.hang_qmp = true;
@@ -117,6 +119,8 @@ int fq_flags_format(const FqFlags *f, char **ret)
                 r = strextend(&s, "%sexit-early:%" PRIu64, s ? "," : "", f->exit_early_ms);
         if (r >= 0 && f->silent_agent)
                 r = strextend(&s, "%s%s", s ? "," : "", "silent-agent");
+        if (r >= 0 && f->hold_devices)
+                r = strextend(&s, "%s%s", s ? "," : "", "hold-devices");
         if (r >= 0 && !s)
                 r = strextend(&s, "none");
         if (r < 0)
@@ -255,8 +259,9 @@ static json_t *qmp_check_arguments(const char *command, const json_t *args)
 static json_t *qmp_dispatch(FqQmpSession *s, const char *command, const json_t *args,
                             FqQmpAction *action)
 {
+        bool block = s->block && fq_block_handles(command);
         bool known = streq(command, "qmp_capabilities") || streq(command, "query-status") ||
-                     streq(command, "system_powerdown") || streq(command, "quit");
+                     streq(command, "system_powerdown") || streq(command, "quit") || block;
 
         *action = FQ_QMP_ACTION_NONE;
         if (!s->negotiated && !streq(command, "qmp_capabilities"))
@@ -270,6 +275,10 @@ static json_t *qmp_dispatch(FqQmpSession *s, const char *command, const json_t *
                 return protocol_error_reply(
                     "CommandNotFound",
                     "Capabilities negotiation is already complete, command ignored");
+        if (block)
+                return s->events
+                           ? fq_block_answer(s->block, command, args, s->hold_devices, s->events)
+                           : NULL;
         if (args) {
                 json_t *bad = qmp_check_arguments(command, args);
                 if (bad)

@@ -73,6 +73,7 @@ typedef struct FakeQemu {
         int signal_fd;
         int timer_fd; /* exit-early; -1 when not set */
         Endpoint qmp;
+        FqBlock block; /* the disks, as QMP sees and changes them (DISK-8) */
         Endpoint agent;
         Endpoint console; /* listen_fd -1 with a file console */
         char *vf;         /* the VF's PCI address, or NULL without a GPU */
@@ -97,6 +98,7 @@ static void fake_qemu_done(FakeQemu *q)
         closep(&q->signal_fd);
         closep(&q->timer_fd);
         fq_args_done(&q->args);
+        fq_block_done(&q->block);
         free(q->root_path);
         free(q->vf);
         free(q->failure_message);
@@ -256,6 +258,8 @@ static int qmp_send_event(FakeQemu *q, const char *name, json_t *data)
         return conn_queue(c, e, ENDPOINT_QMP);
 }
 
+static int read_flags(FakeQemu *q);
+
 static int qmp_handle_line(FakeQemu *q, const char *line, size_t size)
 {
         Conn *c = &q->qmp.conn;
@@ -277,19 +281,39 @@ static int qmp_handle_line(FakeQemu *q, const char *line, size_t size)
                 return 0;
         }
 
-        json_auto_t *reply = NULL;
+        /* hold-devices may be set while the guest runs, as a guest may stop answering. */
+        _cleanup_free_ char *peek = NULL;
+        if (fq_qmp_peek_command(line, size, &peek) >= 0 && streq_ptr(peek, "device_del"))
+                (void)read_flags(q);
+
+        json_auto_t *reply = NULL, *events = json_array();
+        if (!events)
+                return -ENOMEM;
         FqQmpAction action;
+        c->qmp.block = &q->block;
+        c->qmp.hold_devices = q->flags.hold_devices;
+        c->qmp.events = events;
         r = fq_qmp_answer(&c->qmp, line, size, &reply, &command, &action);
+        c->qmp.events = NULL;
         if (r < 0)
                 return r;
         r = fq_sanitize(command ? command : "", 128, &shown);
         if (r < 0)
                 return r;
         console_printf(q, "qmp command %s", command ? shown : "(invalid)");
+        if (streq_ptr(command, "device_del") && q->flags.hold_devices &&
+            json_object_get(reply, "return"))
+                console_printf(q, "device_del held (hold-devices)");
 
         r = conn_queue(c, reply, ENDPOINT_QMP);
         if (r < 0)
                 return r;
+        size_t k;
+        json_t *e;
+        json_array_foreach (events, k, e) {
+                if (c->qmp.negotiated && (r = conn_queue(c, e, ENDPOINT_QMP)) < 0)
+                        return r;
+        }
 
         switch (action) {
         case FQ_QMP_ACTION_POWERDOWN:
@@ -373,7 +397,29 @@ static int conn_read(FakeQemu *q, Endpoint *ep)
         if (ep->kind == ENDPOINT_CONSOLE)
                 return console_read(q, c);
 
-        ssize_t n = recv(c->fd, c->in + c->in_len, INPUT_CAP - c->in_len, MSG_DONTWAIT);
+        ssize_t n;
+        if (ep->kind == ENDPOINT_QMP) {
+                /* QMP takes descriptors with its lines (add-fd), as QEMU's monitor does. */
+                union {
+                        struct cmsghdr h;
+                        char buf[CMSG_SPACE(sizeof(int))];
+                } control;
+                struct iovec iov = {.iov_base = c->in + c->in_len,
+                                    .iov_len = INPUT_CAP - c->in_len};
+                struct msghdr mh = {.msg_iov = &iov,
+                                    .msg_iovlen = 1,
+                                    .msg_control = control.buf,
+                                    .msg_controllen = sizeof control.buf};
+                n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+                for (struct cmsghdr *h = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; h;
+                     h = CMSG_NXTHDR(&mh, h))
+                        if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
+                            h->cmsg_len == CMSG_LEN(sizeof(int))) {
+                                closep(&q->block.received_fd);
+                                memcpy(&q->block.received_fd, CMSG_DATA(h), sizeof(int));
+                        }
+        } else
+                n = recv(c->fd, c->in + c->in_len, INPUT_CAP - c->in_len, MSG_DONTWAIT);
         if (n < 0) {
                 if (errno == EAGAIN || errno == EINTR)
                         return 0;
@@ -793,6 +839,19 @@ static int setup(FakeQemu *q)
                         return log_error_errno(r, LOG_PREFIX "%s", error);
         }
 
+        for (size_t k = 0; k < q->args.n_ports; k++) {
+                r = fq_block_add_port(&q->block, q->args.ports[k]);
+                if (r < 0)
+                        return log_error_errno(r, LOG_PREFIX "-device pcie-root-port: %m");
+        }
+        for (size_t k = 0; k < q->args.n_drives; k++) {
+                const FqArgsDrive *d = &q->args.drives[k];
+                r = fq_block_add_boot_drive(&q->block, d->node, d->port, d->set, d->fd,
+                                            d->read_only);
+                if (r < 0)
+                        return log_error_errno(r, LOG_PREFIX "-blockdev %s: %m", d->node);
+        }
+
         _cleanup_free_ char *flags = NULL;
         r = fq_flags_format(&q->flags, &flags);
         if (r < 0)
@@ -949,6 +1008,7 @@ int main(int argc, char *argv[])
             .agent = {.kind = ENDPOINT_AGENT, .listen_fd = -1, .conn.fd = -1},
             .console = {.kind = ENDPOINT_CONSOLE, .listen_fd = -1, .conn.fd = -1},
             .exit_status = -1,
+            .block = {.received_fd = -1},
         };
         _cleanup_free_ char *error = NULL;
         int r;

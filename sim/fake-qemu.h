@@ -16,6 +16,7 @@
  *   fake-qemu: qmp command <name> unanswered (hang-qmp)
  *   fake-qemu: signal SIG<NAME> pid=<sender> action=<exit|ignore>   every signal received
  *   fake-qemu: nic net0 tap=<name> mac=<mac> vhost=<on|off>   the TAP it holds (NET-3)
+ *   fake-qemu: device_del <path> held (hold-devices)          DISK-8's busy guest
  *   fake-qemu: exit-early after <ms>ms
  *   fake-qemu: agent reply not written within 5000ms; dropped    AGENT-17's write timeout
  *   fake-qemu: exit status=<n> reason=<why>
@@ -54,6 +55,16 @@
 
 /* ---- command line (fake-qemu-args.c) ------------------------------------------------------- */
 
+/* A -blockdev node of the command line with its device (for the block layer's start). */
+typedef struct FqArgsDrive {
+        char node[32];
+        char port[16]; /* the pcie-root-port its device sits on, or "" for the root bus */
+        int set, fd;
+        bool read_only;
+} FqArgsDrive;
+
+#define FQ_ARGS_DRIVES_MAX 16
+
 typedef struct FqArgs {
         char *name;           /* -name guest=<name> */
         char *qmp_socket;     /* the socket chardev behind -mon ...,mode=control */
@@ -66,6 +77,10 @@ typedef struct FqArgs {
         char *append;
         /* -blockdev nodes, each resolved to a device and an fd set of the right access mode */
         size_t n_readonly_drives, n_writable_drives;
+        FqArgsDrive drives[FQ_ARGS_DRIVES_MAX];
+        size_t n_drives;
+        char ports[FQ_ARGS_DRIVES_MAX][16]; /* -device pcie-root-port ids, in order */
+        size_t n_ports;
         size_t n_nics;  /* tap netdevs, each on an open descriptor and used by a virtio-net-pci */
         int nic_fd;     /* the first NIC's tap fd= (NET-3), -1 without a NIC */
         bool nic_vhost; /* its vhost=on */
@@ -95,6 +110,7 @@ int fq_args_parse(int argc, char *const *argv, FqArgs *ret, char **error);
 /* ---- control flags and simulator state (fake-qemu-proto.c) -------------------------------- */
 
 typedef struct FqFlags {
+        bool hold_devices; /* device_del is accepted and DEVICE_DELETED never comes (DISK-8) */
         bool ignore_sigterm;
         bool hang_qmp;
         bool silent_agent;
@@ -122,8 +138,60 @@ int fq_wedged_message(const char *vf, char **ret);
 
 /* ---- QMP (fake-qemu-proto.c) --------------------------------------------------------------- */
 
+/* ---- the block layer over QMP (fake-qemu-block.c; DISK-8) ----------------------------------- */
+
+#define FQ_BLOCK_NODES_MAX 32
+
+typedef struct FqFdSet {
+        int id, fd;
+        bool from_argv; /* -add-fd's: the descriptor is the command line's, never closed here */
+} FqFdSet;
+
+typedef struct FqBlockNode {
+        char name[32];
+        int set;
+        bool read_only;
+        bool has_device;
+        bool unplugging;      /* device_del accepted, the guest has not released it */
+        char device_id[32];   /* "" for a device without an id */
+        char device_path[64]; /* its QOM path */
+        char serial[64];
+        char port[16]; /* the root port its device is on, "" for the root bus */
+} FqBlockNode;
+
+typedef struct FqBlock {
+        FqFdSet sets[FQ_BLOCK_NODES_MAX];
+        size_t n_sets;
+        int next_set;
+        FqBlockNode nodes[FQ_BLOCK_NODES_MAX];
+        size_t n_nodes;
+        size_t n_anon; /* devices without an id so far: /machine/peripheral-anon/device[n] */
+        char ports[FQ_ARGS_DRIVES_MAX][16]; /* pcie-root-port ids (DISK-8's hotplug slots) */
+        size_t n_ports;
+        int received_fd; /* the last descriptor QMP received (SCM_RIGHTS), for add-fd; or -1 */
+} FqBlock;
+
+/* A node of the command line, with its device and its -add-fd set. */
+int fq_block_add_boot_drive(FqBlock *b, const char *node, const char *port, int set, int fd,
+                            bool read_only);
+/* A pcie-root-port of the command line. */
+int fq_block_add_port(FqBlock *b, const char *id);
+/* Closes what add-fd took. */
+void fq_block_done(FqBlock *b);
+/* add-fd, blockdev-add, device_add, device_del, blockdev-del, query-block, query-pci. */
+bool fq_block_handles(const char *command);
+/*
+ * One of those commands, as QEMU 7.2 checks and answers it; events to send after the reply
+ * (DEVICE_DELETED unless hold_devices) are appended to events. NULL on ENOMEM.
+ */
+json_t *fq_block_answer(FqBlock *b, const char *command, const json_t *args, bool hold_devices,
+                        json_t *events);
+
 typedef struct FqQmpSession {
         bool negotiated; /* qmp_capabilities has been accepted on this connection */
+        FqBlock *block;  /* the process's block layer; NULL: the block commands are unknown */
+        bool hold_devices;
+        json_t *events; /* an array: events to send after the reply of the line just answered */
 } FqQmpSession;
 
 typedef enum FqQmpAction {

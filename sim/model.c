@@ -1205,14 +1205,15 @@ static bool qemu_flag_is_valid(const char *s)
         const char *v = startswith(s, "exit-early:");
         if (v)
                 return ctl_ms(v, &ms) >= 0;
-        return streq(s, "ignore-sigterm") || streq(s, "hang-qmp") || streq(s, "silent-agent");
+        return streq(s, "ignore-sigterm") || streq(s, "hang-qmp") || streq(s, "silent-agent") ||
+               streq(s, "hold-devices");
 }
 
 static int ctl_qemu(SimHost *h, char **w, size_t n, char **error)
 {
         if (n != 3 || !qemu_name_is_valid(w[1]) || !qemu_flag_is_valid(w[2]))
                 return ctl_usage(error, "qemu <name> ignore-sigterm|hang-qmp|exit-early:<ms>|"
-                                        "silent-agent");
+                                        "silent-agent|hold-devices");
         SimQemu *q = (SimQemu *)sim_host_find_qemu(h, w[1]);
         if (!q) {
                 SimQemu *grown = realloc(h->qemu, (h->n_qemu + 1) * sizeof(SimQemu));

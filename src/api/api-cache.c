@@ -38,7 +38,7 @@
  *         _get_gpu_fallback(), _get_cached_placements()): NVML, bumped by every answer folded
  *         in (refreshes and the claims' own queries, NVML-15) and by nvml_client_set_gpus().
  *   - collect_profiles(), compute_figures(): the host and the view above only.
- *  api_resources_json(): the snapshot only.
+ *  api_resources_json(): the snapshot, and DISK-10's storage figures (the key holds them).
  *  api_gpus_json(): the host (TRACKER); per GPU the NVML fallback (NVML) and the drain mark
  *    (HEALTH); per VF the failure count of its health record (HEALTH) and the instance holding
  *    it (INSTANCES); the rest from the snapshot.
@@ -85,6 +85,18 @@ int api_view_key_read(const ApiContext *ctx, ApiViewKey *ret)
                         ctx->instances ? instance_manager_generation(ctx->instances) : 0,
                 },
         };
+        /* DISK-10: the storage figures are the key themselves (the stage samples them on a
+         * worker; the stores change with imports, deletes and creates). */
+        const StorageSpace *space = ctx->volumes ? volume_store_space(ctx->volumes) : NULL;
+        if (space) {
+                const Image *const *images = NULL;
+                const Volume *const *volumes = NULL;
+                k.storage_known = true;
+                k.storage_free = space->known ? space->free_bytes : UINT64_MAX;
+                k.storage_instances_bytes = space->instances_disk_bytes;
+                k.storage_images = ctx->images ? image_store_list(ctx->images, &images) : 0;
+                k.storage_volumes = volume_store_list(ctx->volumes, &volumes);
+        }
         /* Before the render, like the counters: a change during it shows in the next key. */
         int r = api_placement_disabled_reason(ctx, &k.disabled_reason);
         if (r < 0)
@@ -104,6 +116,10 @@ bool api_view_key_equal(const ApiViewKey *a, const ApiViewKey *b)
         for (size_t i = 0; i < _API_SOURCE_MAX; i++)
                 if (a->source[i] != b->source[i] || a->generation[i] != b->generation[i])
                         return false;
+        if (a->storage_known != b->storage_known || a->storage_free != b->storage_free ||
+            a->storage_images != b->storage_images || a->storage_volumes != b->storage_volumes ||
+            a->storage_instances_bytes != b->storage_instances_bytes)
+                return false;
         return streq_ptr(a->disabled_reason, b->disabled_reason);
 }
 

@@ -337,6 +337,61 @@ int api_handle_instance_stop(HttpRequest *req, void *userdata)
         return lifecycle(req, userdata, instance_manager_stop, MHD_HTTP_OK);
 }
 
+/* ---- volumes (DISK-8) ----------------------------------------------------------------------- */
+
+typedef struct AttachBody {
+        const char *volume;
+        bool readonly;
+} AttachBody;
+
+static const JsonField attach_fields[] = {
+    {"volume", JSON_FIELD_STRING, true, JSON_AT(AttachBody, volume)},
+    {"readonly", JSON_FIELD_BOOLEAN, false, JSON_AT(AttachBody, readonly)},
+    {},
+};
+
+int api_handle_instance_volume_attach(HttpRequest *req, void *userdata)
+{
+        ApiContext *ctx = userdata;
+        const char *id = id_param(req);
+        if (!id)
+                return 0;
+        json_t *parsed = NULL;
+        if (http_request_parse_json(req, &parsed) < 0)
+                return 0; /* answered */
+        json_auto_t *body = parsed;
+        AttachBody b = {0};
+        _cleanup_free_ char *error = NULL;
+        if (json_schema_read(body, NULL, attach_fields, &b, -EINVAL, &error) < 0)
+                return http_reply_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", "%s", error);
+        if (api_refuse_unless_ready(ctx, req) != 0)
+                return 0;
+        InstanceWaiter *w = waiter_new(ctx, req, MHD_HTTP_OK);
+        if (!w)
+                return -ENOMEM;
+        InstanceFailure f = INSTANCE_FAILURE_NONE;
+        int r = instance_manager_attach_volume(ctx->instances, id, b.volume, b.readonly, on_done, w,
+                                               &f, &error);
+        return settle(req, ctx, w, r, id, f, error);
+}
+
+int api_handle_instance_volume_detach(HttpRequest *req, void *userdata)
+{
+        ApiContext *ctx = userdata;
+        const char *id = id_param(req);
+        const char *volume = http_request_get_param(req, "volume");
+        if (!id || api_refuse_body(req) < 0 || api_refuse_unless_ready(ctx, req) != 0)
+                return 0;
+        InstanceWaiter *w = waiter_new(ctx, req, MHD_HTTP_OK);
+        if (!w)
+                return -ENOMEM;
+        InstanceFailure f = INSTANCE_FAILURE_NONE;
+        _cleanup_free_ char *error = NULL;
+        int r = instance_manager_detach_volume(ctx->instances, id, volume ? volume : "", on_done, w,
+                                               &f, &error);
+        return settle(req, ctx, w, r, id, f, error);
+}
+
 static int refused(HttpRequest *req, void *userdata, const char *operation)
 {
         ApiContext *ctx = userdata;

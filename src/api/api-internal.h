@@ -32,6 +32,8 @@ int api_handle_instance_get(HttpRequest *req, void *userdata);
 int api_handle_instance_delete(HttpRequest *req, void *userdata);
 int api_handle_instance_start(HttpRequest *req, void *userdata);
 int api_handle_instance_stop(HttpRequest *req, void *userdata);
+int api_handle_instance_volume_attach(HttpRequest *req, void *userdata); /* DISK-8 */
+int api_handle_instance_volume_detach(HttpRequest *req, void *userdata);
 int api_handle_instance_standby(HttpRequest *req, void *userdata);
 int api_handle_instance_snapshot(HttpRequest *req, void *userdata);
 int api_handle_instance_fork(HttpRequest *req, void *userdata);

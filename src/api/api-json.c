@@ -5,13 +5,38 @@
 
 /* ---- /resources ------------------------------------------------------------------------------ */
 
+/*
+ * DISK-10: data_dir's free space and the instances' files as the storage stage last sampled
+ * them (null before the first sample), the images and volumes as the stores hold them.
+ */
+static int storage_json(const ApiContext *ctx, json_t *root)
+{
+        if (!ctx->volumes)
+                return 0;
+        const StorageSpace *space = volume_store_space(ctx->volumes);
+        const Image *const *images = NULL;
+        const Volume *const *volumes = NULL;
+        size_t n_images = ctx->images ? image_store_list(ctx->images, &images) : 0;
+        size_t n_volumes = volume_store_list(ctx->volumes, &volumes);
+        json_t *s = json_object();
+        if (json_set(root, "storage", s) < 0 ||
+            json_set(s, "data_dir_free_bytes",
+                     space->known ? json_u64(space->free_bytes) : json_null()) < 0 ||
+            json_set(s, "images", json_u64(n_images)) < 0 ||
+            json_set(s, "volumes", json_u64(n_volumes)) < 0 ||
+            json_set(s, "instances_disk_bytes",
+                     space->known ? json_u64(space->instances_disk_bytes) : json_null()) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
 int api_resources_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **ret)
 {
         json_auto_t *root = json_object();
         if (!root)
                 return -ENOMEM;
         if (!snap->has_gpu) {
-                if (json_set(root, "gpu", json_null()) < 0)
+                if (json_set(root, "gpu", json_null()) < 0 || storage_json(ctx, root) < 0)
                         return -ENOMEM;
                 *ret = TAKE_PTR(root);
                 return 0;
@@ -42,7 +67,8 @@ int api_resources_json(const ApiContext *ctx, const ApiSnapshot *snap, json_t **
         if (snap->placement_warning &&
             json_set(gpu, "placement_warning", json_string(snap->placement_warning)) < 0)
                 return -ENOMEM;
-        (void)ctx;
+        if (storage_json(ctx, root) < 0)
+                return -ENOMEM;
         *ret = TAKE_PTR(root);
         return 0;
 }

@@ -568,6 +568,8 @@ static const HttpRoute routes[] = {
     {"DELETE", "/instances/{id}", api_handle_instance_delete, NULL, false},
     {"POST", "/instances/{id}/start", api_handle_instance_start, NULL, false},
     {"POST", "/instances/{id}/stop", api_handle_instance_stop, NULL, false},
+    {"POST", "/instances/{id}/volumes", api_handle_instance_volume_attach, NULL, false},
+    {"DELETE", "/instances/{id}/volumes/{volume}", api_handle_instance_volume_detach, NULL, false},
     {"POST", "/instances/{id}/standby", api_handle_instance_standby, NULL, false},
     {"POST", "/instances/{id}/snapshot", api_handle_instance_snapshot, NULL, false},
     {"POST", "/instances/{id}/fork", api_handle_instance_fork, NULL, false},

@@ -72,6 +72,9 @@ typedef struct ApiViewKey {
         const void *source[_API_SOURCE_MAX];
         uint64_t generation[_API_SOURCE_MAX];
         char *disabled_reason; /* NULL when placement is enabled */
+        /* DISK-10: /resources' storage figures, compared as they are */
+        bool storage_known;
+        uint64_t storage_free, storage_images, storage_volumes, storage_instances_bytes;
 } ApiViewKey;
 
 typedef enum ApiBody {

@@ -142,6 +142,8 @@ static const ConfigKey config_keys[] = {
     {SECTION("vmm")},
     {DURATION("vmm.boot_timeout", vmm.boot_timeout, NSEC_PER_SEC, 10 * NSEC_PER_MIN)},
     {DURATION("vmm.stop_timeout", vmm.stop_timeout, NSEC_PER_SEC, 10 * NSEC_PER_MIN)},
+    {DURATION("vmm.device_release_timeout", vmm.device_release_timeout, NSEC_PER_SEC,
+              10 * NSEC_PER_MIN)},
     {UINT64("vmm.console_max_bytes", vmm.console_max_bytes, 65536, 1073741824)},
     {SECTION("storage")},
     {MIN_FREE("storage.min_free", storage.min_free)},
@@ -361,6 +363,7 @@ int config_init_defaults(Config *ret)
                 {
                     .boot_timeout = 30 * NSEC_PER_SEC,
                     .stop_timeout = 30 * NSEC_PER_SEC,
+                    .device_release_timeout = 30 * NSEC_PER_SEC,
                     .console_max_bytes = 16777216,
                 },
             .storage =

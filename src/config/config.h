@@ -67,9 +67,10 @@ typedef enum PlacementPolicy {
 } PlacementPolicy;
 
 typedef struct ConfigVmm {
-        nsec_t boot_timeout;        /* 1s..10m, default 30s */
-        nsec_t stop_timeout;        /* 1s..10m, default 30s */
-        uint64_t console_max_bytes; /* 65536..1073741824, default 16777216 */
+        nsec_t boot_timeout;           /* 1s..10m, default 30s */
+        nsec_t stop_timeout;           /* 1s..10m, default 30s */
+        nsec_t device_release_timeout; /* 1s..10m, default 30s: a hot detach's wait (DISK-8) */
+        uint64_t console_max_bytes;    /* 65536..1073741824, default 16777216 */
 } ConfigVmm;
 
 typedef struct ConfigBreaker {

@@ -47,6 +47,20 @@ const char ctl_usage[] =
     "  instances ssh ID [--via-forward] [-- SSH-ARGS]\n"
     "                                     ssh to the instance's address (with --via-forward:\n"
     "                                     the daemon's host, the forward to guest port 22)\n"
+    "  instances attach-volume ID --volume V [--readonly]\n"
+    "                                     attach a volume (by id or name), running or not\n"
+    "  instances detach-volume ID --volume V\n"
+    "                                     detach it (a running guest must let it go)\n"
+    "  images list                        the image store\n"
+    "  images get NAME                    one image\n"
+    "  images import NAME --source PATH [--sha256 HEX]\n"
+    "                                     import a raw or qcow2 file, showing its progress\n"
+    "  images delete NAME                 delete an image no instance uses\n"
+    "  volumes list                       every volume and who holds it\n"
+    "  volumes get ID                     one volume\n"
+    "  volumes create --name N --size-gb N\n"
+    "                                     create an empty qcow2 volume\n"
+    "  volumes delete ID                  delete a volume no instance holds\n"
     "  token mint --secret-file F [--ttl D] [--sub S]\n"
     "                                     print a bearer token (default TTL 1h)\n"
     "  fleet hosts --placement URL --hosts FILE\n"
@@ -55,7 +69,7 @@ const char ctl_usage[] =
     "                                     each PF provider's inventories, usage and traits\n"
     "  fleet create --placement URL --hosts FILE --profile P --name N --vcpus N\n"
     "               --memory-mb N [--kernel P] [--initrd P] [--cmdline S] [--disk P]\n"
-    "               [--count N]\n"
+    "               [--count N] [--image NAME]\n"
     "                                     place VMs through Placement on the hosts\n"
     "  fleet delete ID --hosts FILE --host H\n"
     "                                     delete an instance on host H\n"
@@ -117,6 +131,10 @@ typedef enum CtlOption {
         OPT_USER_DATA_FILE,
         OPT_HOSTNAME,
         OPT_VIA_FORWARD,
+        OPT_SOURCE,   /* images import (DISK-2) */
+        OPT_SHA256,   /* images import */
+        OPT_SIZE_GB,  /* volumes create (DISK-7) */
+        OPT_READONLY, /* instances attach-volume */
         _OPT_MAX,
 } CtlOption;
 
@@ -169,6 +187,10 @@ static const struct {
     [OPT_USER_DATA_FILE] = {"--user-data-file", true},
     [OPT_HOSTNAME] = {"--hostname", true},
     [OPT_VIA_FORWARD] = {"--via-forward", false},
+    [OPT_SOURCE] = {"--source", true},
+    [OPT_SHA256] = {"--sha256", true},
+    [OPT_SIZE_GB] = {"--size-gb", true},
+    [OPT_READONLY] = {"--readonly", false},
 };
 
 /* What a command's positional argument is; it becomes part of the request path. */
@@ -176,6 +198,8 @@ typedef enum CtlTarget {
         TARGET_NONE,
         TARGET_PCI_ADDRESS,
         TARGET_INSTANCE_ID,
+        TARGET_IMAGE_NAME, /* INST-4's pattern (DISK-1) */
+        TARGET_VOLUME_ID,  /* INST-3's form (DISK-7) */
 } CtlTarget;
 
 #define REASON OPT_BIT(OPT_REASON)
@@ -228,13 +252,40 @@ static const struct {
      TARGET_INSTANCE_ID,
      OPT_BIT(OPT_VIA_FORWARD),
      0},
+    /* OPS-7: the disks (DISK-1, DISK-2, DISK-4, DISK-7, DISK-8). */
+    {{"instances", "attach-volume"},
+     CTL_COMMAND_INSTANCES_ATTACH_VOLUME,
+     TARGET_INSTANCE_ID,
+     OPT_BIT(OPT_VOLUME) | OPT_BIT(OPT_READONLY),
+     OPT_BIT(OPT_VOLUME)},
+    {{"instances", "detach-volume"},
+     CTL_COMMAND_INSTANCES_DETACH_VOLUME,
+     TARGET_INSTANCE_ID,
+     OPT_BIT(OPT_VOLUME),
+     OPT_BIT(OPT_VOLUME)},
+    {{"images", "list"}, CTL_COMMAND_IMAGES_LIST, TARGET_NONE, 0, 0},
+    {{"images", "get"}, CTL_COMMAND_IMAGES_GET, TARGET_IMAGE_NAME, 0, 0},
+    {{"images", "import"},
+     CTL_COMMAND_IMAGES_IMPORT,
+     TARGET_IMAGE_NAME,
+     OPT_BIT(OPT_SOURCE) | OPT_BIT(OPT_SHA256),
+     OPT_BIT(OPT_SOURCE)},
+    {{"images", "delete"}, CTL_COMMAND_IMAGES_DELETE, TARGET_IMAGE_NAME, 0, 0},
+    {{"volumes", "list"}, CTL_COMMAND_VOLUMES_LIST, TARGET_NONE, 0, 0},
+    {{"volumes", "get"}, CTL_COMMAND_VOLUMES_GET, TARGET_VOLUME_ID, 0, 0},
+    {{"volumes", "create"},
+     CTL_COMMAND_VOLUMES_CREATE,
+     TARGET_NONE,
+     OPT_BIT(OPT_NAME) | OPT_BIT(OPT_SIZE_GB),
+     OPT_BIT(OPT_NAME) | OPT_BIT(OPT_SIZE_GB)},
+    {{"volumes", "delete"}, CTL_COMMAND_VOLUMES_DELETE, TARGET_VOLUME_ID, 0, 0},
     {{"token", "mint"}, CTL_COMMAND_TOKEN_MINT, TARGET_NONE, MINT, OPT_BIT(OPT_SECRET_FILE)},
     {{"fleet", "hosts"}, CTL_COMMAND_FLEET_HOSTS, TARGET_NONE, FLEET, FLEET_REQUIRED},
     {{"fleet", "resources"}, CTL_COMMAND_FLEET_RESOURCES, TARGET_NONE, FLEET, FLEET_REQUIRED},
     {{"fleet", "create"},
      CTL_COMMAND_FLEET_CREATE,
      TARGET_NONE,
-     FLEET | CREATE | OPT_BIT(OPT_COUNT),
+     FLEET | CREATE | OPT_BIT(OPT_COUNT) | OPT_BIT(OPT_IMAGE),
      FLEET_CREATE_REQUIRED},
     /* Placement is not needed: vgpud deletes the allocation itself (FLEET-6); the options are
      * taken so that one set of fleet options serves every fleet command. */
@@ -264,6 +315,8 @@ void ctl_args_done(CtlArgs *a)
         free(a->host);
         free(a->profile);
         strv_free(a->ssh_args);
+        free(a->volume);
+        free(a->image);
         *a = (CtlArgs){};
 }
 
@@ -397,6 +450,20 @@ static int parse_target(CtlTarget kind, const char *name, const char *word, CtlA
                                          "characters from a-z and 0-9",
                                          word, name, CTL_INSTANCE_ID_LEN);
                 break;
+        case TARGET_VOLUME_ID:
+                if (!instance_id_is_wellformed(word))
+                        return error_set(error, -EINVAL,
+                                         "invalid volume id \"%s\" for \"%s\": expected %d "
+                                         "characters from a-z and 0-9",
+                                         word, name, CTL_INSTANCE_ID_LEN);
+                break;
+        case TARGET_IMAGE_NAME:
+                if (!resource_name_is_valid(word))
+                        return error_set(error, -EINVAL,
+                                         "invalid image name \"%s\" for \"%s\": expected a "
+                                         "name like an instance's (INST-4)",
+                                         word, name);
+                break;
         }
         a->target = strdup(word);
         return a->target ? 0 : error_set_oom(error);
@@ -452,6 +519,7 @@ static int parse_create(const char *const *values, char **const *lists, CtlArgs 
                         return error_set(error, -EINVAL, "%s must be UTF-8 text",
                                          options[create_text_options[i]].name);
         }
+        /* An image is a root disk to boot from (DISK-5): boot is needed only without one. */
         if (!values[OPT_KERNEL] && !values[OPT_DISK] && !values[OPT_IMAGE])
                 return error_set(error, -EINVAL,
                                  "\"instances create\" needs --image, --kernel or --disk");
@@ -554,7 +622,63 @@ static int parse_fleet(const char *const *values, CtlArgs *a, char **error)
                 if (!a->profile)
                         return error_set_oom(error);
         }
+        if (values[OPT_IMAGE]) {
+                /* DISK-12: the trait a host of the image carries, and the create's image. */
+                if (!resource_name_is_valid(values[OPT_IMAGE]))
+                        return error_set(error, -EINVAL,
+                                         "--image \"%s\": expected an image name (INST-4)",
+                                         values[OPT_IMAGE]);
+                a->image = strdup(values[OPT_IMAGE]);
+                if (!a->image)
+                        return error_set_oom(error);
+        }
         return 0;
+}
+
+/*
+ * The bodies of the disk commands (DISK-2, DISK-7, DISK-8); the daemon judges names, paths and
+ * sizes. A detach's volume becomes part of the path, so it is checked as the daemon's router
+ * would take it: an id or a name, nothing a URL would read otherwise.
+ */
+static int parse_disks(const char *const *values, CtlArgs *a, char **error)
+{
+        json_auto_t *j = NULL;
+        uint64_t n;
+
+        switch (a->command) {
+        case CTL_COMMAND_IMAGES_IMPORT:
+                if (!is_valid_utf8(values[OPT_SOURCE]) ||
+                    (values[OPT_SHA256] && !is_valid_utf8(values[OPT_SHA256])))
+                        return error_set(error, -EINVAL, "--source and --sha256 must be UTF-8");
+                j = json_pack("{s:s, s:s, s:s*}", "name", a->target, "source", values[OPT_SOURCE],
+                              "sha256", values[OPT_SHA256]);
+                break;
+        case CTL_COMMAND_VOLUMES_CREATE:
+                if (parse_uint64_range(values[OPT_SIZE_GB], 1, INT64_MAX, &n) < 0)
+                        return error_set(error, -EINVAL,
+                                         "--size-gb \"%s\": expected a whole number of GiB",
+                                         values[OPT_SIZE_GB]);
+                if (!is_valid_utf8(values[OPT_NAME]))
+                        return error_set(error, -EINVAL, "--name must be UTF-8 text");
+                j = json_pack("{s:s, s:I}", "name", values[OPT_NAME], "size_gb", (json_int_t)n);
+                break;
+        case CTL_COMMAND_INSTANCES_ATTACH_VOLUME:
+                if (!is_valid_utf8(values[OPT_VOLUME]))
+                        return error_set(error, -EINVAL, "--volume must be UTF-8 text");
+                j = json_pack("{s:s, s:b}", "volume", values[OPT_VOLUME], "readonly",
+                              values[OPT_READONLY] != NULL);
+                break;
+        default: /* detach-volume */
+                if (!instance_id_is_wellformed(values[OPT_VOLUME]) &&
+                    !resource_name_is_valid(values[OPT_VOLUME]))
+                        return error_set(error, -EINVAL,
+                                         "--volume \"%s\": expected a volume id or name",
+                                         values[OPT_VOLUME]);
+                a->volume = strdup(values[OPT_VOLUME]);
+                return a->volume ? 0 : error_set_oom(error);
+        }
+        a->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        return a->body ? 0 : error_set_oom(error);
 }
 
 static int parse_console(const char *const *values, CtlArgs *a, char **error)
@@ -680,10 +804,15 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
                 return error_set_oom(error);
 
         size_t n_args = commands[i].target != TARGET_NONE ? 1 : 0;
+        static const char *const needs[] = {
+            [TARGET_PCI_ADDRESS] = "a PCI address",
+            [TARGET_INSTANCE_ID] = "an instance id",
+            [TARGET_IMAGE_NAME] = "an image name",
+            [TARGET_VOLUME_ID] = "a volume id",
+        };
         if (n_words < n_cmd + n_args)
                 return error_set(error, -EINVAL, "\"%s\" needs %s", name,
-                                 commands[i].target == TARGET_PCI_ADDRESS ? "a PCI address"
-                                                                          : "an instance id");
+                                 needs[commands[i].target]);
         if (n_words > n_cmd + n_args && commands[i].command != CTL_COMMAND_INSTANCES_SSH)
                 return error_set(error, -EINVAL, "unexpected argument \"%s\"",
                                  words[n_cmd + n_args]);
@@ -692,6 +821,10 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
         int r = check_command_options(i, values, name, error);
         if (r < 0)
                 return r;
+        /* Options repeat for create's lists only: attach-volume takes one --volume. */
+        for (size_t o = 0; o < _OPT_MAX && a->command != CTL_COMMAND_INSTANCES_CREATE; o++)
+                if (strv_length(lists[o]) > 1)
+                        return error_set(error, -EINVAL, "option %s given twice", options[o].name);
         r = parse_target(commands[i].target, name, n_args ? words[n_cmd] : NULL, a, error);
         if (r < 0)
                 return r;
@@ -712,6 +845,12 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
                 break;
         case CTL_COMMAND_INSTANCES_CONSOLE:
                 r = parse_console(values, a, error);
+                break;
+        case CTL_COMMAND_INSTANCES_ATTACH_VOLUME:
+        case CTL_COMMAND_INSTANCES_DETACH_VOLUME:
+        case CTL_COMMAND_IMAGES_IMPORT:
+        case CTL_COMMAND_VOLUMES_CREATE:
+                r = parse_disks(values, a, error);
                 break;
         case CTL_COMMAND_TOKEN_MINT:
                 /* A local command: where the daemon is does not matter. */

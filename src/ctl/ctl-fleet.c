@@ -1176,21 +1176,21 @@ static int create_one(Fleet *f, const CreateContext *cc, const char *name, Place
  * host can place it; the drained trait appears only when some PF is first drained, so it is
  * created here, which Placement does idempotently.
  */
-static int ensure_traits(Fleet *f, const char *profile_trait)
+/* A trait some host must carry: 404 means no host can take the VM (FLEET-4, DISK-12). */
+static int require_trait(Fleet *f, const char *trait, const char *offer, const char *what)
 {
         _cleanup_free_ char *error = NULL, *path = NULL;
         json_auto_t *body = NULL;
         long status;
 
-        if (strprintf(&path, "/traits/%s", profile_trait) < 0)
+        if (strprintf(&path, "/traits/%s", trait) < 0)
                 return fail(f, -ENOMEM, NULL);
         int r = placement_call(f, "GET", path, NULL, &status, &body, &error);
         if (r < 0)
                 return fail(f, r, error);
         if (status == 404) {
-                fprintf(f->env->err,
-                        "error: no host offers %s: Placement has no trait %s (FLEET-4)\n",
-                        f->args->profile, profile_trait);
+                fprintf(f->env->err, "error: no host %s %s: Placement has no trait %s (%s)\n",
+                        offer, what, trait, streq(offer, "offers") ? "FLEET-4" : "DISK-12");
                 return CTL_EXIT_API;
         }
         if (status != 204 && status != 200) {
@@ -1198,8 +1198,20 @@ static int ensure_traits(Fleet *f, const char *profile_trait)
                         placement_detail(body));
                 return CTL_EXIT_API;
         }
-        json_decref(body);
-        body = NULL;
+        return CTL_EXIT_OK;
+}
+
+static int ensure_traits(Fleet *f, const char *profile_trait, const char *image_trait)
+{
+        _cleanup_free_ char *error = NULL;
+        json_auto_t *body = NULL;
+        long status;
+
+        int r = require_trait(f, profile_trait, "offers", f->args->profile);
+        if (r == CTL_EXIT_OK && image_trait)
+                r = require_trait(f, image_trait, "holds image", f->args->image);
+        if (r != CTL_EXIT_OK)
+                return r;
         r = placement_call(f, "PUT", "/traits/" FLEET_TRAIT_DRAINED, NULL, &status, &body, &error);
         if (r < 0)
                 return fail(f, r, error);
@@ -1223,7 +1235,8 @@ static const char *instance_vf(json_t *instance)
 static int run_create(Fleet *f)
 {
         const CtlArgs *a = f->args;
-        _cleanup_free_ char *trait = NULL, *place = NULL, *query = NULL;
+        _cleanup_free_ char *trait = NULL, *place = NULL, *query = NULL, *image_trait = NULL,
+                            *image_required = NULL;
         json_auto_t *placed = json_array();
         unsigned reschedules = 0;
         int status = CTL_EXIT_OK;
@@ -1243,21 +1256,37 @@ static int run_create(Fleet *f)
         }
         if (r < 0 || fleet_place_class(gib, &place) < 0 || !placed)
                 return fail(f, -ENOMEM, NULL);
+        /* DISK-12: only a PF of a host that holds the image. */
+        if (a->image) {
+                r = fleet_image_trait(a->image, &image_trait);
+                if (r >= 0)
+                        r = strprintf(&image_required, ",%s", image_trait);
+                if (r < 0)
+                        return fail(f, r, NULL);
+        }
         /* One numbered group (FLEET-3), on one provider, never on a drained PF (FLEET-4). */
         if (strprintf(&query,
                       "/allocation_candidates?resources1=" FLEET_RC_VGPU ":1," FLEET_RC_FB
-                      ":%" PRIu64 ",%s:1&required1=%s,%%21" FLEET_TRAIT_DRAINED
+                      ":%" PRIu64 ",%s:1&required1=%s%s,%%21" FLEET_TRAIT_DRAINED
                       "&group_policy=none&limit=%d",
-                      gib, place, trait, CTL_FLEET_CANDIDATES_LIMIT) < 0)
+                      gib, place, trait, image_required ? image_required : "",
+                      CTL_FLEET_CANDIDATES_LIMIT) < 0)
                 return fail(f, -ENOMEM, NULL);
 
-        r = ensure_traits(f, trait);
+        r = ensure_traits(f, trait, image_trait);
         if (r != CTL_EXIT_OK)
                 return r;
 
         json_auto_t *body = json_loads(a->body, JSON_REJECT_DUPLICATES, NULL);
         if (!body)
                 return fail(f, -ENOMEM, NULL);
+        if (a->image) {
+                /* The image is the root disk (DISK-5); a boot with nothing in it goes. */
+                if (json_object_size(json_object_get(body, "boot")) == 0)
+                        (void)json_object_del(body, "boot");
+                if (json_object_set_new(body, "image", json_string(a->image)) < 0)
+                        return fail(f, -ENOMEM, NULL);
+        }
         const CreateContext cc = {.body = body, .query = query, .profile = a->profile};
 
         for (uint32_t i = 0; i < a->count; i++) {

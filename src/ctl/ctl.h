@@ -97,6 +97,16 @@ typedef enum CtlCommand {
         CTL_COMMAND_INSTANCES_DELETE,
         CTL_COMMAND_INSTANCES_CONSOLE,
         CTL_COMMAND_INSTANCES_SSH,
+        CTL_COMMAND_INSTANCES_ATTACH_VOLUME, /* DISK-8 */
+        CTL_COMMAND_INSTANCES_DETACH_VOLUME,
+        CTL_COMMAND_IMAGES_LIST, /* DISK-1, DISK-2, DISK-4 */
+        CTL_COMMAND_IMAGES_GET,
+        CTL_COMMAND_IMAGES_IMPORT,
+        CTL_COMMAND_IMAGES_DELETE,
+        CTL_COMMAND_VOLUMES_LIST, /* DISK-7 */
+        CTL_COMMAND_VOLUMES_GET,
+        CTL_COMMAND_VOLUMES_CREATE,
+        CTL_COMMAND_VOLUMES_DELETE,
         CTL_COMMAND_TOKEN_MINT,
         CTL_COMMAND_FLEET_HOSTS,
         CTL_COMMAND_FLEET_RESOURCES,
@@ -111,8 +121,10 @@ typedef struct CtlArgs {
         /* Where the daemon is: a base URL without trailing "/", or a Unix socket path. */
         char *url;
         char *unix_socket;
-        char *token;         /* NULL: no Authorization header */
-        char *target;        /* the VF or GPU of a health command, the id of an instance command */
+        char *token; /* NULL: no Authorization header */
+        /* the VF or GPU of a health command, the id of an instance or volume, an image's name */
+        char *target;
+        char *volume;        /* detach-volume: the volume, by id or name, appended to the path */
         char *body;          /* the JSON request body, built and checked here (API-9); or NULL */
         uint32_t tail_bytes; /* console; 0: the daemon's default */
         bool follow;         /* console --follow (CONS-2) */
@@ -130,6 +142,7 @@ typedef struct CtlArgs {
         /* instances ssh */
         bool via_forward; /* --via-forward: the daemon's host and a forward to guest port 22 */
         char **ssh_args;  /* the words after the id, for ssh; NULL when none */
+        char *image;      /* fleet create --image (DISK-12); NULL: none */
 } CtlArgs;
 
 void ctl_args_done(CtlArgs *a);
@@ -274,6 +287,21 @@ int ctl_print_instances(FILE *out, json_t *body, char **error);
 int ctl_print_instance(FILE *out, json_t *body, char **error);
 /* An operator route's answer: summary is the first line ("quarantined VF 0000:e3:00.4"). */
 int ctl_print_operator_result(FILE *out, const char *summary, json_t *body, char **error);
+
+/* The disks (ctl-disks.c; DISK-1, DISK-2, DISK-7): tables of GET /images and GET /volumes, and
+ * one image or volume as "key  value" lines. */
+int ctl_print_images(FILE *out, json_t *body, char **error);
+int ctl_print_image(FILE *out, json_t *body, char **error);
+int ctl_print_volumes(FILE *out, json_t *body, char **error);
+int ctl_print_volume(FILE *out, json_t *body, char **error);
+/*
+ * `images import NAME --source P`: POST /images, then GET /images/NAME until the image is no
+ * longer importing, its progress shown as it goes; exit 0 when it is ready, 1 when it failed
+ * (`error: import failed: <why>`) or the API refused.
+ */
+int ctl_images_import(const CtlArgs *a, const CtlEnv *env);
+/* A non-2xx answer as OPS-8 prints it; returns CTL_EXIT_API. */
+int ctl_print_api_error(const CtlArgs *a, const CtlEnv *env, const CtlResponse *resp);
 
 /* Writes s with every ASCII control character replaced by "?". */
 void ctl_print_sanitized(FILE *out, const char *s);

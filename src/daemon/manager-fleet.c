@@ -21,7 +21,8 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 /* What every figure of FLEET-3/4 is read from: the API's view key (the tracker's, health
  * store's, NVML cache's, pool's, Claimer's and instances' generations and the
- * placement_disabled_reason); drains move the health store's generation. */
+ * placement_disabled_reason); drains move the health store's generation; and the ready images
+ * (DISK-12). */
 static uint64_t fleet_state_key(void *userdata)
 {
         Manager *m = userdata;
@@ -34,6 +35,12 @@ static uint64_t fleet_state_key(void *userdata)
         if (k.disabled_reason)
                 h = fnv(h, k.disabled_reason, strlen(k.disabled_reason));
         api_view_key_done(&k);
+        /* DISK-12: the ready images' names, each with its end. */
+        const Image *const *images = NULL;
+        size_t n = m->images ? image_store_list(m->images, &images) : 0;
+        for (size_t i = 0; i < n; i++)
+                if (images[i]->state == IMAGE_STATE_READY)
+                        h = fnv(h, images[i]->name, strlen(images[i]->name) + 1);
         return h;
 }
 
@@ -96,6 +103,18 @@ static int fleet_compute(void *userdata, bool stopping, FleetWanted **ret)
         r = fleet_host_snapshot_build(&src, &in);
         if (r < 0)
                 return r;
+        /* DISK-12: the ready images, whose names the store keeps while this runs. */
+        const Image *const *images = NULL;
+        size_t n = m->images ? image_store_list(m->images, &images) : 0;
+        _cleanup_free_ const char **names = calloc(n ? n : 1, sizeof *names);
+        if (!names)
+                return -ENOMEM;
+        size_t n_ready = 0;
+        for (size_t k = 0; k < n; k++)
+                if (images[k]->state == IMAGE_STATE_READY)
+                        names[n_ready++] = images[k]->name;
+        in->input.images = names;
+        in->input.n_images = n_ready;
         return fleet_wanted_compute(&in->input, ret);
 }
 

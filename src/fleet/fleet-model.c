@@ -118,6 +118,21 @@ int fleet_profile_trait(const char *profile, char **ret)
         return 0;
 }
 
+int fleet_image_trait(const char *image, char **ret)
+{
+        if (!*image)
+                return -EINVAL;
+        _cleanup_free_ char *t = NULL;
+        if (strprintf(&t, "CUSTOM_VGPUD_IMAGE_%s", image) < 0)
+                return -ENOMEM;
+        for (char *p = t + strlen("CUSTOM_VGPUD_IMAGE_"); *p; p++)
+                *p = isalnum((unsigned char)*p) ? (char)toupper((unsigned char)*p) : '_';
+        if (!fleet_custom_name_is_valid(t))
+                return -EINVAL;
+        *ret = TAKE_PTR(t);
+        return 0;
+}
+
 int fleet_place_class(uint64_t size_gib, char **ret)
 {
         return strprintf(ret, "CUSTOM_VGPU_PLACE_%" PRIu64 "G", size_gib) < 0 ? -ENOMEM : 0;
@@ -444,6 +459,17 @@ static int compute_gpu(const FleetHostInput *in, const FleetGpuInput *g, FleetPr
         }
         if (strv_push(&p->traits, g->mixed ? FLEET_TRAIT_MIXED : FLEET_TRAIT_EQUAL) < 0)
                 return -ENOMEM;
+        /* DISK-12: a scheduler asks for the image, and gets only hosts that hold it. */
+        for (size_t i = 0; i < in->n_images; i++) {
+                _cleanup_free_ char *t = NULL;
+                r = fleet_image_trait(in->images[i], &t);
+                if (r == -EINVAL)
+                        continue;
+                if (r < 0)
+                        return r;
+                if (!strv_contains(p->traits, t) && strv_push(&p->traits, t) < 0)
+                        return -ENOMEM;
+        }
         if ((g->drained || disabled || in->stopping) &&
             strv_push(&p->traits, FLEET_TRAIT_DRAINED) < 0)
                 return -ENOMEM;

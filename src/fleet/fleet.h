@@ -75,6 +75,13 @@ int fleet_pf_provider_name(const char *host_name, const char *pf, char **ret);
  */
 int fleet_profile_trait(const char *profile, char **ret);
 
+/*
+ * DISK-12's image trait: "CUSTOM_VGPUD_IMAGE_" and the image's name, upper case, every byte but
+ * letters and digits as '_' ("debian-12" gives CUSTOM_VGPUD_IMAGE_DEBIAN_12). -EINVAL for an
+ * empty name or one too long for a trait.
+ */
+int fleet_image_trait(const char *image, char **ret);
+
 #define FLEET_RC_VGPU "VGPU"
 #define FLEET_RC_FB "CUSTOM_VGPU_FB_GIB"
 /* "CUSTOM_VGPU_PLACE_<s>G". */
@@ -165,6 +172,9 @@ typedef struct FleetHostInput {
         bool stopping;             /* vgpud is shutting down (FLEET-4) */
         const FleetGpuInput *gpus; /* sorted by address */
         size_t n_gpus;
+        /* DISK-12: the host's ready images, by name; every PF provider carries their traits */
+        const char *const *images;
+        size_t n_images;
 } FleetHostInput;
 
 /*

@@ -43,6 +43,19 @@ static int add_nic(VmmCommand *c, const InstanceRecord *rec, const InstanceNicFi
         return 0;
 }
 
+VmmDrive instance_volume_drive(const InstanceVolume *v, const char *node, int fd, bool direct)
+{
+        return (VmmDrive){.node_name = node,
+                          .format = VMM_DRIVE_QCOW2,
+                          .read_only = v->readonly,
+                          .fd = fd,
+                          .cache_direct = direct,
+                          .discard_unmap = !v->readonly,
+                          .detect_zeroes_unmap = !v->readonly,
+                          .device = VMM_DRIVE_VIRTIO_BLK,
+                          .serial = v->id};
+}
+
 int instance_command_build(const InstanceRecord *rec, const Config *config,
                            const InstanceCommandPaths *paths, const InstanceBootFiles *files,
                            const InstanceNicFiles *nic, VmmCommand *ret, char **error)
@@ -61,6 +74,9 @@ int instance_command_build(const InstanceRecord *rec, const Config *config,
         c.name = rec->name;
         c.vcpus = rec->vcpus;
         c.memory_mb = rec->memory_mb;
+        /* DISK-8: a port for every volume the instance may come to hold while it runs. */
+        _Static_assert(INSTANCE_VOLUMES_MAX <= VMM_HOTPLUG_PORTS_MAX, "a port per volume");
+        c.n_hotplug_ports = INSTANCE_VOLUMES_MAX;
         r = vmm_command_set_channels(&c, paths->qmp_socket, paths->agent_socket,
                                      paths->console_socket, paths->console_log);
         if (r < 0)
@@ -97,15 +113,11 @@ int instance_command_build(const InstanceRecord *rec, const Config *config,
                 if (!startswith(node, "vol-") || !streq(node + 4, v->id))
                         return error_set(error, -EINVAL,
                                          "QEMU command line: volume %s is not the one open", v->id);
-                r = vmm_command_add_drive(&c, &(VmmDrive){.node_name = node,
-                                                          .format = VMM_DRIVE_QCOW2,
-                                                          .read_only = v->readonly,
-                                                          .fd = files->volumes[k],
-                                                          .cache_direct = files->volumes_direct,
-                                                          .discard_unmap = !v->readonly,
-                                                          .detect_zeroes_unmap = !v->readonly,
-                                                          .device = VMM_DRIVE_VIRTIO_BLK,
-                                                          .serial = v->id});
+                VmmDrive d =
+                    instance_volume_drive(v, node, files->volumes[k], files->volumes_direct);
+                /* DISK-8: on a port of its own, so that a running VM can let it go. */
+                d.bus = vmm_hotplug_port(k);
+                r = vmm_command_add_drive(&c, &d);
                 if (r < 0)
                         return error_set(error, r, "QEMU command line: %s", strerror(-r));
         }

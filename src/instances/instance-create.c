@@ -545,7 +545,7 @@ static int spawn_vmm(SpawnData *d, int instance_dirfd, char **error)
  */
 #define FUSE_SUPER_MAGIC 0x65735546
 
-static bool takes_direct_io(int dirfd, const char *name)
+bool instance_takes_direct_io(int dirfd, const char *name)
 {
         _cleanup_close_ int fd =
             openat(dirfd, name, O_RDONLY | O_DIRECT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -590,7 +590,7 @@ static int spawn_run(void *data, char **error)
                         return error_set(error, d->files.root,
                                          "open root disk %s/" ROOT_OVERLAY ": %s", id,
                                          file_strerror(d->files.root));
-                d->files.root_direct = takes_direct_io(dfd, ROOT_OVERLAY);
+                d->files.root_direct = instance_takes_direct_io(dfd, ROOT_OVERLAY);
         }
         /* SEED-2: the seed the seed step wrote, read-only, by descriptor like every drive. */
         if (instance_record_wants_seed(&d->rec)) {
@@ -615,7 +615,7 @@ static int spawn_run(void *data, char **error)
                 if (r < 0)
                         return error_set(error, r, "open volume %s: %s", v->id, strerror(-r));
                 if (k == 0)
-                        d->files.volumes_direct = takes_direct_io(AT_FDCWD, path);
+                        d->files.volumes_direct = instance_takes_direct_io(AT_FDCWD, path);
         }
         return spawn_vmm(d, dfd, error);
 }
@@ -899,9 +899,8 @@ static int root_disk_size(InstanceManager *m, const InstanceDisk *disk, uint64_t
         return 0;
 }
 
-/* DISK-8: who holds a volume, other than `self`: its read-write holder, else a read-only one. */
-static const Instance *volume_holder(const InstanceManager *m, const char *id, const Instance *self,
-                                     bool *ret_readonly)
+const Instance *instance_volume_holder(const InstanceManager *m, const char *id,
+                                       const Instance *self, bool *ret_readonly)
 {
         const Instance *ro = NULL;
         for (size_t k = 0; k < m->n_instances; k++) {
@@ -943,7 +942,7 @@ static int resolve_volumes(InstanceManager *m, const InstanceSpec *spec, Instanc
                                 return -EINVAL;
                         }
                 bool held_ro = false;
-                const Instance *h = volume_holder(m, v->id, NULL, &held_ro);
+                const Instance *h = instance_volume_holder(m, v->id, NULL, &held_ro);
                 if (h && (!held_ro || !spec->volumes[k].readonly)) {
                         instance_refuse(INSTANCE_FAILURE_INVALID_STATE, ret_failure, ret_error,
                                         "volume %s is attached %s to instance %s", v->id,

@@ -151,9 +151,35 @@ typedef struct InstanceCommandPaths {
  * borrowed from rec, config and paths. nic holds the TAP (and vhost-net) of a record whose
  * network mode is nat or bridge, and only then (NET-3). Render it with vmm_command_argv().
  */
+/*
+ * DISK-8, DISK-9: a volume's drive, qcow2 over fd, its id as serial, read-only or with discard
+ * and detect-zeroes unmap; the same at a start and a hot attach. Borrows v, node and fd.
+ */
+VmmDrive instance_volume_drive(const InstanceVolume *v, const char *node, int fd, bool direct);
+
 int instance_command_build(const InstanceRecord *rec, const Config *config,
                            const InstanceCommandPaths *paths, const InstanceBootFiles *files,
                            const InstanceNicFiles *nic, VmmCommand *ret, char **error);
+
+/* ---- instance-create.c's disk helpers (DISK-8, DISK-9) ----------------------------------------
+ */
+
+/*
+ * DISK-9: cache.direct only where the file system takes O_DIRECT (never FUSE, which passes
+ * some O_DIRECT reads and fails others); a probe read of the first block, as QEMU will read it.
+ */
+bool instance_takes_direct_io(int dirfd, const char *name);
+/* DISK-8: who holds volume id, other than self: its read-write holder, else a read-only one. */
+const Instance *instance_volume_holder(const InstanceManager *m, const char *id,
+                                       const Instance *self, bool *ret_readonly);
+
+/* ---- instance-volumes.c (DISK-8) ----------------------------------------------------------- */
+
+/*
+ * Start-up and each reconcile pass: an instance whose record has an `attaching` or `detaching`
+ * volume and a live VMM, and runs no operation, is settled from query-block (DISK-8).
+ */
+void instance_volumes_settle(Instance *i);
 
 /* ---- instance-nat.c (NET-4, NET-6, NET-8) -------------------------------------------------- */
 
@@ -273,6 +299,9 @@ typedef enum OpKind {
         OP_RECOVER,   /* INST-21: QMP readiness of an adopted Creating VMM */
         OP_TERMINATE, /* INST-21: a live VMM behind a Stopped or Failed record */
         OP_RELEASE,   /* REC-4: a stale claim, its VMM provably gone */
+        OP_ATTACH,    /* DISK-8: a volume attached */
+        OP_DETACH,    /* DISK-8: a volume detached */
+        OP_SETTLE,    /* DISK-8: an interrupted attach or detach settled from query-block */
 } OpKind;
 
 /*
@@ -349,6 +378,13 @@ struct Op {
          */
         InstanceBootFiles boot_files;
         InstanceNicFiles nic; /* create, start: the TAP step's, handed to the spawn (NET-3) */
+        /* attach, detach, settle (DISK-8): the volume, its file and the QMP job in flight */
+        char volume[INSTANCE_ID_LEN + 1];
+        bool volume_readonly;
+        int volume_fd;
+        bool volume_direct;
+        VmmBlockJob *block;
+        bool keep_intent; /* a detach whose outcome is unknown: the settle decides */
 };
 
 /* A new operation, the instance's one (INST-9); NULL without memory. */

@@ -775,6 +775,9 @@ void instance_manager_start_recovery(InstanceManager *m)
         for (size_t k = 0; k < n; k++)
                 if (copy[k]->recovery != RECOVERY_NONE)
                         instance_ops_recover(copy[k]);
+        /* DISK-8: an attach or detach a restart cut short, settled from the live VMM. */
+        for (size_t k = 0; k < m->n_instances; k++)
+                instance_volumes_settle(m->instances[k]);
 }
 
 /* ---- reads --------------------------------------------------------------------------------- */

@@ -502,6 +502,8 @@ static void start_probes(Sweep *s)
         DeviceScan *scan = s->scan;
         for (size_t k = 0; k < m->n_instances; k++) {
                 Instance *i = m->instances[k];
+                /* DISK-8: an interrupted attach or detach; it answers nobody, so no wait. */
+                instance_volumes_settle(i);
                 if (!wants_probe(i))
                         continue;
                 if (instance_probe(i, scan, false, on_probe, s) >= 0)

@@ -21,9 +21,17 @@
 #include "instances/instance-internal.h"
 
 static const char *const op_names[] = {
-    [OP_CREATE] = "create",         [OP_START] = "start",     [OP_STOP] = "stop",
-    [OP_DELETE] = "delete",         [OP_EXIT] = "exit",       [OP_RECOVER] = "recovery",
-    [OP_TERMINATE] = "termination", [OP_RELEASE] = "release",
+    [OP_CREATE] = "create",
+    [OP_START] = "start",
+    [OP_STOP] = "stop",
+    [OP_DELETE] = "delete",
+    [OP_EXIT] = "exit",
+    [OP_RECOVER] = "recovery",
+    [OP_TERMINATE] = "termination",
+    [OP_RELEASE] = "release",
+    [OP_ATTACH] = "attach volume",
+    [OP_DETACH] = "detach volume",
+    [OP_SETTLE] = "settle volumes",
 };
 
 /* The released claim is on disk now (or was never to be): nothing to put back. */
@@ -60,6 +68,8 @@ void instance_op_free(Op *op)
                 spawn_data_free(op->spawn);
         instance_boot_files_close(&op->boot_files);
         instance_nic_files_close(&op->nic);
+        vmm_block_job_free(op->block);
+        closep(&op->volume_fd);
         free(op->error);
         instance_spec_done(&op->spec);
         free(op);
@@ -147,7 +157,8 @@ Op *op_new(InstanceManager *m, Instance *i, OpKind kind, InstanceDoneFunc done, 
                    .done = done,
                    .userdata = userdata,
                    .boot_files = INSTANCE_BOOT_FILES_NONE,
-                   .nic = INSTANCE_NIC_FILES_NONE};
+                   .nic = INSTANCE_NIC_FILES_NONE,
+                   .volume_fd = -1};
         if (i)
                 i->op = op;
         return op;

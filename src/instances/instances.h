@@ -477,6 +477,20 @@ int instance_manager_stop(InstanceManager *m, const char *id, InstanceDoneFunc d
 int instance_manager_delete(InstanceManager *m, const char *id, InstanceDoneFunc done,
                             void *userdata, InstanceFailure *ret_failure, char **ret_error);
 
+/*
+ * DISK-8: volume (id or name) attached to or detached from instance id while it is Running (hot,
+ * over QMP) or Stopped (the record only). Refusals: 404 not_found (instance, volume, or a detach
+ * of a volume not attached), 409 invalid_state (another state; already attached; 8 volumes; a
+ * holder that excludes this attachment, named), 409 busy (another operation). A detach the guest
+ * does not release within vmm.device_release_timeout fails 409 busy and stays attached.
+ */
+int instance_manager_attach_volume(InstanceManager *m, const char *id, const char *volume,
+                                   bool readonly, InstanceDoneFunc done, void *userdata,
+                                   InstanceFailure *ret_failure, char **ret_error);
+int instance_manager_detach_volume(InstanceManager *m, const char *id, const char *volume,
+                                   InstanceDoneFunc done, void *userdata,
+                                   InstanceFailure *ret_failure, char **ret_error);
+
 /* INST-24 for operation "standby", "snapshot" or "fork": always < 0, with the refusal. */
 int instance_manager_refuse(InstanceManager *m, const char *id, const char *operation,
                             InstanceFailure *ret_failure, char **ret_error);

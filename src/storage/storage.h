@@ -243,6 +243,8 @@ typedef struct StorageSpace {
         bool known;
         uint64_t free_bytes;  /* f_bavail: what vgpud, not root's reserve, may use */
         uint64_t total_bytes; /* f_blocks */
+        /* DISK-10: what the files of <data_dir>/instances/<id>/ occupy (overlays, seeds, logs) */
+        uint64_t instances_disk_bytes;
 } StorageSpace;
 
 #define VOLUME_DIR_NAME "volumes"

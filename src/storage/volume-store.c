@@ -35,6 +35,46 @@ struct VolumeStore {
         StorageSpace space; /* data_dir's filesystem, as last sampled (DISK-10) */
 };
 
+/* The blocks of the regular files one level below dir (an instance's directory). */
+static uint64_t files_bytes(int dir_fd)
+{
+        int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_closedir_ DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d) {
+                closep(&fd);
+                return 0;
+        }
+        uint64_t sum = 0;
+        for (struct dirent *de; (de = readdir(d));) {
+                struct stat st;
+                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISREG(st.st_mode))
+                        sum += (uint64_t)st.st_blocks * 512;
+        }
+        return sum;
+}
+
+/* DISK-10: <data_dir>/instances, the volumes directory's sibling, summed per instance. */
+static uint64_t instances_bytes(int volumes_fd)
+{
+        int fd = openat(volumes_fd, "../instances", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_closedir_ DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d) {
+                closep(&fd);
+                return 0;
+        }
+        uint64_t sum = 0;
+        for (struct dirent *de; (de = readdir(d));) {
+                if (!random_id_is_valid(de->d_name))
+                        continue; /* ., .., and INST-20's .deleted- leftovers */
+                _cleanup_close_ int ifd =
+                    openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (ifd >= 0)
+                        sum += files_bytes(ifd);
+        }
+        return sum;
+}
+
 /* fstatvfs() of data_dir's filesystem; blocking, so on a worker but at start-up. */
 static StorageSpace space_sample(int fd)
 {
@@ -43,7 +83,8 @@ static StorageSpace space_sample(int fd)
                 return (StorageSpace){0};
         return (StorageSpace){.known = true,
                               .free_bytes = (uint64_t)st.f_bavail * st.f_frsize,
-                              .total_bytes = (uint64_t)st.f_blocks * st.f_frsize};
+                              .total_bytes = (uint64_t)st.f_blocks * st.f_frsize,
+                              .instances_disk_bytes = instances_bytes(fd)};
 }
 
 const StorageSpace *volume_store_space(VolumeStore *s)

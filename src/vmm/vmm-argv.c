@@ -305,8 +305,35 @@ static int check_chardevs(const VmmCommand *c, char **error)
         return 0;
 }
 
+const char *vmm_hotplug_port(size_t index)
+{
+        static const char *const ports[VMM_HOTPLUG_PORTS_MAX] = {"hp0", "hp1", "hp2", "hp3",
+                                                                 "hp4", "hp5", "hp6", "hp7"};
+        return index < VMM_HOTPLUG_PORTS_MAX ? ports[index] : NULL;
+}
+
+/* A virtio-blk's bus: one of the command's hotplug ports, each taken once. */
+static int check_port(const VmmCommand *c, size_t i, char **error)
+{
+        const VmmDrive *d = &c->drives[i];
+        bool known = false;
+        for (size_t k = 0; k < c->n_hotplug_ports && !known; k++)
+                known = streq(d->bus, vmm_hotplug_port(k));
+        if (!known)
+                return error_set(error, -EINVAL, PREFIX ": drive %s: bus %s is no hotplug port",
+                                 d->node_name, d->bus);
+        for (size_t k = 0; k < i; k++)
+                if (streq_ptr(c->drives[k].bus, d->bus))
+                        return error_set(error, -EINVAL, PREFIX ": drive %s: bus %s is taken",
+                                         d->node_name, d->bus);
+        return 0;
+}
+
 static int check_drives(const VmmCommand *c, char **error)
 {
+        if (c->n_hotplug_ports > VMM_HOTPLUG_PORTS_MAX)
+                return error_set(error, -EINVAL, PREFIX ": more than %d hotplug ports",
+                                 VMM_HOTPLUG_PORTS_MAX);
         for (size_t i = 0; i < c->n_drives; i++) {
                 const VmmDrive *d = &c->drives[i];
                 int r = check_fd(d->fd, true, "drive", i, error);
@@ -333,10 +360,8 @@ static int check_drives(const VmmCommand *c, char **error)
                                          d->node_name);
                 switch (d->device) {
                 case VMM_DRIVE_VIRTIO_BLK:
-                        if (d->bus)
-                                return error_set(error, -EINVAL,
-                                                 PREFIX ": drive %s: virtio-blk takes no bus",
-                                                 d->node_name);
+                        if (d->bus && (r = check_port(c, i, error)) < 0)
+                                return r;
                         break;
                 case VMM_DRIVE_IDE_CD:
                         if (missing(d->bus) || d->serial || d->bootindex || !d->read_only)
@@ -446,15 +471,11 @@ static const char *format_driver(VmmDriveFormat f)
  * set on the format node only; its file child inherits it. JSON needs no comma doubling, and
  * jansson keeps the keys in the order they are set, so the text is stable for the goldens.
  */
-static void add_blockdev(ArgvBuilder *b, const VmmDrive *d, int set)
+int vmm_drive_blockdev_json(const VmmDrive *d, int set, json_t **ret)
 {
-        if (b->r < 0)
-                return;
-        _cleanup_free_ char *filename = NULL, *text = NULL;
-        if (strprintf(&filename, "/dev/fdset/%d", set) < 0) {
-                b->r = -ENOMEM;
-                return;
-        }
+        _cleanup_free_ char *filename = NULL;
+        if (strprintf(&filename, "/dev/fdset/%d", set) < 0)
+                return -ENOMEM;
         json_auto_t *node = json_object(),
                     *file = json_pack("{s:s, s:s}", "driver", "file", "filename", filename);
         int k = node && file ? 0 : -1;
@@ -472,7 +493,19 @@ static void add_blockdev(ArgvBuilder *b, const VmmDrive *d, int set)
                 k = json_object_set_new(node, "detect-zeroes", json_string("unmap"));
         if (k == 0)
                 k = json_object_set(node, "file", file);
-        if (k == 0)
+        if (k < 0)
+                return -ENOMEM;
+        *ret = TAKE_PTR(node);
+        return 0;
+}
+
+static void add_blockdev(ArgvBuilder *b, const VmmDrive *d, int set)
+{
+        if (b->r < 0)
+                return;
+        json_auto_t *node = NULL;
+        _cleanup_free_ char *text = NULL;
+        if (vmm_drive_blockdev_json(d, set, &node) >= 0)
                 text = json_dumps(node, JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (!text) {
                 b->r = -ENOMEM;
@@ -497,8 +530,9 @@ static void add_drive(ArgvBuilder *b, const VmmDrive *d, int n)
         _cleanup_free_ char *serial = escaped(b, d->serial), *boot = NULL;
         if (d->bootindex > 0 && strprintf(&boot, ",bootindex=%" PRIu32, d->bootindex) < 0)
                 b->r = -ENOMEM;
-        addf(b, "virtio-blk-pci,drive=%s%s%s%s", d->node_name, boot ? boot : "",
-             serial ? ",serial=" : "", serial ? serial : "");
+        addf(b, "virtio-blk-pci,%s%s%sdrive=%s%s%s%s", d->bus ? "bus=" : "", d->bus ? d->bus : "",
+             d->bus ? "," : "", d->node_name, boot ? boot : "", serial ? ",serial=" : "",
+             serial ? serial : "");
 }
 
 /* NET-3: the TAP (and vhost-net) by descriptor, a virtio-net-pci device on it. */
@@ -581,6 +615,11 @@ int vmm_command_argv(const VmmCommand *c, char ***ret, char **error)
                 }
         }
 
+        /* DISK-8: the ports come first, so that a drive's device can name one. */
+        for (uint32_t k = 0; k < c->n_hotplug_ports && k < VMM_HOTPLUG_PORTS_MAX; k++) {
+                add(&b, "-device");
+                addf(&b, "pcie-root-port,id=%s,chassis=%" PRIu32, vmm_hotplug_port(k), k + 1);
+        }
         for (size_t i = 0; i < c->n_drives; i++)
                 add_drive(&b, &c->drives[i], fds.drive[i]);
         for (size_t i = 0; i < c->n_nics; i++)

@@ -38,7 +38,7 @@ const char *vmm_signal_name(int sig, char buf[static 16]);
  * every VMM_QMP_CONNECT_INTERVAL until connect_timeout has passed (0: one attempt only), the
  * greeting within VMM_QMP_GREETING_TIMEOUT, then qmp_capabilities; then the ready function runs
  * once. Commands are queued with vmm_qmp_execute() and answered in order, each reply within
- * VMM_QMP_COMMAND_TIMEOUT of the one before; events in between are skipped.
+ * VMM_QMP_COMMAND_TIMEOUT of the one before; events go to the event handler, if any.
  *
  * Callbacks run from the session's own sources, never from inside the call that queued the
  * work. A callback may free the session; nothing runs after that. When the session fails
@@ -63,6 +63,19 @@ int vmm_qmp_connect(sd_event *event, const char *path, nsec_t connect_timeout, V
                     void *userdata, VmmQmp **ret);
 /* -ENOTCONN when the session is dead or not negotiated yet; -ENOMEM. */
 int vmm_qmp_execute(VmmQmp *q, const char *command, VmmQmpFunc done, void *userdata);
+/*
+ * The same with "arguments" (NULL: none; referenced, not stolen) and a descriptor (-1: none)
+ * passed with the command's line as SCM_RIGHTS, as QEMU's add-fd and getfd want it; the session
+ * sends its own copy. -EBUSY while another command's descriptor is still unsent.
+ */
+int vmm_qmp_execute_with(VmmQmp *q, const char *command, json_t *arguments, int fd, VmmQmpFunc done,
+                         void *userdata);
+/*
+ * Events of a negotiated session go to on_event (data is the event's "data", borrowed, or
+ * NULL); without a handler they are skipped. The handler may free the session.
+ */
+typedef void (*VmmQmpEventFunc)(VmmQmp *q, const char *event, json_t *data, void *userdata);
+void vmm_qmp_set_event_handler(VmmQmp *q, VmmQmpEventFunc on_event, void *userdata);
 /* Whether the session is negotiated and has not failed. */
 bool vmm_qmp_is_alive(const VmmQmp *q);
 /* Closes the connection and every source; queued commands are dropped without their callback. */

@@ -8,8 +8,10 @@
  */
 #include "vmm.h"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 
 #include "vmm-internal.h"
@@ -50,6 +52,8 @@ struct VmmQmp {
 
         VmmQmpFunc ready;
         void *ready_userdata;
+        VmmQmpEventFunc on_event;
+        void *event_userdata;
 
         /* sent and unanswered, oldest first; commands[0] includes qmp_capabilities */
         QmpCommand *commands;
@@ -59,6 +63,9 @@ struct VmmQmp {
         size_t in_len, in_cap;
         char *out;
         size_t out_len, out_cap;
+        /* A descriptor that travels with the byte at out_fd_at of out (SCM_RIGHTS), or -1. */
+        int out_fd;
+        size_t out_fd_at;
 };
 
 static void qmp_release(VmmQmp *q)
@@ -67,6 +74,8 @@ static void qmp_release(VmmQmp *q)
         q->timer = sd_event_source_disable_unref(q->timer);
         closep(&q->fd);
         q->fd = -1;
+        closep(&q->out_fd);
+        q->out_fd = -1;
         for (size_t i = 0; i < q->n_commands; i++)
                 free(q->commands[i].name);
         q->n_commands = 0;
@@ -187,10 +196,40 @@ static int update_io_events(VmmQmp *q)
         return sd_event_source_set_io_events(q->io, EPOLLIN | (q->out_len > 0 ? EPOLLOUT : 0));
 }
 
+/* Sends up to len bytes of out, with out_fd on the first byte when it is due there. */
+static ssize_t send_some(VmmQmp *q, size_t len)
+{
+        if (q->out_fd < 0 || q->out_fd_at > 0)
+                return send(q->fd, q->out, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } control = {0};
+        struct iovec iov = {.iov_base = q->out, .iov_len = len};
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = control.buf,
+                            .msg_controllen = sizeof control.buf};
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &q->out_fd, sizeof(int));
+        ssize_t n = sendmsg(q->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+                /* The peer holds its own copy now. */
+                closep(&q->out_fd);
+                q->out_fd = -1;
+        }
+        return n;
+}
+
 static int flush_output(VmmQmp *q)
 {
         while (q->out_len > 0) {
-                ssize_t n = send(q->fd, q->out, q->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+                /* Bytes before the descriptor's go alone, so that it rides on its own line. */
+                size_t len = q->out_fd >= 0 && q->out_fd_at > 0 ? q->out_fd_at : q->out_len;
+                ssize_t n = send_some(q, len);
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -200,13 +239,19 @@ static int flush_output(VmmQmp *q)
                 }
                 memmove(q->out, q->out + n, q->out_len - (size_t)n);
                 q->out_len -= (size_t)n;
+                if (q->out_fd >= 0)
+                        q->out_fd_at -= (size_t)n;
         }
         return update_io_events(q);
 }
 
-static int queue_command(VmmQmp *q, const char *command, VmmQmpFunc done, void *userdata)
+static int queue_command(VmmQmp *q, const char *command, json_t *arguments, int fd, VmmQmpFunc done,
+                         void *userdata)
 {
-        json_auto_t *request = json_pack("{s:s}", "execute", command);
+        /* One descriptor in flight at a time: QEMU takes it with the line it arrives on. */
+        if (fd >= 0 && q->out_fd >= 0)
+                return -EBUSY;
+        json_auto_t *request = json_pack("{s:s, s:O*}", "execute", command, "arguments", arguments);
         if (!request)
                 return -ENOMEM;
         _cleanup_free_ char *text = json_dumps(request, JSON_COMPACT);
@@ -235,6 +280,14 @@ static int queue_command(VmmQmp *q, const char *command, VmmQmpFunc done, void *
         char *name = strdup(command);
         if (!name)
                 return -ENOMEM;
+        _cleanup_close_ int copy = -1;
+        if (fd >= 0) {
+                copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+                if (copy < 0) {
+                        free(name);
+                        return negative_errno();
+                }
+        }
 
         /* Each reply has its own five seconds; a queue behind a slow reply waits its turn. */
         if (q->n_commands == 0) {
@@ -245,6 +298,10 @@ static int queue_command(VmmQmp *q, const char *command, VmmQmpFunc done, void *
                 }
         }
 
+        if (copy >= 0) {
+                q->out_fd = TAKE_FD(copy);
+                q->out_fd_at = q->out_len;
+        }
         memcpy(q->out + q->out_len, text, len);
         q->out[q->out_len + len] = '\n';
         q->out_len += len + 1;
@@ -262,9 +319,21 @@ static int queue_command(VmmQmp *q, const char *command, VmmQmpFunc done, void *
 
 int vmm_qmp_execute(VmmQmp *q, const char *command, VmmQmpFunc done, void *userdata)
 {
+        return vmm_qmp_execute_with(q, command, NULL, -1, done, userdata);
+}
+
+int vmm_qmp_execute_with(VmmQmp *q, const char *command, json_t *arguments, int fd, VmmQmpFunc done,
+                         void *userdata)
+{
         if (q->state != QMP_READY)
                 return -ENOTCONN;
-        return queue_command(q, command, done, userdata);
+        return queue_command(q, command, arguments, fd, done, userdata);
+}
+
+void vmm_qmp_set_event_handler(VmmQmp *q, VmmQmpEventFunc on_event, void *userdata)
+{
+        q->on_event = on_event;
+        q->event_userdata = userdata;
 }
 
 /* ---- input --------------------------------------------------------------------------------- */
@@ -297,7 +366,7 @@ static int handle_line(VmmQmp *q, const char *line, size_t len)
                 }
                 /* qmp_capabilities is the first command; the ready function answers it. */
                 q->state = QMP_NEGOTIATING;
-                r = queue_command(q, "qmp_capabilities", NULL, NULL);
+                r = queue_command(q, "qmp_capabilities", NULL, -1, NULL, NULL);
                 if (r < 0) {
                         qmp_fail(q, r, "qmp qmp_capabilities: %s", strerror(-r));
                         return r;
@@ -305,8 +374,14 @@ static int handle_line(VmmQmp *q, const char *line, size_t len)
                 return 0;
         }
 
-        if (m.kind == VMM_QMP_EVENT)
-                return 0; /* VMM-6: the exit itself is seen through the pidfd */
+        if (m.kind == VMM_QMP_EVENT) {
+                /* VMM-6: the exit itself is seen through the pidfd; others may listen (DISK-8). */
+                if (q->state == QMP_READY && q->on_event) {
+                        q->on_event(q, m.event, m.value, q->event_userdata);
+                        return q->closed ? -ECANCELED : 0;
+                }
+                return 0;
+        }
         if (m.kind == VMM_QMP_GREETING || q->n_commands == 0) {
                 qmp_fail(q, -EBADMSG, "unexpected %s",
                          m.kind == VMM_QMP_GREETING ? "second greeting" : "reply");
@@ -527,6 +602,7 @@ int vmm_qmp_connect(sd_event *event, const char *path, nsec_t connect_timeout, V
             .n_ref = 1,
             .event = sd_event_ref(event),
             .fd = -1,
+            .out_fd = -1,
             .state = QMP_CONNECTING,
             .connect_timeout = connect_timeout,
             .connect_deadline = now_usec() + connect_timeout / NSEC_PER_USEC,

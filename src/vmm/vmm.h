@@ -61,6 +61,16 @@
 #define VMM_NICS_MAX 2
 #define VMM_PASSED_FDS_MAX (2 * VMM_NICS_MAX + 2 + VMM_DRIVES_MAX)
 
+/*
+ * DISK-8: q35's root bus takes no hot-plugged device, so a disk that may come and go sits on a
+ * PCIe root port of its own: hp0, hp1, ... (chassis 1, 2, ...), one per volume an instance may
+ * hold, rendered before the drives.
+ */
+#define VMM_HOTPLUG_PORTS_MAX 8
+
+/* "hp<index>", for index < VMM_HOTPLUG_PORTS_MAX; NULL past it. */
+const char *vmm_hotplug_port(size_t index);
+
 /* The ids VMM-1 gives its fixed parts. */
 #define VMM_CHARDEV_QMP "qmp"
 #define VMM_CHARDEV_AGENT "agent0"
@@ -110,7 +120,9 @@ typedef struct VmmDrive {
         VmmDriveDevice device;
         uint32_t bootindex; /* virtio-blk: 0 for none */
         const char *serial; /* virtio-blk: the guest-visible serial, or NULL */
-        const char *bus;    /* ide-cd: the IDE bus ("ide.1"); required there, refused elsewhere */
+        /* ide-cd: the IDE bus ("ide.1"), required; virtio-blk: a hotplug port (vmm_hotplug_port())
+         * of the command, or NULL for the root bus */
+        const char *bus;
 } VmmDrive;
 
 /* -netdev tap on a TAP vgpud opened (NET-3), with vhost-net when it opened too. */
@@ -145,6 +157,7 @@ typedef struct VmmCommand {
         VmmDrive
             drives[VMM_DRIVES_MAX]; /* rendered in this order: root, volumes, boot.disk, seed */
         size_t n_drives;
+        uint32_t n_hotplug_ports; /* DISK-8: at most VMM_HOTPLUG_PORTS_MAX */
         VmmNic nics[VMM_NICS_MAX];
         size_t n_nics;
         const char *vfio_sysfsdev; /* gpu.device_path (VF or mdev); NULL without a vGPU */
@@ -185,6 +198,12 @@ int vmm_command_argv(const VmmCommand *c, char ***ret, char **error);
  * the argv names them); returns their number. For VmmSpawnRequest.fds.
  */
 size_t vmm_command_passed_fds(const VmmCommand *c, int fds[static VMM_PASSED_FDS_MAX]);
+
+/*
+ * d's -blockdev node as QEMU's JSON (DISK-9): its format node over a file node on
+ * /dev/fdset/<set>; the same object the argv renders and QMP's blockdev-add takes. -ENOMEM.
+ */
+int vmm_drive_blockdev_json(const VmmDrive *d, int set, json_t **ret);
 
 /* value with every "," doubled, as QEMU's keyval syntax wants it (VMM-2). NULL on ENOMEM. */
 char *vmm_keyval_escape(const char *value);
@@ -446,6 +465,47 @@ int vmm_stop(Vmm *v, nsec_t graceful_timeout, VmmDoneFunc done, void *userdata);
 
 /* VMM-10 alone (VMM-14, INST-13): vmm_stop(v, 0, ...). */
 int vmm_terminate(Vmm *v, VmmDoneFunc done, void *userdata);
+
+/* ---- disks on a running VMM (vmm-block.c; DISK-8) ------------------------------------------ */
+
+typedef struct VmmBlockJob VmmBlockJob;
+
+/*
+ * Runs once, on the loop, after which the job is freed (drop the pointer). error (r < 0) is the
+ * text, valid during the call: `qmp <command>: <class>: <desc>` as QEMU answered, a session's
+ * failure (`connect <path>: ...`, `qmp <command>: no reply within 5s`), or for a detach -EBUSY
+ * with `the guest did not release the device within <d>`. nodes (a query only, r >= 0): the
+ * node names of the disks that a guest device holds, NULL-terminated, borrowed.
+ */
+typedef void (*VmmBlockDone)(int r, const char *error, char **nodes, void *userdata);
+
+/*
+ * Hot attach on a QMP session of its own: query-pci for a hotplug port with nothing behind it
+ * (-ENOSPC: none), add-fd with a copy of drive->fd (SCM_RIGHTS), blockdev-add of drive's node
+ * over that fd set (vmm_drive_blockdev_json()), then device_add virtio-blk-pci on the port, with
+ * id and drive the node name and drive->serial as serial. A device_add that
+ * fails takes the node back with blockdev-del; its error is the answer. -EINVAL for a drive
+ * that is not a virtio-blk with a serial and a descriptor.
+ */
+int vmm_block_attach(sd_event *event, const char *qmp_socket, const VmmDrive *drive,
+                     VmmBlockDone done, void *userdata, VmmBlockJob **ret);
+
+/*
+ * Hot detach: query-block finds the device that holds node_name (one added here, or one of
+ * the command line), device_del asks the guest to release it, DEVICE_DELETED for its path is
+ * awaited up to release_timeout (-EBUSY past it: the device stays, and so does the node), then
+ * blockdev-del closes the node. A node no device holds is only closed (and one QEMU does not
+ * know is gone already: success), which is how an interrupted attach or detach is settled.
+ */
+int vmm_block_detach(sd_event *event, const char *qmp_socket, const char *node_name,
+                     nsec_t release_timeout, VmmBlockDone done, void *userdata, VmmBlockJob **ret);
+
+/* query-block: the nodes guest devices hold, in done's nodes. */
+int vmm_block_query(sd_event *event, const char *qmp_socket, VmmBlockDone done, void *userdata,
+                    VmmBlockJob **ret);
+
+/* Cancels a job in flight: its session closes and done never runs. */
+VmmBlockJob *vmm_block_job_free(VmmBlockJob *j);
 
 /* ---- small helpers ------------------------------------------------------------------------- */
 

@@ -493,8 +493,9 @@ def check_volumes(c):
     if st != 201:
         return
     argv = cmdline_of("vol-a")
-    ok("virtio-blk-pci,drive=vol-%s,serial=%s" % (vid, vid) in argv,
-       "DISK-8: the VMM gets the volume as a virtio disk with its id as serial", argv)
+    ok("virtio-blk-pci,bus=hp0,drive=vol-%s,serial=%s" % (vid, vid) in argv,
+       "DISK-8: the VMM gets the volume as a virtio disk with its id as serial, on hotplug "
+       "port hp0", argv)
     eq(c.get("/volumes/" + vid).json().get("attachments"),
        [{"instance": a["id"], "readonly": False}], "DISK-7: attachments come from the records")
     fams = parse_metrics(c.get("/metrics").body.decode())

@@ -40,6 +40,7 @@ NETWORK_KEYS = {"mode": str, "bridge": str, "mac": str, "ip": str, "prefix": int
 # REL-11: where the NAT network's files are (<runtime_dir>/network), set by the test; None skips
 # the network's checks.
 NETWORK_DIR = None
+VOLUMES = os.path.join(vt.MNT, "data", "volumes")
 
 Violation = namedtuple("Violation", "kind subject text")
 Vmm = namedtuple("Vmm", "pid id name vf qmp start_time")
@@ -392,6 +393,25 @@ def check(pic, vgpud, acked):
             if not ids or not any(pic.vmm_alive(i) for i in ids):
                 add("tap-orphan", tap, "REL-11: TAP %s belongs to no live VMM (%s)" % (
                     tap, ", ".join(pic.describe(i) for i in ids) or "no record"))
+
+    # REL-11, DISK-8: no volume attached read-write to two records, nor read-write and
+    # read-only at once; every attach or detach a kill cut short is settled after a pass; every
+    # volume a record names exists.
+    volume_holders = {}
+    for iid, r in sorted(pic.records.items()):
+        for v in r.get("volumes", []):
+            volume_holders.setdefault(v["id"], []).append((iid, bool(v.get("readonly"))))
+            if v.get("state", "attached") != "attached":
+                add("volume-intent", iid, "DISK-8: %s still has volume %s %s after a pass" % (
+                    pic.describe(iid), v["id"], v["state"]))
+            if not os.path.exists(os.path.join(VOLUMES, v["id"], "volume.json")):
+                add("volume-missing", v["id"], "DISK-7: %s names volume %s, which does not "
+                    "exist" % (pic.describe(iid), v["id"]))
+    for vid, hs in sorted(volume_holders.items()):
+        if any(not ro for _, ro in hs) and len(hs) > 1:
+            add("volume-twice", vid, "REL-11: volume %s attached read-write with other "
+                "holders: %s" % (vid, ", ".join("%s%s" % (i, " (ro)" if ro else "")
+                                                for i, ro in hs)))
 
     # Every quarantine acknowledged before the kill is present; the health file loads.
     path = vt.HEALTH_FILE

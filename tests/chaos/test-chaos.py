@@ -6,7 +6,8 @@
 # Crash consistency (REL-1, REL-2): vgpud on a mounted vgpu-sim (SIM-20's host) with fake-qemu
 # as its VMM, in run-sim-test.sh's private PID namespace (SIM-21). One iteration: concurrent
 # clients create (mostly `NVIDIA L40S-2Q`, some other profiles, some without a GPU), stop,
-# start and delete instances and quarantine VFs, while a few VFs are wedged so that the
+# start and delete instances, attach and detach volumes (REL-11, DISK-8: hot on a Running
+# instance, in the record on a Stopped one) and quarantine VFs, while a few VFs are wedged so that the
 # sentinel (SENT-8, once vgpud has one) quarantines some by itself (threshold 1, breaker off).
 # At a random step of an operation of a randomly chosen kind (claim, configure, spawn,
 # readiness, ladder, release, removal; or while idle) vgpud gets SIGKILL. The next daemon is
@@ -51,12 +52,13 @@ from vgpud_test import (  # noqa: E402
     sim_ctl, sim_state, write_secret)
 from vgpud_instances import (  # noqa: E402
     FAKE_QEMU, IMAGES, INSTANCES, KERNEL, PROFILE, alive, create, delete, finish_run, make_images,
-    post, record)
+    post, record, request)
 import chaos_truth as truth  # noqa: E402
 
 PHASES = ("create", "stop", "start", "delete", "idle")
 PHASE_WEIGHTS = (30, 20, 15, 20, 15)
 PROFILES = (("NVIDIA L40S-2Q", 65), ("NVIDIA L40S-1Q", 8), ("NVIDIA L40S-4Q", 7), (None, 20))
+VOLUMES = 3  # REL-11: volumes the clients attach and detach
 FLAGS = (90, 7, 3)  # fake-qemu flags of a create (SIM-15): none, ignore-sigterm, hang-qmp
 CLIENTS = 3
 PORTS = itertools.count(20000)  # host ports of port forwards, one per create (NET-1)
@@ -98,10 +100,11 @@ class Load:
     Every operation is registered while its request is out, so the kill can be aimed at one
     and the phase it landed in recorded."""
 
-    def __init__(self, c, iteration, seed, instances, vfs, target):
+    def __init__(self, c, iteration, seed, instances, vfs, target, volumes=()):
         self.c, self.iteration, self.target = c, iteration, target
         self.instances = instances  # {id: {"name", "state"}}, shared with the next iteration
         self.vfs = vfs
+        self.volumes = list(volumes)  # REL-11: ids hot-attached and detached among the actions
         self.lock = threading.Condition()
         self.in_flight = {}         # token -> (kind, instance id or name, start)
         self.taken = set()          # instance ids a client works on
@@ -174,7 +177,9 @@ class Load:
             weights = {"create": 4 if pop < POPULATION else 1,
                        "delete": 3 if pop > POPULATION else 1,
                        "stop": 2 if running else 0, "start": 2 if down else 0,
-                       "quarantine": 1}
+                       "quarantine": 1,
+                       "attach": 1 if self.volumes and (running or down) else 0,
+                       "detach": 1 if self.volumes and (running or down) else 0}
             if weights.get(self.target):  # so that the kill does not wait long for one
                 weights[self.target] *= 4
             kinds = sorted(weights)
@@ -185,6 +190,8 @@ class Load:
                     self._create(rng, "i%d-c%d-n%d" % (self.iteration, k, n))
                 elif kind == "quarantine":
                     self._quarantine(rng)
+                elif kind in ("attach", "detach"):
+                    self._volume(rng, kind)
                 else:
                     self._lifecycle(rng, kind)
             except Exception as e:  # the daemon died under the request: this client is done
@@ -235,6 +242,26 @@ class Load:
         finally:
             self._end(token, st)
             self._release(iid, st, b, deleted=(kind == "delete" and st == 204))
+
+    def _volume(self, rng, kind):
+        """REL-11, DISK-8: a volume attached (read-only or not) or detached, Running or not;
+        the daemon's refusals (a holder, not attached) are part of the game."""
+        iid = self._pick(rng, ("Running", "Stopped"))
+        if not iid:
+            return
+        vid = rng.choice(self.volumes)
+        st, b = None, None
+        token = self._begin(kind, iid)
+        try:
+            if kind == "attach":
+                st, b = request(self.c, "POST", "/instances/%s/volumes" % iid,
+                                {"volume": vid, "readonly": rng.random() < 0.5})
+            else:
+                st, b = request(self.c, "DELETE", "/instances/%s/volumes/%s" % (iid, vid))
+        finally:
+            self._end(token, st)
+            # A 404 here is the volume's (not attached), not the instance's.
+            self._release(iid, None if st == 404 else st, b)
 
     def _quarantine(self, rng):
         vf = rng.choice(self.vfs)
@@ -604,6 +631,25 @@ def check_checker(vfs):
        "REL-11 checker: an address held twice, a hosts file and a table that differ from the "
        "records and a TAP of no live VMM are each reported")
 
+    # REL-11's disk damage, on a made-up reading: a volume read-write in one record and
+    # read-only in another, an intent left unsettled, volumes that do not exist.
+    pic = truth.Picture(FAKE_QEMU)
+    v1, v2 = "v" * 20, "w" * 20
+    pic.records = {
+        ids["a"]: {"id": ids["a"], "name": "self-a", "state": "Running",
+                   "volumes": [{"id": v1, "readonly": False, "state": "attached"}]},
+        ids["b"]: {"id": ids["b"], "name": "self-b", "state": "Stopped",
+                   "volumes": [{"id": v1, "readonly": True, "state": "attached"},
+                               {"id": v2, "readonly": False, "state": "attaching"}]},
+    }
+    pic.vmms = {}
+    got = truth.check(pic, vt.VGPUD, {})
+    eq(sorted(set((v.kind, v.subject) for v in got if v.kind.startswith("volume"))),
+       sorted([("volume-twice", v1), ("volume-intent", ids["b"]), ("volume-missing", v1),
+               ("volume-missing", v2)]),
+       "REL-11 checker: a volume read-write beside another holder, an unsettled intent and a "
+       "record naming a missing volume are each reported (DISK-7, DISK-8)")
+
 
 # ---- the iterations ---------------------------------------------------------------------------
 
@@ -654,7 +700,8 @@ def iteration(run, i, rng, d, c, state):
     state["instances"] = {x["id"]: {"name": x["name"], "state": x["state"]}
                           for x in c.get("/instances").json()}
 
-    load = Load(c, i, iseed, state["instances"], state["vfs"], phase_target)
+    load = Load(c, i, iseed, state["instances"], state["vfs"], phase_target,
+                state.get("volumes", []))
     aimed = None
     if phase_target == "idle":
         time.sleep(irng.uniform(0.3, 1.5))
@@ -758,6 +805,12 @@ def main():
         d, c = run.start()
         if not ok(c is not None, "GEN-10: the first vgpud becomes ready", log_lines(d)[-20:]):
             return 1
+        # REL-11: volumes for the clients to attach and detach.
+        state["volumes"] = []
+        for k in range(VOLUMES):
+            r = c.request("POST", "/volumes", body={"name": "chaos-vol-%d" % k, "size_gb": 1})
+            if ok(r.status == 201, "DISK-7: chaos volume %d is created" % k, r.body[-200:]):
+                state["volumes"].append(r.json()["id"])
         for i in range(1, args.iterations + 1):
             d, c, res = iteration(run, i, rng, d, c, state)
             phases[res["phase"]] += 1

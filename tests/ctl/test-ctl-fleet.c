@@ -433,6 +433,18 @@ static void test_usage(void **state)
               CREATE_ARGS},
              "--hosts /nonexistent/h.json"},
             {{"fleet", "list"}, "unknown command \"fleet list\""},
+            /* DISK-12: an image is a name; with one, neither --kernel nor --disk is needed
+             * (the hosts file is the first thing then found missing). */
+            {{"fleet", "create", "--placement", "http://p:1", "--hosts", "h.json", CREATE_ARGS,
+              "--image", "Not An/Image"},
+             "--image \"Not An/Image\": expected an image name"},
+            {{"fleet", "create", "--placement", "http://p:1", "--hosts", "/nonexistent/h.json",
+              "--profile", "NVIDIA L40S-4Q", "--name", "vm", "--vcpus", "1", "--memory-mb", "256",
+              "--image", "debian-12"},
+             "--hosts /nonexistent/h.json"},
+            {{"fleet", "create", "--placement", "http://p:1", "--hosts", "/nonexistent/h.json",
+              "--profile", "NVIDIA L40S-4Q", "--name", "vm", "--vcpus", "1", "--memory-mb", "256"},
+             "needs --image, --kernel or --disk"},
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {

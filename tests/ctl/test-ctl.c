@@ -991,6 +991,219 @@ static void test_instances_requests(void **state) /* OPS-7, API-2, API-9 */
         }
 }
 
+/* OPS-7's disk commands: each one's request and what it prints. */
+#define VOL1 "v0lume0000000000000a"
+static const char image_json[] =
+    "{\"name\":\"debian-12\",\"state\":\"ready\",\"format\":\"qcow2\","
+    "\"virtual_size_bytes\":2147483648,\"actual_size_bytes\":524288000,\"sha256\":\"ab12\","
+    "\"created_at\":\"2026-09-02T20:08:03Z\",\"instances\":2,\"future\":1}";
+static const char image_table[] = "name          debian-12\n"
+                                  "state         ready\n"
+                                  "format        qcow2\n"
+                                  "virtual size  2.0 GiB\n"
+                                  "actual size   500.0 MiB\n"
+                                  "sha256        ab12\n"
+                                  "instances     2\n"
+                                  "created       2026-09-02T20:08:03Z\n";
+static const char volume_json[] =
+    "{\"id\":\"" VOL1 "\",\"name\":\"data\",\"size_gb\":100,\"created_at\":"
+    "\"2026-09-02T20:08:03Z\",\"attachments\":[{\"instance\":\"" ID1 "\",\"readonly\":true}]}";
+static const char volume_table[] = "id           " VOL1 "\n"
+                                   "name         data\n"
+                                   "size         100 GiB\n"
+                                   "attached to  " ID1 " (ro)\n"
+                                   "created      2026-09-02T20:08:03Z\n";
+
+static void test_disk_requests(void **state) /* OPS-7, DISK-2, DISK-4, DISK-7, DISK-8 */
+{
+        Fixture *f = *state;
+        static const struct {
+                const char *args[12];
+                const char *method;
+                const char *path;
+                const char *body; /* NULL: none sent */
+                unsigned status;
+                const char *answer;
+                const char *out;
+        } cases[] = {
+            {{"images", "list"},
+             "GET",
+             "/images",
+             NULL,
+             200,
+             "[{\"name\":\"debian-12\",\"state\":\"importing\",\"progress\":0.425,"
+             "\"format\":\"raw\",\"created_at\":\"2026-09-02T20:08:03Z\",\"instances\":0}]",
+             "NAME       STATE          FORMAT  SIZE  INSTANCES  CREATED\n"
+             "debian-12  importing 42%  raw           0          2026-09-02T20:08:03Z\n"},
+            {{"images", "list"}, "GET", "/images", NULL, 200, "[]", "no images\n"},
+            {{"images", "get", "debian-12"},
+             "GET",
+             "/images/debian-12",
+             NULL,
+             200,
+             image_json,
+             image_table},
+            {{"images", "delete", "debian-12"},
+             "DELETE",
+             "/images/debian-12",
+             NULL,
+             204,
+             "",
+             "deleted image debian-12\n"},
+            /* The import follows the image to its end; ready in the POST's answer here, so nothing
+               is polled. */
+            {{"images", "import", "debian-12", "--source", "/srv/import/d.qcow2", "--sha256",
+              "ab12"},
+             "POST",
+             "/images",
+             "{\"name\":\"debian-12\",\"source\":\"/srv/import/d.qcow2\",\"sha256\":\"ab12\"}",
+             202,
+             image_json,
+             image_table},
+            {{"volumes", "list"},
+             "GET",
+             "/volumes",
+             NULL,
+             200,
+             "[{\"id\":\"" VOL1 "\",\"name\":\"data\",\"size_gb\":100,\"attachments\":[]}]",
+             "ID                    NAME  SIZE     ATTACHED TO  CREATED\n" VOL1
+             "  data  100 GiB  -            \n"},
+            {{"volumes", "get", VOL1},
+             "GET",
+             "/volumes/" VOL1,
+             NULL,
+             200,
+             volume_json,
+             volume_table},
+            {{"volumes", "create", "--name", "data", "--size-gb", "100"},
+             "POST",
+             "/volumes",
+             "{\"name\":\"data\",\"size_gb\":100}",
+             201,
+             volume_json,
+             volume_table},
+            {{"volumes", "delete", VOL1},
+             "DELETE",
+             "/volumes/" VOL1,
+             NULL,
+             204,
+             "",
+             "deleted volume " VOL1 "\n"},
+            {{"instances", "attach-volume", ID1, "--volume", "data", "--readonly"},
+             "POST",
+             "/instances/" ID1 "/volumes",
+             "{\"volume\":\"data\",\"readonly\":true}",
+             200,
+             instance_json,
+             instance_table},
+            {{"instances", "attach-volume", ID1, "--volume", VOL1},
+             "POST",
+             "/instances/" ID1 "/volumes",
+             "{\"volume\":\"" VOL1 "\",\"readonly\":false}",
+             200,
+             instance_json,
+             instance_table},
+            {{"instances", "detach-volume", ID1, "--volume", "data"},
+             "DELETE",
+             "/instances/" ID1 "/volumes/data",
+             NULL,
+             200,
+             instance_json,
+             instance_table},
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                const char *argv[32] = {"--url", f->url, "--token", "disk-token"};
+                size_t n = 4;
+                for (size_t j = 0; j < ELEMENTSOF(cases[i].args) && cases[i].args[j]; j++)
+                        argv[n++] = cases[i].args[j];
+                argv[n] = NULL;
+
+                server_set_answer(&f->tcp, cases[i].status, "application/json", cases[i].answer);
+                assert_int_equal(run_args(f, argv), CTL_EXIT_OK);
+                assert_string_equal(f->tcp.method, cases[i].method);
+                assert_string_equal(f->tcp.path, cases[i].path);
+                if (cases[i].body)
+                        assert_string_equal(f->tcp.request_body, cases[i].body);
+                else
+                        assert_null(f->tcp.request_body);
+                assert_string_equal(f->out, cases[i].out);
+                assert_string_equal(f->err, "");
+        }
+}
+
+static void test_disk_import_failed(void **state) /* OPS-7, OPS-8, DISK-2, DISK-3 */
+{
+        Fixture *f = *state;
+        server_set_answer(&f->tcp, 202, "application/json",
+                          "{\"name\":\"bad\",\"state\":\"failed\",\"error\":\"qcow2 with a "
+                          "backing file is refused\"}");
+        assert_int_equal(RUN(f, "--url", f->url, "images", "import", "bad", "--source", "/srv/b"),
+                         CTL_EXIT_API);
+        assert_string_equal(f->tcp.method, "POST");
+        assert_string_equal(f->err, "error: import failed: qcow2 with a backing file is refused\n");
+        assert_string_equal(f->out, "name   bad\n"
+                                    "state  failed\n"
+                                    "error  qcow2 with a backing file is refused\n");
+
+        /* A refused import is OPS-8's API error, and nothing is polled. */
+        server_set_answer(&f->tcp, 409, "application/json",
+                          "{\"code\":\"busy\",\"message\":\"image bad is importing\"}");
+        unsigned before = f->tcp.n_requests;
+        assert_int_equal(RUN(f, "--url", f->url, "images", "import", "bad", "--source", "/srv/b"),
+                         CTL_EXIT_API);
+        assert_int_equal(f->tcp.n_requests, before + 1);
+        assert_string_equal(f->err, "error: busy: image bad is importing (HTTP 409)\n");
+
+        /* DISK-8: a guest that keeps its disk. */
+        server_set_answer(&f->tcp, 409, "application/json",
+                          "{\"code\":\"busy\",\"message\":\"volume " VOL1
+                          ": the guest did not release the device within 30s\"}");
+        assert_int_equal(
+            RUN(f, "--url", f->url, "instances", "detach-volume", ID1, "--volume", VOL1),
+            CTL_EXIT_API);
+        assert_string_equal(f->err, "error: busy: volume " VOL1
+                                    ": the guest did not release the device within 30s (HTTP "
+                                    "409)\n");
+}
+
+static void test_disk_usage_errors(void **state) /* OPS-7, OPS-8, INST-3, INST-4 */
+{
+        Fixture *f = *state;
+        static const struct {
+                const char *args[10];
+                const char *err;
+        } cases[] = {
+            {{"images", "get"}, "\"images get\" needs an image name"},
+            {{"images", "get", "../etc"}, "invalid image name \"../etc\" for \"images get\""},
+            {{"images", "import", "x"}, "\"images import\" needs --source"},
+            {{"volumes", "get", "short"}, "invalid volume id \"short\" for \"volumes get\""},
+            {{"volumes", "delete"}, "\"volumes delete\" needs a volume id"},
+            {{"volumes", "create", "--name", "d"}, "\"volumes create\" needs --size-gb"},
+            {{"volumes", "create", "--name", "d", "--size-gb", "0"},
+             "--size-gb \"0\": expected a whole number of GiB"},
+            {{"volumes", "create", "--name", "d", "--size-gb", "ten"},
+             "--size-gb \"ten\": expected a whole number of GiB"},
+            {{"instances", "attach-volume", ID1}, "\"instances attach-volume\" needs --volume"},
+            {{"instances", "detach-volume", ID1, "--volume", "a/b"},
+             "--volume \"a/b\": expected a volume id or name"},
+            {{"instances", "detach-volume", ID1, "--volume", "d", "--readonly"},
+             "option --readonly does not apply to \"instances detach-volume\""},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                const char *argv[16] = {"--url", f->url};
+                size_t n = 2;
+                for (size_t j = 0; j < ELEMENTSOF(cases[i].args) && cases[i].args[j]; j++)
+                        argv[n++] = cases[i].args[j];
+                argv[n] = NULL;
+                unsigned before = f->tcp.n_requests;
+                assert_int_equal(run_args(f, argv), CTL_EXIT_USAGE);
+                assert_int_equal(f->tcp.n_requests, before);
+                if (!strstr(f->err, cases[i].err))
+                        fail_msg("case %zu: \"%s\" lacks \"%s\"", i, f->err, cases[i].err);
+        }
+}
+
 static void test_instances_tables(void **state) /* OPS-7, API-7, API-8 */
 {
         Fixture *f = *state;
@@ -2166,6 +2379,9 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_operator_routes, setup, teardown),
             cmocka_unit_test_setup_teardown(test_instances_requests, setup, teardown),
             cmocka_unit_test_setup_teardown(test_instances_tables, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_disk_requests, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_disk_import_failed, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_disk_usage_errors, setup, teardown),
             cmocka_unit_test_setup_teardown(test_instances_json, setup, teardown),
             cmocka_unit_test_setup_teardown(test_network, setup, teardown),
             cmocka_unit_test_setup_teardown(test_instances_console_raw, setup, teardown),

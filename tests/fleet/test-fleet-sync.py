@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import placement_api  # noqa: E402
 from vgpud_instances import (  # noqa: E402
-    EQUAL_PF, MIXED_PF, create_running, delete, make_images, vf_of, vmm_config)
+    EQUAL_PF, IMAGES, MIXED_PF, create_running, delete, make_images, vf_of, vmm_config)
 from vgpud_test import (  # noqa: E402
     eq, exit_status, finish, metric, ok, parse_metrics, poll, run_group, sim_ctl,
     skip, start, stop, write_secret)
@@ -107,6 +107,29 @@ def check_fresh(c, p):
            "FLEET-4: %s has its profile traits and %s" % (pf, mode), p.traits(pf) ^ want)
     ok("CUSTOM_VGPU_PROFILE_L40S_4Q" in p.traits(MIXED_PF),
        "FLEET-4: the SPEC's example trait CUSTOM_VGPU_PROFILE_L40S_4Q")
+
+
+def check_images(c, p):
+    # DISK-12: every PF provider carries CUSTOM_VGPUD_IMAGE_<NAME> for each ready image, and
+    # loses it with the image.
+    source = os.path.join(IMAGES, "fleet-img.raw")
+    with open(source, "wb") as f:
+        f.write(b"\0" * (1 << 20))
+    r = c.request("POST", "/images", {"name": "fleet-img-1", "source": source})
+    eq(r.status, 202, "DISK-2: an image is imported")
+    ok(poll(lambda: c.get("/images/fleet-img-1").json().get("state") == "ready", 60, 0.1),
+       "DISK-2: and ready", c.get("/images/fleet-img-1").json())
+    trait = "CUSTOM_VGPUD_IMAGE_FLEET_IMG_1"
+    for pf in (MIXED_PF, EQUAL_PF):
+        ok(poll(lambda: trait in p.traits(pf), SYNC, 0.2),
+           "DISK-12: %s carries %s for the ready image" % (pf, trait), p.traits(pf))
+    ok(not [t for t in placement_api.Placement.traits(p, ROOT_UUID) or ()
+            if t.startswith("CUSTOM_VGPUD_IMAGE_")], "DISK-12: the root provider carries none")
+    eq(c.request("DELETE", "/images/fleet-img-1").status, 204, "DISK-4: the image is deleted")
+    for pf in (MIXED_PF, EQUAL_PF):
+        ok(poll(lambda: trait not in p.traits(pf), SYNC, 0.2),
+           "DISK-12: %s loses the trait with the image" % pf, p.traits(pf))
+    os.unlink(source)
 
 
 def check_occupied(c, p):
@@ -310,6 +333,7 @@ def main():
         if c:
             run_group("tree", lambda: check_tree(c, p))
             run_group("fresh", lambda: check_fresh(c, p))
+            run_group("images", lambda: check_images(c, p))
             run_group("occupied", lambda: check_occupied(c, p))
             run_group("quarantine", lambda: check_quarantine(c, p))
             run_group("drain", lambda: check_drain(c, p))

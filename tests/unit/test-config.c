@@ -136,6 +136,7 @@ static uint64_t numeric(const Config *c, const char *key)
 #define F(k, f) {k, offsetof(Config, f), sizeof(((Config *)0)->f)}
             F("vmm.boot_timeout", vmm.boot_timeout),
             F("vmm.stop_timeout", vmm.stop_timeout),
+            F("vmm.device_release_timeout", vmm.device_release_timeout),
             F("vmm.console_max_bytes", vmm.console_max_bytes),
             F("gpu.vf_quarantine_threshold", gpu.vf_quarantine_threshold),
             F("gpu.nvml_timeout", gpu.nvml_timeout),
@@ -207,6 +208,7 @@ static void test_defaults(void **state)
         assert_int_equal(c->log_level, LOG_LEVEL_INFO);
         assert_int_equal(c->vmm.boot_timeout, 30 * NSEC_PER_SEC);
         assert_int_equal(c->vmm.stop_timeout, 30 * NSEC_PER_SEC);
+        assert_int_equal(c->vmm.device_release_timeout, 30 * NSEC_PER_SEC); /* DISK-8 */
         assert_int_equal(c->vmm.console_max_bytes, 16777216);
         assert_int_equal(c->gpu.vf_quarantine_threshold, 2);
         assert_int_equal(c->gpu.placement_policy, PLACEMENT_POLICY_SPREAD);
@@ -248,6 +250,7 @@ static const char default_dump[] = "listen: \"127.0.0.1:8080\"\n"
                                    "vmm:\n"
                                    "  boot_timeout: 30s\n"
                                    "  stop_timeout: 30s\n"
+                                   "  device_release_timeout: 30s\n"
                                    "  console_max_bytes: 16777216\n"
                                    "storage:\n"
                                    "  min_free: 5%\n"
@@ -320,6 +323,7 @@ static const char poison_yaml[] = "listen: \"[::1]:9090\"\n"
                                   "vmm:\n"
                                   "  boot_timeout: 1m\n"
                                   "  stop_timeout: 1s\n"
+                                  "  device_release_timeout: 2s\n"
                                   "  console_max_bytes: 65536\n"
                                   "storage:\n"
                                   "  min_free: 10GiB\n"
@@ -388,6 +392,7 @@ static void test_every_key_loads(void **state)
         assert_int_equal(c->log_level, LOG_LEVEL_DEBUG);
         assert_int_equal(c->vmm.boot_timeout, NSEC_PER_MIN);
         assert_int_equal(c->vmm.stop_timeout, NSEC_PER_SEC);
+        assert_int_equal(c->vmm.device_release_timeout, 2 * NSEC_PER_SEC); /* DISK-8 */
         assert_int_equal(c->vmm.console_max_bytes, 65536);
         assert_int_equal(c->storage.min_free.bytes, UINT64_C(10) << 30);
         assert_int_equal(c->storage.max_image_size, UINT64_C(512) << 20);
@@ -454,7 +459,7 @@ static void test_every_key_loads(void **state)
         }
         assert_null(a);
         assert_null(b);
-        assert_int_equal(lines, 62);
+        assert_int_equal(lines, 63);
 }
 
 /* OPS-5: the shipped example has every key, each at its default */
@@ -515,6 +520,9 @@ static const RangeCase ranges[] = {
     {"vmm.boot_timeout", "999ms", "1s", "10m", "10m1ms", S, 600 * S,
      "a duration between 1s and 10m0s"},
     {"vmm.stop_timeout", "999ms", "1s", "10m", "601s", S, 600 * S,
+     "a duration between 1s and 10m0s"},
+    /* DISK-8 */
+    {"vmm.device_release_timeout", "999ms", "1s", "10m", "601s", S, 600 * S,
      "a duration between 1s and 10m0s"},
     {"vmm.console_max_bytes", "65535", "65536", "1073741824", "1073741825", 65536, 1073741824,
      "an integer between 65536 and 1073741824"},

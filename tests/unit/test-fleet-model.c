@@ -221,6 +221,44 @@ static void test_fresh_card(void **state)
         assert_false(has_trait(w, FLEET_TRAIT_DRAINED));
 }
 
+/* DISK-12: the image traits' names, and every PF provider carrying one per ready image */
+static void test_image_traits(void **state)
+{
+        static const struct {
+                const char *image, *trait;
+        } cases[] = {
+            {"debian-12", "CUSTOM_VGPUD_IMAGE_DEBIAN_12"},
+            {"ubuntu-2404-cuda", "CUSTOM_VGPUD_IMAGE_UBUNTU_2404_CUDA"},
+            {"x", "CUSTOM_VGPUD_IMAGE_X"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *t = NULL;
+                assert_int_equal(fleet_image_trait(cases[i].image, &t), 0);
+                assert_string_equal(t, cases[i].trait);
+                assert_true(fleet_custom_name_is_valid(t));
+        }
+        char *t = NULL;
+        assert_int_equal(fleet_image_trait("", &t), -EINVAL);
+        assert_null(t);
+
+        Card c;
+        card_init(&c, "0000:e3:00.0", true, UINT64_MAX);
+        const char *images[] = {"debian-12", "a-b"};
+        FleetHostInput in = {.host_name = "host1",
+                             .gpus = &c.gpu,
+                             .n_gpus = 1,
+                             .images = images,
+                             .n_images = ELEMENTSOF(images)};
+        _cleanup_fleet_wanted_ FleetWanted *w = NULL;
+        assert_int_equal(fleet_wanted_compute(&in, &w), 0);
+        assert_true(has_trait(w, "CUSTOM_VGPUD_IMAGE_DEBIAN_12"));
+        assert_true(has_trait(w, "CUSTOM_VGPUD_IMAGE_A_B"));
+        assert_int_equal(strv_length(w->providers[1].traits), N_Q + 1 + 2);
+        assert_null(w->providers[0].traits);                             /* the root carries none */
+        for (size_t i = 1; i < strv_length(w->providers[1].traits); i++) /* sorted */
+                assert_true(strcmp(w->providers[1].traits[i - 1], w->providers[1].traits[i]) < 0);
+}
+
 /* FLEET-3 VGPU: every reason a VF is not allocatable reserves it, but a Placement allocation;
  * an unreadable VF is outside total */
 static void test_vgpu_reserved_rows(void **state)
@@ -643,14 +681,23 @@ static void test_audit_decide(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_uuid5_vectors), cmocka_unit_test(test_audit_decide),
-            cmocka_unit_test(test_names),         cmocka_unit_test(test_profile_traits),
-            cmocka_unit_test(test_fresh_card),    cmocka_unit_test(test_vgpu_reserved_rows),
-            cmocka_unit_test(test_place_mixed),   cmocka_unit_test(test_place_equal),
-            cmocka_unit_test(test_disabled),      cmocka_unit_test(test_drained_and_stopping),
-            cmocka_unit_test(test_fb_edges),      cmocka_unit_test(test_zero_totals),
-            cmocka_unit_test(test_merge),         cmocka_unit_test(test_backoff),
-            cmocka_unit_test(test_token_refresh), cmocka_unit_test(test_secret_file),
+            cmocka_unit_test(test_uuid5_vectors),
+            cmocka_unit_test(test_audit_decide),
+            cmocka_unit_test(test_names),
+            cmocka_unit_test(test_profile_traits),
+            cmocka_unit_test(test_image_traits),
+            cmocka_unit_test(test_fresh_card),
+            cmocka_unit_test(test_vgpu_reserved_rows),
+            cmocka_unit_test(test_place_mixed),
+            cmocka_unit_test(test_place_equal),
+            cmocka_unit_test(test_disabled),
+            cmocka_unit_test(test_drained_and_stopping),
+            cmocka_unit_test(test_fb_edges),
+            cmocka_unit_test(test_zero_totals),
+            cmocka_unit_test(test_merge),
+            cmocka_unit_test(test_backoff),
+            cmocka_unit_test(test_token_refresh),
+            cmocka_unit_test(test_secret_file),
             cmocka_unit_test(test_config_keys),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -343,8 +343,14 @@ static void test_argv_missing_fields(void **state)
                 (vmm_command_add_drive(&c, &seed_drive), c.drives[0].read_only = false));
         REFUSED("a cdrom is read-only",
                 (vmm_command_add_drive(&c, &seed_drive), c.drives[0].bus = NULL));
-        REFUSED("virtio-blk takes no bus",
+        /* DISK-8 */
+        REFUSED("bus ide.1 is no hotplug port",
                 (vmm_command_add_drive(&c, &root_drive), c.drives[0].bus = "ide.1"));
+        REFUSED("bus hp0 is taken",
+                (c.n_hotplug_ports = 1, vmm_command_add_drive(&c, &root_drive),
+                 c.drives[0].bus = "hp0", vmm_command_add_drive(&c, &seed_drive),
+                 c.drives[1].device = VMM_DRIVE_VIRTIO_BLK, c.drives[1].read_only = true,
+                 c.drives[1].bus = "hp0"));
         REFUSED("mac must be",
                 (vmm_command_add_nic(&c, &nic), c.nics[0].mac = "52:54:00:12:AB:CD"));
         REFUSED("nic 0 has no descriptor", (vmm_command_add_nic(&c, &nic), c.nics[0].tap_fd = -1));
