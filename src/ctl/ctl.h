@@ -139,10 +139,10 @@ typedef struct CtlArgs {
         char *host;            /* fleet delete --host */
         char *profile;         /* fleet create --profile (also in body) */
         uint32_t count;        /* fleet create --count; 1 without it */
+        char *image;           /* fleet create --image (DISK-12); NULL: none */
         /* instances ssh */
         bool via_forward; /* --via-forward: the daemon's host and a forward to guest port 22 */
         char **ssh_args;  /* the words after the id, for ssh; NULL when none */
-        char *image;      /* fleet create --image (DISK-12); NULL: none */
 } CtlArgs;
 
 void ctl_args_done(CtlArgs *a);
