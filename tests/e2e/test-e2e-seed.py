@@ -16,12 +16,11 @@
 # its port forward, check the host name, the address and vgpud.internal resolution of the
 # other; a file written on one root disk is absent from the other; the image's digest is
 # unchanged; the agent answers guest-gpu-init-status through vgpud's agent socket; a volume
-# attached at create of the first gets data, and after that instance's delete is attached at the
-# creation of a third, which reads it back; stop and start of the second (booting beside the
+# hot-attached to the first while it runs gets data and is detached, and after that instance's
+# delete is attached at the creation of a third, which reads it back; stop and start of the second (booting beside the
 # third) keep address, disk contents and keys; kill -9 of vgpud and a restart while both run
 # leave SSH answering; then everything is deleted and no TAP,
-# address, nftables rule, dnsmasq host line or file is left. Hot attach (DISK-8 on a running VM)
-# is check_hot_attach(), written for the attach route and not called until that route exists.
+# address, nftables rule, dnsmasq host line or file is left.
 # Whatever happens, the daemon and every QEMU under the work tree are killed and the tree
 # removed; the namespace goes with the process. Output is TAP; timings go to comments.
 import ctypes
@@ -282,7 +281,7 @@ def check_two_instances(api, key, st):
     t0 = time.monotonic()
     # SEED-7: two instances from the image; they boot together (the create answers once QEMU
     # is ready, the guest boots on).
-    for name, body in (("seed-a", create_body("seed-a", key, [vol["id"]], root_login=True)),
+    for name, body in (("seed-a", create_body("seed-a", key, root_login=True)),
                        ("seed-b", create_body("seed-b", key))):
         status, b = api.request("POST", "/instances", body)
         if not ok(status == 201 and b.get("state") == "Running",
@@ -364,26 +363,30 @@ PAYLOAD = "vgpud-volume-payload"
 
 
 def check_volume_write(api, key, st):
-    # DISK-8: the volume attached at seed-a's create is written from the guest.
+    # DISK-8: the volume hot-attached to seed-a is written from the guest, once the guest's udev
+    # has named the new disk (bounded: 10 s).
     a = st.vms["seed-a"]
+    dev = volume_device(st.volume)
     rc, out, err = ssh(key, a["network"]["ip"],
+                       "for i in $(seq 100); do [ -e %s ] && break; sleep 0.1; done; "
                        "printf %s | dd of=%s bs=512 count=1 conv=sync,fsync status=none && "
-                       "head -c %d %s" % (PAYLOAD, volume_device(st.volume), len(PAYLOAD),
-                                          volume_device(st.volume)), user="root")
-    eq((rc, out), (0, PAYLOAD), "DISK-8, SEED-7: the volume attached at create is written")
+                       "head -c %d %s" % (dev, PAYLOAD, dev, len(PAYLOAD), dev), user="root")
+    eq((rc, out, err), (0, PAYLOAD, ""), "DISK-8, SEED-7: the hot-attached volume is written")
 
 
 def check_hot_attach(api, key, st):
     """DISK-8 on a running VM (SEED-7's first volume step): attach to seed-a while it runs,
-    write, detach. Not called until POST /instances/{id}/volumes exists; then it replaces the
-    attachment at create in check_two_instances()."""
+    write, detach."""
     a = st.vms["seed-a"]
     status, b = api.request("POST", "/instances/%s/volumes" % a["id"],
                             {"volume": st.volume["id"]})
     ok(status == 200, "DISK-8: the volume is attached to the running seed-a", (status, b))
     check_volume_write(api, key, st)
     status, b = api.request("DELETE", "/instances/%s/volumes/%s" % (a["id"], st.volume["id"]))
-    ok(status == 200, "DISK-8: and detached again", (status, b))
+    ok(status == 200, "DISK-8: and detached again while seed-a runs", (status, b))
+    rc, out, err = ssh(key, a["network"]["ip"], "test -e %s && echo present || echo gone" %
+                       volume_device(st.volume), user="root")
+    eq(out.strip(), "gone", "DISK-8: the guest no longer has the disk")
 
 
 def check_second_round(api, key, st):
@@ -503,7 +506,7 @@ def run(api, key):
         if not check_two_instances(api, key, st):
             return
         check_guests(api, key, st)
-        check_volume_write(api, key, st)
+        check_hot_attach(api, key, st)
         if check_second_round(api, key, st):
             check_daemon_crash(api, key, st)
     finally:
