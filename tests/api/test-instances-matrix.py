@@ -330,7 +330,9 @@ def check_placement_disabled(c, d, work):
 
 def check_no_gpu(c):
     # INST-10, API-4, API-21: a host without a framework.
-    eq(c.get("/resources").json(), {"gpu": None}, "API-4: /resources is {\"gpu\": null}")
+    res = c.get("/resources").json()
+    eq((res.get("gpu", "absent"), sorted(res)), (None, ["gpu", "storage"]),
+       "API-4, DISK-10: /resources is {\"gpu\": null} and the storage figures")
     eq(create(c, "nogpu-01", PROFILE),
        (409, {"code": "insufficient_resources",
               "message": "insufficient GPU: no GPU available on this host"}),
