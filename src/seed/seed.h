@@ -107,9 +107,9 @@ typedef enum SeedNetworkMode {
 } SeedNetworkMode;
 
 /*
- * The NIC's facts, as the record's `network` holds them (NET-1..5); borrowed strings. For
- * NAT: mac, ip, prefix and gateway are required. For bridge: mac is required; ip with prefix
- * makes it static (gateway and dns optional), no ip means DHCP. For none: nothing.
+ * The NIC's facts, as the record's `network` holds them (NET-1, NET-2, NET-5); borrowed
+ * strings. For NAT: mac, ip, prefix and gateway are required. For bridge: mac is required; ip
+ * with prefix makes it static (gateway and dns optional), no ip means DHCP. For none: nothing.
  */
 typedef struct SeedNetwork {
         SeedNetworkMode mode;
