@@ -31,10 +31,10 @@ const char ctl_usage[] =
     "  instances get ID                   one instance\n"
     "  instances create --name N --vcpus N --memory-mb N [--image NAME [--disk-gb N]]\n"
     "                   [--kernel P] [--initrd P] [--cmdline S] [--disk P] [--profile P]\n"
-    "                   [--volume ID|ID:ro]... [--network nat|bridge|none] [--bridge NAME]\n"
+    "                   [--volume ID|ID:ro]... [--network nat|bridge:NAME|none]\n"
     "                   [--port HOST:GUEST[/tcp|/udp]]... [--ip A --prefix N]\n"
-    "                   [--gateway A] [--dns A]... [--ssh-key-file F]...\n"
-    "                   [--user-data-file F] [--hostname NAME]\n"
+    "                   [--gateway A] [--dns A]... [--ssh-key FILE]...\n"
+    "                   [--user-data FILE] [--hostname NAME]\n"
     "                                     create and boot a VM (--image, --kernel or --disk\n"
     "                                     needed)\n"
     "  instances start ID                 boot a stopped or failed instance\n"
@@ -44,9 +44,9 @@ const char ctl_usage[] =
     "                                     the end of the guest console (default 64 KiB);\n"
     "                                     with --follow, then its output as it comes\n"
     "  instances console ID --attach      type into the guest console (Ctrl-] detaches)\n"
-    "  instances ssh ID [--via-forward] [-- SSH-ARGS]\n"
-    "                                     ssh to the instance's address (with --via-forward:\n"
-    "                                     the daemon's host, the forward to guest port 22)\n"
+    "  instances ssh ID [--via HOST] [-- SSH-ARGS]\n"
+    "                                     ssh to the instance's address (with --via: to HOST,\n"
+    "                                     the daemon's host, by the forward to guest port 22)\n"
     "  instances attach-volume ID --volume V [--readonly]\n"
     "                                     attach a volume (by id or name), running or not\n"
     "  instances detach-volume ID --volume V\n"
@@ -121,7 +121,6 @@ typedef enum CtlOption {
         OPT_DISK_GB,
         OPT_VOLUME,
         OPT_NETWORK,
-        OPT_BRIDGE,
         OPT_PORT,
         OPT_IP,
         OPT_PREFIX,
@@ -130,7 +129,7 @@ typedef enum CtlOption {
         OPT_SSH_KEY_FILE,
         OPT_USER_DATA_FILE,
         OPT_HOSTNAME,
-        OPT_VIA_FORWARD,
+        OPT_VIA,
         OPT_SOURCE,   /* images import (DISK-2) */
         OPT_SHA256,   /* images import */
         OPT_SIZE_GB,  /* volumes create (DISK-7) */
@@ -177,16 +176,15 @@ static const struct {
     [OPT_DISK_GB] = {"--disk-gb", true},
     [OPT_VOLUME] = {"--volume", true, true},
     [OPT_NETWORK] = {"--network", true},
-    [OPT_BRIDGE] = {"--bridge", true},
     [OPT_PORT] = {"--port", true, true},
     [OPT_IP] = {"--ip", true},
     [OPT_PREFIX] = {"--prefix", true},
     [OPT_GATEWAY] = {"--gateway", true},
     [OPT_DNS] = {"--dns", true, true},
-    [OPT_SSH_KEY_FILE] = {"--ssh-key-file", true, true},
-    [OPT_USER_DATA_FILE] = {"--user-data-file", true},
+    [OPT_SSH_KEY_FILE] = {"--ssh-key", true, true},
+    [OPT_USER_DATA_FILE] = {"--user-data", true},
     [OPT_HOSTNAME] = {"--hostname", true},
-    [OPT_VIA_FORWARD] = {"--via-forward", false},
+    [OPT_VIA] = {"--via", true},
     [OPT_SOURCE] = {"--source", true},
     [OPT_SHA256] = {"--sha256", true},
     [OPT_SIZE_GB] = {"--size-gb", true},
@@ -208,8 +206,8 @@ typedef enum CtlTarget {
 #define CREATE                                                                                  \
         (CREATE_REQUIRED | OPT_BIT(OPT_KERNEL) | OPT_BIT(OPT_INITRD) | OPT_BIT(OPT_CMDLINE) |   \
          OPT_BIT(OPT_DISK) | OPT_BIT(OPT_PROFILE) | OPT_BIT(OPT_IMAGE) | OPT_BIT(OPT_DISK_GB) | \
-         OPT_BIT(OPT_VOLUME) | OPT_BIT(OPT_NETWORK) | OPT_BIT(OPT_BRIDGE) | OPT_BIT(OPT_PORT) | \
-         OPT_BIT(OPT_IP) | OPT_BIT(OPT_PREFIX) | OPT_BIT(OPT_GATEWAY) | OPT_BIT(OPT_DNS) |      \
+         OPT_BIT(OPT_VOLUME) | OPT_BIT(OPT_NETWORK) | OPT_BIT(OPT_PORT) | OPT_BIT(OPT_IP) |     \
+         OPT_BIT(OPT_PREFIX) | OPT_BIT(OPT_GATEWAY) | OPT_BIT(OPT_DNS) |                        \
          OPT_BIT(OPT_SSH_KEY_FILE) | OPT_BIT(OPT_USER_DATA_FILE) | OPT_BIT(OPT_HOSTNAME))
 
 #define FLEET_REQUIRED (OPT_BIT(OPT_PLACEMENT) | OPT_BIT(OPT_HOSTS))
@@ -247,11 +245,7 @@ static const struct {
      OPT_BIT(OPT_TAIL_BYTES) | OPT_BIT(OPT_FOLLOW) | OPT_BIT(OPT_ATTACH),
      0},
     /* The words after the id are ssh's. */
-    {{"instances", "ssh"},
-     CTL_COMMAND_INSTANCES_SSH,
-     TARGET_INSTANCE_ID,
-     OPT_BIT(OPT_VIA_FORWARD),
-     0},
+    {{"instances", "ssh"}, CTL_COMMAND_INSTANCES_SSH, TARGET_INSTANCE_ID, OPT_BIT(OPT_VIA), 0},
     /* OPS-7: the disks (DISK-1, DISK-2, DISK-4, DISK-7, DISK-8). */
     {{"instances", "attach-volume"},
      CTL_COMMAND_INSTANCES_ATTACH_VOLUME,
@@ -315,6 +309,7 @@ void ctl_args_done(CtlArgs *a)
         free(a->host);
         free(a->profile);
         strv_free(a->ssh_args);
+        free(a->via);
         free(a->volume);
         free(a->image);
         *a = (CtlArgs){};
@@ -549,7 +544,6 @@ static int parse_create(const char *const *values, char **const *lists, CtlArgs 
             .disk_gb = values[OPT_DISK_GB],
             .volumes = lists[OPT_VOLUME],
             .network = values[OPT_NETWORK],
-            .bridge = values[OPT_BRIDGE],
             .ports = lists[OPT_PORT],
             .ip = values[OPT_IP],
             .prefix = values[OPT_PREFIX],
@@ -777,6 +771,18 @@ static int parse_connection(const char *const *values, const CtlEnv *env, CtlArg
         return a->token ? 0 : error_set_oom(error);
 }
 
+/*
+ * --via's host goes to ssh as its destination: a name or an address, never something ssh would
+ * read as an option or a user ("-oProxyCommand=...", "root@...").
+ */
+static bool via_host_is_plain(const char *s)
+{
+        size_t n = strlen(s);
+        if (n == 0 || n > 253 || s[0] == '-')
+                return false;
+        return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:") == n;
+}
+
 static int parse_command(const char *const *words, size_t n_words, const char *const *values,
                          char **const *lists, const CtlEnv *env, CtlArgs *a, char **error)
 {
@@ -838,7 +844,12 @@ static int parse_command(const char *const *words, size_t n_words, const char *c
                 r = parse_create(values, lists, a, error);
                 break;
         case CTL_COMMAND_INSTANCES_SSH:
-                a->via_forward = values[OPT_VIA_FORWARD] != NULL;
+                if (values[OPT_VIA] && !via_host_is_plain(values[OPT_VIA]))
+                        return error_set(error, -EINVAL,
+                                         "--via \"%s\": expected a host name or address",
+                                         values[OPT_VIA]);
+                if (values[OPT_VIA] && !(a->via = strdup(values[OPT_VIA])))
+                        return error_set_oom(error);
                 for (size_t w = n_cmd + n_args; r >= 0 && w < n_words; w++)
                         if (strv_push(&a->ssh_args, words[w]) < 0)
                                 r = error_set_oom(error);

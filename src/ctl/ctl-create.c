@@ -103,24 +103,33 @@ static int ipv4_check(const char *option, const char *s, char **error)
 
 static int network_json(const CtlCreateFlags *f, json_t **ret, char **error)
 {
-        bool any_detail = f->bridge || f->ports || f->ip || f->prefix || f->gateway || f->dns;
+        bool any_detail = f->ports || f->ip || f->prefix || f->gateway || f->dns;
         if (!f->network) {
                 if (any_detail)
                         return error_set(error, -EINVAL,
-                                         "--bridge, --port, --ip, --prefix, --gateway and --dns "
-                                         "need --network");
+                                         "--port, --ip, --prefix, --gateway and --dns need "
+                                         "--network");
                 *ret = NULL;
                 return 0;
         }
+        /* bridge:NAME names one of network.bridges; a plain bridge takes the daemon's choice. */
+        _cleanup_free_ char *mode = strdup(f->network);
+        if (!mode)
+                return error_set_oom(error);
+        char *bridge = strchr(mode, ':');
+        if (bridge)
+                *bridge++ = 0;
         bool known = false;
         for (size_t i = 0; i < ELEMENTSOF(network_modes); i++)
-                known = known || streq(f->network, network_modes[i]);
-        if (!known)
-                return error_set(error, -EINVAL, "--network \"%s\": expected nat, bridge or none",
+                known = known || streq(mode, network_modes[i]);
+        if (!known || (bridge && !streq(mode, "bridge")))
+                return error_set(error, -EINVAL,
+                                 "--network \"%s\": expected nat, bridge:NAME, bridge or none",
                                  f->network);
-        if (f->bridge && !ifname_is_valid(f->bridge))
-                return error_set(error, -EINVAL, "--bridge \"%s\": expected an interface name",
-                                 f->bridge);
+        if (bridge && !ifname_is_valid(bridge))
+                return error_set(error, -EINVAL,
+                                 "--network \"%s\": \"%s\" is not an interface name", f->network,
+                                 bridge);
         int r = ipv4_check("--ip", f->ip, error);
         if (r >= 0)
                 r = ipv4_check("--gateway", f->gateway, error);
@@ -134,7 +143,7 @@ static int network_json(const CtlCreateFlags *f, json_t **ret, char **error)
                                  "--prefix \"%s\": expected a prefix length 1 to 32", f->prefix);
 
         json_auto_t *n =
-            json_pack("{s:s, s:s*, s:s*}", "mode", f->network, "bridge", f->bridge, "ip", f->ip);
+            json_pack("{s:s, s:s*, s:s*}", "mode", mode, "bridge", bridge, "ip", f->ip);
         if (!n || (f->prefix && json_object_set_new(n, "prefix", json_integer((json_int_t)prefix))))
                 return error_set_oom(error);
         if (f->gateway && json_object_set_new(n, "gateway", json_string(f->gateway)) < 0)
@@ -169,7 +178,7 @@ static int keys_json(char *const *files, json_t *keys, char **error)
 {
         for (char *const *path = files; path && *path; path++) {
                 _cleanup_free_ char *text = NULL;
-                int r = read_text_file("--ssh-key-file", *path, &text, error);
+                int r = read_text_file("--ssh-key", *path, &text, error);
                 if (r < 0)
                         return r;
                 size_t before = json_array_size(keys);
@@ -187,7 +196,7 @@ static int keys_json(char *const *files, json_t *keys, char **error)
                                 return error_set_oom(error);
                 }
                 if (json_array_size(keys) == before)
-                        return error_set(error, -EINVAL, "--ssh-key-file %s: holds no key", *path);
+                        return error_set(error, -EINVAL, "--ssh-key %s: holds no key", *path);
         }
         return 0;
 }
@@ -211,7 +220,7 @@ static int cloud_init_json(const CtlCreateFlags *f, json_t **ret, char **error)
         }
         if (f->user_data_file) {
                 _cleanup_free_ char *text = NULL;
-                int r = read_text_file("--user-data-file", f->user_data_file, &text, error);
+                int r = read_text_file("--user-data", f->user_data_file, &text, error);
                 if (r < 0)
                         return r;
                 if (json_object_set_new(c, "user_data", json_string(text)) < 0)

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * `vgpuctl instances ssh ID [--via-forward] [-- SSH-ARGS]`: the instance's address from the API
+ * `vgpuctl instances ssh ID [--via HOST] [-- SSH-ARGS]`: the instance's address from the API
  * (NET-9), then ssh in its place (exec, so the terminal, signals and exit status are ssh's own).
- * A nat address is reachable from the daemon's host only; --via-forward reaches a nat guest from
- * anywhere through the host port forwarded to its port 22 (NET-1, NET-4). The guest's host key
+ * A nat address is reachable from the daemon's host only; --via HOST (the daemon's host, as the
+ * caller reaches it) reaches a nat guest from anywhere through the host port forwarded to its
+ * port 22 (NET-1, NET-4). The guest's host key
  * is new at each create, so it is accepted the first time and checked from then on
  * (StrictHostKeyChecking=accept-new).
  */
@@ -13,46 +14,6 @@
 
 #define SSH_BINARY "ssh"
 #define SSH_PORT 22
-
-int ctl_daemon_host(const CtlArgs *a, char **ret)
-{
-        char *host;
-        if (a->unix_socket || !a->url) {
-                host = strdup("127.0.0.1");
-                if (!host)
-                        return -ENOMEM;
-                *ret = host;
-                return 0;
-        }
-        /* ctl_url_normalize() made it http(s)://AUTHORITY[/PATH]. */
-        const char *p = strstr(a->url, "://");
-        if (!p)
-                return -EINVAL;
-        p += 3;
-        size_t n = strcspn(p, "/");
-        const char *at = memrchr(p, '@', n);
-        if (at) {
-                n -= (size_t)(at + 1 - p);
-                p = at + 1;
-        }
-        if (n > 0 && p[0] == '[') {
-                const char *close = memchr(p, ']', n);
-                if (!close)
-                        return -EINVAL;
-                host = strndup(p + 1, (size_t)(close - p - 1));
-        } else {
-                const char *colon = memchr(p, ':', n);
-                host = strndup(p, colon ? (size_t)(colon - p) : n);
-        }
-        if (!host)
-                return -ENOMEM;
-        if (!*host) {
-                free(host);
-                return -EINVAL;
-        }
-        *ret = host;
-        return 0;
-}
 
 /* The host port of the first tcp forward to guest port 22; 0 when there is none. */
 static json_int_t ssh_forward(json_t *network)
@@ -68,8 +29,7 @@ static json_int_t ssh_forward(json_t *network)
         return 0;
 }
 
-int ctl_ssh_argv(json_t *instance, bool via_forward, const char *daemon_host, char *const *extra,
-                 char ***ret, char **error)
+int ctl_ssh_argv(json_t *instance, const char *via, char *const *extra, char ***ret, char **error)
 {
         const char *id = json_string_value(json_object_get(instance, "id"));
         json_t *network = json_object_get(instance, "network");
@@ -84,7 +44,7 @@ int ctl_ssh_argv(json_t *instance, bool via_forward, const char *daemon_host, ch
         _cleanup_strv_free_ char **argv = NULL;
         char port[16] = "";
         const char *address = ip;
-        if (via_forward) {
+        if (via) {
                 json_int_t host_port = ssh_forward(network);
                 if (host_port <= 0 || host_port > UINT16_MAX)
                         return error_set(error, -ENOENT,
@@ -92,12 +52,11 @@ int ctl_ssh_argv(json_t *instance, bool via_forward, const char *daemon_host, ch
                                          "(create it with --port HOST:22)",
                                          id, SSH_PORT);
                 snprintf(port, sizeof port, "%d", (int)host_port);
-                address = daemon_host;
+                address = via;
         } else if (!ip)
-                return error_set(error, -ENOENT,
-                                 "instance %s has no address vgpud knows (network mode %s)%s", id,
-                                 mode ? mode : "none",
-                                 ssh_forward(network) > 0 ? "; try --via-forward" : "");
+                return error_set(
+                    error, -ENOENT, "instance %s has no address vgpud knows (network mode %s)%s",
+                    id, mode ? mode : "none", ssh_forward(network) > 0 ? "; try --via HOST" : "");
         if (strv_push(&argv, SSH_BINARY) < 0 || strv_push(&argv, "-o") < 0 ||
             strv_push(&argv, "StrictHostKeyChecking=accept-new") < 0 ||
             (port[0] && (strv_push(&argv, "-p") < 0 || strv_push(&argv, port) < 0)) ||
@@ -120,9 +79,8 @@ static int fail_oom(const CtlEnv *env)
 int ctl_ssh_run(const CtlArgs *a, const CtlEnv *env)
 {
         _cleanup_(ctl_response_done) CtlResponse resp = {};
-        _cleanup_free_ char *error = NULL, *path = NULL, *host = NULL;
-        if (strprintf(&path, "/instances/%s", a->target) < 0 ||
-            ctl_daemon_host(a, &host) == -ENOMEM)
+        _cleanup_free_ char *error = NULL, *path = NULL;
+        if (strprintf(&path, "/instances/%s", a->target) < 0)
                 return fail_oom(env);
         const CtlRequest req = {
             .method = "GET",
@@ -144,12 +102,8 @@ int ctl_ssh_run(const CtlArgs *a, const CtlEnv *env)
                 fprintf(env->err, "error: invalid JSON in the response (HTTP %ld)\n", resp.status);
                 return CTL_EXIT_API;
         }
-        if (a->via_forward && !host) {
-                fputs("error: --via-forward: no host name in the daemon's URL\n", env->err);
-                return CTL_EXIT_USAGE;
-        }
         _cleanup_strv_free_ char **argv = NULL;
-        r = ctl_ssh_argv(body, a->via_forward, host, a->ssh_args, &argv, &error);
+        r = ctl_ssh_argv(body, a->via, a->ssh_args, &argv, &error);
         if (r == -ENOMEM)
                 return fail_oom(env);
         if (r < 0) {

@@ -141,8 +141,8 @@ typedef struct CtlArgs {
         uint32_t count;        /* fleet create --count; 1 without it */
         char *image;           /* fleet create --image (DISK-12); NULL: none */
         /* instances ssh */
-        bool via_forward; /* --via-forward: the daemon's host and a forward to guest port 22 */
-        char **ssh_args;  /* the words after the id, for ssh; NULL when none */
+        char *via;       /* --via HOST: the daemon's host, reached by a forward to guest port 22 */
+        char **ssh_args; /* the words after the id, for ssh; NULL when none */
 } CtlArgs;
 
 void ctl_args_done(CtlArgs *a);
@@ -177,9 +177,8 @@ typedef struct CtlCreateFlags {
         const char *image;
         const char *disk_gb;
         char *const *volumes; /* "ID[:ro]" each */
-        const char *network;  /* nat, bridge or none */
-        const char *bridge;
-        char *const *ports; /* "HOST:GUEST[/tcp|/udp]" each */
+        const char *network;  /* nat, none, bridge or bridge:NAME */
+        char *const *ports;   /* "HOST:GUEST[/tcp|/udp]" each */
         const char *ip, *prefix, *gateway;
         char *const *dns;
         char *const *ssh_key_files; /* each non-empty line one key */
@@ -199,18 +198,10 @@ int ctl_create_body_add(json_t *body, const CtlCreateFlags *f, char **error);
 /*
  * `instances ssh ID`: the ssh command line for an API-7 instance: `ssh -o
  * StrictHostKeyChecking=accept-new [-p PORT] ADDRESS EXTRA...`. ADDRESS is network.ip (a nat
- * address, or a bridge's static one); with via_forward, daemon_host and the host port of the
- * instance's first tcp forward to guest port 22. -ENOENT with *error saying what is missing;
- * -ENOMEM.
+ * address, or a bridge's static one); with via, that host and the host port of the instance's
+ * first tcp forward to guest port 22. -ENOENT with *error saying what is missing; -ENOMEM.
  */
-int ctl_ssh_argv(json_t *instance, bool via_forward, const char *daemon_host, char *const *extra,
-                 char ***ret, char **error);
-
-/*
- * The host part of a base URL as --url takes it ("http://[::1]:8080" gives "::1"); for a Unix
- * socket, the daemon is local: "127.0.0.1".
- */
-int ctl_daemon_host(const CtlArgs *a, char **ret);
+int ctl_ssh_argv(json_t *instance, const char *via, char *const *extra, char ***ret, char **error);
 
 /* Looks the instance up and execs ssh; returns only on failure, with a CTL_EXIT_* status. */
 int ctl_ssh_run(const CtlArgs *a, const CtlEnv *env);

@@ -636,7 +636,7 @@ def check_crash(work, config, secret, sock, daemons):
 def check_vgpuctl(c, work, secret, sock):
     # OPS-7, NET-1, NET-9: vgpuctl's create flags make a body the daemon takes, `instances get`
     # shows the forward, and `instances ssh` runs ssh (a fake on PATH that prints its arguments)
-    # to the address or, with --via-forward, to the forward to guest port 22.
+    # to the address or, with --via HOST, to HOST and the forward to guest port 22.
     if not ok(VGPUCTL, "vgpuctl given as the fifth argument"):
         return
     bin_dir = os.path.join(work, "fake-bin")
@@ -668,10 +668,10 @@ def check_vgpuctl(c, work, secret, sock):
        (0, ["-o", "StrictHostKeyChecking=accept-new", a["network"]["ip"], "-l", "root",
             "hostname", ""]),
        "OPS-7: vgpuctl instances ssh runs ssh to the instance's address")
-    r = ctl("instances", "ssh", "--via-forward", a["id"])
+    r = ctl("instances", "ssh", "--via", "127.0.0.1", a["id"])
     eq((r.returncode, r.stdout.split("\n")),
        (0, ["-o", "StrictHostKeyChecking=accept-new", "-p", "20005", "127.0.0.1", ""]),
-       "OPS-7: with --via-forward, the daemon's host and the forward to port 22")
+       "OPS-7: with --via, that host and the forward to port 22")
     r = ctl("instances", "create", "--name", "ctl-b", "--vcpus", "1", "--memory-mb", "256",
             "--kernel", KERNEL, "--network", "none")
     b = next((i for i in c.get("/instances").json() if i["name"] == "ctl-b"), None)

@@ -2090,8 +2090,8 @@ test_instances_create_flags(void **state) /* OPS-7, API-9, DISK-5, DISK-8, NET-1
         assert_int_equal(RUN(f, "--url", f->url, "instances", "create", "--name", "web", "--vcpus",
                              "2", "--memory-mb", "2048", "--image", "debian-12", "--disk-gb", "20",
                              "--volume", "data", "--volume", ID1 ":ro", "--network", "nat",
-                             "--port", "20022:22", "--port=20053:53/udp", "--ssh-key-file", keys1,
-                             "--ssh-key-file", keys2, "--hostname", "web-1", "--profile",
+                             "--port", "20022:22", "--port=20053:53/udp", "--ssh-key", keys1,
+                             "--ssh-key", keys2, "--hostname", "web-1", "--profile",
                              "NVIDIA L40S-4Q"),
                          CTL_EXIT_OK);
         assert_string_equal(f->err, "");
@@ -2110,9 +2110,9 @@ test_instances_create_flags(void **state) /* OPS-7, API-9, DISK-5, DISK-8, NET-1
         /* Bridge mode with static addressing, and user data read verbatim. */
         assert_int_equal(RUN(f, "--url", f->url, "instances", "create", "--name", "lan", "--vcpus",
                              "1", "--memory-mb", "512", "--image", "debian-12", "--network",
-                             "bridge", "--bridge", "br-lan", "--ip", "192.0.2.10", "--prefix", "24",
-                             "--gateway", "192.0.2.1", "--dns", "192.0.2.53", "--dns", "192.0.2.54",
-                             "--user-data-file", user_data),
+                             "bridge:br-lan", "--ip", "192.0.2.10", "--prefix", "24", "--gateway",
+                             "192.0.2.1", "--dns", "192.0.2.53", "--dns", "192.0.2.54",
+                             "--user-data", user_data),
                          CTL_EXIT_OK);
         assert_string_equal(
             f->tcp.request_body,
@@ -2158,9 +2158,11 @@ static void test_instances_create_flag_errors(void **state) /* OPS-7, OPS-8, NET
             {{"--image", "i", "--volume", ":ro"},
              "--volume \":ro\": expected a volume id or name, optionally followed by :ro"},
             {{"--image", "i", "--network", "routed"},
-             "--network \"routed\": expected nat, bridge or none"},
+             "--network \"routed\": expected nat, bridge:NAME, bridge or none"},
+            {{"--image", "i", "--network", "nat:vgpud0"},
+             "--network \"nat:vgpud0\": expected nat, bridge:NAME, bridge or none"},
             {{"--image", "i", "--port", "20022:22"},
-             "--bridge, --port, --ip, --prefix, --gateway and --dns need --network"},
+             "--port, --ip, --prefix, --gateway and --dns need --network"},
             {{"--image", "i", "--network", "nat", "--port", "22"},
              "--port \"22\": expected HOST:GUEST[/tcp|/udp], ports 1 to 65535"},
             {{"--image", "i", "--network", "nat", "--port", "0:22"},
@@ -2171,8 +2173,8 @@ static void test_instances_create_flag_errors(void **state) /* OPS-7, OPS-8, NET
              "--port \"20022:22/sctp\": expected HOST:GUEST[/tcp|/udp], ports 1 to 65535"},
             {{"--image", "i", "--network", "nat", "--port", "x:22"},
              "--port \"x:22\": expected HOST:GUEST[/tcp|/udp], ports 1 to 65535"},
-            {{"--image", "i", "--network", "bridge", "--bridge", "a/b"},
-             "--bridge \"a/b\": expected an interface name"},
+            {{"--image", "i", "--network", "bridge:a/b"},
+             "--network \"bridge:a/b\": \"a/b\" is not an interface name"},
             {{"--image", "i", "--network", "bridge", "--ip", "192.0.2.300"},
              "--ip \"192.0.2.300\": expected an IPv4 address (a.b.c.d)"},
             {{"--image", "i", "--network", "bridge", "--gateway", "gw"},
@@ -2183,12 +2185,12 @@ static void test_instances_create_flag_errors(void **state) /* OPS-7, OPS-8, NET
              "--prefix \"33\": expected a prefix length 1 to 32"},
             {{"--image", "i", "--network", "nat", "--network", "none"},
              "option --network given twice"},
-            {{"--image", "i", "--ssh-key-file", empty}, NULL},  /* holds no key */
-            {{"--image", "i", "--ssh-key-file", binary}, NULL}, /* a NUL byte */
-            {{"--image", "i", "--ssh-key-file", missing}, NULL},
-            {{"--image", "i", "--user-data-file", binary}, NULL},
-            {{"--kernel", "/k", "--via-forward"},
-             "option --via-forward does not apply to \"instances create\""},
+            {{"--kernel", "/k", "--via", "gpu-1"},
+             "option --via does not apply to \"instances create\""},
+            {{"--image", "i", "--ssh-key", empty}, NULL},  /* holds no key */
+            {{"--image", "i", "--ssh-key", binary}, NULL}, /* a NUL byte */
+            {{"--image", "i", "--ssh-key", missing}, NULL},
+            {{"--image", "i", "--user-data", binary}, NULL},
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 const char *argv[32];
@@ -2207,29 +2209,29 @@ static void test_instances_create_flag_errors(void **state) /* OPS-7, OPS-8, NET
                                                    "vgpuctl: %s\nRun 'vgpuctl --help' for usage.\n",
                                                    cases[i].error),
                                          0);
-                else if (i == ELEMENTSOF(cases) - 5)
+                else if (i == ELEMENTSOF(cases) - 4)
                         assert_int_equal(strprintf(&want,
-                                                   "vgpuctl: --ssh-key-file %s: holds no key\n"
+                                                   "vgpuctl: --ssh-key %s: holds no key\n"
                                                    "Run 'vgpuctl --help' for usage.\n",
                                                    empty),
                                          0);
-                else if (i == ELEMENTSOF(cases) - 4)
+                else if (i == ELEMENTSOF(cases) - 3)
                         assert_int_equal(strprintf(&want,
-                                                   "vgpuctl: --ssh-key-file %s: not UTF-8 text (or "
+                                                   "vgpuctl: --ssh-key %s: not UTF-8 text (or "
                                                    "holds a NUL byte)\n"
                                                    "Run 'vgpuctl --help' for usage.\n",
                                                    binary),
                                          0);
-                else if (i == ELEMENTSOF(cases) - 3)
+                else if (i == ELEMENTSOF(cases) - 2)
                         assert_int_equal(strprintf(&want,
-                                                   "vgpuctl: --ssh-key-file %s: No such file or "
+                                                   "vgpuctl: --ssh-key %s: No such file or "
                                                    "directory\n"
                                                    "Run 'vgpuctl --help' for usage.\n",
                                                    missing),
                                          0);
                 else
                         assert_int_equal(strprintf(&want,
-                                                   "vgpuctl: --user-data-file %s: not UTF-8 text "
+                                                   "vgpuctl: --user-data %s: not UTF-8 text "
                                                    "(or holds a NUL byte)\n"
                                                    "Run 'vgpuctl --help' for usage.\n",
                                                    binary),
@@ -2285,20 +2287,21 @@ static void test_instances_ssh(void **state) /* OPS-7, NET-9 */
         assert_string_equal(f->tcp.method, "GET");
         assert_string_equal(f->tcp.path, "/instances/" ID1);
 
-        /* --via-forward: the daemon's host and the first tcp forward to guest port 22. */
-        spawn_vgpuctl(f, (const char *[]){"instances", "ssh", "--via-forward", ID1, NULL}, env, &b);
+        /* --via HOST: that host and the first tcp forward to guest port 22. */
+        spawn_vgpuctl(f, (const char *[]){"instances", "ssh", "--via", "gpu-1.example", ID1, NULL},
+                      env, &b);
         assert_int_equal(b.status, 0);
-        assert_string_equal(b.out, "-o\nStrictHostKeyChecking=accept-new\n-p\n20023\n127.0.0.1\n");
+        assert_string_equal(b.out,
+                            "-o\nStrictHostKeyChecking=accept-new\n-p\n20023\ngpu-1.example\n");
 
-        /* Over the Unix socket the daemon is on this host. */
-        server_set_answer(&f->unix_server, 200, "application/json", ssh_nat);
-        spawn_vgpuctl(f,
-                      (const char *[]){"--unix", f->unix_path, "instances", "ssh", ID1,
-                                       "--via-forward", "hostname", NULL},
-                      (const char *const[]){path, NULL}, &c);
-        assert_int_equal(c.status, 0);
-        assert_string_equal(c.out, "-o\nStrictHostKeyChecking=accept-new\n-p\n20023\n127.0.0.1\n"
-                                   "hostname\n");
+        /* A --via that ssh would read as an option or a user is refused before any request. */
+        spawn_vgpuctl(
+            f,
+            (const char *[]){"instances", "ssh", ID1, "--via=-oProxyCommand=x", "hostname", NULL},
+            env, &c);
+        assert_int_equal(c.status, 2);
+        assert_string_equal(c.out, "");
+        assert_non_null(strstr(c.err, "--via \"-oProxyCommand=x\": expected a host name"));
 
         /* An API error is printed as any other; ssh does not run. */
         server_set_answer(&f->tcp, 404, "application/json",
@@ -2316,18 +2319,18 @@ static void test_instances_ssh_argv(void **state) /* OPS-7, NET-1, NET-9 */
         char **argv = NULL;
         static const struct {
                 const char *json;
-                bool via_forward;
+                const char *via;
                 const char *error;
         } refused[] = {
-            {SSH_INSTANCE("Stopped", "{\"mode\":\"nat\",\"ip\":\"10.233.0.2\"}"), false,
+            {SSH_INSTANCE("Stopped", "{\"mode\":\"nat\",\"ip\":\"10.233.0.2\"}"), NULL,
              "instance " ID1 " is Stopped, not Running"},
-            {SSH_INSTANCE("Running", "{\"mode\":\"none\"}"), false,
+            {SSH_INSTANCE("Running", "{\"mode\":\"none\"}"), NULL,
              "instance " ID1 " has no address vgpud knows (network mode none)"},
-            {SSH_INSTANCE("Running", "{\"mode\":\"bridge\",\"bridge\":\"br-lan\"}"), false,
+            {SSH_INSTANCE("Running", "{\"mode\":\"bridge\",\"bridge\":\"br-lan\"}"), NULL,
              "instance " ID1 " has no address vgpud knows (network mode bridge)"},
             {SSH_INSTANCE("Running", "{\"mode\":\"nat\",\"ip\":\"10.233.0.2\",\"ports\":[{"
                                      "\"host\":20080,\"guest\":80,\"protocol\":\"tcp\"}]}"),
-             true,
+             "gpu-1",
              "instance " ID1 " forwards no host port to its port 22/tcp (create it with --port "
              "HOST:22)"},
         };
@@ -2336,33 +2339,17 @@ static void test_instances_ssh_argv(void **state) /* OPS-7, NET-1, NET-9 */
                 assert_non_null(j);
                 free(error);
                 error = NULL;
-                assert_int_equal(
-                    ctl_ssh_argv(j, refused[i].via_forward, "gpu-1", NULL, &argv, &error), -ENOENT);
+                assert_int_equal(ctl_ssh_argv(j, refused[i].via, NULL, &argv, &error), -ENOENT);
                 assert_string_equal(error, refused[i].error);
         }
         /* Bridge mode with a static address: that address. */
         json_auto_t *j = json_loads(
             SSH_INSTANCE("Running", "{\"mode\":\"bridge\",\"ip\":\"192.0.2.10\",\"prefix\":24}"), 0,
             NULL);
-        assert_int_equal(ctl_ssh_argv(j, false, "gpu-1", NULL, &argv, &error), 0);
+        assert_int_equal(ctl_ssh_argv(j, NULL, NULL, &argv, &error), 0);
         assert_string_equal(argv[3], "192.0.2.10");
         assert_null(argv[4]);
         strv_free(argv);
-
-        /* The daemon's host from --url: a name, an IPv6 literal, user info and a path dropped. */
-        static const struct {
-                const char *url, *host;
-        } hosts[] = {
-            {"http://gpu-1.example:8080", "gpu-1.example"},
-            {"https://[2001:db8::1]:8443/vgpud", "2001:db8::1"},
-            {"http://op@10.0.0.5", "10.0.0.5"},
-        };
-        for (size_t i = 0; i < ELEMENTSOF(hosts); i++) {
-                CtlArgs a = {.url = (char *)hosts[i].url};
-                _cleanup_free_ char *host = NULL;
-                assert_int_equal(ctl_daemon_host(&a, &host), 0);
-                assert_string_equal(host, hosts[i].host);
-        }
 }
 
 int main(void)
