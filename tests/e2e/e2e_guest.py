@@ -321,6 +321,33 @@ class Qmp:
                 self.events.append(obj)
 
 
+# ---- the guest agent ------------------------------------------------------------------------
+
+
+def agent_call(path, request, timeout):
+    """One request line to a guest agent's socket (vgpud's agent.sock or QEMU's) and its
+    reply, or None after timeout seconds of retrying (the agent starts with the guest)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+                c.settimeout(5)
+                c.connect(path)
+                c.sendall(json.dumps(request).encode() + b"\n")
+                buf = b""
+                while b"\n" not in buf:
+                    chunk = c.recv(4096)
+                    if not chunk:
+                        break
+                    buf += chunk
+                if b"\n" in buf:
+                    return json.loads(buf.split(b"\n", 1)[0])
+        except (OSError, ValueError):
+            pass
+        time.sleep(1)
+    return None
+
+
 # ---- the console ----------------------------------------------------------------------------
 
 

@@ -26,7 +26,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    Qemu, eq, exit_status, keyval, note, ok, plan, poll, read_text, run_group, skip_all, tail)
+    Qemu, agent_call, eq, exit_status, keyval, note, ok, plan, poll, read_text, run_group,
+    skip_all, tail)
 
 BUILD_IMAGE, IMAGE_DIR, AGENT, MAKE_SEED, QEMU = sys.argv[1:6]
 
@@ -67,29 +68,6 @@ def ssh(key, port, command, timeout=30):
     p = subprocess.run(ssh_argv(key, port, command), stdin=subprocess.DEVNULL,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
     return p.returncode, p.stdout.decode(errors="replace").strip(), p.stderr.decode(errors="replace")
-
-
-def agent_call(path, request, timeout):
-    """One request line to the agent's socket and its reply, or None."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
-                c.settimeout(5)
-                c.connect(path)
-                c.sendall(json.dumps(request).encode() + b"\n")
-                buf = b""
-                while b"\n" not in buf:
-                    chunk = c.recv(4096)
-                    if not chunk:
-                        break
-                    buf += chunk
-                if b"\n" in buf:
-                    return json.loads(buf.split(b"\n", 1)[0])
-        except (OSError, ValueError):
-            pass
-        time.sleep(1)
-    return None
 
 
 def run(work):

@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    kill_qemus, note, skip_all, tail)
+    agent_call, kill_qemus, note, skip_all, tail)
 from vgpud_test import (  # noqa: E402 (e2e_guest put tests/lib on the path)
     MNT, context, eq, error_of, exit_status, finish, ok, poll, run_group, start, stop,
     write_secret)
@@ -160,29 +159,6 @@ def wait_ssh(key, host, port=22, user="debian", timeout=SSH_TIMEOUT, alive=lambd
     if poll(lambda: not alive() or ssh(key, host, "true", port, user)[0] == 0, timeout, 2) \
             and alive():
         return time.monotonic() - t0
-    return None
-
-
-def agent_call(path, request, timeout):
-    """One request line to the agent's socket and its reply, or None."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
-                c.settimeout(5)
-                c.connect(path)
-                c.sendall(json.dumps(request).encode() + b"\n")
-                buf = b""
-                while b"\n" not in buf:
-                    chunk = c.recv(4096)
-                    if not chunk:
-                        break
-                    buf += chunk
-                if b"\n" in buf:
-                    return json.loads(buf.split(b"\n", 1)[0])
-        except (OSError, ValueError):
-            pass
-        time.sleep(1)
     return None
 
 
