@@ -20,11 +20,12 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from vgpud_test import eq, exit_status, ok, plan, poll, run_group  # noqa: E402,F401 (re-exported)
-from vgpud_test import proc_state, write_config  # noqa: E402
+from vgpud_test import finish, proc_state, start, stop, write_config, write_secret  # noqa: E402
 
 # ---- TAP, beyond vgpud_test's ----------------------------------------------------------------
 
@@ -389,6 +390,40 @@ network:
   default_mode: none
 """ % (qemu, images, os.path.realpath(guest.dir), boot_timeout, stop_timeout))
     return path
+
+
+def run_with_vgpud(prefix, qemu, guest, groups, prepare=None, boot_timeout=30, stop_timeout=30):
+    """The frame of an e2e test against vgpud with the real QEMU: a work tree; its images
+    directory holding the guest's kernel as vmlinuz (prepare(images) adds more); vgpud started;
+    groups(c, d, work, images) runs the checks; what a failed check left (instances, volumes) is
+    deleted before the daemon stops; and whatever happens, the daemons and every QEMU under the
+    tree are killed and the tree removed. Returns the exit status."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    daemons = []
+    try:
+        images = os.path.join(work, "images")
+        os.mkdir(images)
+        os.symlink(os.path.realpath(guest.kernel), os.path.join(images, "vmlinuz"))
+        if prepare:
+            prepare(images)
+        secret = write_secret(work)
+        config = vgpud_config(os.path.join(work, "vgpud.yaml"), work, qemu, images, guest,
+                              boot_timeout, stop_timeout)
+        d, c = start(work, "e2e", config, secret, os.path.join(work, "api.sock"))
+        daemons.append(d)
+        if c:
+            groups(c, d, work, images)
+            for i in c.get("/instances").json():
+                c.request("DELETE", "/instances/" + i["id"])
+            for v in c.get("/volumes").json():
+                c.request("DELETE", "/volumes/" + v["id"])
+            stop(d)
+    finally:
+        for d in daemons:
+            d.stop(signal.SIGKILL)
+        kill_qemus(work)
+        finish(daemons, work)
+    return exit_status()
 
 
 def tail(text, lines=40):

@@ -16,16 +16,15 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    guest_or_skip, initrd_with, kill_qemus, note, tail, vgpud_config)
+    guest_or_skip, initrd_with, note, run_with_vgpud, tail)
 from vgpud_pty import Pty  # noqa: E402 (e2e_guest put tests/lib on the path)
 from vgpud_test import (  # noqa: E402
-    MNT, eq, exit_status, finish, ok, poll, run_group, start, stop, write_secret)
+    MNT, eq, ok, poll, run_group)
 
 BUILD_GUEST, GUEST_DIR, QEMU, VGPUCTL = sys.argv[4:8]
 
@@ -116,31 +115,13 @@ def main():
     guest = guest_or_skip(BUILD_GUEST, GUEST_DIR, QEMU)
     if not guest:
         return 1
-    work = tempfile.mkdtemp(prefix="vgpud-e2e-console-")
-    daemons = []
-    try:
-        images = os.path.join(work, "images")
-        os.mkdir(images)
-        os.symlink(os.path.realpath(guest.kernel), os.path.join(images, "vmlinuz"))
+
+    def prepare(images):
         initrd_with(guest.initrd, {"etc/guest-init.d/console-shell.sh": SHELL_HOOK},
                     os.path.join(images, "initramfs-shell.cpio.gz"))
-        secret = write_secret(work)
-        config = vgpud_config(os.path.join(work, "vgpud.yaml"), work, QEMU, images, guest, 30,
-                              30)
-        sock = os.path.join(work, "api.sock")
-        d, c = start(work, "e2e", config, secret, sock)
-        daemons.append(d)
-        if c:
-            run_group("session", lambda: check_session(c, d, work, images))
-            for i in c.get("/instances").json():
-                c.request("DELETE", "/instances/" + i["id"])
-            stop(d)
-    finally:
-        for d in daemons:
-            d.stop(signal.SIGKILL)
-        kill_qemus(work)
-        finish(daemons, work)
-    return exit_status()
+    return run_with_vgpud("vgpud-e2e-console-", QEMU, guest, prepare=prepare,
+                          groups=lambda c, d, work, images: run_group(
+                              "session", lambda: check_session(c, d, work, images)))
 
 
 if __name__ == "__main__":

@@ -21,19 +21,16 @@
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    guest_or_skip, initrd_with, kill_qemus, note, qemu_processes, tail, vgpud_config)
+    guest_or_skip, initrd_with, note, qemu_processes, run_with_vgpud, tail)
 from vgpud_test import (  # noqa: E402 (e2e_guest put tests/lib on the path)
-    MNT, error_of, eq, exit_status, finish, metric, ok, parse_metrics, poll, run_group, start,
-    stop, write_secret)
+    MNT, error_of, eq, metric, ok, parse_metrics, poll, run_group)
 
 BUILD_GUEST, GUEST_DIR, QEMU = sys.argv[4:7]
 
@@ -504,40 +501,22 @@ def main():
     if not guest:
         return 1
 
-    work = tempfile.mkdtemp(prefix="vgpud-e2e-vgpud-")
-    daemons = []
-    try:
+    def prepare(images):
         # image_dirs: INST-6 resolves real paths, so the images directory holds symlinks into
         # the guest's cache and the cache itself is listed too; a text file stands in for a
         # broken kernel.
-        images = os.path.join(work, "images")
-        os.mkdir(images)
-        os.symlink(os.path.realpath(guest.kernel), os.path.join(images, "vmlinuz"))
         os.symlink(os.path.realpath(guest.initrd), os.path.join(images, "initramfs.cpio.gz"))
         with open(os.path.join(images, "not-a-kernel"), "w") as f:
             f.write("this text file is not a Linux kernel\n")
-        secret = write_secret(work)
-        config = vgpud_config(os.path.join(work, "vgpud.yaml"), work, QEMU, images, guest,
-                              VMM_BOOT_TIMEOUT, STOP_TIMEOUT)
-        sock = os.path.join(work, "api.sock")
-        d, c = start(work, "e2e", config, secret, sock)
-        daemons.append(d)
-        if c:
-            run_group("lifecycle", lambda: check_lifecycle(c, d, work, images))
-            run_group("bad kernel", lambda: check_bad_kernel(c, d, images))
-            run_group("shared boot disk", lambda: check_shared_disk(c, d, images, guest))
-            run_group("image root disk", lambda: check_image_root(c, d, work, images, guest))
-            run_group("volume", lambda: check_volume_outlives(c, d, work, images, guest))
-            # Anything a failed check left behind goes before the daemon stops.
-            for i in c.get("/instances").json():
-                c.request("DELETE", "/instances/" + i["id"])
-            stop(d)
-    finally:
-        for d in daemons:
-            d.stop(signal.SIGKILL)
-        kill_qemus(work)
-        finish(daemons, work)
-    return exit_status()
+
+    def groups(c, d, work, images):
+        run_group("lifecycle", lambda: check_lifecycle(c, d, work, images))
+        run_group("bad kernel", lambda: check_bad_kernel(c, d, images))
+        run_group("shared boot disk", lambda: check_shared_disk(c, d, images, guest))
+        run_group("image root disk", lambda: check_image_root(c, d, work, images, guest))
+        run_group("volume", lambda: check_volume_outlives(c, d, work, images, guest))
+    return run_with_vgpud("vgpud-e2e-vgpud-", QEMU, guest, groups, prepare=prepare,
+                          boot_timeout=VMM_BOOT_TIMEOUT, stop_timeout=STOP_TIMEOUT)
 
 
 if __name__ == "__main__":

@@ -11,17 +11,15 @@
 # disk go, and the host reads the marker back from volume.qcow2 with qemu-img dd. Whatever
 # happens, the daemon and every QEMU under the work tree are killed, the tree removed.
 import os
-import signal
 import subprocess
 import sys
-import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    guest_or_skip, initrd_with, kill_qemus, note, tail, vgpud_config)
+    guest_or_skip, initrd_with, note, run_with_vgpud, tail)
 from vgpud_test import (  # noqa: E402 (e2e_guest put tests/lib on the path)
-    MNT, eq, exit_status, finish, ok, poll, run_group, start, stop, write_secret)
+    MNT, eq, ok, poll, run_group)
 
 BUILD_GUEST, GUEST_DIR, QEMU = sys.argv[4:7]
 
@@ -116,31 +114,9 @@ def main():
     guest = guest_or_skip(BUILD_GUEST, GUEST_DIR, QEMU)
     if not guest:
         return 1
-    work = tempfile.mkdtemp(prefix="vgpud-e2e-volumes-")
-    daemons = []
-    try:
-        images = os.path.join(work, "images")
-        os.mkdir(images)
-        os.symlink(os.path.realpath(guest.kernel), os.path.join(images, "vmlinuz"))
-        secret = write_secret(work)
-        config = vgpud_config(os.path.join(work, "vgpud.yaml"), work, QEMU, images, guest, 30,
-                              30)
-        sock = os.path.join(work, "api.sock")
-        d, c = start(work, "e2e", config, secret, sock)
-        daemons.append(d)
-        if c:
-            run_group("hot volume", lambda: check_hot_volume(c, d, work, images, guest))
-            for i in c.get("/instances").json():
-                c.request("DELETE", "/instances/" + i["id"])
-            for v in c.get("/volumes").json():
-                c.request("DELETE", "/volumes/" + v["id"])
-            stop(d)
-    finally:
-        for d in daemons:
-            d.stop(signal.SIGKILL)
-        kill_qemus(work)
-        finish(daemons, work)
-    return exit_status()
+    return run_with_vgpud("vgpud-e2e-volumes-", QEMU, guest,
+                          groups=lambda c, d, work, images: run_group(
+                              "hot volume", lambda: check_hot_volume(c, d, work, images, guest)))
 
 
 if __name__ == "__main__":
