@@ -193,10 +193,12 @@ int instance_record_load_at(int instances_dirfd, const char *runtime_instances, 
         }
 
         /*
-         * A temp file outlives only a crash in the middle of a save, whose record never became
-         * instance.json. One that cannot be removed now does no harm: the next save truncates it.
+         * A temp file outlives only a crash in the middle of a save, whose record or seed never
+         * replaced the file. One that cannot be removed now does no harm: the next save
+         * truncates it.
          */
         (void)unlinkat(dir, INSTANCE_RECORD_FILE TEMP_SUFFIX, 0);
+        (void)unlinkat(dir, INSTANCE_SEED_FILE TEMP_SUFFIX, 0);
 
         _cleanup_free_ char *buf = NULL;
         size_t size;

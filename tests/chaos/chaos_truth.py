@@ -9,6 +9,7 @@
 # VMM-1) and the Unix sockets listening in /proc/net/unix (VMM-17). check() turns a Picture and
 # the quarantines acknowledged before a kill into a list of Violations, each naming the
 # requirement it breaks and the VF or record it concerns.
+import hashlib
 import json
 import os
 import re
@@ -41,6 +42,14 @@ NETWORK_KEYS = {"mode": str, "bridge": str, "mac": str, "ip": str, "prefix": int
 # the network's checks.
 NETWORK_DIR = None
 VOLUMES = os.path.join(vt.MNT, "data", "volumes")
+IMAGES = os.path.join(vt.MNT, "data", "images")
+# REL-11: {image name: SHA-256 of its disk.qcow2 when it became ready}, set by the test; an
+# overlay's writes must never reach its backing file (DISK-5).
+IMAGE_DIGESTS = {}
+ROOT_OVERLAY, SEED = "root.qcow2", "seed.iso"
+# What an instance directory holds besides its overlay and seed (INST-1, VMM-1, CONS-1).
+INSTANCE_FILES = {"instance.json", "console.log", "qemu.log", "qmp.sock", "agent.sock",
+                  "console.sock"}
 
 Violation = namedtuple("Violation", "kind subject text")
 Vmm = namedtuple("Vmm", "pid id name vf qmp start_time")
@@ -135,6 +144,33 @@ def read_records():
     return records, bad, leftovers
 
 
+def instance_files():
+    """{instance id: [file names in its directory]} for every instance directory."""
+    out = {}
+    if os.path.isdir(INSTANCES):
+        for name in sorted(os.listdir(INSTANCES)):
+            if ID.fullmatch(name) and os.path.isdir(os.path.join(INSTANCES, name)):
+                out[name] = sorted(os.listdir(os.path.join(INSTANCES, name)))
+    return out
+
+
+def sha256_of(path):
+    """The file's SHA-256 in hex, or None when it cannot be read."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def wants_seed(rec):
+    """SEED-1: an instance gets a seed when it boots an image or has cloud_init."""
+    return "disk" in rec or "cloud_init" in rec
+
+
 def stat_start_time(pid):
     """Field 22 of /proc/<pid>/stat (VMM-16), or None."""
     try:
@@ -214,6 +250,12 @@ class Picture:
     def __init__(self, fake_qemu):
         self.state = vt.sim_state()
         self.records, self.bad, self.leftovers = read_records()
+        self.files = instance_files()
+        self.volume_files = {n: sorted(os.listdir(os.path.join(VOLUMES, n)))
+                             for n in (os.listdir(VOLUMES) if os.path.isdir(VOLUMES) else [])
+                             if ID.fullmatch(n)}
+        self.image_digests = {n: sha256_of(os.path.join(IMAGES, n, "disk.qcow2"))
+                              for n in IMAGE_DIGESTS}
         self.hosts, self.table, self.taps = network_reading()
         self.vmms = vmm_processes(fake_qemu)
         self.listening = listening_sockets()
@@ -407,11 +449,38 @@ def check(pic, vgpud, acked):
             if not os.path.exists(os.path.join(VOLUMES, v["id"], "volume.json")):
                 add("volume-missing", v["id"], "DISK-7: %s names volume %s, which does not "
                     "exist" % (pic.describe(iid), v["id"]))
+    for vid, names in sorted(pic.volume_files.items()):
+        extra = sorted(set(names) - {"volume.json", "volume.qcow2"})
+        if "volume.json" not in names or extra:
+            add("volume-orphan", vid, "REL-11: volume directory %s holds %s" % (
+                vid, ", ".join(names) or "nothing"))
     for vid, hs in sorted(volume_holders.items()):
         if any(not ro for _, ro in hs) and len(hs) > 1:
             add("volume-twice", vid, "REL-11: volume %s attached read-write with other "
                 "holders: %s" % (vid, ", ".join("%s%s" % (i, " (ro)" if ro else "")
                                                 for i, ro in hs)))
+
+    # REL-11, DISK-5, SEED-2: no overlay or seed that its record does not name, and no file
+    # half-written by a kill left beside them; a settled record with an image keeps its overlay;
+    # no image's bytes changed under its overlays.
+    for iid, names in sorted(pic.files.items()):
+        r = pic.records.get(iid)
+        if r is None:
+            continue  # no instance.json: a leftover, reported above
+        for name in names:
+            if name == ROOT_OVERLAY and "disk" not in r or name == SEED and not wants_seed(r):
+                add("disk-orphan", "%s/%s" % (iid, name), "REL-11: %s holds %s, which its "
+                    "record does not name" % (pic.describe(iid), name))
+            elif name not in INSTANCE_FILES | {ROOT_OVERLAY, SEED}:
+                add("disk-orphan", "%s/%s" % (iid, name), "REL-11: %s holds %s, which no "
+                    "record names" % (pic.describe(iid), name))
+        if "disk" in r and r["state"] in ("Running", "Stopped") and ROOT_OVERLAY not in names:
+            add("overlay-missing", iid, "DISK-5: %s boots image %s but has no %s" % (
+                pic.describe(iid), r["disk"].get("image"), ROOT_OVERLAY))
+    for name, digest in sorted(IMAGE_DIGESTS.items()):
+        if pic.image_digests.get(name) != digest:
+            add("image-changed", name, "DISK-5: image %s's disk.qcow2 is %s, %s when imported"
+                % (name, pic.image_digests.get(name) or "unreadable", digest))
 
     # Every quarantine acknowledged before the kill is present; the health file loads.
     path = vt.HEALTH_FILE

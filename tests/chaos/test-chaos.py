@@ -5,9 +5,11 @@
 #
 # Crash consistency (REL-1, REL-2): vgpud on a mounted vgpu-sim (SIM-20's host) with fake-qemu
 # as its VMM, in run-sim-test.sh's private PID namespace (SIM-21). One iteration: concurrent
-# clients create (mostly `NVIDIA L40S-2Q`, some other profiles, some without a GPU), stop,
-# start and delete instances, attach and detach volumes (REL-11, DISK-8: hot on a Running
-# instance, in the record on a Stopped one) and quarantine VFs, while a few VFs are wedged so that the
+# clients create (mostly `NVIDIA L40S-2Q`, some other profiles, some without a GPU; half from
+# an imported image on an overlay, most of those with a cloud-init seed; most with a `nat` NIC
+# and a port forward; some with a volume), stop, start and delete instances, attach and detach
+# volumes (REL-11, DISK-8: hot on a Running instance, in the record on a Stopped one) and
+# quarantine VFs, while a few VFs are wedged so that the
 # sentinel (SENT-8, once vgpud has one) quarantines some by itself (threshold 1, breaker off).
 # At a random step of an operation of a randomly chosen kind (claim, configure, spawn,
 # readiness, ladder, release, removal; or while idle) vgpud gets SIGKILL. The next daemon is
@@ -21,9 +23,10 @@
 #
 # Output is TAP, one test point per iteration, then a summary line
 #   # chaos: <n> iterations, kills by phase: create=a stop=b start=c delete=d idle=e, violations: v
-# and each violation in detail. REL-11's network invariants are checked after each iteration as
-# well: no address held by two records, table vgpud and the dnsmasq hosts file equal to the
-# records, every TAP on a live VMM. A violation is one problem (its kind and VF or record) from the
+# and each violation in detail. REL-11's invariants are checked after each iteration as well: no
+# address held by two records, table vgpud and the dnsmasq hosts file equal to the records,
+# every TAP on a live VMM; no overlay, seed, temp file or volume directory that no record names,
+# no settled record without its overlay, the image's bytes unchanged, no volume read-write twice. A violation is one problem (its kind and VF or record) from the
 # iteration it first appears in until the first iteration without it.
 #
 # The run is seeded: random.Random(seed) chooses every iteration's kill phase and delay and
@@ -39,6 +42,7 @@ import random
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -51,14 +55,17 @@ from vgpud_test import (  # noqa: E402
     MNT, Client, Daemon, configure, eq, mint, ok, poll, read_creatable, readyz, run_group,
     sim_ctl, sim_state, write_secret)
 from vgpud_instances import (  # noqa: E402
-    FAKE_QEMU, IMAGES, INSTANCES, KERNEL, PROFILE, alive, create, delete, finish_run, make_images,
-    post, record, request)
+    FAKE_QEMU, IMAGES, INSTANCES, KERNEL, PROFILE, alive, body, delete, finish_run,
+    make_images, post, record, request)
 import chaos_truth as truth  # noqa: E402
 
 PHASES = ("create", "stop", "start", "delete", "idle")
 PHASE_WEIGHTS = (30, 20, 15, 20, 15)
 PROFILES = (("NVIDIA L40S-2Q", 65), ("NVIDIA L40S-1Q", 8), ("NVIDIA L40S-4Q", 7), (None, 20))
 VOLUMES = 3  # REL-11: volumes the clients attach and detach
+IMAGE = "chaos-img"  # REL-11: the image creates boot from (DISK-5), imported before the load
+IMAGE_SHARE = 0.5    # of the creates: from the image, most with cloud_init (SEED-1)
+SSH_KEY = []  # the public key of cloud_init's creates, made by ssh-keygen at the start
 FLAGS = (90, 7, 3)  # fake-qemu flags of a create (SIM-15): none, ignore-sigterm, hang-qmp
 CLIENTS = 3
 PORTS = itertools.count(20000)  # host ports of port forwards, one per create (NET-1)
@@ -132,11 +139,15 @@ class Load:
             self.lock.notify_all()
             return token
 
-    def _end(self, token, status):
+    def _end(self, token, status, answer=None):
+        """The operation is over; status (None: no answer) and, for a refusal, its code count
+        in the iteration's report."""
         with self.lock:
             kind, _, _ = self.in_flight.pop(token)
             if status is not None:
                 key = "%s:%s" % (kind, status)
+                if status >= 400 and isinstance(answer, dict) and answer.get("code"):
+                    key += "/" + answer["code"]
                 self.counts[key] = self.counts.get(key, 0) + 1
             self.lock.notify_all()
 
@@ -211,17 +222,28 @@ class Load:
         flag = rng.choices((None, "ignore-sigterm", "hang-qmp"), FLAGS)[0]
         if flag:
             sim_ctl("qemu %s %s" % (name, flag))
-        # REL-11: most get a port forward of their own, so table vgpud has something to keep.
-        extra = {}
+        # REL-11: most get a port forward of their own, so table vgpud has something to keep;
+        # half boot the image on an overlay (some with the kernel too), most of those with a
+        # seed, and some get a volume at create.
+        data = body(name, profile)
         if rng.random() < 0.7:
-            extra["network"] = {"mode": "nat", "ports": [
+            data["network"] = {"mode": "nat", "ports": [
                 {"host": next(PORTS), "guest": 22, "protocol": "tcp"}]}
+        if rng.random() < IMAGE_SHARE:
+            data["image"] = IMAGE
+            if rng.random() < 0.7:
+                del data["boot"]
+            if rng.random() < 0.8:
+                data["cloud_init"] = {"ssh_authorized_keys": SSH_KEY, "hostname": name}
+        if self.volumes and rng.random() < 0.3:
+            data["volumes"] = [{"volume": rng.choice(self.volumes),
+                                "readonly": rng.random() < 0.7}]
         token = self._begin("create", name)
-        st = None
+        st, b = None, None
         try:
-            st, b = create(self.c, name, profile, **extra)
+            st, b = request(self.c, "POST", "/instances", data)
         finally:
-            self._end(token, st)
+            self._end(token, st, b)
         if st == 201:
             with self.lock:
                 self.instances[b["id"]] = {"name": name, "state": b["state"]}
@@ -240,7 +262,7 @@ class Load:
             else:
                 st, b = post(self.c, iid, kind)
         finally:
-            self._end(token, st)
+            self._end(token, st, b)
             self._release(iid, st, b, deleted=(kind == "delete" and st == 204))
 
     def _volume(self, rng, kind):
@@ -259,7 +281,7 @@ class Load:
             else:
                 st, b = request(self.c, "DELETE", "/instances/%s/volumes/%s" % (iid, vid))
         finally:
-            self._end(token, st)
+            self._end(token, st, b)
             # A 404 here is the volume's (not attached), not the instance's.
             self._release(iid, None if st == 404 else st, b)
 
@@ -515,8 +537,11 @@ def step_of(kind, subject, pic):
             return "validate" if r["state"] in ("Stopped", "Failed") else "done"
         if "pid" in hyp:
             return "readiness"
+        files = pic.files.get(iid, [])
+        if kind == "create" and "disk" in r and truth.ROOT_OVERLAY not in files:
+            return "overlay"
         if "profile" in gpu and not vf:
-            return "claim"
+            return "claim" if truth.SEED in files or not truth.wants_seed(r) else "seed"
         if vf and vf not in pic.configured():
             return "configure"
         return "spawn"
@@ -650,6 +675,37 @@ def check_checker(vfs):
        "REL-11 checker: a volume read-write beside another holder, an unsettled intent and a "
        "record naming a missing volume are each reported (DISK-7, DISK-8)")
 
+    # REL-11's file damage, on a made-up reading: an overlay and a seed beside a record that
+    # names no image, a seed's temp file, a settled record that lost its overlay, an image
+    # whose bytes changed, and a volume directory without volume.json.
+    pic = truth.Picture(FAKE_QEMU)
+    pic.records = {
+        ids["a"]: {"id": ids["a"], "name": "self-a", "state": "Stopped"},
+        ids["b"]: {"id": ids["b"], "name": "self-b", "state": "Running",
+                   "disk": {"image": "img", "size_gb": 1}},
+    }
+    pic.files = {ids["a"]: ["instance.json", "root.qcow2", "seed.iso"],
+                 ids["b"]: ["console.log", "instance.json", "seed.iso", "seed.iso.tmp"]}
+    pic.volume_files = {v1: ["volume.qcow2"], v2: ["volume.json", "volume.qcow2"]}
+    pic.vmms = {}
+    saved = dict(truth.IMAGE_DIGESTS)
+    truth.IMAGE_DIGESTS.clear()
+    truth.IMAGE_DIGESTS["img"] = "0" * 64
+    pic.image_digests = {"img": "1" * 64}
+    try:
+        got = truth.check(pic, vt.VGPUD, {})
+    finally:
+        truth.IMAGE_DIGESTS.clear()
+        truth.IMAGE_DIGESTS.update(saved)
+    eq(sorted(set((v.kind, v.subject) for v in got if v.kind in (
+        "disk-orphan", "overlay-missing", "image-changed", "volume-orphan"))),
+       sorted([("disk-orphan", ids["a"] + "/root.qcow2"), ("disk-orphan", ids["a"] + "/seed.iso"),
+               ("disk-orphan", ids["b"] + "/seed.iso.tmp"), ("overlay-missing", ids["b"]),
+               ("image-changed", "img"), ("volume-orphan", v1)]),
+       "REL-11 checker: an overlay or seed no record names, a half-written seed, a lost "
+       "overlay, a changed image and a volume directory without its record are each reported "
+       "(DISK-5, DISK-11, SEED-2)")
+
 
 # ---- the iterations ---------------------------------------------------------------------------
 
@@ -770,6 +826,30 @@ def iteration(run, i, rng, d, c, state):
     return d, c, result
 
 
+def import_image(c, work):
+    """REL-11's image and key: a small raw disk imported as IMAGE (DISK-2), its digest kept for
+    the checker (an overlay must never write through to it), and an ed25519 key for the seeds.
+    Whether the image became ready."""
+    source = os.path.join(IMAGES, "chaos.raw")
+    with open(source, "wb") as f:
+        f.write(b"chaos image\n" * 4096)
+        f.truncate(4 << 20)
+    key = os.path.join(work, "chaos-key")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "chaos@vgpud", "-f",
+                    key], check=True)
+    with open(key + ".pub") as f:
+        SSH_KEY[:] = [f.read().strip()]
+    st, b = request(c, "POST", "/images", {"name": IMAGE, "source": source})
+    if st != 202:
+        print("# POST /images answered %s: %r" % (st, b))
+        return False
+    poll(lambda: c.get("/images/" + IMAGE).json().get("state") != "importing", 60, 0.1)
+    if c.get("/images/" + IMAGE).json().get("state") != "ready":
+        return False
+    truth.IMAGE_DIGESTS[IMAGE] = truth.sha256_of(os.path.join(truth.IMAGES, IMAGE, "disk.qcow2"))
+    return truth.IMAGE_DIGESTS[IMAGE] is not None
+
+
 def arguments():
     p = argparse.ArgumentParser(description="vgpud crash-consistency chaos test (REL-1, REL-2)")
     p.add_argument("--iterations", type=int,
@@ -811,6 +891,8 @@ def main():
             r = c.request("POST", "/volumes", body={"name": "chaos-vol-%d" % k, "size_gb": 1})
             if ok(r.status == 201, "DISK-7: chaos volume %d is created" % k, r.body[-200:]):
                 state["volumes"].append(r.json()["id"])
+        if not ok(import_image(c, work), "DISK-2: image %s is imported and ready" % IMAGE):
+            return 1
         for i in range(1, args.iterations + 1):
             d, c, res = iteration(run, i, rng, d, c, state)
             phases[res["phase"]] += 1

@@ -1865,6 +1865,29 @@ static void test_save_step_failures(void **state)
         }
 }
 
+/* INST-20, REL-11: loading a record removes what a kill left half-written beside it: the
+ * record's and the seed's temp files (SEED-2 writes seed.iso crash-safely too). */
+static void test_load_removes_temp_files(void **state)
+{
+        Fixture *fx = *state;
+        _cleanup_(instance_record_done) InstanceRecord rec, loaded = {0};
+        make_record(&rec, ID1);
+        save_ok(fx, &rec);
+        const char *temps[] = {RECORD_PATH ".tmp", ID1 "/" INSTANCE_SEED_FILE ".tmp"};
+        for (size_t i = 0; i < ELEMENTSOF(temps); i++) {
+                _cleanup_close_ int fd =
+                    openat(fx->instances, temps[i], O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+                assert_true(fd >= 0);
+                assert_int_equal(write(fd, "half", 4), 4);
+        }
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(
+            instance_record_load_at(fx->instances, RUNTIME_INSTANCES, ID1, &loaded, &error), 0);
+        for (size_t i = 0; i < ELEMENTSOF(temps); i++)
+                assert_false(exists_at(fx->instances, temps[i]));
+        assert_string_equal(loaded.id, ID1);
+}
+
 /* INST-1: a failed sync of instances/ on creation leaves no directory, so a retry syncs again. */
 static void test_save_creation_failures(void **state)
 {
@@ -2759,6 +2782,7 @@ int main(void)
             T(test_save_and_load),
             T(test_save_step_failures),
             T(test_save_creation_failures),
+            T(test_load_removes_temp_files),
             T(test_load),
             T(test_record_load_not_regular),
             T(test_record_load_socket_paths),
