@@ -147,6 +147,13 @@ static inline const char *startswith(const char *s, const char *prefix)
         return strncmp(s, prefix, n) == 0 ? s + n : NULL;
 }
 
+/* Whether s ends with suffix. */
+static inline bool endswith(const char *s, const char *suffix)
+{
+        size_t n = strlen(s), k = strlen(suffix);
+        return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
 /* ---- strings ------------------------------------------------------------------------------- */
 
 /* Like asprintf(), but -ENOMEM on failure and the result only on success. */

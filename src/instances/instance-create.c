@@ -315,17 +315,16 @@ static int unlink_overlay(int instances_dirfd, const char *id)
         return 0;
 }
 
-/* qemu-img writes the overlay; it reaches the disk before the claim relies on it. */
+/* The overlay (storage_overlay_create()) reaches the disk before the claim relies on it. */
 static int overlay_run(void *data, char **error)
 {
         Overlay *o = data;
-        int r =
-            qemu_img_create(o->qemu_img, o->target, o->backing, o->size,
-                            mono_clock_now(&mono_clock_system) + QEMU_IMG_CREATE_TIMEOUT, error);
         _cleanup_close_ int dfd =
-            r < 0 ? -1 : openat(o->instances_dirfd, o->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (r >= 0 && dfd < 0)
-                r = error_set(error, -errno, "open instance directory %s: %m", o->id);
+            openat(o->instances_dirfd, o->id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int r = dfd < 0 ? error_set(error, -errno, "open instance directory %s: %m", o->id)
+                        : storage_overlay_create(
+                              o->qemu_img, o->backing, o->size, dfd, ROOT_OVERLAY, o->target,
+                              mono_clock_now(&mono_clock_system) + QEMU_IMG_CREATE_TIMEOUT, error);
         if (r >= 0) {
                 _cleanup_close_ int fd = open_own_file_at(dfd, ROOT_OVERLAY, O_RDONLY, 0);
                 if (fd < 0 || fsync(fd) < 0 || fsync_directory_at(dfd, ".") < 0)
@@ -838,6 +837,10 @@ static const Step *const start_steps[] = {
     &step_write_creating, &instance_step_seed, &step_claim,         &instance_step_tap,
     &step_spawn,          &step_wait_ready,    &step_write_running, NULL,
 };
+
+_Static_assert(ELEMENTSOF(create_steps) - 1 <= OP_STEPS_MAX &&
+                   ELEMENTSOF(start_steps) - 1 <= OP_STEPS_MAX,
+               "every step of a create or start is timed");
 
 /* ---- the entry points ---------------------------------------------------------------------- */
 

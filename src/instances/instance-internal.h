@@ -339,6 +339,8 @@ extern const Step instance_step_seed;
 /* A step's continuation after a record write, a job on the disk pool or a release. */
 typedef void (*OpStep)(Op *op, int r, const char *error);
 
+#define OP_STEPS_MAX 16 /* the longest list's steps, for their timings */
+
 struct Op {
         OpKind kind;
         Instance *i; /* NULL once the instance has left the table */
@@ -356,6 +358,9 @@ struct Op {
         /* PERF-7: the loop's clock (CLOCK_MONOTONIC, µs) at the spawn, and the VMM's time from
          * there to QMP readiness, logged with `instance running`; 0 until known. */
         uint64_t vmm_spawned_usec, vmm_ready_usec;
+        /* Each step's time on the loop's clock (µs), logged with `instance running` so that a
+         * slow create names its slow step; step_began is the running step's start. */
+        uint64_t step_began, step_usec[OP_STEPS_MAX];
         InstanceState was; /* the state to return to if a stop or delete cannot be written */
         nsec_t graceful;   /* stop: VMM-9's wait before the ladder (0: the ladder only) */
         InstanceSpec spec; /* create, start: what to boot */

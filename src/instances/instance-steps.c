@@ -198,9 +198,16 @@ void op_fail(Op *op, int r, InstanceFailure failure, const char *error)
 
 /* ---- the engine ---------------------------------------------------------------------------- */
 
+static uint64_t loop_now(const Op *op)
+{
+        uint64_t now;
+        return sd_event_now(op->m->event, CLOCK_MONOTONIC, &now) >= 0 ? now : 0;
+}
+
 static void step_run(Op *op)
 {
         const Step *s = op->steps[op->at];
+        op->step_began = loop_now(op);
         if (s)
                 s->run(op);
         else
@@ -240,6 +247,8 @@ void step_undone(Op *op)
 void step_done(Op *op, int r, InstanceFailure failure, const char *error)
 {
         if (r >= 0) {
+                if (op->at < OP_STEPS_MAX)
+                        op->step_usec[op->at] = loop_now(op) - op->step_began;
                 op->at++;
                 step_run(op);
                 return;
@@ -601,15 +610,32 @@ static void write_cleared_run(Op *op)
 /* A stop ends Stopped; an exit or a termination keeps the state it wrote or found. */
 const Step step_write_cleared = {.name = "write_record", .run = write_cleared_run};
 
+/* `name=ms` of each step done so far, in their order. */
+static void format_step_timings(const Op *op, char *buf, size_t size)
+{
+        size_t used = 0;
+        buf[0] = 0;
+        for (size_t k = 0; k < op->at && k < OP_STEPS_MAX && used < size; k++) {
+                int n = snprintf(buf + used, size - used, "%s%s=%" PRIu64, used ? " " : "",
+                                 op->steps[k]->name, op->step_usec[k] / 1000);
+                if (n < 0)
+                        break;
+                used += (size_t)n;
+        }
+}
+
 static void running_written(Op *op, int r, const char *error)
 {
         /* An adopted VMM was announced when it booted; only a boot of ours says so now. */
-        /* vmm_ready_ms: the VMM's own share of the boot (PERF-7 subtracts it from a create). */
-        char ready_ms[24];
+        /* vmm_ready_ms: the VMM's own share of the boot (PERF-7 subtracts it from a create);
+         * steps_ms: where the rest went. */
+        char ready_ms[24], steps_ms[512];
         snprintf(ready_ms, sizeof ready_ms, "%" PRIu64, op->vmm_ready_usec / 1000);
+        format_step_timings(op, steps_ms, sizeof steps_ms);
         if (r >= 0 && op->kind != OP_RECOVER)
                 log_line(LOG_LEVEL_INFO, 0, "instance running", "instance_id", op->i->rec.id,
-                         "name", op->i->rec.name, "vmm_ready_ms", ready_ms, NULL);
+                         "name", op->i->rec.name, "vmm_ready_ms", ready_ms, "steps_ms", steps_ms,
+                         NULL);
         step_written(op, r, error);
 }
 

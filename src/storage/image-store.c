@@ -257,6 +257,24 @@ static int record_save(int images_fd, const Image *i, bool create, char **error)
 /* ---- the store --------------------------------------------------------------------------------
  */
 
+/* The temp files of overlay templates a crash cut short (overlay.c); best effort. */
+static void remove_template_temps(int dirfd)
+{
+        int dup_fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dup_fd < 0)
+                return;
+        _cleanup_closedir_ DIR *d = fdopendir(dup_fd);
+        if (!d) {
+                close(dup_fd);
+                return;
+        }
+        struct dirent *de;
+        while ((de = readdir(d)))
+                if (startswith(de->d_name, OVERLAY_TEMPLATE_PREFIX) &&
+                    endswith(de->d_name, OVERLAY_TEMPLATE_TEMP_SUFFIX))
+                        (void)unlinkat(dirfd, de->d_name, 0);
+}
+
 /* Start-up's repairs of one image (DISK-11, REL-12): its leftover temp files go, and an import
  * that a restart cut short is failed on disk. */
 static int entry_settle(ImageStore *s, ImageEntry *e)
@@ -267,6 +285,7 @@ static int entry_settle(ImageStore *s, ImageEntry *e)
                 return negative_errno();
         (void)unlinkat(fd, IMAGE_TMP_NAME, 0);
         (void)unlinkat(fd, IMAGE_RECORD_NAME ".tmp", 0);
+        remove_template_temps(fd);
         if (e->image.state != IMAGE_STATE_IMPORTING)
                 return 0;
         (void)unlinkat(fd, IMAGE_FILE_NAME, 0);

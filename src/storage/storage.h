@@ -113,6 +113,19 @@ int qemu_img_convert(const char *binary, int source_fd, const char *format, cons
 int qemu_img_create(const char *binary, const char *target, const char *backing, uint64_t size,
                     nsec_t deadline, char **error);
 
+/* The templates of an image's overlays in its directory: overlay-<size in bytes>.qcow2. */
+#define OVERLAY_TEMPLATE_PREFIX "overlay-"
+#define OVERLAY_TEMPLATE_TEMP_SUFFIX ".tmp" /* a template being written: <template>.<tid>.tmp */
+
+/*
+ * DISK-5's root overlay over backing (an image's disk.qcow2, absolute) as dirfd/name, which is
+ * path: a copy of the image's template for that size when there is one, else made by
+ * qemu_img_create(), and then kept as the template (overlay.c says why a copy is the same file).
+ * The caller syncs the overlay. Blocks.
+ */
+int storage_overlay_create(const char *qemu_img, const char *backing, uint64_t size, int dirfd,
+                           const char *name, const char *path, nsec_t deadline, char **error);
+
 /* ---- confined sources (INST-6, DISK-2) ----------------------------------------------------- */
 
 /*

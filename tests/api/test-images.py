@@ -389,13 +389,33 @@ def check_root_disks(c):
     ok(os.path.exists(overlay_of(a["id"])) and os.path.exists(overlay_of(b["id"])) and
        not os.path.samefile(overlay_of(a["id"]), overlay_of(b["id"])),
        "DISK-5: two instances from one image have separate overlays")
-    eq(c.get("/images/root").json().get("instances"), 2, "DISK-2: instances counts its users")
+    # DISK-5, PERF-7: the first overlay of a size left a template beside the image; an overlay
+    # copied from it is byte for byte what qemu-img makes, and qemu-img finds it sound.
+    template = os.path.join(STORE, "root", "overlay-%d.qcow2" % (1 << 30))
+    ok(os.path.isfile(template) and os.path.isfile(
+        os.path.join(STORE, "root", "overlay-%d.qcow2" % (2 << 30))),
+       "DISK-5: each size's first overlay is kept as a template beside the image",
+       os.listdir(os.path.join(STORE, "root")))
+    st, k = request(c, "POST", "/instances", image_body("disk-c", "root"))
+    ok(st == 201 and k.get("state") == "Running", "DISK-5: a create from the template is Running",
+       (st, k))
+    fresh = os.path.join(IMAGES, "fresh.qcow2")
+    subprocess.run([QEMU_IMG, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", disk, fresh,
+                    str(1 << 30)], check=True)
+    try:
+        with open(fresh, "rb") as f, open(overlay_of(k["id"]), "rb") as g:
+            ok(f.read() == g.read(), "DISK-5: the copied overlay equals qemu-img create's output")
+    finally:
+        os.unlink(fresh)
+    eq(subprocess.run([QEMU_IMG, "check", "-q", "-f", "qcow2", overlay_of(k["id"])]).returncode,
+       0, "DISK-5: qemu-img check finds the copied overlay sound")
+    eq(c.get("/images/root").json().get("instances"), 3, "DISK-2: instances counts its users")
 
     # DISK-4: the image cannot go while a record uses it.
     r = delete_image(c, "root")
     e = error_of(r)[1]
     ok(r.status == 409 and e.get("code") == "invalid_state" and
-       "root disk of 2 instances" in e.get("message", ""),
+       "root disk of 3 instances" in e.get("message", ""),
        "DISK-4: DELETE of an image in use is 409 invalid_state", e)
 
     # DISK-5: stop and start keep the overlay.
@@ -414,7 +434,7 @@ def check_root_disks(c):
            (st, e))
 
     # DISK-5: the overlay goes with the instance; then the image may go.
-    for i in (a, b):
+    for i in (a, b, k):
         eq(delete(c, i["id"])[0], 204, "INST-20: the instance is deleted")
         ok(not os.path.exists(os.path.join(INSTANCES, i["id"])),
            "DISK-5: its overlay is deleted with it")
@@ -687,6 +707,10 @@ def check_restart(work, config, secret, sock, daemons):
             os.kill(pid, signal.SIGKILL)
     finally:
         sim_ctl("clear-faults")
+    # DISK-5: and an overlay template a crash left half-written goes too.
+    half = os.path.join(STORE, "cut", "overlay-%d.qcow2.4242.tmp" % (1 << 30))
+    with open(half, "wb") as f:
+        f.write(b"QFI\xfb half")
     d2, c2 = start(work, "restart-2", config, secret, sock)
     daemons.append(d2)
     if not c2:
@@ -696,6 +720,7 @@ def check_restart(work, config, secret, sock, daemons):
        "DISK-11, REL-12: after a restart the import is failed: interrupted by daemon restart", i)
     ok(not os.path.exists(os.path.join(STORE, "cut", "disk.qcow2.tmp")),
        "DISK-11: the partial file is removed at start-up")
+    ok(not os.path.exists(half), "DISK-5: a template's temp file is removed at start-up")
     eq(json.load(open(os.path.join(STORE, "cut", "image.json"))).get("state"), "failed",
        "DISK-11: image.json says failed")
     eq(delete_image(c2, "cut").status, 204, "DISK-4: the failed image is deleted")

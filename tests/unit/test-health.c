@@ -42,12 +42,6 @@ static void io_step(char step)
                 io.steps[n] = step;
 }
 
-static bool endswith(const char *s, const char *suffix)
-{
-        size_t n = strlen(s), m = strlen(suffix);
-        return n >= m && streq(s + n - m, suffix);
-}
-
 static bool is_tmp(const char *path)
 {
         return path && endswith(path, TMP_SUFFIX);
