@@ -286,13 +286,13 @@ static const Step step_write_creating = {
 
 /* ---- the root overlay (DISK-5) ------------------------------------------------------------- */
 
-#define ROOT_OVERLAY "root.qcow2"
-
 typedef struct Overlay {
         int instances_dirfd;
         char id[INSTANCE_ID_LEN + 1];
         char *qemu_img, *backing, *target;
         uint64_t size;
+        bool keep_existing; /* a start: an overlay that is there is the VM's disk */
+        bool made;          /* out: a start found none and made one */
 } Overlay;
 
 static void overlay_free(void *data)
@@ -310,29 +310,27 @@ static int unlink_overlay(int instances_dirfd, const char *id)
             openat(instances_dirfd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dfd < 0)
                 return errno == ENOENT ? 0 : -errno;
-        if (unlinkat(dfd, ROOT_OVERLAY, 0) < 0 && errno != ENOENT)
+        if (unlinkat(dfd, INSTANCE_ROOT_OVERLAY, 0) < 0 && errno != ENOENT)
                 return -errno;
         return 0;
 }
 
-/* The overlay (storage_overlay_create()) reaches the disk before the claim relies on it. */
+/* The overlay reaches the disk whole (storage_overlay_create()) before the claim relies on it. */
 static int overlay_run(void *data, char **error)
 {
         Overlay *o = data;
         _cleanup_close_ int dfd =
             openat(o->instances_dirfd, o->id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        int r = dfd < 0 ? error_set(error, -errno, "open instance directory %s: %m", o->id)
-                        : storage_overlay_create(
-                              o->qemu_img, o->backing, o->size, dfd, ROOT_OVERLAY, o->target,
-                              mono_clock_now(&mono_clock_system) + QEMU_IMG_CREATE_TIMEOUT, error);
-        if (r >= 0) {
-                _cleanup_close_ int fd = open_own_file_at(dfd, ROOT_OVERLAY, O_RDONLY, 0);
-                if (fd < 0 || fsync(fd) < 0 || fsync_directory_at(dfd, ".") < 0)
-                        r = error_set(error, fd < 0 ? fd : -errno, "sync %s/" ROOT_OVERLAY ": %s",
-                                      o->id, fd < 0 ? file_strerror(fd) : strerror(errno));
-        }
-        if (r < 0)
-                (void)unlink_overlay(o->instances_dirfd, o->id); /* nothing half-made stays */
+        struct stat st;
+        if (dfd >= 0 && o->keep_existing &&
+            (fstatat(dfd, INSTANCE_ROOT_OVERLAY, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT))
+                return 0; /* there (the spawn opens it as its own file) or not ours to replace */
+        o->made = true;
+        int r = dfd < 0
+                    ? error_set(error, -errno, "open instance directory %s: %m", o->id)
+                    : storage_overlay_create(
+                          o->qemu_img, o->backing, o->size, dfd, INSTANCE_ROOT_OVERLAY, o->target,
+                          mono_clock_now(&mono_clock_system) + QEMU_IMG_CREATE_TIMEOUT, error);
         return r;
 }
 
@@ -342,6 +340,10 @@ static void overlay_made(Op *op, int r, const char *error)
                 step_failed(op, r, INSTANCE_FAILURE_INTERNAL, error, "create root disk");
                 return;
         }
+        const Overlay *o = op->job_data;
+        if (o->keep_existing && o->made)
+                log_line(LOG_LEVEL_WARNING, 0, "root disk missing at start; made a new one",
+                         "instance_id", op->i->rec.id, "image", op->i->rec.disk.image, NULL);
         done_ok(op);
 }
 
@@ -360,6 +362,7 @@ static void overlay_step_run(Op *op)
         o->instances_dirfd = op->m->cfg.instances_dirfd;
         snprintf(o->id, sizeof o->id, "%s", rec->id);
         o->size = rec->disk.size_gb << 30;
+        o->keep_existing = op->kind != OP_CREATE;
         int r = op->m->cfg.images
                     ? image_store_disk_path(op->m->cfg.images, rec->disk.image, &o->backing)
                     : -ENOENT;
@@ -370,7 +373,7 @@ static void overlay_step_run(Op *op)
                 return;
         }
         if (r < 0 || strdup_nullable(op->m->config->storage.qemu_img_binary, &o->qemu_img) < 0 ||
-            strprintf(&o->target, "%s/instances/%s/" ROOT_OVERLAY, op->m->config->data_dir,
+            strprintf(&o->target, "%s/instances/%s/" INSTANCE_ROOT_OVERLAY, op->m->config->data_dir,
                       rec->id) < 0) {
                 overlay_free(o);
                 overlay_made(op, -ENOMEM, "out of memory");
@@ -390,7 +393,8 @@ static int overlay_remove_run(void *data, char **error)
         OverlayRemoval *o = data;
         int r = unlink_overlay(o->instances_dirfd, o->id);
         if (r < 0)
-                return error_set(error, r, "remove %s/" ROOT_OVERLAY ": %s", o->id, strerror(-r));
+                return error_set(error, r, "remove %s/" INSTANCE_ROOT_OVERLAY ": %s", o->id,
+                                 strerror(-r));
         return 0;
 }
 
@@ -419,9 +423,17 @@ static void overlay_undo(Op *op)
         op_job_then(op, overlay_remove_run, o, free, overlay_removed);
 }
 
-/* INST-12: after the record, before the claim; a start keeps the overlay and skips this. */
+/* INST-12: after the record, before the claim. */
 static const Step step_root_overlay = {
     .name = "root_overlay", .run = overlay_step_run, .undo = overlay_undo, .undo_failed = true};
+
+/*
+ * DISK-5: a start keeps the overlay, and makes it only when it is missing: a create that a
+ * crash cut short after its record and before its overlay ends Failed (INST-21) without one,
+ * and such a VM never wrote a byte, so its first start boots the image as a create would have.
+ * No undo: the overlay stays with the record either way.
+ */
+static const Step step_missing_overlay = {.name = "root_overlay", .run = overlay_step_run};
 
 /* ---- the claim (INST-12) ------------------------------------------------------------------- */
 
@@ -584,12 +596,12 @@ static int spawn_run(void *data, char **error)
         if (d->rec.disk.image) {
                 /* DISK-5: the overlay by descriptor, like every other disk (DISK-9). */
                 closep(&d->files.root);
-                d->files.root = open_own_file_at(dfd, ROOT_OVERLAY, O_RDWR, 0);
+                d->files.root = open_own_file_at(dfd, INSTANCE_ROOT_OVERLAY, O_RDWR, 0);
                 if (d->files.root < 0)
                         return error_set(error, d->files.root,
-                                         "open root disk %s/" ROOT_OVERLAY ": %s", id,
+                                         "open root disk %s/" INSTANCE_ROOT_OVERLAY ": %s", id,
                                          file_strerror(d->files.root));
-                d->files.root_direct = instance_takes_direct_io(dfd, ROOT_OVERLAY);
+                d->files.root_direct = instance_takes_direct_io(dfd, INSTANCE_ROOT_OVERLAY);
         }
         /* SEED-2: the seed the seed step wrote, read-only, by descriptor like every drive. */
         if (instance_record_wants_seed(&d->rec)) {
@@ -833,9 +845,19 @@ static const Step *const create_steps[] = {
 };
 
 static const Step *const start_steps[] = {
-    &step_release_last,   &step_clear_last,    &step_check_paths,   &step_admit,
-    &step_write_creating, &instance_step_seed, &step_claim,         &instance_step_tap,
-    &step_spawn,          &step_wait_ready,    &step_write_running, NULL,
+    &step_release_last,
+    &step_clear_last,
+    &step_check_paths,
+    &step_admit,
+    &step_write_creating,
+    &step_missing_overlay,
+    &instance_step_seed,
+    &step_claim,
+    &instance_step_tap,
+    &step_spawn,
+    &step_wait_ready,
+    &step_write_running,
+    NULL,
 };
 
 _Static_assert(ELEMENTSOF(create_steps) - 1 <= OP_STEPS_MAX &&

@@ -199,6 +199,7 @@ int instance_record_load_at(int instances_dirfd, const char *runtime_instances, 
          */
         (void)unlinkat(dir, INSTANCE_RECORD_FILE TEMP_SUFFIX, 0);
         (void)unlinkat(dir, INSTANCE_SEED_FILE TEMP_SUFFIX, 0);
+        (void)unlinkat(dir, INSTANCE_ROOT_OVERLAY TEMP_SUFFIX, 0);
 
         _cleanup_free_ char *buf = NULL;
         size_t size;

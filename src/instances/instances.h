@@ -301,6 +301,7 @@ void instance_boot_files_close(InstanceBootFiles *f);
 #define INSTANCE_AGENT_SOCKET "agent.sock"
 #define INSTANCE_CONSOLE_SOCKET "console.sock" /* CONS-1 */
 #define INSTANCE_SEED_FILE "seed.iso"          /* SEED-2 */
+#define INSTANCE_ROOT_OVERLAY "root.qcow2"     /* DISK-5 */
 #define INSTANCE_DELETED_PREFIX ".deleted-"
 
 /*

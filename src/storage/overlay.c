@@ -78,8 +78,9 @@ static void publish_template(int image_dirfd, const char *template, int dirfd, c
         (void)unlinkat(image_dirfd, temp, 0);
 }
 
-int storage_overlay_create(const char *qemu_img, const char *backing, uint64_t size, int dirfd,
-                           const char *name, const char *path, nsec_t deadline, char **error)
+/* Makes the overlay's bytes as dirfd/temp (path_temp): the template's copy, else qemu-img's. */
+static int overlay_make(const char *qemu_img, const char *backing, uint64_t size, int dirfd,
+                        const char *temp, const char *path_temp, nsec_t deadline, char **error)
 {
         char template[64];
         template_name(template, sizeof template, size);
@@ -90,16 +91,37 @@ int storage_overlay_create(const char *qemu_img, const char *backing, uint64_t s
                 if (read_own_file_at(image_dirfd, template, OVERLAY_TEMPLATE_MAX, &bytes, &n) >=
                         0 &&
                     n > 0) {
-                        int r = copy_template(bytes, n, dirfd, name);
-                        if (r < 0)
-                                return error_set(error, r, "create %s: %s", path, strerror(-r));
-                        return 0;
+                        int r = copy_template(bytes, n, dirfd, temp);
+                        return r < 0 ? error_set(error, r, "create %s: %s", path_temp, strerror(-r))
+                                     : 0;
                 }
         }
-        int r = qemu_img_create(qemu_img, path, backing, size, deadline, error);
+        int r = qemu_img_create(qemu_img, path_temp, backing, size, deadline, error);
+        if (r >= 0 && image_dirfd >= 0)
+                publish_template(image_dirfd, template, dirfd, temp);
+        return r;
+}
+
+int storage_overlay_create(const char *qemu_img, const char *backing, uint64_t size, int dirfd,
+                           const char *name, const char *path, nsec_t deadline, char **error)
+{
+        _cleanup_free_ char *temp = NULL, *path_temp = NULL;
+        if (strprintf(&temp, "%s" OVERLAY_TEMP_SUFFIX, name) < 0 ||
+            strprintf(&path_temp, "%s" OVERLAY_TEMP_SUFFIX, path) < 0)
+                return error_set_oom(error);
+        (void)unlinkat(dirfd, temp, 0); /* qemu-img would replace it; a copy must not meet it */
+        int r = overlay_make(qemu_img, backing, size, dirfd, temp, path_temp, deadline, error);
+        if (r >= 0) {
+                _cleanup_close_ int fd = open_own_file_at(dirfd, temp, O_RDONLY, 0);
+                if (fd < 0 || fsync(fd) < 0)
+                        r = error_set(error, fd < 0 ? fd : negative_errno(), "sync %s: %s",
+                                      path_temp, fd < 0 ? file_strerror(fd) : strerror(errno));
+        }
+        if (r >= 0 && renameat(dirfd, temp, dirfd, name) < 0)
+                r = error_set(error, negative_errno(), "rename %s: %s", path_temp, strerror(errno));
+        if (r >= 0 && (r = fsync_directory_at(dirfd, ".")) < 0)
+                (void)error_set(error, r, "sync the directory of %s: %s", path, strerror(-r));
         if (r < 0)
-                return r;
-        if (image_dirfd >= 0)
-                publish_template(image_dirfd, template, dirfd, name);
-        return 0;
+                (void)unlinkat(dirfd, temp, 0);
+        return r;
 }

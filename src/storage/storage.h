@@ -117,11 +117,15 @@ int qemu_img_create(const char *binary, const char *target, const char *backing,
 #define OVERLAY_TEMPLATE_PREFIX "overlay-"
 #define OVERLAY_TEMPLATE_TEMP_SUFFIX ".tmp" /* a template being written: <template>.<tid>.tmp */
 
+/* An overlay being made: <name>.tmp, which a loader removes after a crash. */
+#define OVERLAY_TEMP_SUFFIX ".tmp"
+
 /*
  * DISK-5's root overlay over backing (an image's disk.qcow2, absolute) as dirfd/name, which is
  * path: a copy of the image's template for that size when there is one, else made by
  * qemu_img_create(), and then kept as the template (overlay.c says why a copy is the same file).
- * The caller syncs the overlay. Blocks.
+ * Crash-safe: made as <name>.tmp, synced, renamed, the directory synced; on failure nothing is
+ * left. Blocks.
  */
 int storage_overlay_create(const char *qemu_img, const char *backing, uint64_t size, int dirfd,
                            const char *name, const char *path, nsec_t deadline, char **error);

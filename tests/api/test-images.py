@@ -424,6 +424,14 @@ def check_root_disks(c):
     eq(post(c, a["id"], "start")[0], 200, "INST-12: and starts again")
     eq(os.stat(overlay_of(a["id"])).st_ino, inode, "DISK-5: the overlay survives stop and start")
 
+    # DISK-5, INST-21: a record whose overlay was never made (a create cut short by a crash
+    # between its record and its overlay ends Failed without one) gets it at its next start.
+    eq(post(c, a["id"], "stop")[0], 200, "INST-12: the instance stops again")
+    os.unlink(overlay_of(a["id"]))
+    st, again = post(c, a["id"], "start")
+    ok(st == 200 and again.get("state") == "Running" and os.path.isfile(overlay_of(a["id"])),
+       "DISK-5: a start without root.qcow2 makes it from the image and runs", (st, again))
+
     # DISK-5: refusals of a create.
     for label, body, code, text in (
             ("an unknown image", image_body("bad-1", "nope"), 400, "image nope not found"),
@@ -443,13 +451,18 @@ def check_root_disks(c):
 
     # DISK-5, INST-12, DISK-10: ENOSPC or EIO making the overlay fails the create before the
     # claim, and the record and every file go.
-    for fault, what in (("write data/instances/*/root.qcow2 ENOSPC", "ENOSPC"),
-                        ("fsync data/instances/*/root.qcow2 EIO", "EIO on its fsync")):
+    for fault, what in (("write data/instances/*/root.qcow2.tmp ENOSPC", "ENOSPC in qemu-img"),
+                        ("write data/instances/*/root.qcow2.tmp ENOSPC", "ENOSPC in a copy"),
+                        ("fsync data/instances/*/root.qcow2.tmp EIO", "EIO on its fsync")):
         sim_ctl("fault " + fault)
+        if "qemu-img" in what:  # no template: qemu-img writes the overlay
+            os.rename(template, template + ".away")
         try:
             st, e = request(c, "POST", "/instances", image_body("faulty", "root"))
         finally:
             sim_ctl("clear-faults")
+            if "qemu-img" in what:
+                os.rename(template + ".away", template)
         ok(st == 500 and "create root disk" in e.get("message", ""),
            "DISK-5: %s on the overlay fails the create with 500" % what, (st, e))
         ok(not any(x["name"] == "faulty" for x in c.get("/instances").json()) and

@@ -1866,14 +1866,15 @@ static void test_save_step_failures(void **state)
 }
 
 /* INST-20, REL-11: loading a record removes what a kill left half-written beside it: the
- * record's and the seed's temp files (SEED-2 writes seed.iso crash-safely too). */
+ * temp files of the record, the seed (SEED-2) and the root overlay (DISK-5). */
 static void test_load_removes_temp_files(void **state)
 {
         Fixture *fx = *state;
         _cleanup_(instance_record_done) InstanceRecord rec, loaded = {0};
         make_record(&rec, ID1);
         save_ok(fx, &rec);
-        const char *temps[] = {RECORD_PATH ".tmp", ID1 "/" INSTANCE_SEED_FILE ".tmp"};
+        const char *temps[] = {RECORD_PATH ".tmp", ID1 "/" INSTANCE_SEED_FILE ".tmp",
+                               ID1 "/" INSTANCE_ROOT_OVERLAY ".tmp"};
         for (size_t i = 0; i < ELEMENTSOF(temps); i++) {
                 _cleanup_close_ int fd =
                     openat(fx->instances, temps[i], O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
