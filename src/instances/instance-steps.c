@@ -610,14 +610,16 @@ static void write_cleared_run(Op *op)
 /* A stop ends Stopped; an exit or a termination keeps the state it wrote or found. */
 const Step step_write_cleared = {.name = "write_record", .run = write_cleared_run};
 
-/* `name=ms` of each step done so far, in their order. */
+/* `name=<duration>` of each step done so far, in their order (GEN-12). */
 static void format_step_timings(const Op *op, char *buf, size_t size)
 {
         size_t used = 0;
         buf[0] = 0;
         for (size_t k = 0; k < op->at && k < OP_STEPS_MAX && used < size; k++) {
-                int n = snprintf(buf + used, size - used, "%s%s=%" PRIu64, used ? " " : "",
-                                 op->steps[k]->name, op->step_usec[k] / 1000);
+                char d[DURATION_STRLEN];
+                int n = snprintf(buf + used, size - used, "%s%s=%s", used ? " " : "",
+                                 op->steps[k]->name,
+                                 format_duration(op->step_usec[k] * NSEC_PER_USEC, d));
                 if (n < 0)
                         break;
                 used += (size_t)n;
@@ -628,14 +630,13 @@ static void running_written(Op *op, int r, const char *error)
 {
         /* An adopted VMM was announced when it booted; only a boot of ours says so now. */
         /* vmm_ready_ms: the VMM's own share of the boot (PERF-7 subtracts it from a create);
-         * steps_ms: where the rest went. */
-        char ready_ms[24], steps_ms[512];
+         * steps: where the rest went. */
+        char ready_ms[24], steps[768];
         snprintf(ready_ms, sizeof ready_ms, "%" PRIu64, op->vmm_ready_usec / 1000);
-        format_step_timings(op, steps_ms, sizeof steps_ms);
+        format_step_timings(op, steps, sizeof steps);
         if (r >= 0 && op->kind != OP_RECOVER)
                 log_line(LOG_LEVEL_INFO, 0, "instance running", "instance_id", op->i->rec.id,
-                         "name", op->i->rec.name, "vmm_ready_ms", ready_ms, "steps_ms", steps_ms,
-                         NULL);
+                         "name", op->i->rec.name, "vmm_ready_ms", ready_ms, "steps", steps, NULL);
         step_written(op, r, error);
 }
 

@@ -351,7 +351,7 @@ def cmdline_of(name):
         return [a.decode() for a in f.read().split(b"\0")]
 
 
-def check_root_disks(c):
+def check_root_disks(c, d):
     source = raw_image(os.path.join(IMAGES, "root.raw"))
     import_image(c, "root", source)
     eq(settled(c, "root").get("state"), "ready", "DISK-5: the image is ready")
@@ -424,6 +424,15 @@ def check_root_disks(c):
     eq(post(c, a["id"], "start")[0], 200, "INST-12: and starts again")
     eq(os.stat(overlay_of(a["id"])).st_ino, inode, "DISK-5: the overlay survives stop and start")
 
+    # The `instance running` line names each step's time, the overlay's among them.
+    line = [l for l in d.log_text().splitlines()
+            if "instance running" in l and "instance_id=" + a["id"] in l]
+    step = r"=\d+(\.\d+)?(ns|us|ms|s) "
+    ok(line and re.search(r'steps="[^"]*\bwrite_creating' + step + "root_overlay" + step +
+                          "seed" + step + "claim" + step + "tap" + step + "spawn" + step +
+                          r'wait_ready=\d+(\.\d+)?(ns|us|ms|s)"', line[-1]),
+       "OPS-4, GEN-12: `instance running` logs each step's time in order", line)
+
     # DISK-5, INST-21: a record whose overlay was never made (a create cut short by a crash
     # between its record and its overlay ends Failed without one) gets it at its next start.
     eq(post(c, a["id"], "stop")[0], 200, "INST-12: the instance stops again")
@@ -431,6 +440,8 @@ def check_root_disks(c):
     st, again = post(c, a["id"], "start")
     ok(st == 200 and again.get("state") == "Running" and os.path.isfile(overlay_of(a["id"])),
        "DISK-5: a start without root.qcow2 makes it from the image and runs", (st, again))
+    ok(poll(lambda: "root disk missing at start; made a new one instance_id=" + a["id"] in
+            d.log_text(), 5), "DISK-5: and says so in the log", d.log_text()[-600:])
 
     # DISK-5: refusals of a create.
     for label, body, code, text in (
@@ -758,7 +769,7 @@ def main():
             run_group("refusals", lambda: check_refusals(c))
             run_group("hostile", lambda: check_hostile(c, work))
             run_group("faults", lambda: check_faults(c))
-            run_group("root disks", lambda: check_root_disks(c))
+            run_group("root disks", lambda: check_root_disks(c, d))
             run_group("volumes", lambda: check_volumes(c))
             run_group("storage stage", lambda: check_storage_stage(c, d))
             for name in [x["name"] for x in c.get("/images").json()]:
