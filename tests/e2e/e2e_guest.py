@@ -373,9 +373,13 @@ def wait_console(path, pattern, timeout, alive=lambda: True):
         time.sleep(0.05)
 
 
-def vgpud_config(path, work, qemu, images, guest, boot_timeout, stop_timeout):
+def vgpud_config(path, work, qemu, images, guest, boot_timeout, stop_timeout, nat=False):
     """vgpud's configuration on the simulator with the real QEMU under TCG, and boot files from
-    images and the guest's own directory (INST-6's image_dirs)."""
+    images and the guest's own directory (INST-6's image_dirs). REL-9: these tests share the
+    host's network namespace (their first run fetches the guest kernel), where no bridge, table
+    or TAP may be made, so there is no NAT network and guests get no NIC; nat=True is for a test
+    that has moved into a network namespace of its own (NET-11): the NAT network is there, and
+    a create asks for it."""
     write_config(path, work, extra_top="""qemu_binary: "%s"
 qemu_accel: tcg
 image_dirs:
@@ -385,10 +389,11 @@ vmm:
   boot_timeout: %ds
   stop_timeout: %ds
 network:
-  # REL-9: these tests share the host's network namespace (their first run fetches the guest
-  # kernel), where no bridge or TAP may be made: guests get no NIC.
   default_mode: none
-""" % (qemu, images, os.path.realpath(guest.dir), boot_timeout, stop_timeout))
+  nat:
+    enabled: %s
+""" % (qemu, images, os.path.realpath(guest.dir), boot_timeout, stop_timeout,
+       "true" if nat else "false"))
     return path
 
 
@@ -400,6 +405,7 @@ def run_with_vgpud(prefix, qemu, guest, groups, prepare=None, boot_timeout=30, s
     tree are killed and the tree removed. Returns the exit status."""
     work = tempfile.mkdtemp(prefix=prefix)
     daemons = []
+    links = set(os.listdir("/sys/class/net"))
     try:
         images = os.path.join(work, "images")
         os.mkdir(images)
@@ -418,6 +424,9 @@ def run_with_vgpud(prefix, qemu, guest, groups, prepare=None, boot_timeout=30, s
             for v in c.get("/volumes").json():
                 c.request("DELETE", "/volumes/" + v["id"])
             stop(d)
+        # REL-9: the host's network namespace is shared here, and left as it was found.
+        eq(sorted(set(os.listdir("/sys/class/net")) - links), [],
+           "REL-9: vgpud made no network device in the host's namespace")
     finally:
         for d in daemons:
             d.stop(signal.SIGKILL)

@@ -107,7 +107,8 @@ def main():
         os.mkdir(images)
         os.symlink(os.path.realpath(guest.kernel), os.path.join(images, "vmlinuz"))
         secret = write_secret(work)
-        config = vgpud_config(os.path.join(work, "vgpud.yaml"), work, QEMU, images, guest, 30, 30)
+        config = vgpud_config(os.path.join(work, "vgpud.yaml"), work, QEMU, images, guest, 30, 30,
+                              nat=True)
         sock = os.path.join(work, "api.sock")
         d, c = start(work, "e2e-network", config, secret, sock)
         daemons.append(d)
