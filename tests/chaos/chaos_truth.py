@@ -47,9 +47,9 @@ IMAGES = os.path.join(vt.MNT, "data", "images")
 # overlay's writes must never reach its backing file (DISK-5).
 IMAGE_DIGESTS = {}
 ROOT_OVERLAY, SEED = "root.qcow2", "seed.iso"
-# What an instance directory holds besides its overlay and seed (INST-1, VMM-1, CONS-1).
-INSTANCE_FILES = {"instance.json", "console.log", "qemu.log", "qmp.sock", "agent.sock",
-                  "console.sock"}
+# What an instance directory holds besides its overlay and seed (INST-1, VMM-1, CONS-1); the
+# VMM's sockets live under runtime_dir.
+INSTANCE_FILES = {"instance.json", "console.log", "qemu.log"}
 
 Violation = namedtuple("Violation", "kind subject text")
 Vmm = namedtuple("Vmm", "pid id name vf qmp start_time")

@@ -397,13 +397,17 @@ network:
     return path
 
 
-def run_with_vgpud(prefix, qemu, guest, groups, prepare=None, boot_timeout=30, stop_timeout=30):
+def run_with_vgpud(prefix, qemu, guest, groups, prepare=None, boot_timeout=30, stop_timeout=30,
+                   nat=False):
     """The frame of an e2e test against vgpud with the real QEMU: a work tree; its images
-    directory holding the guest's kernel as vmlinuz (prepare(images) adds more); vgpud started;
-    groups(c, d, work, images) runs the checks; what a failed check left (instances, volumes) is
-    deleted before the daemon stops; and whatever happens, the daemons and every QEMU under the
-    tree are killed and the tree removed. Returns the exit status."""
+    directory holding the guest's kernel as vmlinuz (prepare(images) adds more); vgpud started
+    (nat as vgpud_config() takes it); groups(c, d, work, images) runs the checks; what a failed
+    check left (instances, volumes) is deleted before the daemon stops; and whatever happens, the
+    daemons and every QEMU under the tree are killed and the tree removed. Returns the exit
+    status."""
     work = tempfile.mkdtemp(prefix=prefix)
+    if nat:
+        os.chmod(work, 0o755)  # dnsmasq reads its files as nobody, as from /run/vgpud
     daemons = []
     links = set(os.listdir("/sys/class/net"))
     try:
@@ -414,7 +418,7 @@ def run_with_vgpud(prefix, qemu, guest, groups, prepare=None, boot_timeout=30, s
             prepare(images)
         secret = write_secret(work)
         config = vgpud_config(os.path.join(work, "vgpud.yaml"), work, qemu, images, guest,
-                              boot_timeout, stop_timeout)
+                              boot_timeout, stop_timeout, nat)
         d, c = start(work, "e2e", config, secret, os.path.join(work, "api.sock"))
         daemons.append(d)
         if c:

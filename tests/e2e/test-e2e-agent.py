@@ -35,23 +35,20 @@
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    Qemu, guest_or_skip, initrd_with, keyval, kill_qemus, note, qemu_processes, read_text, tail,
-    vgpud_config)
+    Qemu, guest_or_skip, initrd_with, keyval, note, qemu_processes, read_text, run_with_vgpud,
+    tail)
 import vgpud_test  # noqa: E402 (e2e_guest put tests/lib on the path)
 from vgpud_test import (  # noqa: E402
-    error_of, eq, exit_status, finish, ok, poll, run_group, sim_state, skip, start, stop,
-    write_secret)
+    error_of, eq, ok, poll, run_group, sim_state, skip)
 
 BUILD_GUEST, GUEST_DIR, QEMU, AGENT, VERSION, LINKAGE, FAKE_QEMU = sys.argv[4:11]
 FAKES = []  # every fake-qemu started (parity checks), killed at the end whatever happens
@@ -1346,43 +1343,26 @@ def main():
     note("vgpu-agent: %d bytes" % os.path.getsize(AGENT))
 
     t_start = time.monotonic()
-    work = tempfile.mkdtemp(prefix="vgpud-e2e-agent-")
-    daemons = []
+
+    def groups(c, d, work, images):
+        setup = Setup(work, guest, c, d)
+        for label, fn in (("idle guest", check_idle_guest),
+                          ("failed guest", check_failed_guest),
+                          ("ok guest", check_ok_guest)):
+            box = []
+            run_group(label, lambda: box.append(fn(setup)))
+            if box and box[0]:
+                setup.delete(box[0])
+        if setup.first_answers:
+            note("boot to first answer: " + ", ".join(
+                "%s %.2f s" % kv for kv in setup.first_answers.items()))
     try:
-        images = os.path.join(work, "images")
-        os.mkdir(images)
-        os.symlink(os.path.realpath(guest.kernel), os.path.join(images, "vmlinuz"))
-        secret = write_secret(work)
-        config = vgpud_config(os.path.join(work, "vgpud.yaml"), work, QEMU, images, guest,
-                              VMM_BOOT_TIMEOUT, STOP_TIMEOUT)
-        sock = os.path.join(work, "api.sock")
-        d, c = start(work, "e2e-agent", config, secret, sock)
-        daemons.append(d)
-        if c:
-            setup = Setup(work, guest, c, d)
-            for label, fn in (("idle guest", check_idle_guest),
-                              ("failed guest", check_failed_guest),
-                              ("ok guest", check_ok_guest)):
-                box = []
-                run_group(label, lambda: box.append(fn(setup)))
-                if box and box[0]:
-                    setup.delete(box[0])
-            for i in c.get("/instances").json():
-                c.request("DELETE", "/instances/" + i["id"])
-            if setup.first_answers:
-                note("boot to first answer: " + ", ".join(
-                    "%s %.2f s" % kv for kv in setup.first_answers.items()))
-            stop(d)
+        return run_with_vgpud("vgpud-e2e-agent-", QEMU, guest, groups,
+                              boot_timeout=VMM_BOOT_TIMEOUT, stop_timeout=STOP_TIMEOUT)
     finally:
-        for d in daemons:
-            d.stop(signal.SIGKILL)
         for f in FAKES:
             f.stop()
-        kill_qemus(work)
         note("run time %.1f s" % (time.monotonic() - t_start))
-        finish(daemons, work)
-    return exit_status()
-
 
 if __name__ == "__main__":
     sys.exit(main())

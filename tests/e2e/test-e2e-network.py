@@ -10,20 +10,18 @@
 # build-guest.sh's guest in the real QEMU (TCG) with a nat NIC; the guest's hook asks for an
 # address by DHCP (busybox udhcpc against vgpud's dnsmasq) and prints it; the host pings the
 # guest on the bridge. Whatever happens, the daemon and any QEMU started under this test's work
-# tree are killed, the tree removed; the namespace goes with the process.
+# tree are killed, the tree removed (run_with_vgpud); the namespace goes with the process.
 import ctypes
 import os
-import signal
 import subprocess
 import sys
-import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    guest_or_skip, initrd_with, kill_qemus, note, tail, vgpud_config, wait_console)
+    guest_or_skip, initrd_with, note, run_with_vgpud, tail, wait_console)
 from vgpud_test import (  # noqa: E402 (e2e_guest put tests/lib on the path)
-    MNT, error_of, eq, exit_status, finish, ok, poll, run_group, start, stop, write_secret)
+    MNT, error_of, eq, ok, poll, run_group)
 
 BUILD_GUEST, GUEST_DIR, QEMU = sys.argv[4:7]
 BOOT_TIMEOUT = 90
@@ -99,32 +97,15 @@ def main():
     if why:
         print("1..0 # SKIP NET-11: %s" % why)
         return 0
-    work = tempfile.mkdtemp(prefix="vgpud-e2e-network-")
-    os.chmod(work, 0o755)  # dnsmasq reads its files as nobody, as from /run/vgpud
-    daemons = []
     try:
-        images = os.path.join(work, "images")
-        os.mkdir(images)
-        os.symlink(os.path.realpath(guest.kernel), os.path.join(images, "vmlinuz"))
-        secret = write_secret(work)
-        config = vgpud_config(os.path.join(work, "vgpud.yaml"), work, QEMU, images, guest, 30, 30,
-                              nat=True)
-        sock = os.path.join(work, "api.sock")
-        d, c = start(work, "e2e-network", config, secret, sock)
-        daemons.append(d)
-        if c:
-            run_group("nat guest", lambda: check_guest_on_nat(c, d, images, guest, work))
-            for i in c.get("/instances").json():
-                c.request("DELETE", "/instances/" + i["id"])
-            stop(d)
+        status = run_with_vgpud(
+            "vgpud-e2e-network-", QEMU, guest, nat=True,
+            groups=lambda c, d, work, images: run_group(
+                "nat guest", lambda: check_guest_on_nat(c, d, images, guest, work)))
         note("the guest booted under TCG in this test's own network namespace")
+        return status
     finally:
-        for d in daemons:
-            d.stop(signal.SIGKILL)
-        kill_qemus(work)
-        finish(daemons, work)
         subprocess.run(["umount", TUN], capture_output=True)
-    return exit_status()
 
 
 if __name__ == "__main__":
