@@ -45,7 +45,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
     Qemu, guest_or_skip, initrd_with, keyval, note, qemu_processes, read_text, run_with_vgpud,
-    tail)
+    tail, wait_console)
 import vgpud_test  # noqa: E402 (e2e_guest put tests/lib on the path)
 from vgpud_test import (  # noqa: E402
     error_of, eq, ok, poll, run_group, sim_state, skip)
@@ -888,10 +888,13 @@ def start_fake(setup, iid, label, wedged=False):
     except (OSError, AgentError, KeyError, IndexError) as e:
         ok(False, "parity (%s): fake-qemu starts with vgpud's argv for the guest" % label, e)
         return None, None
-    text = fake.console()
+    # fake-qemu listens before it writes its "started" line: wait for the line.
     gpu = "wedged" if wedged else "none"
-    ok(re.search(r"fake-qemu: started name=\S+ pid=\d+ vf=%s flags=none gpu=%s$"
-                 % (re.escape(fake.vf) if wedged else "none", gpu), text, re.M),
+    started = r"fake-qemu: started name=\S+ pid=\d+ vf=%s flags=none gpu=%s$" % (
+        re.escape(fake.vf) if wedged else "none", gpu)
+    wait_console(fake.console_log, r"^fake-qemu: started ", STATE_TIMEOUT, fake.proc.alive)
+    text = fake.console()
+    ok(re.search(started, text, re.M),
        "parity (%s): fake-qemu runs with vgpud's argv for the guest (VMM-1, SIM-15; gpu=%s)"
        % (label, gpu), tail(text, 10))
     return fake, conn
