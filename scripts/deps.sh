@@ -13,7 +13,7 @@ packages="
   gcc clang lld libclang-rt-14-dev meson ninja-build pkg-config clang-format
   libjansson-dev libyaml-dev libfuse3-dev fuse3 libsystemd-dev libmicrohttpd-dev libjwt-dev
   libcurl4-openssl-dev libcmocka-dev libssl-dev libsqlite3-dev sqlite3 git libmnl-dev libnftables-dev nftables dnsmasq-base
-  util-linux iproute2 psmisc python3 python3-yaml strace prometheus curl mandoc
+  util-linux iproute2 psmisc python3 python3-yaml strace valgrind prometheus curl mandoc
   python3-placement
   qemu-system-x86 qemu-utils busybox-static cpio xz-utils zstd
   libisofs-dev genisoimage
