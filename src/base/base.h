@@ -525,6 +525,17 @@ int openat_beneath(int dirfd, const char *path, int flags);
  */
 int tree_delete_at(int dirfd, const char *name, char **error);
 
+/*
+ * A directory stream on dirfd/path ("." for dirfd itself) with an open file description of its
+ * own, so that its offset is shared with neither dirfd nor an earlier stream (a dup of dirfd
+ * would start where the last reader stopped). flags are added to O_RDONLY | O_DIRECTORY |
+ * O_CLOEXEC (O_NOFOLLOW, say).
+ */
+int opendir_at(int dirfd, const char *path, int flags, DIR **ret);
+
+/* The next entry of d but "." and "..": 1 with *ret set, 0 at the end, or a negative errno. */
+int readdir_next(DIR *d, struct dirent **ret);
+
 /* Writes all of buf, retrying short writes and EINTR. */
 int write_all(int fd, const void *buf, size_t size);
 

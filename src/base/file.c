@@ -115,6 +115,35 @@ const char *file_strerror(int r)
         return r == -EBADFD ? "not a regular file" : strerror(-r);
 }
 
+int opendir_at(int dirfd, const char *path, int flags, DIR **ret)
+{
+        int fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | flags);
+        if (fd < 0)
+                return negative_errno();
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                int r = negative_errno();
+                close(fd);
+                return r;
+        }
+        *ret = d;
+        return 0;
+}
+
+int readdir_next(DIR *d, struct dirent **ret)
+{
+        for (;;) {
+                errno = 0;
+                struct dirent *de = readdir(d);
+                if (!de)
+                        return errno ? negative_errno() : 0;
+                if (!streq(de->d_name, ".") && !streq(de->d_name, "..")) {
+                        *ret = de;
+                        return 1;
+                }
+        }
+}
+
 int write_all(int fd, const void *buf, size_t size)
 {
         const char *p = buf;
@@ -228,33 +257,21 @@ static int tree_delete(int parent, const char *name, const char *path, dev_t dev
                 return error_set(error, -ELOOP, "delete %s: nested deeper than %d directories",
                                  path, TREE_DEPTH_MAX);
 
-        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return errno == ENOENT ? 0 : tree_failed(error, negative_errno(), path);
-        _cleanup_closedir_ DIR *d = fdopendir(fd);
-        if (!d) {
-                int r = negative_errno();
-                close(fd);
-                return tree_failed(error, r, path);
-        }
-
-        for (;;) {
-                errno = 0;
-                struct dirent *de = readdir(d);
-                if (!de) {
-                        if (errno != 0)
-                                return tree_failed(error, negative_errno(), path);
-                        break;
-                }
-                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                        continue;
+        _cleanup_closedir_ DIR *d = NULL;
+        int r = opendir_at(parent, name, O_NOFOLLOW, &d);
+        if (r < 0)
+                return r == -ENOENT ? 0 : tree_failed(error, r, path);
+        struct dirent *de;
+        while ((r = readdir_next(d, &de)) > 0) {
                 _cleanup_free_ char *child = NULL;
                 if (strprintf(&child, "%s/%s", path, de->d_name) < 0)
                         return error_set_oom(error);
-                int r = tree_delete(dirfd(d), de->d_name, child, st.st_dev, depth + 1, error);
+                r = tree_delete(dirfd(d), de->d_name, child, st.st_dev, depth + 1, error);
                 if (r < 0)
                         return r;
         }
+        if (r < 0)
+                return tree_failed(error, r, path);
 
         if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
                 return tree_failed(error, negative_errno(), path);

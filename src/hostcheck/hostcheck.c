@@ -807,19 +807,12 @@ static int probe_odirect(const char *dir, dev_t dev)
                 size_t depth = 0;
                 for (const char *p = queue[head] + strlen(dir); *p; p++)
                         depth += *p == '/';
-                _cleanup_close_ int dfd =
-                    open(queue[head], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (dfd < 0)
+                _cleanup_closedir_ DIR *d = NULL;
+                if (opendir_at(AT_FDCWD, queue[head], O_NOFOLLOW, &d) < 0)
                         continue;
-                _cleanup_closedir_ DIR *d = fdopendir(dfd);
-                if (!d)
-                        continue;
-                TAKE_FD(dfd);
                 struct dirent *de;
-                while ((de = readdir(d)) && seen < DATA_DIR_PROBE_ENTRIES) {
+                while (seen < DATA_DIR_PROBE_ENTRIES && readdir_next(d, &de) > 0) {
                         struct stat st;
-                        if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                                continue;
                         seen++;
                         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
                             st.st_dev != dev)

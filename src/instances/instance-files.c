@@ -345,33 +345,14 @@ static int classify(int dirfd, const char *name, EntryKind *ret)
 
 int instance_dir_list_at(int instances_dirfd, InstanceDirList *ret, char **error)
 {
-        int fd = openat(instances_dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0) {
-                int k = negative_errno();
-                return error_set(error, k, "open directory instances: %s", strerror(-k));
-        }
-        _cleanup_closedir_ DIR *d = fdopendir(fd);
-        if (!d) {
-                int k = negative_errno();
-                close(fd);
-                return error_set(error, k, "open directory instances: %s", strerror(-k));
-        }
+        _cleanup_closedir_ DIR *d = NULL;
+        int r = opendir_at(instances_dirfd, ".", 0, &d);
+        if (r < 0)
+                return error_set(error, r, "open directory instances: %s", strerror(-r));
 
         _cleanup_(instance_dir_list_done) InstanceDirList l = {0};
-        for (;;) {
-                errno = 0;
-                struct dirent *de = readdir(d);
-                if (!de) {
-                        if (errno != 0) {
-                                int k = negative_errno();
-                                return error_set(error, k, "read directory instances: %s",
-                                                 strerror(-k));
-                        }
-                        break;
-                }
-                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                        continue;
-
+        struct dirent *de;
+        while ((r = readdir_next(d, &de)) > 0) {
                 EntryKind kind;
                 int k = classify(dirfd(d), de->d_name, &kind);
                 if (k < 0) {
@@ -390,6 +371,8 @@ int instance_dir_list_at(int instances_dirfd, InstanceDirList *ret, char **error
                 if (strv_push(target, de->d_name) < 0)
                         return error_set_oom(error);
         }
+        if (r < 0)
+                return error_set(error, r, "read directory instances: %s", strerror(-r));
 
         if (strv_finish(&l.ids) < 0 || strv_finish(&l.deleted) < 0 || strv_finish(&l.orphans) < 0 ||
             strv_finish(&l.unknown) < 0)

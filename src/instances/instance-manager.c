@@ -527,19 +527,17 @@ static bool runtime_dir_is_listened(const InstanceManager *m, const char *dir)
 
 static void sweep_runtime_dirs(InstanceManager *m)
 {
-        _cleanup_close_ int fd = open(m->runtime_instances, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0) {
-                if (errno != ENOENT)
-                        log_line(LOG_LEVEL_WARNING, -errno, "cannot list runtime directories",
-                                 "path", m->runtime_instances, NULL);
+        _cleanup_closedir_ DIR *d = NULL;
+        int r = opendir_at(AT_FDCWD, m->runtime_instances, 0, &d);
+        if (r < 0) {
+                if (r != -ENOENT)
+                        log_line(LOG_LEVEL_WARNING, r, "cannot list runtime directories", "path",
+                                 m->runtime_instances, NULL);
                 return;
         }
-        _cleanup_(closedirp) DIR *d = fdopendir(fcntl(fd, F_DUPFD_CLOEXEC, 3));
-        if (!d)
-                return;
         struct dirent *de;
         _cleanup_strv_free_ char **gone = NULL;
-        while ((de = readdir(d)))
+        while (readdir_next(d, &de) > 0)
                 if (de->d_name[0] != '.' && !instance_find(m, de->d_name))
                         (void)strv_push(&gone, de->d_name);
         for (char **g = gone; g && *g; g++) {
@@ -552,7 +550,7 @@ static void sweep_runtime_dirs(InstanceManager *m)
                                  "path", dir, NULL);
                         continue;
                 }
-                if (instance_tree_delete_at(fd, *g, &err) < 0)
+                if (instance_tree_delete_at(dirfd(d), *g, &err) < 0)
                         log_line(LOG_LEVEL_WARNING, 0, "cannot remove runtime directory", "path",
                                  dir, "error", err, NULL);
         }

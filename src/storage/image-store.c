@@ -260,16 +260,11 @@ static int record_save(int images_fd, const Image *i, bool create, char **error)
 /* The temp files of overlay templates a crash cut short (overlay.c); best effort. */
 static void remove_template_temps(int dirfd)
 {
-        int dup_fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dup_fd < 0)
+        _cleanup_closedir_ DIR *d = NULL;
+        if (opendir_at(dirfd, ".", 0, &d) < 0)
                 return;
-        _cleanup_closedir_ DIR *d = fdopendir(dup_fd);
-        if (!d) {
-                close(dup_fd);
-                return;
-        }
         struct dirent *de;
-        while ((de = readdir(d)))
+        while (readdir_next(d, &de) > 0)
                 if (startswith(de->d_name, OVERLAY_TEMPLATE_PREFIX) &&
                     endswith(de->d_name, OVERLAY_TEMPLATE_TEMP_SUFFIX))
                         (void)unlinkat(dirfd, de->d_name, 0);
@@ -302,63 +297,52 @@ static int entry_settle(ImageStore *s, ImageEntry *e)
         return strdup_nullable("interrupted by daemon restart", &e->image.error);
 }
 
+/* One entry of the images directory at start-up: loaded, settled, removed (a deletion a crash
+ * cut short) or left alone with a log line. Only -ENOMEM stops the load. */
+static int store_load_one(ImageStore *s, const char *name)
+{
+        if (startswith(name, IMAGE_DELETED_PREFIX)) {
+                /* DISK-4: a removal that a crash cut short. */
+                _cleanup_free_ char *e = NULL;
+                if (tree_delete_at(s->images_fd, name, &e) < 0)
+                        log_warning("image store: %s", e);
+                return 0;
+        }
+        if (!resource_name_is_valid(name)) {
+                log_warning("image store: images/%s is not an image name; left alone", name);
+                return 0;
+        }
+        _cleanup_free_ char *e = NULL;
+        ImageEntry *entry = calloc(1, sizeof *entry);
+        if (!entry)
+                return -ENOMEM;
+        int r = record_load(s->images_fd, name, &entry->image, &e);
+        if (r < 0) {
+                entry_free(entry);
+                if (r == -ENOMEM)
+                        return r;
+                log_error("image store: %s; image %s left alone", e, name);
+                return 0;
+        }
+        r = entry_insert(s, entry);
+        if (r < 0) {
+                entry_free(entry);
+                return r;
+        }
+        r = entry_settle(s, entry);
+        return r == -ENOMEM ? r : 0;
+}
+
 static int store_load(ImageStore *s, char **error)
 {
-        int dup_fd = fcntl(s->images_fd, F_DUPFD_CLOEXEC, 3);
-        if (dup_fd < 0)
-                return error_set(error, negative_errno(), "read directory images: %s",
-                                 strerror(errno));
-        _cleanup_closedir_ DIR *d = fdopendir(dup_fd);
-        if (!d) {
-                int r = negative_errno();
-                close(dup_fd);
+        _cleanup_closedir_ DIR *d = NULL;
+        int r = opendir_at(s->images_fd, ".", 0, &d);
+        struct dirent *de;
+        while (r >= 0 && (r = readdir_next(d, &de)) > 0)
+                if (store_load_one(s, de->d_name) < 0)
+                        return error_set_oom(error);
+        if (r < 0)
                 return error_set(error, r, "read directory images: %s", strerror(-r));
-        }
-        for (;;) {
-                errno = 0;
-                struct dirent *de = readdir(d);
-                if (!de) {
-                        if (errno)
-                                return error_set(error, negative_errno(),
-                                                 "read directory images: %s", strerror(errno));
-                        break;
-                }
-                const char *name = de->d_name;
-                if (streq(name, ".") || streq(name, ".."))
-                        continue;
-                if (startswith(name, IMAGE_DELETED_PREFIX)) {
-                        /* DISK-4: a removal that a crash cut short. */
-                        _cleanup_free_ char *e = NULL;
-                        if (tree_delete_at(s->images_fd, name, &e) < 0)
-                                log_warning("image store: %s", e);
-                        continue;
-                }
-                if (!resource_name_is_valid(name)) {
-                        log_warning("image store: images/%s is not an image name; left alone",
-                                    name);
-                        continue;
-                }
-                _cleanup_free_ char *e = NULL;
-                ImageEntry *entry = calloc(1, sizeof *entry);
-                if (!entry)
-                        return error_set_oom(error);
-                int r = record_load(s->images_fd, name, &entry->image, &e);
-                if (r < 0) {
-                        entry_free(entry);
-                        if (r == -ENOMEM)
-                                return error_set_oom(error);
-                        log_error("image store: %s; image %s left alone", e, name);
-                        continue;
-                }
-                r = entry_insert(s, entry);
-                if (r < 0) {
-                        entry_free(entry);
-                        return error_set_oom(error);
-                }
-                r = entry_settle(s, entry);
-                if (r == -ENOMEM)
-                        return error_set_oom(error);
-        }
         return 0;
 }
 

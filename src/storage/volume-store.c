@@ -38,14 +38,11 @@ struct VolumeStore {
 /* The blocks of the regular files one level below dir (an instance's directory). */
 static uint64_t files_bytes(int dir_fd)
 {
-        int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        _cleanup_closedir_ DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-        if (!d) {
-                closep(&fd);
+        _cleanup_closedir_ DIR *d = NULL;
+        if (opendir_at(dir_fd, ".", 0, &d) < 0)
                 return 0;
-        }
         uint64_t sum = 0;
-        for (struct dirent *de; (de = readdir(d));) {
+        for (struct dirent *de; readdir_next(d, &de) > 0;) {
                 struct stat st;
                 if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
                     S_ISREG(st.st_mode))
@@ -57,16 +54,13 @@ static uint64_t files_bytes(int dir_fd)
 /* DISK-10: <data_dir>/instances, the volumes directory's sibling, summed per instance. */
 static uint64_t instances_bytes(int volumes_fd)
 {
-        int fd = openat(volumes_fd, "../instances", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        _cleanup_closedir_ DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-        if (!d) {
-                closep(&fd);
+        _cleanup_closedir_ DIR *d = NULL;
+        if (opendir_at(volumes_fd, "../instances", 0, &d) < 0)
                 return 0;
-        }
         uint64_t sum = 0;
-        for (struct dirent *de; (de = readdir(d));) {
+        for (struct dirent *de; readdir_next(d, &de) > 0;) {
                 if (!random_id_is_valid(de->d_name))
-                        continue; /* ., .., and INST-20's .deleted- leftovers */
+                        continue; /* INST-20's .deleted- leftovers */
                 _cleanup_close_ int ifd =
                     openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (ifd >= 0)
@@ -215,63 +209,52 @@ static int record_text(const Volume *v, char **ret, size_t *ret_size)
 
 /* ---- the store ---------------------------------------------------------------------------- */
 
+/* One entry of the volumes directory at start-up: loaded, removed (a deletion a crash cut
+ * short) or left alone with a log line. Only -ENOMEM stops the load. */
+static int store_load_one(VolumeStore *s, const char *name)
+{
+        _cleanup_free_ char *e = NULL;
+        if (startswith(name, VOLUME_DELETED_PREFIX)) {
+                if (tree_delete_at(s->volumes_fd, name, &e) < 0)
+                        log_warning("volume store: %s", e);
+                return 0;
+        }
+        _cleanup_free_ char *text = NULL;
+        size_t size = 0;
+        _cleanup_close_ int fd =
+            random_id_is_valid(name)
+                ? openat(s->volumes_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                : -1;
+        int r = fd < 0 ? -ENOENT
+                       : read_own_file_at(fd, VOLUME_RECORD_NAME, VOLUME_RECORD_MAX, &text, &size);
+        VolumeEntry *entry = calloc(1, sizeof *entry);
+        if (!entry)
+                return -ENOMEM;
+        if (r >= 0)
+                r = volume_record_parse(text, size, name, &entry->volume, &e);
+        else
+                (void)error_set(&e, r, "volumes/%s: not a volume: %s", name, file_strerror(r));
+        if (r >= 0)
+                r = entry_insert(s, entry);
+        if (r < 0) {
+                entry_free(entry);
+                if (r == -ENOMEM)
+                        return r;
+                log_error("volume store: %s; left alone", e);
+        }
+        return 0;
+}
+
 static int store_load(VolumeStore *s, char **error)
 {
-        int dup_fd = fcntl(s->volumes_fd, F_DUPFD_CLOEXEC, 3);
-        if (dup_fd < 0)
-                return error_set(error, negative_errno(), "read directory volumes: %s",
-                                 strerror(errno));
-        _cleanup_closedir_ DIR *d = fdopendir(dup_fd);
-        if (!d) {
-                int r = negative_errno();
-                close(dup_fd);
-                return error_set(error, r, "read directory volumes: %s", strerror(-r));
-        }
-        for (;;) {
-                errno = 0;
-                struct dirent *de = readdir(d);
-                if (!de) {
-                        if (errno)
-                                return error_set(error, negative_errno(),
-                                                 "read directory volumes: %s", strerror(errno));
-                        break;
-                }
-                const char *name = de->d_name;
-                if (streq(name, ".") || streq(name, ".."))
-                        continue;
-                _cleanup_free_ char *e = NULL;
-                if (startswith(name, VOLUME_DELETED_PREFIX)) {
-                        if (tree_delete_at(s->volumes_fd, name, &e) < 0)
-                                log_warning("volume store: %s", e);
-                        continue;
-                }
-                _cleanup_free_ char *text = NULL;
-                size_t size = 0;
-                _cleanup_close_ int fd =
-                    random_id_is_valid(name)
-                        ? openat(s->volumes_fd, name,
-                                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                        : -1;
-                int r = fd < 0 ? -ENOENT
-                               : read_own_file_at(fd, VOLUME_RECORD_NAME, VOLUME_RECORD_MAX, &text,
-                                                  &size);
-                VolumeEntry *entry = calloc(1, sizeof *entry);
-                if (!entry)
+        _cleanup_closedir_ DIR *d = NULL;
+        int r = opendir_at(s->volumes_fd, ".", 0, &d);
+        struct dirent *de;
+        while (r >= 0 && (r = readdir_next(d, &de)) > 0)
+                if (store_load_one(s, de->d_name) < 0)
                         return error_set_oom(error);
-                if (r >= 0)
-                        r = volume_record_parse(text, size, name, &entry->volume, &e);
-                else
-                        (void)error_set(&e, r, "volumes/%s: not a volume: %s", name,
-                                        file_strerror(r));
-                if (r >= 0)
-                        r = entry_insert(s, entry);
-                if (r < 0) {
-                        entry_free(entry);
-                        if (r == -ENOMEM)
-                                return error_set_oom(error);
-                        log_error("volume store: %s; left alone", e);
-                }
-        }
+        if (r < 0)
+                return error_set(error, r, "read directory volumes: %s", strerror(-r));
         return 0;
 }
 
@@ -669,33 +652,17 @@ static int sweep_run(void *data, char **error)
 {
         SweepJob *j = data;
         j->space = space_sample(j->volumes_fd);
-        /* A directory of its own: a dup would share the offset that earlier reads left at the
-         * end. */
-        int dup_fd = openat(j->volumes_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dup_fd < 0)
-                return error_set(error, negative_errno(), "read directory volumes: %s",
-                                 strerror(errno));
-        _cleanup_closedir_ DIR *d = fdopendir(dup_fd);
-        if (!d) {
-                int r = negative_errno();
-                close(dup_fd);
-                return error_set(error, r, "read directory volumes: %s", strerror(-r));
-        }
-        for (;;) {
-                errno = 0;
-                struct dirent *de = readdir(d);
-                if (!de) {
-                        if (errno)
-                                return error_set(error, negative_errno(),
-                                                 "read directory volumes: %s", strerror(errno));
-                        return 0;
-                }
-                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                        continue;
+        _cleanup_closedir_ DIR *d = NULL;
+        int r = opendir_at(j->volumes_fd, ".", 0, &d);
+        struct dirent *de;
+        while (r >= 0 && (r = readdir_next(d, &de)) > 0) {
                 _cleanup_free_ char *e = NULL;
                 if (sweep_one(j, de->d_name, &e) < 0 && strv_push(&j->result.failures, e) < 0)
                         return error_set_oom(error);
         }
+        if (r < 0)
+                return error_set(error, r, "read directory volumes: %s", strerror(-r));
+        return 0;
 }
 
 static void sweep_ended(int r, void *data, const char *error, void *userdata)

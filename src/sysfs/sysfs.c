@@ -158,17 +158,7 @@ int root_opendir(const Root *r, const char *rel, DIR **ret)
         if (k < 0)
                 return k;
 
-        int fd = openat(r->fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
-        DIR *d = fdopendir(fd);
-        if (!d) {
-                k = negative_errno();
-                close(fd);
-                return k;
-        }
-        *ret = d;
-        return 0;
+        return opendir_at(r->fd, rel, 0, ret);
 }
 
 int root_list_dir(const Root *r, const char *rel, char ***ret)
@@ -181,16 +171,8 @@ int root_list_dir(const Root *r, const char *rel, char ***ret)
         if (k < 0)
                 return k;
 
-        for (;;) {
-                errno = 0;
-                struct dirent *de = readdir(d);
-                if (!de) {
-                        if (errno != 0)
-                                return negative_errno();
-                        break;
-                }
-                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                        continue;
+        struct dirent *de;
+        while ((k = readdir_next(d, &de)) > 0) {
                 if (n + 2 > cap) {
                         size_t next = cap ? cap * 2 : 16;
                         char **grown = realloc(names, next * sizeof(char *));
@@ -204,6 +186,8 @@ int root_list_dir(const Root *r, const char *rel, char ***ret)
                         return -ENOMEM;
                 names[++n] = NULL;
         }
+        if (k < 0)
+                return k;
 
         if (!names) {
                 names = calloc(1, sizeof(char *));

@@ -1192,6 +1192,63 @@ static void test_fsync_directory_at(void **state)
         assert_int_equal(close_fault.calls, 1); /* the directory fd is not leaked */
 }
 
+/* The names readdir_next() gives for the stream d, sorted, as "a,b,c" (dots never among them). */
+static char *stream_names(DIR *d)
+{
+        _cleanup_strv_free_ char **names = NULL;
+        struct dirent *de;
+        int r;
+        while ((r = readdir_next(d, &de)) > 0)
+                assert_int_equal(strv_push(&names, de->d_name), 0);
+        assert_int_equal(r, 0);
+        char *joined = strdup("");
+        assert_non_null(joined);
+        qsort(names, strv_length(names), sizeof(char *), strv_compare);
+        for (char **n = names; n && *n; n++)
+                assert_int_equal(strextend(&joined, "%s%s", n == names ? "" : ",", *n), 0);
+        return joined;
+}
+
+/* DISK-11, INST-20: the stores' start-up scans list a directory with a stream of its own. */
+static void test_opendir_at(void **state)
+{
+        Fixture *f = *state;
+        write_fixture_file(f->dirfd, "b", "x", 1);
+        write_fixture_file(f->dirfd, "a", "x", 1);
+        assert_int_equal(mkdirat(f->dirfd, "c", 0755), 0);
+        assert_int_equal(symlinkat("c", f->dirfd, "link"), 0);
+
+        /* A stream on a dup of dirfd read to the end leaves the shared offset there; the next
+         * stream on a dup would see nothing, while opendir_at's starts at the beginning. */
+        _cleanup_closedir_ DIR *dup_stream = fdopendir(fcntl(f->dirfd, F_DUPFD_CLOEXEC, 3));
+        assert_non_null(dup_stream);
+        _cleanup_free_ char *first = stream_names(dup_stream);
+        assert_string_equal(first, "a,b,c,link");
+        _cleanup_closedir_ DIR *second_dup = fdopendir(fcntl(f->dirfd, F_DUPFD_CLOEXEC, 3));
+        assert_non_null(second_dup);
+        _cleanup_free_ char *nothing = stream_names(second_dup);
+        assert_string_equal(nothing, "");
+        _cleanup_closedir_ DIR *d = NULL;
+        assert_int_equal(opendir_at(f->dirfd, ".", 0, &d), 0);
+        _cleanup_free_ char *again = stream_names(d);
+        assert_string_equal(again, "a,b,c,link");
+        assert_int_equal(fcntl(dirfd(d), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+
+        _cleanup_closedir_ DIR *empty = NULL;
+        assert_int_equal(opendir_at(f->dirfd, "c", O_NOFOLLOW, &empty), 0);
+        _cleanup_free_ char *none = stream_names(empty);
+        assert_string_equal(none, "");
+
+        DIR *unset = NULL;
+        assert_int_equal(opendir_at(f->dirfd, "missing", 0, &unset), -ENOENT);
+        assert_int_equal(opendir_at(f->dirfd, "a", 0, &unset), -ENOTDIR);
+        assert_int_equal(opendir_at(f->dirfd, "link", O_NOFOLLOW, &unset), -ENOTDIR);
+        assert_null(unset);
+        /* Through the link without O_NOFOLLOW: the directory it names. */
+        assert_int_equal(opendir_at(f->dirfd, "link", 0, &unset), 0);
+        closedir(unset);
+}
+
 /* GEN-7: content and mode of a successful replace */
 static void test_write_file_atomic_success(void **state)
 {
@@ -2012,6 +2069,7 @@ int main(void)
             fixture_test(test_read_file_special),
             fixture_test(test_write_all),
             fixture_test(test_fsync_directory_at),
+            fixture_test(test_opendir_at),
             fixture_test(test_write_file_atomic_success),
             fixture_test(test_write_file_atomic_failures),
             fixture_test(test_write_file_atomic_create_fails),
