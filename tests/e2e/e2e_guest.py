@@ -360,14 +360,22 @@ def read_text(path):
         return ""
 
 
+def complete_lines(text):
+    """text up to its last newline: a console's last line may still be being written, and a
+    pattern such as "mac \\S+" would match the part of it that is there."""
+    return text[:text.rfind("\n") + 1]
+
+
 def wait_console(path, pattern, timeout, alive=lambda: True):
-    """The first match of the regular expression pattern in the console log within timeout
-    seconds (None if there is none, or once alive() is false and the log has no match)."""
+    """The first match of the regular expression pattern in the complete lines of the console
+    log within timeout seconds (None if there is none, or once alive() is false and the log has
+    no match; then its last line counts too, as nothing more will be written)."""
     rx = re.compile(pattern, re.M)
     deadline = time.monotonic() + timeout
     while True:
         running = alive()  # before the read, so the last read sees everything it wrote
-        m = rx.search(read_text(path))
+        text = read_text(path)
+        m = rx.search(complete_lines(text) if running else text)
         if m or not running or time.monotonic() >= deadline:
             return m
         time.sleep(0.05)

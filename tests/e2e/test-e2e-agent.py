@@ -44,8 +44,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_guest import (  # noqa: E402 (after the path)
-    Qemu, guest_or_skip, initrd_with, keyval, note, qemu_processes, read_text, run_with_vgpud,
-    tail, wait_console)
+    Qemu, complete_lines, guest_or_skip, initrd_with, keyval, note, qemu_processes, read_text,
+    run_with_vgpud, tail, wait_console)
 import vgpud_test  # noqa: E402 (e2e_guest put tests/lib on the path)
 from vgpud_test import (  # noqa: E402
     error_of, eq, ok, poll, run_group, sim_state, skip)
@@ -368,7 +368,7 @@ class Setup:
 
     def wait_console(self, iid, pattern, timeout=STATE_TIMEOUT):
         rx = re.compile(pattern, re.M)
-        return poll(lambda: rx.search(self.console(iid)), timeout, 0.2)
+        return poll(lambda: rx.search(complete_lines(self.console(iid))), timeout, 0.2)
 
     def diagnostics(self, iid):
         return "console (tail):\n%s\nvgpud log (tail):\n%s" % (
