@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "http/http.h"
 #include "manager.h"
+#include "net/net.h"
 
 #define DAEMON_USAGE \
         "usage: vgpud [--config PATH] [--set KEY=VALUE]... [--check-config] [--version]\n"
@@ -134,6 +135,9 @@ int cmd_daemon(int argc, char **argv)
         }
 
         raise_fd_limit();
+        /* Before the records load and their VMMs' pidfds push descriptors past 1024 (NET-4). */
+        if (config.network.nat.enabled && (r = net_nft_open_shared()) < 0)
+                log_line(LOG_LEVEL_WARNING, r, "nftables context not opened", NULL);
         /* OPS-13: under systemd, lines go to the journal with their VF, GPU and instance. */
         r = log_open_journal("vgpud");
         if (r < 0)

@@ -6,6 +6,7 @@
  * nothing outside table vgpud is touched.
  */
 #include <nftables/libnftables.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,55 +87,93 @@ int net_nft_render(const NetNatRules *rules, char **ret)
         return 0;
 }
 
-static int run(const char *commands, char **error)
+/*
+ * libnftables waits for the kernel's answers with select(), and glibc aborts the process when
+ * FD_SET is handed a descriptor at or above FD_SETSIZE (1024). The context's netlink socket is
+ * opened with the context and kept by it; a context opened while vgpud holds a pidfd for each of
+ * a thousand VMs would get a socket above the line. So the daemon opens one context at start-up
+ * (net_nft_open_shared()) and every command goes through it, one at a time.
+ */
+static struct nft_ctx *shared_ctx;
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct nft_ctx *ctx_new(void)
 {
         struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
-        if (!nft)
-                return error_set(error, -ENOMEM, "nftables: out of memory");
-        if (nft_ctx_buffer_output(nft) < 0 || nft_ctx_buffer_error(nft) < 0) {
+        if (nft && (nft_ctx_buffer_output(nft) < 0 || nft_ctx_buffer_error(nft) < 0)) {
                 nft_ctx_free(nft);
-                return error_set(error, -ENOMEM, "nftables: out of memory");
+                return NULL;
         }
-        int r = 0;
-        if (nft_run_cmd_from_buffer(nft, commands) != 0) {
-                const char *e = nft_ctx_get_error_buffer(nft);
-                _cleanup_free_ char *line = strdup(e && *e ? e : "the command was refused");
-                if (line)
-                        strchomp(line);
-                /* The first line says why; the rest repeats the command with a caret. */
-                char *nl = line ? strchr(line, '\n') : NULL;
-                if (nl)
-                        *nl = 0;
-                r = error_set(error, -EIO, "%s", line ? line : "the command was refused");
+        return nft;
+}
+
+int net_nft_open_shared(void)
+{
+        if (!shared_ctx)
+                shared_ctx = ctx_new();
+        return shared_ctx ? 0 : -ENOMEM;
+}
+
+/*
+ * commands through the shared context, or one of their own before there is one: 0 with
+ * *ret_output (when asked for), -EIO with *ret_error holding nft's first error line (the rest
+ * repeats the command with a caret), or -ENOMEM.
+ */
+static int command(const char *commands, char **ret_output, char **ret_error)
+{
+        struct nft_ctx *own = NULL, *nft = shared_ctx;
+        if (nft)
+                pthread_mutex_lock(&shared_lock);
+        else if (!(nft = own = ctx_new()))
+                return -ENOMEM;
+        int r = nft_run_cmd_from_buffer(nft, commands) == 0 ? 0 : -EIO;
+        /* Both buffers are read after every command, which empties them for the next. */
+        const char *out = nft_ctx_get_output_buffer(nft);
+        const char *err = nft_ctx_get_error_buffer(nft);
+        char *text =
+            strdup(r == 0 ? (out ? out : "") : (err && *err ? err : "the command was refused"));
+        if (own)
+                nft_ctx_free(own);
+        else
+                pthread_mutex_unlock(&shared_lock);
+        if (!text)
+                return -ENOMEM;
+        if (r == 0) {
+                if (ret_output)
+                        *ret_output = text;
+                else
+                        free(text);
+                return 0;
         }
-        nft_ctx_free(nft);
+        strchomp(text);
+        char *nl = strchr(text, '\n');
+        if (nl)
+                *nl = 0;
+        *ret_error = text;
         return r;
 }
 
 int net_nft_apply(const char *ruleset, char **error)
 {
         /* "add table" first, so that the delete never fails on a host without the table. */
-        _cleanup_free_ char *commands = NULL;
+        _cleanup_free_ char *commands = NULL, *refused = NULL;
         if (strprintf(&commands, "add table inet vgpud\ndelete table inet vgpud\n%s", ruleset) < 0)
                 return error_set_oom(error);
-        int r = run(commands, error);
+        int r = command(commands, NULL, &refused);
+        if (r == -ENOMEM)
+                return error_set_oom(error);
         if (r < 0)
-                return error_prefix(error, r, "network: nftables: replace table vgpud");
+                return error_set(error, r, "network: nftables: replace table vgpud: %s", refused);
         return 0;
 }
 
 int net_nft_list(char **ret, char **error)
 {
-        struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
-        if (!nft)
+        _cleanup_free_ char *refused = NULL;
+        int r = command("list table inet vgpud", ret, &refused);
+        if (r == -ENOMEM)
                 return error_set_oom(error);
-        int r = 0;
-        if (nft_ctx_buffer_output(nft) < 0 || nft_ctx_buffer_error(nft) < 0)
-                r = error_set_oom(error);
-        else if (nft_run_cmd_from_buffer(nft, "list table inet vgpud") != 0)
-                r = error_set(error, -ENOENT, "network: nftables: no table vgpud");
-        else if (!(*ret = strdup(nft_ctx_get_output_buffer(nft))))
-                r = error_set_oom(error);
-        nft_ctx_free(nft);
-        return r;
+        if (r < 0)
+                return error_set(error, -ENOENT, "network: nftables: no table vgpud");
+        return 0;
 }

@@ -158,6 +158,14 @@ typedef struct NetNatRules {
 int net_nft_render(const NetNatRules *rules, char **ret);
 
 /*
+ * Opens the one libnftables context that net_nft_apply() and net_nft_list() use from then on,
+ * one command at a time. Call it at start-up, before descriptors are many: libnftables waits
+ * with select(), which aborts the process on a socket numbered FD_SETSIZE (1024) or more, and a
+ * context keeps the socket it was opened with. Before it, each call opens a context of its own.
+ */
+int net_nft_open_shared(void);
+
+/*
  * Replaces table inet vgpud by ruleset in one libnftables transaction (add, delete, then the
  * table): atomic, and nothing outside the table is touched. -EIO with `network: nftables:
  * replace table vgpud: <nft's first error line>`.

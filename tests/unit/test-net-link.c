@@ -17,6 +17,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/select.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -272,6 +274,43 @@ static void test_nft_apply(void **state)
         assert_int_equal(nft_run("list table inet other"), 0);
 }
 
+/*
+ * NET-4: with the shared context opened while descriptors were few, the table is replaced and
+ * listed while more than FD_SETSIZE are open, as on a host that adopted a thousand VMs. A
+ * context opened then would get a socket above 1024, and libnftables' select() would abort.
+ */
+static void test_nft_many_descriptors(void **state)
+{
+        assert_int_equal(net_nft_open_shared(), 0);
+        struct rlimit rl;
+        assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < FD_SETSIZE + 64)
+                skip(); /* a hard limit this low cannot get past FD_SETSIZE at all */
+        struct rlimit raised = {.rlim_cur = FD_SETSIZE + 64, .rlim_max = rl.rlim_max};
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &raised), 0);
+        int fds[FD_SETSIZE + 64], n = 0;
+        for (int fd = -1; fd < FD_SETSIZE + 8; n++) {
+                fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                assert_true(fd >= 0);
+                fds[n] = fd;
+        }
+
+        NetSubnet sub;
+        assert_int_equal(net_subnet_parse("10.234.0.0/24", &sub), 0);
+        const NetForward fw[] = {{.host = 20080, .guest = 80, .guest_addr = 0x0aea0002}};
+        NetNatRules rules = {.bridge = "vgpud0", .subnet = sub, .forwards = fw, .n_forwards = 1};
+        _cleanup_free_ char *error = NULL, *text = NULL, *listed = NULL;
+        assert_int_equal(net_nft_render(&rules, &text), 0);
+        if (net_nft_apply(text, &error) < 0)
+                fail_msg("%s", error);
+        assert_int_equal(net_nft_list(&listed, &error), 0);
+        assert_non_null(strstr(listed, "tcp dport 20080 dnat ip to 10.234.0.2:80"));
+
+        while (n > 0)
+                close(fds[--n]);
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+
 static int enter_namespaces(void)
 {
         if (geteuid() != 0 || unshare(CLONE_NEWNET | CLONE_NEWNS) < 0)
@@ -328,6 +367,7 @@ int main(void)
             cmocka_unit_test(test_port_attach),
             cmocka_unit_test(test_port_bridge_missing_or_down),
             cmocka_unit_test(test_nft_apply),
+            cmocka_unit_test(test_nft_many_descriptors),
         };
         r = cmocka_run_group_tests_name("net-link", tests, NULL, NULL);
         remove_dev_root();
