@@ -1081,30 +1081,19 @@ static const struct fuse_operations sim_ops = {
 
 /* ---- set-up and tear-down -------------------------------------------------------------------- */
 
-/* Removes everything below dirfd/name and name itself; the private backing dir only. */
-static int remove_tree_at(int dirfd, const char *name)
+/* Removes everything below parent/name and name itself; the private backing dir only. */
+static int remove_tree_at(int parent, const char *name)
 {
-        _cleanup_close_ int fd =
-            openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return unlinkat(dirfd, name, 0) < 0 ? negative_errno() : 0;
-        int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        if (dup_fd < 0)
-                return negative_errno();
-        DIR *d = fdopendir(dup_fd);
-        if (!d) {
-                close(dup_fd);
-                return negative_errno();
-        }
-        _cleanup_closedir_ DIR *dir = d;
+        _cleanup_closedir_ DIR *dir = NULL;
+        if (opendir_at(parent, name, O_NOFOLLOW, &dir) < 0)
+                return unlinkat(parent, name, 0) < 0 ? negative_errno() : 0;
         int r = 0;
-        for (struct dirent *de; (de = readdir(dir));)
-                if (!streq(de->d_name, ".") && !streq(de->d_name, "..")) {
-                        int k = remove_tree_at(fd, de->d_name);
-                        if (k < 0 && r == 0)
-                                r = k;
-                }
-        if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && r == 0)
+        for (struct dirent *de; readdir_next(dir, &de) > 0;) {
+                int k = remove_tree_at(dirfd(dir), de->d_name);
+                if (k < 0 && r == 0)
+                        r = k;
+        }
+        if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && r == 0)
                 r = negative_errno();
         return r;
 }
